@@ -1,0 +1,1 @@
+"""The C core sources, shipped so the core can be compiled at run time."""

@@ -1,0 +1,64 @@
+/*
+ * Private declarations shared by the core's translation units. Nothing here
+ * is ABI; names are tj__.
+ */
+#ifndef TILEJIT_INTERNAL_H_
+#define TILEJIT_INTERNAL_H_
+
+#include "tilejit/tilejit.h"
+
+/* An expression as registered: its RPN program plus what the validator needs
+ * to take the fast paths (a constant, or a lone symbol that binds). */
+typedef struct {
+  int64_t *code; /* 2 * n int64 */
+  int32_t n;
+  char *text;
+  int32_t sym;      /* >= 0: the program is exactly that symbol */
+  int32_t is_const; /* 1: the program is exactly the constant cval */
+  int64_t cval;
+} tj__expr;
+
+typedef struct {
+  int32_t kind; /* tj_param_kind; 0 while unset */
+  char *name;
+  DLDataType dtype;
+  int32_t ndim;
+  int32_t shape[TJ_MAX_NDIM];   /* expression ids */
+  int32_t strides[TJ_MAX_NDIM]; /* expression ids, when has_strides */
+  int32_t has_strides;
+  int32_t has_complex; /* some dim is neither constant nor a lone symbol */
+  int64_t align;       /* bytes, >= 1 */
+  uint32_t flags;      /* TJ_BUF_* */
+  int32_t position;    /* caller argument index; -1 for outputs */
+  int32_t output;      /* output index; -1 for inputs */
+} tj__param;
+
+struct tj_kernel {
+  char *name;
+  int32_t target;
+  int32_t nparams;
+  tj__param params[TJ_MAX_PARAMS];
+  int32_t nsymbols;
+  char *symbol_names[TJ_MAX_SYMBOLS];
+  int64_t symbol_div[TJ_MAX_SYMBOLS];
+  tj__expr *exprs;
+  int32_t nexprs;
+  int32_t cap_exprs;
+  int32_t ninputs; /* caller-visible arguments */
+  int32_t noutputs;
+  int32_t output_params[TJ_MAX_OUTPUTS];
+  int32_t finalized;
+  void *library; /* dlopen handle, owned */
+  tj_cpu_entry entry;
+};
+
+/* Bytes per element (at least 1 for sub-byte types). */
+int64_t tj__dtype_bytes(DLDataType dtype);
+
+/* "argument 1 'B'" or "output 'C'" for messages. */
+void tj__param_label(const tj_kernel *k, int32_t index, char *buf, int32_t size);
+
+/* Formats an int64 array as "(2, 3, 4)". */
+void tj__format_tuple(const int64_t *v, int32_t n, char *buf, int32_t size);
+
+#endif /* TILEJIT_INTERNAL_H_ */

@@ -1,0 +1,300 @@
+/* Kernel signatures: construction, consistency checks, loading. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static char *copy_string(const char *s) {
+  size_t n = strlen(s ? s : "") + 1;
+  char *out = malloc(n);
+  if (out) memcpy(out, s ? s : "", n);
+  return out;
+}
+
+int tj_kernel_create(const char *name, int32_t nparams, int32_t target, tj_kernel **out) {
+  *out = NULL;
+  if (nparams < 0 || nparams > TJ_MAX_PARAMS)
+    return tj_set_error(TJ_EVALUE, "%s: %d parameters (at most %d supported)", name, nparams,
+                        TJ_MAX_PARAMS);
+  if (target != TJ_TARGET_CPU && target != TJ_TARGET_CUDA)
+    return tj_set_error(TJ_EVALUE, "%s: unknown target %d", name, target);
+  tj_kernel *k = calloc(1, sizeof(*k));
+  if (k == NULL || (k->name = copy_string(name)) == NULL) {
+    free(k);
+    return tj_set_error(TJ_ENOMEM, "out of memory");
+  }
+  k->nparams = nparams;
+  k->target = target;
+  *out = k;
+  return TJ_OK;
+}
+
+void tj_kernel_free(tj_kernel *k) {
+  if (k == NULL) return;
+  for (int32_t i = 0; i < k->nparams; ++i) free(k->params[i].name);
+  for (int32_t i = 0; i < k->nsymbols; ++i) free(k->symbol_names[i]);
+  for (int32_t i = 0; i < k->nexprs; ++i) {
+    free(k->exprs[i].code);
+    free(k->exprs[i].text);
+  }
+  free(k->exprs);
+  if (k->library) dlclose(k->library);
+  free(k->name);
+  free(k);
+}
+
+static int check_mutable(const tj_kernel *k) {
+  if (k->finalized)
+    return tj_set_error(TJ_EVALUE, "%s: the kernel is finalized and cannot change", k->name);
+  return TJ_OK;
+}
+
+int tj_kernel_add_symbol(tj_kernel *k, const char *name, int64_t divisibility) {
+  int rc = check_mutable(k);
+  if (rc) return rc;
+  if (k->nsymbols == TJ_MAX_SYMBOLS)
+    return tj_set_error(TJ_EVALUE, "%s: more than %d symbols", k->name, TJ_MAX_SYMBOLS);
+  if (divisibility < 1)
+    return tj_set_error(TJ_EVALUE, "%s: symbol '%s': divisibility must be >= 1, got %lld",
+                        k->name, name, (long long)divisibility);
+  if ((k->symbol_names[k->nsymbols] = copy_string(name)) == NULL)
+    return tj_set_error(TJ_ENOMEM, "out of memory");
+  k->symbol_div[k->nsymbols++] = divisibility;
+  return TJ_OK;
+}
+
+int tj_kernel_add_expr(tj_kernel *k, const int64_t *code, int32_t n, const char *text,
+                       int32_t *out_id) {
+  int rc = check_mutable(k);
+  if (rc) return rc;
+  if (n < 1) return tj_set_error(TJ_EVALUE, "%s: empty expression", k->name);
+  /* Reject malformed programs now, so evaluation at call time cannot fail
+   * for any reason but the values (division by zero). */
+  int32_t depth = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    int64_t op = code[2 * i], operand = code[2 * i + 1];
+    if (op == TJ_OP_CONST) {
+      ++depth;
+    } else if (op == TJ_OP_SYM) {
+      if (operand < 0 || operand >= k->nsymbols)
+        return tj_set_error(TJ_EVALUE, "%s: expression '%s' uses undeclared symbol #%lld",
+                            k->name, text, (long long)operand);
+      ++depth;
+    } else if (op == TJ_OP_NEG) {
+      if (depth < 1) depth = -100;
+    } else if (op >= TJ_OP_ADD && op <= TJ_OP_MAX) {
+      --depth;
+    } else {
+      return tj_set_error(TJ_EVALUE, "%s: expression '%s' has unknown op %lld", k->name, text,
+                          (long long)op);
+    }
+    if (depth < 1 || depth > TJ_MAX_EXPR_STACK)
+      return tj_set_error(TJ_EVALUE, "%s: malformed expression '%s'", k->name, text);
+  }
+  if (depth != 1) return tj_set_error(TJ_EVALUE, "%s: malformed expression '%s'", k->name, text);
+  if (k->nexprs == k->cap_exprs) {
+    int32_t cap = k->cap_exprs ? 2 * k->cap_exprs : 16;
+    tj__expr *grown = realloc(k->exprs, (size_t)cap * sizeof(*grown));
+    if (grown == NULL) return tj_set_error(TJ_ENOMEM, "out of memory");
+    k->exprs = grown;
+    k->cap_exprs = cap;
+  }
+  tj__expr *e = &k->exprs[k->nexprs];
+  memset(e, 0, sizeof(*e));
+  e->code = malloc((size_t)n * 2 * sizeof(int64_t));
+  e->text = copy_string(text);
+  if (e->code == NULL || e->text == NULL) {
+    free(e->code);
+    free(e->text);
+    return tj_set_error(TJ_ENOMEM, "out of memory");
+  }
+  memcpy(e->code, code, (size_t)n * 2 * sizeof(int64_t));
+  e->n = n;
+  e->sym = (n == 1 && code[0] == TJ_OP_SYM) ? (int32_t)code[1] : -1;
+  e->is_const = n == 1 && code[0] == TJ_OP_CONST;
+  e->cval = e->is_const ? code[1] : 0;
+  *out_id = k->nexprs++;
+  return TJ_OK;
+}
+
+static int set_param(tj_kernel *k, int32_t index, const char *name, int32_t kind,
+                     tj__param **out) {
+  int rc = check_mutable(k);
+  if (rc) return rc;
+  if (index < 0 || index >= k->nparams)
+    return tj_set_error(TJ_EVALUE, "%s: parameter index %d out of range [0, %d)", k->name, index,
+                        k->nparams);
+  tj__param *p = &k->params[index];
+  if (p->kind)
+    return tj_set_error(TJ_EVALUE, "%s: parameter %d declared twice", k->name, index);
+  memset(p, 0, sizeof(*p));
+  if ((p->name = copy_string(name)) == NULL) return tj_set_error(TJ_ENOMEM, "out of memory");
+  p->kind = kind;
+  p->position = -1;
+  p->output = -1;
+  *out = p;
+  return TJ_OK;
+}
+
+static int check_expr_ids(const tj_kernel *k, const char *pname, const int32_t *ids, int32_t n) {
+  for (int32_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= k->nexprs)
+      return tj_set_error(TJ_EVALUE, "%s: parameter '%s': unknown expression id %d", k->name,
+                          pname, ids[i]);
+  return TJ_OK;
+}
+
+int tj_kernel_set_buffer(tj_kernel *k, int32_t index, const char *name, DLDataType dtype,
+                         int32_t ndim, const int32_t *shape_ids, const int32_t *stride_ids,
+                         int64_t align, uint32_t flags) {
+  if (ndim < 0 || ndim > TJ_MAX_NDIM)
+    return tj_set_error(TJ_EVALUE, "%s: parameter '%s': ndim %d out of range [0, %d]", k->name,
+                        name, ndim, TJ_MAX_NDIM);
+  if (align < 0 || (align & (align - 1)))
+    return tj_set_error(TJ_EVALUE, "%s: parameter '%s': align must be a power of two, got %lld",
+                        k->name, name, (long long)align);
+  int rc = check_expr_ids(k, name, shape_ids, ndim);
+  if (!rc && stride_ids) rc = check_expr_ids(k, name, stride_ids, ndim);
+  tj__param *p;
+  if (rc || (rc = set_param(k, index, name, TJ_PARAM_BUFFER, &p))) return rc;
+  p->dtype = dtype;
+  p->ndim = ndim;
+  p->align = align ? align : tj__dtype_bytes(dtype);
+  p->flags = flags;
+  for (int32_t d = 0; d < ndim; ++d) {
+    p->shape[d] = shape_ids[d];
+    const tj__expr *e = &k->exprs[shape_ids[d]];
+    if (e->sym < 0 && !e->is_const) p->has_complex = 1;
+    if (stride_ids) {
+      p->strides[d] = stride_ids[d];
+      e = &k->exprs[stride_ids[d]];
+      if (e->sym < 0 && !e->is_const) p->has_complex = 1;
+    }
+  }
+  p->has_strides = stride_ids != NULL;
+  return TJ_OK;
+}
+
+int tj_kernel_set_scalar(tj_kernel *k, int32_t index, const char *name, DLDataType dtype) {
+  int int_bits = dtype.bits == 8 || dtype.bits == 16 || dtype.bits == 32 || dtype.bits == 64;
+  int ok = dtype.lanes == 1 &&
+           (((dtype.code == kDLInt || dtype.code == kDLUInt) && int_bits) ||
+            (dtype.code == kDLFloat && (dtype.bits == 32 || dtype.bits == 64)) ||
+            (dtype.code == kDLBool && dtype.bits == 8));
+  if (!ok) {
+    char dt[48];
+    tj_dtype_format(dtype, dt, sizeof(dt));
+    return tj_set_error(TJ_EVALUE,
+                        "%s: scalar parameter '%s': dtype %s is not supported (int, uint, "
+                        "float32, float64, bool)",
+                        k->name, name, dt);
+  }
+  tj__param *p;
+  int rc = set_param(k, index, name, TJ_PARAM_SCALAR, &p);
+  if (rc) return rc;
+  p->dtype = dtype;
+  return TJ_OK;
+}
+
+int tj_kernel_set_pointer(tj_kernel *k, int32_t index, const char *name, DLDataType dtype,
+                          int64_t align, uint32_t flags) {
+  if (align < 0 || (align & (align - 1)))
+    return tj_set_error(TJ_EVALUE, "%s: parameter '%s': align must be a power of two, got %lld",
+                        k->name, name, (long long)align);
+  if (flags & TJ_BUF_OUTPUT)
+    return tj_set_error(TJ_EVALUE, "%s: pointer parameter '%s' cannot be an output", k->name,
+                        name);
+  tj__param *p;
+  int rc = set_param(k, index, name, TJ_PARAM_POINTER, &p);
+  if (rc) return rc;
+  p->dtype = dtype;
+  p->align = align ? align : 1;
+  p->flags = flags;
+  return TJ_OK;
+}
+
+int tj_kernel_finalize(tj_kernel *k) {
+  int rc = check_mutable(k);
+  if (rc) return rc;
+  int32_t bound[TJ_MAX_SYMBOLS] = {0};
+  k->ninputs = k->noutputs = 0;
+  for (int32_t i = 0; i < k->nparams; ++i) {
+    tj__param *p = &k->params[i];
+    if (!p->kind) return tj_set_error(TJ_EVALUE, "%s: parameter %d was never declared", k->name, i);
+    if (p->flags & TJ_BUF_OUTPUT) {
+      if (k->noutputs == TJ_MAX_OUTPUTS)
+        return tj_set_error(TJ_EVALUE, "%s: more than %d outputs", k->name, TJ_MAX_OUTPUTS);
+      if (p->flags & TJ_BUF_OPTIONAL)
+        return tj_set_error(TJ_EVALUE, "%s: output '%s' cannot be optional", k->name, p->name);
+      p->output = k->noutputs;
+      k->output_params[k->noutputs++] = i;
+      continue;
+    }
+    p->position = k->ninputs++;
+    if (p->kind != TJ_PARAM_BUFFER || (p->flags & TJ_BUF_OPTIONAL)) continue;
+    /* Only a required input binds: an optional one may be None. */
+    for (int32_t d = 0; d < p->ndim; ++d) {
+      int32_t s = k->exprs[p->shape[d]].sym;
+      if (s >= 0) bound[s] = 1;
+      if (p->has_strides && (s = k->exprs[p->strides[d]].sym) >= 0) bound[s] = 1;
+    }
+  }
+  for (int32_t s = 0; s < k->nsymbols; ++s)
+    if (!bound[s])
+      return tj_set_error(TJ_EVALUE,
+                          "%s: symbol '%s' is not bound by any input: it must appear alone as a "
+                          "dimension or stride of a required input buffer",
+                          k->name, k->symbol_names[s]);
+  k->finalized = 1;
+  return TJ_OK;
+}
+
+int tj_kernel_load(tj_kernel *k, const char *path, const char *symbol) {
+  if (k->library)
+    return tj_set_error(TJ_EVALUE, "%s: a library is already loaded", k->name);
+  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (lib == NULL)
+    return tj_set_error(TJ_ERUNTIME, "%s: cannot load kernel library %s: %s", k->name, path,
+                        dlerror());
+  void *entry = dlsym(lib, symbol);
+  if (entry == NULL) {
+    const char *why = dlerror();
+    tj_set_error(TJ_ERUNTIME, "%s: kernel library %s has no entry '%s': %s", k->name, path,
+                 symbol, why ? why : "symbol is NULL");
+    dlclose(lib);
+    return TJ_ERUNTIME;
+  }
+  k->library = lib;
+  /* POSIX guarantees data and function pointers convert through dlsym. */
+  *(void **)&k->entry = entry;
+  return TJ_OK;
+}
+
+int tj_kernel_set_entry(tj_kernel *k, tj_cpu_entry entry) {
+  k->entry = entry;
+  return TJ_OK;
+}
+
+const char *tj_kernel_name(const tj_kernel *k) { return k->name; }
+int32_t tj_kernel_num_params(const tj_kernel *k) { return k->nparams; }
+int32_t tj_kernel_num_symbols(const tj_kernel *k) { return k->nsymbols; }
+int32_t tj_kernel_num_outputs(const tj_kernel *k) { return k->noutputs; }
+int32_t tj_kernel_output_param(const tj_kernel *k, int32_t i) {
+  return i >= 0 && i < k->noutputs ? k->output_params[i] : -1;
+}
+int32_t tj_kernel_param_kind(const tj_kernel *k, int32_t index) {
+  return index >= 0 && index < k->nparams ? k->params[index].kind : 0;
+}
+const char *tj_kernel_param_name(const tj_kernel *k, int32_t index) {
+  return index >= 0 && index < k->nparams ? k->params[index].name : NULL;
+}
+
+void tj__param_label(const tj_kernel *k, int32_t index, char *buf, int32_t size) {
+  const tj__param *p = &k->params[index];
+  if (p->output >= 0)
+    snprintf(buf, (size_t)size, "output '%s'", p->name);
+  else
+    snprintf(buf, (size_t)size, "argument %d '%s'", p->position, p->name);
+}

@@ -1,0 +1,428 @@
+/*
+ * Argument validation and symbol binding (SPEC section 2, "Validation").
+ * Every failure names the kernel, the argument and what was expected.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Per-call binding state beyond the frame: who bound each symbol. */
+typedef struct {
+  tj_frame *frame;
+  const tj_kernel *k;
+  int32_t bound_by[TJ_MAX_SYMBOLS]; /* parameter index, -1 while unbound */
+  int32_t device_param;             /* parameter that set frame->device, -1 if none */
+} binder;
+
+#define LABEL(b, i, buf) tj__param_label((b)->k, (i), (buf), (int32_t)sizeof(buf))
+
+static int fail(binder *b, int code, int32_t index, const char *what) {
+  char label[160];
+  LABEL(b, index, label);
+  return tj_set_error(code, "%s: %s: %s", b->k->name, label, what);
+}
+
+static int host_accessible(int32_t device_type) {
+  return device_type == kDLCPU || device_type == kDLCUDAHost || device_type == kDLROCMHost;
+}
+
+static int device_ok_for_target(int32_t target, int32_t device_type) {
+  if (target == TJ_TARGET_CPU) return host_accessible(device_type);
+  return device_type == kDLCUDA || device_type == kDLCUDAManaged;
+}
+
+static int check_device(binder *b, int32_t index, const DLDevice *dev) {
+  char msg[320];
+  if (!device_ok_for_target(b->k->target, dev->device_type)) {
+    snprintf(msg, sizeof(msg), "expected a %s tensor, got a tensor on device %s:%d",
+             b->k->target == TJ_TARGET_CPU ? "cpu" : "cuda", tj_device_name(dev->device_type),
+             dev->device_id);
+    return fail(b, TJ_EVALUE, index, msg);
+  }
+  tj_frame *f = b->frame;
+  if (b->device_param < 0) {
+    f->device = *dev;
+    f->has_device = 1;
+    b->device_param = index;
+    return TJ_OK;
+  }
+  if (f->device.device_type != dev->device_type || f->device.device_id != dev->device_id) {
+    char other[160];
+    LABEL(b, b->device_param, other);
+    snprintf(msg, sizeof(msg), "expected device %s:%d (that of %s), got %s:%d",
+             tj_device_name(f->device.device_type), f->device.device_id, other,
+             tj_device_name(dev->device_type), dev->device_id);
+    return fail(b, TJ_EVALUE, index, msg);
+  }
+  return TJ_OK;
+}
+
+static int check_alignment(binder *b, int32_t index, const void *addr, int64_t align) {
+  if (align > 1 && ((uintptr_t)addr % (uint64_t)align) != 0) {
+    char msg[200];
+    snprintf(msg, sizeof(msg),
+             "expected the data pointer aligned to %lld bytes, got address %p (misaligned by %llu)",
+             (long long)align, addr, (unsigned long long)((uintptr_t)addr % (uint64_t)align));
+    return fail(b, TJ_EVALUE, index, msg);
+  }
+  return TJ_OK;
+}
+
+/*
+ * Checks one dimension (or stride) value against its declared expression when
+ * the expression is a constant or a lone symbol; binds the symbol on its first
+ * occurrence. Complex expressions are left for check_complex once all
+ * symbols are bound. `what` is "shape" or "stride".
+ */
+static int check_direct(binder *b, int32_t index, const char *what, int32_t d, int32_t expr_id,
+                        int64_t actual, int may_bind_negative) {
+  const tj_kernel *k = b->k;
+  const tj__expr *e = &k->exprs[expr_id];
+  char msg[400];
+  if (e->is_const) {
+    if (actual == e->cval) return TJ_OK;
+    snprintf(msg, sizeof(msg), "expected %s[%d] == %lld, got %lld", what, d, (long long)e->cval,
+             (long long)actual);
+    return fail(b, TJ_EVALUE, index, msg);
+  }
+  int32_t s = e->sym;
+  if (s < 0) return TJ_OK;
+  if (b->bound_by[s] >= 0) {
+    if (actual == b->frame->symbols[s]) return TJ_OK;
+    char other[160];
+    LABEL(b, b->bound_by[s], other);
+    snprintf(msg, sizeof(msg), "expected %s[%d] == %s (= %lld, bound by %s), got %lld", what, d,
+             k->symbol_names[s], (long long)b->frame->symbols[s], other, (long long)actual);
+    return fail(b, TJ_EVALUE, index, msg);
+  }
+  if (actual < 0 && !may_bind_negative) {
+    snprintf(msg, sizeof(msg),
+             "%s[%d] = %lld is negative, and negative strides are not declared (symbol %s)", what,
+             d, (long long)actual, k->symbol_names[s]);
+    return fail(b, TJ_EVALUE, index, msg);
+  }
+  if (actual % k->symbol_div[s] != 0) {
+    snprintf(msg, sizeof(msg), "%s[%d] = %lld binds %s, which must be divisible by %lld", what, d,
+             (long long)actual, k->symbol_names[s], (long long)k->symbol_div[s]);
+    return fail(b, TJ_EVALUE, index, msg);
+  }
+  b->frame->symbols[s] = actual;
+  b->bound_by[s] = index;
+  return TJ_OK;
+}
+
+static int check_complex_one(binder *b, int32_t index, const char *what, int32_t d,
+                             int32_t expr_id, int64_t actual) {
+  const tj__expr *e = &b->k->exprs[expr_id];
+  if (e->sym >= 0 || e->is_const) return TJ_OK;
+  int64_t want;
+  char msg[400];
+  if (tj_expr_eval(e->code, e->n, b->frame->symbols, &want) != TJ_OK) {
+    snprintf(msg, sizeof(msg), "cannot evaluate %s[%d] == %s: %s", what, d, e->text,
+             tj_last_error());
+    return fail(b, TJ_EVALUE, index, msg);
+  }
+  if (want == actual) return TJ_OK;
+  snprintf(msg, sizeof(msg), "expected %s[%d] == %s (= %lld), got %lld", what, d, e->text,
+           (long long)want, (long long)actual);
+  return fail(b, TJ_EVALUE, index, msg);
+}
+
+static void compact_strides(const int64_t *shape, int32_t ndim, int64_t *out) {
+  int64_t expected = 1;
+  for (int32_t d = ndim - 1; d >= 0; --d) {
+    out[d] = expected;
+    expected *= shape[d];
+  }
+}
+
+static int64_t numel(const DLTensor *t) {
+  int64_t n = 1;
+  for (int32_t d = 0; d < t->ndim; ++d) n *= t->shape[d];
+  return n;
+}
+
+/* Strides as the producer gave them, or the compact ones for NULL strides. */
+static const int64_t *effective_strides(const DLTensor *t, int64_t *scratch) {
+  if (t->strides) return t->strides;
+  compact_strides(t->shape, t->ndim, scratch);
+  return scratch;
+}
+
+/* Phase 1 for a buffer: everything but complex expressions. */
+static int check_buffer(binder *b, int32_t index, const tj_arg *arg) {
+  const tj_kernel *k = b->k;
+  const tj__param *p = &k->params[index];
+  const DLTensor *t = &arg->tensor;
+  char msg[600], a[48], c[48];
+  int rc;
+  if ((rc = check_device(b, index, &t->device))) return rc;
+  if (t->dtype.code != p->dtype.code || t->dtype.bits != p->dtype.bits ||
+      t->dtype.lanes != p->dtype.lanes) {
+    tj_dtype_format(p->dtype, a, sizeof(a));
+    tj_dtype_format(t->dtype, c, sizeof(c));
+    snprintf(msg, sizeof(msg), "expected dtype %s, got %s", a, c);
+    return fail(b, TJ_EVALUE, index, msg);
+  }
+  if (t->ndim != p->ndim) {
+    char shape[200] = "";
+    if (t->ndim >= 0 && t->ndim <= TJ_MAX_NDIM * 4)
+      tj__format_tuple(t->shape, t->ndim, shape, sizeof(shape));
+    snprintf(msg, sizeof(msg), "expected a %d-d tensor, got %d-d with shape %s", p->ndim,
+             t->ndim, shape);
+    return fail(b, TJ_EVALUE, index, msg);
+  }
+  if ((arg->flags & TJ_ARG_READ_ONLY) && !(p->flags & TJ_BUF_CONST))
+    return fail(b, TJ_EVALUE, index,
+                "the tensor is read-only (DLPack READ_ONLY flag), but the parameter is not "
+                "declared const=True");
+  for (int32_t d = 0; d < p->ndim; ++d)
+    if ((rc = check_direct(b, index, "shape", d, p->shape[d], t->shape[d], 0))) return rc;
+  int64_t scratch[TJ_MAX_NDIM];
+  const int64_t *strides = effective_strides(t, scratch);
+  int empty = numel(t) == 0;
+  if (p->has_strides) {
+    for (int32_t d = 0; d < p->ndim; ++d) {
+      /* A size-1 (or empty) dimension is never stepped over, so its stride
+       * carries no information: it only binds a still-unbound symbol. */
+      int32_t id = p->strides[d];
+      const tj__expr *e = &k->exprs[id];
+      if (empty || t->shape[d] == 1) {
+        if (e->sym >= 0 && b->bound_by[e->sym] < 0) {
+          b->frame->symbols[e->sym] = strides[d];
+          b->bound_by[e->sym] = index;
+        }
+        continue;
+      }
+      if ((rc = check_direct(b, index, "stride", d, id, strides[d], 0))) return rc;
+    }
+  } else if (!empty && t->strides) {
+    int64_t want[TJ_MAX_NDIM];
+    compact_strides(t->shape, t->ndim, want);
+    for (int32_t d = 0; d < p->ndim; ++d) {
+      if (t->shape[d] != 1 && strides[d] != want[d]) {
+        char ws[200], gs[200];
+        tj__format_tuple(want, t->ndim, ws, sizeof(ws));
+        tj__format_tuple(strides, t->ndim, gs, sizeof(gs));
+        snprintf(msg, sizeof(msg),
+                 "expected a compact row-major tensor (strides %s), got strides %s; declare "
+                 "strides to accept strided tensors",
+                 ws, gs);
+        return fail(b, TJ_EVALUE, index, msg);
+      }
+    }
+  }
+  if (!empty)
+    return check_alignment(b, index, (const char *)t->data + t->byte_offset, p->align);
+  return TJ_OK;
+}
+
+static int check_complex(binder *b, int32_t index, const tj_arg *arg) {
+  const tj__param *p = &b->k->params[index];
+  const DLTensor *t = &arg->tensor;
+  int rc;
+  for (int32_t d = 0; d < p->ndim; ++d)
+    if ((rc = check_complex_one(b, index, "shape", d, p->shape[d], t->shape[d]))) return rc;
+  if (!p->has_strides || numel(t) == 0) return TJ_OK;
+  int64_t scratch[TJ_MAX_NDIM];
+  const int64_t *strides = effective_strides(t, scratch);
+  for (int32_t d = 0; d < p->ndim; ++d)
+    if (t->shape[d] != 1 &&
+        (rc = check_complex_one(b, index, "stride", d, p->strides[d], strides[d])))
+      return rc;
+  return TJ_OK;
+}
+
+static const char *kind_name(const tj_arg *arg) {
+  switch (arg->kind) {
+    case TJ_ARG_NONE: return "None";
+    case TJ_ARG_TENSOR: return "a tensor";
+    case TJ_ARG_INT: return "int";
+    case TJ_ARG_BOOL: return "bool";
+    case TJ_ARG_FLOAT: return "float";
+    case TJ_ARG_ADDRESS: return "a pointer";
+  }
+  return arg->type_name ? arg->type_name : "an unsupported object";
+}
+
+static int check_scalar(binder *b, int32_t index, const tj_arg *arg) {
+  const tj__param *p = &b->k->params[index];
+  char msg[300], dt[48];
+  tj_dtype_format(p->dtype, dt, sizeof(dt));
+  int ok = p->dtype.code == kDLBool    ? arg->kind == TJ_ARG_BOOL
+           : p->dtype.code == kDLFloat ? arg->kind == TJ_ARG_FLOAT || arg->kind == TJ_ARG_INT
+                                       : arg->kind == TJ_ARG_INT;
+  if (!ok) {
+    snprintf(msg, sizeof(msg), "expected a %s scalar (%s), got %s",
+             p->dtype.code == kDLBool    ? "bool"
+             : p->dtype.code == kDLFloat ? "float or int"
+                                         : "int",
+             dt, kind_name(arg));
+    return fail(b, TJ_ETYPE, index, msg);
+  }
+  if (arg->kind != TJ_ARG_INT || p->dtype.code == kDLFloat) return TJ_OK;
+  /* The declared integer type's range; the binding flags Python ints that
+   * did not even fit int64. */
+  int64_t v = arg->value.i;
+  int in_range;
+  if (arg->flags & TJ_ARG_OUT_OF_RANGE) {
+    in_range = 0;
+  } else if (p->dtype.code == kDLInt) {
+    int64_t hi = p->dtype.bits == 64 ? INT64_MAX : ((int64_t)1 << (p->dtype.bits - 1)) - 1;
+    in_range = v >= -hi - 1 && v <= hi;
+  } else {
+    in_range = v >= 0 && (p->dtype.bits == 64 || v <= ((int64_t)1 << p->dtype.bits) - 1);
+  }
+  if (in_range) return TJ_OK;
+  if (arg->flags & TJ_ARG_OUT_OF_RANGE)
+    snprintf(msg, sizeof(msg), "value does not fit in 64 bits, out of range for %s", dt);
+  else
+    snprintf(msg, sizeof(msg), "value %lld is out of range for %s", (long long)v, dt);
+  return fail(b, TJ_EVALUE, index, msg);
+}
+
+static int check_pointer(binder *b, int32_t index, const tj_arg *arg) {
+  const tj__param *p = &b->k->params[index];
+  char msg[300];
+  switch (arg->kind) {
+    case TJ_ARG_NONE: return TJ_OK;
+    case TJ_ARG_INT:
+    case TJ_ARG_ADDRESS:
+      return check_alignment(b, index, arg->value.p, p->align);
+    case TJ_ARG_TENSOR: {
+      int rc = check_device(b, index, &arg->tensor.device);
+      if (rc) return rc;
+      if ((arg->flags & TJ_ARG_READ_ONLY) && !(p->flags & TJ_BUF_CONST))
+        return fail(b, TJ_EVALUE, index,
+                    "the tensor is read-only (DLPack READ_ONLY flag), but the parameter is not "
+                    "declared const=True");
+      return check_alignment(b, index, (const char *)arg->tensor.data + arg->tensor.byte_offset,
+                             p->align);
+    }
+  }
+  snprintf(msg, sizeof(msg), "expected a pointer (tensor, tilejit.Pointer or int address), got %s",
+           kind_name(arg));
+  return fail(b, TJ_ETYPE, index, msg);
+}
+
+static int check_kind(binder *b, int32_t index, const tj_arg *arg) {
+  const tj__param *p = &b->k->params[index];
+  if (p->kind == TJ_PARAM_SCALAR) return check_scalar(b, index, arg);
+  if (p->kind == TJ_PARAM_POINTER) return check_pointer(b, index, arg);
+  if (arg->kind == TJ_ARG_TENSOR) return check_buffer(b, index, arg);
+  if (arg->kind == TJ_ARG_NONE && (p->flags & TJ_BUF_OPTIONAL)) return TJ_OK;
+  char msg[300];
+  snprintf(msg, sizeof(msg), "expected a tensor (an object supporting DLPack), got %s%s",
+           kind_name(arg), arg->kind == TJ_ARG_NONE ? " (the parameter is not optional)" : "");
+  return fail(b, TJ_ETYPE, index, msg);
+}
+
+static void binder_init(binder *b, const tj_kernel *k, tj_frame *frame) {
+  b->frame = frame;
+  b->k = k;
+  b->device_param = -1;
+  for (int32_t s = 0; s < k->nsymbols; ++s) b->bound_by[s] = -1;
+}
+
+int tj_call_bind(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *frame) {
+  frame->kernel = k;
+  frame->has_device = 0;
+  frame->first_tensor = -1;
+  frame->stream = NULL;
+  frame->device.device_type = kDLCPU;
+  frame->device.device_id = 0;
+  if (!k->finalized)
+    return tj_set_error(TJ_ERUNTIME, "%s: the kernel is not finalized", k->name);
+  if (nargs != k->ninputs) {
+    char names[512];
+    int32_t used = 0;
+    names[0] = 0;
+    for (int32_t i = 0; i < k->nparams && used < (int32_t)sizeof(names); ++i)
+      if (k->params[i].output < 0)
+        used += snprintf(names + used, sizeof(names) - (size_t)used, used ? ", %s" : "%s",
+                         k->params[i].name);
+    return tj_set_error(TJ_ETYPE, "%s: expected %d argument%s (%s), got %d", k->name, k->ninputs,
+                        k->ninputs == 1 ? "" : "s", names, nargs);
+  }
+  binder b;
+  binder_init(&b, k, frame);
+  int32_t any_complex = 0, rc;
+  for (int32_t i = 0; i < k->nparams; ++i) {
+    const tj__param *p = &k->params[i];
+    if (p->output >= 0) {
+      frame->params[i] = NULL;
+      continue;
+    }
+    tj_arg *arg = &args[p->position];
+    frame->params[i] = arg;
+    if (arg->kind == TJ_ARG_TENSOR && frame->first_tensor < 0) frame->first_tensor = p->position;
+    if ((rc = check_kind(&b, i, arg))) return rc;
+    any_complex |= p->has_complex && arg->kind == TJ_ARG_TENSOR;
+  }
+  if (any_complex)
+    for (int32_t i = 0; i < k->nparams; ++i) {
+      const tj__param *p = &k->params[i];
+      if (p->output < 0 && p->has_complex && frame->params[i]->kind == TJ_ARG_TENSOR &&
+          (rc = check_complex(&b, i, frame->params[i])))
+        return rc;
+    }
+  /* Output shapes, now that every symbol is bound. */
+  for (int32_t o = 0; o < k->noutputs; ++o) {
+    const tj__param *p = &k->params[k->output_params[o]];
+    frame->out_ndim[o] = p->ndim;
+    frame->out_dtype[o] = p->dtype;
+    for (int32_t d = 0; d < p->ndim; ++d) {
+      const tj__expr *e = &k->exprs[p->shape[d]];
+      int64_t v;
+      if (tj_expr_eval(e->code, e->n, frame->symbols, &v) != TJ_OK) {
+        char msg[400];
+        snprintf(msg, sizeof(msg), "cannot evaluate shape[%d] == %s: %s", d, e->text,
+                 tj_last_error());
+        return fail(&b, TJ_EVALUE, k->output_params[o], msg);
+      }
+      if (v < 0) {
+        char msg[300];
+        snprintf(msg, sizeof(msg), "shape[%d] == %s evaluates to %lld, which is negative", d,
+                 e->text, (long long)v);
+        return fail(&b, TJ_EVALUE, k->output_params[o], msg);
+      }
+      frame->out_shape[o][d] = v;
+    }
+  }
+  return TJ_OK;
+}
+
+int tj_call_set_output(tj_frame *frame, int32_t i, tj_arg *arg) {
+  const tj_kernel *k = frame->kernel;
+  if (i < 0 || i >= k->noutputs)
+    return tj_set_error(TJ_EVALUE, "%s: output index %d out of range", k->name, i);
+  int32_t index = k->output_params[i];
+  const tj__param *p = &k->params[index];
+  binder b;
+  binder_init(&b, k, frame);
+  /* Every symbol is bound: checks against them, never rebinding. */
+  for (int32_t s = 0; s < k->nsymbols; ++s) b.bound_by[s] = index;
+  if (frame->has_device) b.device_param = frame->first_tensor >= 0 ? index : -1;
+  if (arg->kind != TJ_ARG_TENSOR)
+    return fail(&b, TJ_ETYPE, index, "the allocator did not return a tensor");
+  if (frame->has_device && !(arg->tensor.device.device_type == frame->device.device_type &&
+                             arg->tensor.device.device_id == frame->device.device_id)) {
+    char msg[200];
+    snprintf(msg, sizeof(msg), "allocated on %s:%d, expected %s:%d",
+             tj_device_name(arg->tensor.device.device_type), arg->tensor.device.device_id,
+             tj_device_name(frame->device.device_type), frame->device.device_id);
+    return fail(&b, TJ_ERUNTIME, index, msg);
+  }
+  b.device_param = -1;
+  tj_frame saved = *frame;
+  int rc = check_buffer(&b, index, arg);
+  if (!rc && p->has_complex) rc = check_complex(&b, index, arg);
+  /* check_device records the device of the first tensor; an output must not
+   * change what the inputs established. */
+  frame->device = saved.device;
+  frame->has_device = saved.has_device || frame->has_device;
+  if (rc) return rc;
+  frame->params[index] = arg;
+  return TJ_OK;
+}

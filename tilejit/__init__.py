@@ -1,0 +1,21 @@
+"""tilejit: run compiled kernels on torch, NumPy and DLPack tensors with minimal overhead.
+
+>>> import tilejit
+>>> from tilejit import T
+>>> n = T.symbol("n")
+>>> prog = tilejit.Program(name="vec_add", source=SRC, params=[
+...     T.Buffer((n,), "float32", name="A"), T.Buffer((n,), "float32", name="B"),
+...     T.Buffer((n,), "float32", name="C")])
+>>> kernel = tilejit.compile(prog, out_idx=-1)
+>>> c = kernel(a, b)
+"""
+
+from .compiler import CompileError
+from .jit import JITFunction, compile, jit
+from .kernel import JITKernel
+from .lang import T
+from .program import Program
+
+__version__ = "0.1.0"
+__all__ = ["T", "Program", "compile", "jit", "JITKernel", "JITFunction", "CompileError",
+           "__version__"]

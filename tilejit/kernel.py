@@ -1,0 +1,79 @@
+"""``JITKernel``: a compiled kernel behind an execution backend."""
+
+from __future__ import annotations
+
+from . import backends as _backends
+from .outputs import make_allocator
+from .program import Program
+from .signature import ENTRY_SYMBOL, Signature
+
+
+class JITKernel:
+    """A compiled kernel; call it with tensors.
+
+    >>> kernel = tilejit.compile(prog, out_idx=-1)
+    >>> c = kernel(a, b)          # C allocated by the framework of `a`, returned
+    >>> kernel.c_prototype
+    'void vec_add(float *A, float *B, float *C, int64_t n)'
+    """
+
+    def __init__(self, program: Program, signature: Signature, library_path: str,
+                 host_source: str, execution_backend: str = "auto"):
+        self.program = program
+        self._sig = signature
+        self.library_path = library_path
+        self._host_source = host_source
+        self.execution_backend = _backends.resolve(execution_backend)
+        outs = signature.out_idx
+        params = program.params
+        self._allocate = make_allocator(program.name, [signature.names[i] for i in outs],
+                                        [params[i].dtype for i in outs])
+        self._impl = _backends.create(self.execution_backend, signature.spec, library_path,
+                                      ENTRY_SYMBOL, self._allocate)
+
+    def __call__(self, *args, stream=None):
+        return self._impl(*args, stream=stream)
+
+    @property
+    def params(self):
+        """The declared parameters (T.Buffer / T.Scalar / T.Pointer), in order."""
+        return self.program.params
+
+    @property
+    def out_idx(self) -> list[int]:
+        """Indices of the parameters allocated and returned, in return order."""
+        return list(self._sig.out_idx)
+
+    @property
+    def target(self) -> str:
+        return self._sig.target
+
+    @property
+    def name(self) -> str:
+        return self.program.name
+
+    @property
+    def symbols(self):
+        """The dynamic symbols in ABI order (the trailing int64_t arguments)."""
+        return self._sig.symbols
+
+    @property
+    def c_prototype(self) -> str:
+        """The exact prototype the kernel source must define."""
+        return self._sig.c_prototype
+
+    def get_kernel_source(self) -> str:
+        """The user's kernel source, as given."""
+        return self.program.source
+
+    def get_host_source(self) -> str:
+        """The full C file tilejit compiled: prelude, kernel source and packed-entry glue."""
+        return self._host_source
+
+    def with_backend(self, name: str) -> JITKernel:
+        """The same compiled library behind another execution backend; no recompilation."""
+        return JITKernel(self.program, self._sig, self.library_path, self._host_source, name)
+
+    def __repr__(self) -> str:
+        return (f"<JITKernel {self.c_prototype} target={self.target} "
+                f"backend={self.execution_backend} out_idx={self.out_idx}>")

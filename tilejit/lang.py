@@ -1,0 +1,264 @@
+"""``tilejit.T``: the signature language (symbols, expressions, parameters).
+
+>>> n = T.symbol("n", divisibility=16)
+>>> T.Buffer((n, 4), "float32", name="A").shape
+(n, 4)
+>>> str(T.ceildiv(n + 1, 256))
+'ceildiv(n + 1, 256)'
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Iterator, Union
+
+from . import dtypes as _dtypes
+
+IntLike = Union[int, "Expr"]
+
+# Core opcodes (core/include/tilejit/tilejit.h, tj_op).
+OP_CONST, OP_SYM, OP_ADD, OP_SUB, OP_MUL, OP_FLOORDIV, OP_MOD, OP_CEILDIV = 1, 2, 3, 4, 5, 6, 7, 8
+
+_BINARY = {
+    "+": (OP_ADD, operator.add),
+    "-": (OP_SUB, operator.sub),
+    "*": (OP_MUL, operator.mul),
+    "//": (OP_FLOORDIV, operator.floordiv),
+    "%": (OP_MOD, operator.mod),
+    "ceildiv": (OP_CEILDIV, lambda a, b: -(-a // b)),
+}
+
+
+def _wrap(value: object) -> Expr | int:
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        # numpy integers and other __index__ types are welcome; floats are not.
+        if hasattr(value, "__index__") and not isinstance(value, bool):
+            return operator.index(value)
+        raise TypeError(f"expected an int or a tilejit expression, got {type(value).__name__}")
+    return value
+
+
+def _binary(op: str, a: object, b: object) -> Expr | int:
+    a, b = _wrap(a), _wrap(b)
+    if isinstance(a, int) and isinstance(b, int):
+        if op in ("//", "%", "ceildiv") and b == 0:
+            raise ZeroDivisionError(f"{op} by zero in a shape expression")
+        return _BINARY[op][1](a, b)
+    return BinaryExpr(op, a, b)
+
+
+class Expr:
+    """An integer expression over symbols; build with + - * // % and T.ceildiv."""
+
+    __slots__ = ()
+
+    def __add__(self, other):
+        return _binary("+", self, other)
+
+    def __radd__(self, other):
+        return _binary("+", other, self)
+
+    def __sub__(self, other):
+        return _binary("-", self, other)
+
+    def __rsub__(self, other):
+        return _binary("-", other, self)
+
+    def __mul__(self, other):
+        return _binary("*", self, other)
+
+    def __rmul__(self, other):
+        return _binary("*", other, self)
+
+    def __floordiv__(self, other):
+        return _binary("//", self, other)
+
+    def __rfloordiv__(self, other):
+        return _binary("//", other, self)
+
+    def __mod__(self, other):
+        return _binary("%", self, other)
+
+    def __rmod__(self, other):
+        return _binary("%", other, self)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+    def symbols(self) -> Iterator[Symbol]:
+        """Symbols in order of first appearance, left to right."""
+        raise NotImplementedError
+
+    def evaluate(self, values: dict[Symbol, int]) -> int:
+        raise NotImplementedError
+
+
+class Symbol(Expr):
+    """A dynamic dimension, bound at call time from the first tensor carrying it."""
+
+    __slots__ = ("name", "divisibility")
+
+    def __init__(self, name: str, divisibility: int = 1):
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"symbol name must be a C identifier, got {name!r}")
+        if isinstance(divisibility, bool) or not isinstance(divisibility, int) or divisibility < 1:
+            raise ValueError(f"symbol {name!r}: divisibility must be an int >= 1, "
+                             f"got {divisibility!r}")
+        self.name = name
+        self.divisibility = divisibility
+
+    def __str__(self) -> str:
+        return self.name
+
+    def symbols(self) -> Iterator[Symbol]:
+        yield self
+
+    def evaluate(self, values: dict[Symbol, int]) -> int:
+        return values[self]
+
+
+class BinaryExpr(Expr):
+    __slots__ = ("op", "lhs", "rhs")
+
+    def __init__(self, op: str, lhs: Expr | int, rhs: Expr | int):
+        self.op, self.lhs, self.rhs = op, lhs, rhs
+
+    def __str__(self) -> str:
+        def part(x):
+            return f"({x})" if isinstance(x, BinaryExpr) and x.op != "ceildiv" else str(x)
+        if self.op == "ceildiv":
+            return f"ceildiv({self.lhs}, {self.rhs})"
+        return f"{part(self.lhs)} {self.op} {part(self.rhs)}"
+
+    def symbols(self) -> Iterator[Symbol]:
+        for side in (self.lhs, self.rhs):
+            if isinstance(side, Expr):
+                yield from side.symbols()
+
+    def evaluate(self, values: dict[Symbol, int]) -> int:
+        def value(x):
+            return x.evaluate(values) if isinstance(x, Expr) else x
+        return _BINARY[self.op][1](value(self.lhs), value(self.rhs))
+
+
+def lower_expr(expr: Expr | int, symbol_ids: dict[Symbol, int]) -> tuple[int, ...]:
+    """The core's RPN program for ``expr``: flat (op, operand) pairs."""
+    if isinstance(expr, int):
+        return (OP_CONST, expr)
+    if isinstance(expr, Symbol):
+        return (OP_SYM, symbol_ids[expr])
+    return (lower_expr(expr.lhs, symbol_ids) + lower_expr(expr.rhs, symbol_ids)
+            + (_BINARY[expr.op][0], 0))
+
+
+def symbol(name: str, divisibility: int = 1) -> Symbol:
+    """A dynamic integer. ``T.symbol("n", divisibility=16)`` accepts only multiples of 16."""
+    return Symbol(name, divisibility)
+
+
+def ceildiv(a: IntLike, b: IntLike) -> Expr | int:
+    """``ceil(a / b)`` for positive b, as an expression. ``T.ceildiv(n, 256)``."""
+    return _binary("ceildiv", a, b)
+
+
+class Param:
+    """Base of kernel parameters."""
+
+    __slots__ = ("name",)
+    kind = 0
+
+
+class Buffer(Param):
+    """A tensor parameter.
+
+    >>> n = T.symbol("n")
+    >>> T.Buffer((n, 16), "float32", strides=(T.symbol("s0"), 1), name="A")
+    Buffer((n, 16), float32, strides=(s0, 1), name='A')
+    """
+
+    __slots__ = ("shape", "dtype", "strides", "align", "optional", "const")
+    kind = 1
+
+    def __init__(self, shape, dtype, strides=None, name=None, align=None, optional=False,
+                 const=False):
+        if isinstance(shape, (int, Expr)):
+            shape = (shape,)
+        self.shape = tuple(_wrap(d) for d in shape)
+        self.dtype = _dtypes.canonical(dtype)
+        if strides is not None:
+            strides = tuple(_wrap(s) for s in strides)
+            if len(strides) != len(self.shape):
+                raise ValueError(f"buffer {name!r}: {len(strides)} strides for "
+                                 f"{len(self.shape)} dimensions")
+        self.strides = strides
+        if align is not None and (not isinstance(align, int) or align < 1
+                                  or align & (align - 1)):
+            raise ValueError(f"buffer {name!r}: align must be a power of two, got {align!r}")
+        self.name = name
+        self.align = align
+        self.optional = bool(optional)
+        self.const = bool(const)
+
+    def __repr__(self) -> str:
+        extra = "".join([
+            f", strides={self.strides}" if self.strides is not None else "",
+            f", name={self.name!r}" if self.name else "",
+            f", align={self.align}" if self.align else "",
+            ", optional=True" if self.optional else "",
+            ", const=True" if self.const else "",
+        ])
+        shape = "(" + ", ".join(map(str, self.shape)) + ("," if len(self.shape) == 1 else "") + ")"
+        return f"Buffer({shape}, {self.dtype}{extra})"
+
+
+class Scalar(Param):
+    """A scalar parameter (int, uint, float32/64 or bool), passed by value."""
+
+    __slots__ = ("dtype",)
+    kind = 2
+
+    def __init__(self, dtype, name=None):
+        self.dtype = _dtypes.canonical(dtype)
+        if self.dtype not in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                              "uint32", "uint64", "float32", "float64"):
+            raise ValueError(f"scalar {name!r}: dtype {self.dtype} is not supported "
+                             "(int, uint, float32, float64, bool)")
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Scalar({self.dtype}" + (f", name={self.name!r})" if self.name else ")")
+
+
+class Pointer(Param):
+    """A raw pointer parameter: accepts a tensor (its data pointer), an int address or None."""
+
+    __slots__ = ("dtype", "align")
+    kind = 3
+
+    def __init__(self, dtype, align=None, name=None):
+        self.dtype = _dtypes.canonical(dtype)
+        if align is not None and (not isinstance(align, int) or align < 1
+                                  or align & (align - 1)):
+            raise ValueError(f"pointer {name!r}: align must be a power of two, got {align!r}")
+        self.align = align
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Pointer({self.dtype}" + (f", name={self.name!r})" if self.name else ")")
+
+
+class _T:
+    """The namespace exported as ``tilejit.T``."""
+
+    symbol = staticmethod(symbol)
+    ceildiv = staticmethod(ceildiv)
+    Buffer = Buffer
+    Scalar = Scalar
+    Pointer = Pointer
+    Symbol = Symbol
+    Expr = Expr
+
+
+T = _T()

@@ -1,0 +1,171 @@
+"""Lowering a Program to what the core and the compiler need.
+
+One pass produces, consistently: the parameter names, the ABI order of the
+symbols, the core's signature description (``spec``), the exact C prototype
+the user's kernel must have, and the packed-entry glue tilejit compiles next
+to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import dtypes as _dtypes
+from .lang import Buffer, Expr, Pointer, Scalar, Symbol, lower_expr
+from .program import Program
+
+# Core constants (core/include/tilejit/tilejit.h).
+TARGETS = {"cpu": 1, "cuda": 2}
+BUF_OPTIONAL, BUF_CONST, BUF_OUTPUT = 1, 2, 4
+ENTRY_SYMBOL = "tilejit_packed_entry"
+
+
+@dataclass(frozen=True)
+class Signature:
+    name: str
+    target: str
+    names: tuple[str, ...]        # parameter names, declaration order
+    out_idx: tuple[int, ...]      # normalized, in the order outputs are returned
+    symbols: tuple[Symbol, ...]   # ABI order
+    spec: tuple                   # the description wrapper Kernel objects take
+    c_prototype: str
+    glue: str                     # C appended to the user's source
+
+
+def normalize_out_idx(out_idx, nparams: int, kernel: str) -> tuple[int, ...]:
+    """``None``, an int (negative allowed) or a list of them -> tuple of indices."""
+    if out_idx is None:
+        return ()
+    items = [out_idx] if isinstance(out_idx, int) else list(out_idx)
+    result = []
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, int):
+            raise TypeError(f"{kernel}: out_idx entries must be ints, got {item!r}")
+        index = item + nparams if item < 0 else item
+        if not 0 <= index < nparams:
+            raise ValueError(f"{kernel}: out_idx {item} out of range for {nparams} parameters")
+        if index in result:
+            raise ValueError(f"{kernel}: out_idx names parameter {index} twice")
+        result.append(index)
+    return tuple(result)
+
+
+def _c_param(dtype: str, const: bool, pointer: bool, name: str) -> str:
+    c_type = _dtypes.DTYPES[dtype].c_type
+    if not pointer:
+        return f"{c_type} {name}"
+    return f"{'const ' if const else ''}{c_type} *{name}"
+
+
+def lower(program: Program, out_idx, target: str) -> Signature:
+    """Checks the program against the kernel ABI and derives everything from it once."""
+    kname = program.name
+    if target not in TARGETS:
+        raise ValueError(f"{kname}: unknown target {target!r}; expected 'cpu' or 'cuda'")
+    params = program.params
+    outs = normalize_out_idx(out_idx, len(params), kname)
+
+    names = []
+    for i, p in enumerate(params):
+        name = p.name if p.name is not None else f"arg{i}"
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"{kname}: parameter {i} name must be a C identifier, got {name!r}")
+        names.append(name)
+    for i in outs:
+        if not isinstance(params[i], Buffer):
+            raise TypeError(f"{kname}: out_idx names parameter {i} '{names[i]}', which is a "
+                            f"{type(params[i]).__name__}, not a T.Buffer")
+        if params[i].optional:
+            raise ValueError(f"{kname}: output '{names[i]}' cannot be optional")
+
+    # Symbols in order of first appearance: param by param, shape before strides.
+    symbols: dict[Symbol, int] = {}
+    for p in params:
+        if isinstance(p, Buffer):
+            for e in p.shape + (p.strides or ()):
+                if isinstance(e, Expr):
+                    for s in e.symbols():
+                        symbols.setdefault(s, len(symbols))
+    by_name: dict[str, Symbol] = {}
+    for s in symbols:
+        if by_name.setdefault(s.name, s) is not s:
+            raise ValueError(f"{kname}: two different symbols are named '{s.name}'")
+    clash = set(by_name) & set(names)
+    if len(set(names)) != len(names) or clash:
+        dup = sorted(clash or {n for n in names if names.count(n) > 1})
+        raise ValueError(f"{kname}: duplicate parameter/symbol name(s) {', '.join(dup)}")
+
+    # A symbol reaches the kernel only if some required input carries it alone.
+    bindable = set()
+    for i, p in enumerate(params):
+        if isinstance(p, Buffer) and i not in outs and not p.optional:
+            bindable.update(e for e in p.shape + (p.strides or ()) if isinstance(e, Symbol))
+    for s in symbols:
+        if s not in bindable:
+            where = [names[i] for i in outs if s in _buffer_symbols(params[i])]
+            raise ValueError(
+                f"{kname}: symbol '{s.name}' is not bound by any input"
+                + (f" (used by output {', '.join(where)})" if where else "")
+                + ": it must appear alone as a dimension or stride of a required input buffer")
+
+    exprs: list[tuple[tuple[int, ...], str]] = []
+    expr_ids: dict[object, int] = {}
+
+    def expr_id(e) -> int:
+        key = e if isinstance(e, Expr) else ("const", e)
+        if key not in expr_ids:
+            expr_ids[key] = len(exprs)
+            exprs.append((lower_expr(e, symbols), str(e)))
+        return expr_ids[key]
+
+    spec_params = []
+    c_params = []
+    casts = []
+    for i, p in enumerate(params):
+        dt = _dtypes.DTYPES[p.dtype]
+        if isinstance(p, Buffer):
+            flags = ((BUF_OPTIONAL if p.optional else 0) | (BUF_CONST if p.const else 0)
+                     | (BUF_OUTPUT if i in outs else 0))
+            shape_ids = tuple(expr_id(e) for e in p.shape)
+            stride_ids = None if p.strides is None else tuple(expr_id(e) for e in p.strides)
+            spec_params.append((1, names[i], dt.dlpack, shape_ids, stride_ids, p.align or 0,
+                                flags))
+            c_params.append(_c_param(p.dtype, p.const, True, names[i]))
+            casts.append(f"({_c_param(p.dtype, p.const, True, '').strip()})a[{i}].p")
+        elif isinstance(p, Scalar):
+            spec_params.append((2, names[i], dt.dlpack, (), None, 0, 0))
+            c_params.append(_c_param(p.dtype, False, False, names[i]))
+            field = "f" if p.dtype.startswith("float") else "i"
+            casts.append(f"({dt.c_type})a[{i}].{field}")
+        elif isinstance(p, Pointer):
+            spec_params.append((3, names[i], dt.dlpack, (), None, p.align or 0, 0))
+            c_params.append(_c_param(p.dtype, False, True, names[i]))
+            casts.append(f"({dt.c_type} *)a[{i}].p")
+    for j, s in enumerate(symbols):
+        c_params.append(f"int64_t {s.name}")
+        casts.append(f"a[{len(params) + j}].i")
+
+    target_id = TARGETS[target]
+    spec = (kname, target_id, tuple((s.name, s.divisibility) for s in symbols), tuple(exprs),
+            tuple(spec_params))
+    prototype = f"void {kname}({', '.join(c_params) or 'void'})"
+    glue = (
+        f"{prototype};\n"
+        "typedef union { void *p; int64_t i; double f; } tilejit_value;\n"
+        f"__attribute__((visibility(\"default\"))) void {ENTRY_SYMBOL}(const tilejit_value *a) {{\n"
+        f"  (void)a;\n  {kname}({', '.join(casts)});\n}}\n"
+    )
+    return Signature(kname, target, tuple(names), outs, tuple(symbols), spec, prototype, glue)
+
+
+def _buffer_symbols(p) -> set:
+    return {s for e in p.shape + (p.strides or ()) if isinstance(e, Expr) for s in e.symbols()}
+
+
+def host_source(program: Program, sig: Signature) -> str:
+    """The complete C file compiled for a CPU kernel: prelude, user source, glue.
+
+    ``#line`` directives keep compiler messages pointing at the user's lines.
+    """
+    return (f"{_dtypes.C_PRELUDE}#line 1 \"{program.name}.c\"\n{program.source}\n"
+            f"#line 1 \"tilejit_glue_{program.name}.c\"\n{sig.glue}")

@@ -1,0 +1,1 @@
+"""The Cython wrapper sources, shipped so the wrapper can be compiled at run time."""

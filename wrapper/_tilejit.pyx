@@ -1,0 +1,246 @@
+# cython: language_level=3
+"""The per-call hot path: Python objects in, core calls, Python objects out.
+
+Thin by design (STYLE.md): it converts arguments into ``tj_arg`` records,
+calls the core, and maps core status codes to exceptions in one place
+(``_raise``). Validation, binding and launch live in ``core/``.
+"""
+from cpython.bool cimport PyBool_Check
+from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_Check
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_Check
+from cpython.object cimport PyObject
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName
+from libc.stdint cimport int32_t, int64_t, uint32_t
+from libc.stdlib cimport free, malloc
+
+from core cimport *
+from dlpack_abi cimport (DLDataType, DLManagedTensor, DLManagedTensorVersioned, kDLCPU)
+
+
+cdef extern from "Python.h":
+    ctypedef struct PyTypeObject:
+        const char *tp_name
+    PyTypeObject *Py_TYPE(object)
+
+
+__version__ = TJ_VERSION.decode()
+
+_EXCEPTIONS = {
+    TJ_ETYPE: TypeError,
+    TJ_EVALUE: ValueError,
+    TJ_ERUNTIME: RuntimeError,
+    TJ_ENOMEM: MemoryError,
+}
+
+
+cdef int _raise(int rc) except -1:
+    """Turns a failed core status into the matching Python exception."""
+    if rc == TJ_EPYERR:
+        return -1  # the exception is already set
+    raise _EXCEPTIONS.get(rc, RuntimeError)(tj_last_error().decode("utf-8", "replace"))
+
+
+cdef inline int _check(int rc) except -1:
+    if rc != TJ_OK:
+        _raise(rc)
+    return 0
+
+
+cdef object _max_version = (1, 3)
+
+
+cdef int _import_dlpack(object obj, tj_arg *arg, bytes what) except -1:
+    """Standard protocol: ``__dlpack__`` capsule, versioned or legacy.
+
+    On success ``arg`` owns the managed tensor (``tj_arg_release`` deletes it)
+    and the capsule is renamed ``used_*`` so its destructor leaves it alone.
+    """
+    cdef object capsule
+    cdef void *ptr
+    try:
+        capsule = obj.__dlpack__(max_version=_max_version)
+    except TypeError:
+        # Producers older than DLPack 1.0 take no max_version.
+        capsule = obj.__dlpack__()
+    if PyCapsule_IsValid(capsule, b"dltensor_versioned"):
+        ptr = PyCapsule_GetPointer(capsule, b"dltensor_versioned")
+        PyCapsule_SetName(capsule, b"used_dltensor_versioned")
+        _check(tj_arg_from_versioned(arg, <DLManagedTensorVersioned *>ptr, what))
+    elif PyCapsule_IsValid(capsule, b"dltensor"):
+        ptr = PyCapsule_GetPointer(capsule, b"dltensor")
+        PyCapsule_SetName(capsule, b"used_dltensor")
+        tj_arg_from_legacy(arg, <DLManagedTensor *>ptr)
+    else:
+        raise TypeError(f"{what.decode()}: __dlpack__ returned {capsule!r}, not a DLPack capsule")
+    return 0
+
+
+cdef int _convert(object obj, tj_arg *arg, bytes what) except -1:
+    """Classifies one Python argument; the core decides whether it fits."""
+    cdef int overflow = 0
+    if obj is None:
+        return 0
+    if PyBool_Check(obj):
+        arg.kind = TJ_ARG_BOOL
+        arg.value.i = 1 if obj is True else 0
+        return 0
+    if PyLong_Check(obj):
+        arg.kind = TJ_ARG_INT
+        arg.value.i = PyLong_AsLongLongAndOverflow(obj, &overflow)
+        if overflow:
+            arg.flags |= TJ_ARG_OUT_OF_RANGE
+        return 0
+    if PyFloat_Check(obj):
+        arg.kind = TJ_ARG_FLOAT
+        arg.value.f = PyFloat_AS_DOUBLE(obj)
+        return 0
+    cls = type(obj)
+    if hasattr(cls, "__dlpack__"):
+        try:
+            return _import_dlpack(obj, arg, what)
+        except (TypeError, ValueError, RuntimeError, BufferError) as exc:
+            raise type(exc)(f"{what.decode()}: cannot import the tensor through DLPack: {exc}") \
+                from exc
+    # NumPy and other scalar types: integers first, so 3 never becomes 3.0.
+    if cls.__name__ in ("bool", "bool_"):
+        arg.kind = TJ_ARG_BOOL
+        arg.value.i = 1 if obj else 0
+    elif hasattr(cls, "__index__"):
+        return _convert(obj.__index__(), arg, what)
+    elif hasattr(cls, "__float__") and not hasattr(cls, "__len__"):
+        arg.kind = TJ_ARG_FLOAT
+        arg.value.f = float(obj)
+    else:
+        arg.kind = TJ_ARG_OTHER
+        arg.type_name = Py_TYPE(obj).tp_name
+    return 0
+
+
+cdef class Kernel:
+    """A finalized core kernel plus what the hot path needs to call it.
+
+    ``spec`` is the plain description built by ``tilejit.signature``:
+    ``(name, target, symbols, exprs, params)`` where symbols are
+    ``(name, divisibility)``, exprs ``(code, text)`` with code a flat tuple of
+    (op, operand) pairs, and params ``(kind, name, (code, bits, lanes),
+    shape_ids, stride_ids or None, align, flags)``. ``allocate(like, shape,
+    index)`` returns a new output tensor for output ``index``.
+    """
+    cdef tj_kernel *_k
+    cdef int32_t _nargs
+    cdef int32_t _nout
+    cdef tuple _labels  # "kernel: argument i 'name'" per caller argument, as bytes
+    cdef object _allocate
+
+    def __cinit__(self, tuple spec, str library, str entry, object allocate):
+        name, target, symbols, exprs, params = spec
+        self._allocate = allocate
+        _check(tj_kernel_create(name.encode(), len(params), target, &self._k))
+        for sym_name, divisibility in symbols:
+            _check(tj_kernel_add_symbol(self._k, sym_name.encode(), divisibility))
+        cdef int32_t expr_id
+        for code, text in exprs:
+            self._add_expr(code, text.encode(), &expr_id)
+        labels = []
+        for index, param in enumerate(params):
+            self._add_param(index, param)
+            if not param[6] & TJ_BUF_OUTPUT:
+                labels.append(f"{name}: argument {len(labels)} '{param[1]}'".encode())
+        self._labels = tuple(labels)
+        _check(tj_kernel_finalize(self._k))
+        self._nargs = len(self._labels)
+        self._nout = tj_kernel_num_outputs(self._k)
+        if library:
+            _check(tj_kernel_load(self._k, library.encode(), entry.encode()))
+
+    cdef int _add_expr(self, tuple code, bytes text, int32_t *out) except -1:
+        cdef int64_t *buf = <int64_t *>malloc(max(len(code), 1) * sizeof(int64_t))
+        if buf == NULL:
+            raise MemoryError()
+        try:
+            for i, value in enumerate(code):
+                buf[i] = value
+            _check(tj_kernel_add_expr(self._k, buf, len(code) // 2, text, out))
+        finally:
+            free(buf)
+        return 0
+
+    cdef int _add_param(self, int32_t index, tuple param) except -1:
+        kind, name, dtype_t, shape_ids, stride_ids, align, flags = param
+        cdef DLDataType dtype
+        dtype.code, dtype.bits, dtype.lanes = dtype_t
+        cdef int32_t shape[16]
+        cdef int32_t strides[16]
+        bname = name.encode()
+        if kind == TJ_PARAM_SCALAR:
+            return _check(tj_kernel_set_scalar(self._k, index, bname, dtype))
+        if kind == TJ_PARAM_POINTER:
+            return _check(tj_kernel_set_pointer(self._k, index, bname, dtype, align, flags))
+        if len(shape_ids) > 16:
+            raise ValueError(f"parameter '{name}': more than 16 dimensions")
+        for d, e in enumerate(shape_ids):
+            shape[d] = e
+        if stride_ids is not None:
+            for d, e in enumerate(stride_ids):
+                strides[d] = e
+        return _check(tj_kernel_set_buffer(
+            self._k, index, bname, dtype, len(shape_ids), shape,
+            strides if stride_ids is not None else NULL, align, flags))
+
+    def __dealloc__(self):
+        tj_kernel_free(self._k)
+
+    def __call__(self, *args, stream=None):
+        cdef int32_t nargs = len(args)
+        cdef int32_t i
+        cdef int rc
+        cdef tj_arg argv[64]
+        cdef tj_arg outv[16]
+        cdef tj_frame frame
+        cdef object like
+        if stream is not None and stream != 0:
+            raise ValueError(
+                f"{tj_kernel_name(self._k).decode()}: stream={stream!r} given to a cpu kernel "
+                "(cpu kernels take stream=None or 0)")
+        if nargs != self._nargs:
+            # The core reports a count mismatch before it looks at any argument.
+            _check(tj_call_bind(self._k, NULL, nargs, &frame))
+        for i in range(nargs):
+            tj_arg_init(&argv[i])
+        for i in range(self._nout):
+            tj_arg_init(&outv[i])
+        try:
+            for i in range(nargs):
+                _convert(args[i], &argv[i], self._labels[i])
+            _check(tj_call_bind(self._k, argv, nargs, &frame))
+            outputs = []
+            like = args[frame.first_tensor] if frame.first_tensor >= 0 else None
+            for i in range(self._nout):
+                shape = tuple([frame.out_shape[i][d] for d in range(frame.out_ndim[i])])
+                out = self._allocate(like, shape, i)
+                _import_dlpack(out, &outv[i], b"output")
+                _check(tj_call_set_output(&frame, i, &outv[i]))
+                outputs.append(out)
+            with nogil:
+                rc = tj_call_launch(&frame)
+            _check(rc)
+        finally:
+            for i in range(nargs):
+                tj_arg_release(&argv[i])
+            for i in range(self._nout):
+                tj_arg_release(&outv[i])
+        if self._nout == 0:
+            return None
+        if self._nout == 1:
+            return outputs[0]
+        return outputs
+
+    @property
+    def name(self):
+        return tj_kernel_name(self._k).decode()
+
+
+def status_exception_names():
+    """The core's status-code table, for tests: {code: (name, exception)}."""
+    return {code: (tj_status_name(code).decode(), tj_status_exception(code).decode())
+            for code in (TJ_OK, TJ_ETYPE, TJ_EVALUE, TJ_ERUNTIME, TJ_ENOMEM, TJ_EPYERR)}

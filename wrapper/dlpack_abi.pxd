@@ -1,0 +1,63 @@
+# Mirrors core/include/tilejit/dlpack_abi.h (the DLPack 1.3 ABI).
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+
+
+cdef extern from "tilejit/dlpack_abi.h" nogil:
+    int TJ_DLPACK_MAJOR
+    int TJ_DLPACK_MINOR
+
+    ctypedef struct DLPackVersion:
+        uint32_t major
+        uint32_t minor
+
+    ctypedef enum DLDeviceType:
+        kDLCPU
+        kDLCUDA
+        kDLCUDAHost
+        kDLOpenCL
+        kDLVulkan
+        kDLMetal
+        kDLVPI
+        kDLROCM
+        kDLROCMHost
+        kDLExtDev
+        kDLCUDAManaged
+        kDLOneAPI
+        kDLWebGPU
+        kDLHexagon
+        kDLMAIA
+        kDLTrn
+
+    ctypedef struct DLDevice:
+        DLDeviceType device_type
+        int32_t device_id
+
+    ctypedef struct DLDataType:
+        uint8_t code
+        uint8_t bits
+        uint16_t lanes
+
+    ctypedef struct DLTensor:
+        void *data
+        DLDevice device
+        int32_t ndim
+        DLDataType dtype
+        int64_t *shape
+        int64_t *strides
+        uint64_t byte_offset
+
+    ctypedef struct DLManagedTensor:
+        DLTensor dl_tensor
+        void *manager_ctx
+        void (*deleter)(DLManagedTensor *self)
+
+    uint64_t DLPACK_FLAG_BITMASK_READ_ONLY
+    uint64_t DLPACK_FLAG_BITMASK_IS_COPIED
+    uint64_t DLPACK_FLAG_BITMASK_IS_SUBBYTE_TYPE_PADDED
+
+    ctypedef struct DLManagedTensorVersioned:
+        DLPackVersion version
+        void *manager_ctx
+        void (*deleter)(DLManagedTensorVersioned *self)
+        uint64_t flags
+        DLTensor dl_tensor
