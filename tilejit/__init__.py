@@ -17,5 +17,13 @@ from .lang import T
 from .program import Program
 
 __version__ = "0.1.0"
-__all__ = ["T", "Program", "compile", "jit", "JITKernel", "JITFunction", "CompileError",
-           "__version__"]
+__all__ = [
+           "CompileError",
+           "JITFunction",
+           "JITKernel",
+           "Program",
+           "T",
+           "__version__",
+           "compile",
+           "jit",
+]

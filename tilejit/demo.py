@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from . import T, Program, compile
+from . import Program, T, compile
 
 VEC_ADD = r"""
 void vec_add(const float *A, const float *B, float *C, int64_t n) {

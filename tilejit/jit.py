@@ -84,9 +84,9 @@ class JITFunction:
     def __init__(self, func, out_idx, target, execution_backend, compile_flags, verbose):
         self.func = func
         self._signature = inspect.signature(func)
-        self._options = dict(out_idx=out_idx, target=target,
-                             execution_backend=execution_backend, compile_flags=compile_flags,
-                             verbose=verbose)
+        self._options = {"out_idx": out_idx, "target": target,
+                         "execution_backend": execution_backend,
+                         "compile_flags": compile_flags, "verbose": verbose}
         self._kernels: dict = {}
         self._lock = threading.Lock()
         functools.update_wrapper(self, func)

@@ -10,7 +10,8 @@
 from __future__ import annotations
 
 import operator
-from typing import Iterator, Union
+from collections.abc import Iterator
+from typing import Union
 
 from . import dtypes as _dtypes
 
@@ -98,7 +99,7 @@ class Expr:
 class Symbol(Expr):
     """A dynamic dimension, bound at call time from the first tensor carrying it."""
 
-    __slots__ = ("name", "divisibility")
+    __slots__ = ("divisibility", "name")
 
     def __init__(self, name: str, divisibility: int = 1):
         if not isinstance(name, str) or not name.isidentifier():
@@ -120,7 +121,7 @@ class Symbol(Expr):
 
 
 class BinaryExpr(Expr):
-    __slots__ = ("op", "lhs", "rhs")
+    __slots__ = ("lhs", "op", "rhs")
 
     def __init__(self, op: str, lhs: Expr | int, rhs: Expr | int):
         self.op, self.lhs, self.rhs = op, lhs, rhs
@@ -178,7 +179,7 @@ class Buffer(Param):
     Buffer((n, 16), float32, strides=(s0, 1), name='A')
     """
 
-    __slots__ = ("shape", "dtype", "strides", "align", "optional", "const")
+    __slots__ = ("align", "const", "dtype", "optional", "shape", "strides")
     kind = 1
 
     def __init__(self, shape, dtype, strides=None, name=None, align=None, optional=False,
@@ -234,7 +235,7 @@ class Scalar(Param):
 class Pointer(Param):
     """A raw pointer parameter: accepts a tensor (its data pointer), an int address or None."""
 
-    __slots__ = ("dtype", "align")
+    __slots__ = ("align", "dtype")
     kind = 3
 
     def __init__(self, dtype, align=None, name=None):

@@ -8,7 +8,8 @@ lookup and the framework's own allocation.
 from __future__ import annotations
 
 import threading
-from typing import Callable, Sequence
+from collections.abc import Sequence
+from typing import Callable
 
 _lock = threading.Lock()
 

@@ -8,13 +8,12 @@ calls the core, and maps core status codes to exceptions in one place
 from cpython.bool cimport PyBool_Check
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_Check
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_Check
-from cpython.object cimport PyObject
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName
-from libc.stdint cimport int32_t, int64_t, uint32_t
+from libc.stdint cimport int32_t, int64_t
 from libc.stdlib cimport free, malloc
 
 from core cimport *
-from dlpack_abi cimport (DLDataType, DLManagedTensor, DLManagedTensorVersioned, kDLCPU)
+from dlpack_abi cimport DLDataType, DLManagedTensor, DLManagedTensorVersioned
 
 
 cdef extern from "Python.h":

@@ -21,8 +21,7 @@ int tj_set_error(int code, const char *fmt, ...) {
 const char *tj_status_name(int code) {
   switch (code) {
 #define TJ__STATUS_NAME(name, value, exc) \
-  case value:                             \
-    return #name;
+  case value: return #name;
     TJ_STATUS_MAP(TJ__STATUS_NAME)
 #undef TJ__STATUS_NAME
   }
@@ -32,8 +31,7 @@ const char *tj_status_name(int code) {
 const char *tj_status_exception(int code) {
   switch (code) {
 #define TJ__STATUS_EXC(name, value, exc) \
-  case value:                            \
-    return exc;
+  case value: return exc;
     TJ_STATUS_MAP(TJ__STATUS_EXC)
 #undef TJ__STATUS_EXC
   }

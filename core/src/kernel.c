@@ -57,8 +57,8 @@ int tj_kernel_add_symbol(tj_kernel *k, const char *name, int64_t divisibility) {
   if (k->nsymbols == TJ_MAX_SYMBOLS)
     return tj_set_error(TJ_EVALUE, "%s: more than %d symbols", k->name, TJ_MAX_SYMBOLS);
   if (divisibility < 1)
-    return tj_set_error(TJ_EVALUE, "%s: symbol '%s': divisibility must be >= 1, got %lld",
-                        k->name, name, (long long)divisibility);
+    return tj_set_error(TJ_EVALUE, "%s: symbol '%s': divisibility must be >= 1, got %lld", k->name,
+                        name, (long long)divisibility);
   if ((k->symbol_names[k->nsymbols] = copy_string(name)) == NULL)
     return tj_set_error(TJ_ENOMEM, "out of memory");
   k->symbol_div[k->nsymbols++] = divisibility;
@@ -79,8 +79,8 @@ int tj_kernel_add_expr(tj_kernel *k, const int64_t *code, int32_t n, const char 
       ++depth;
     } else if (op == TJ_OP_SYM) {
       if (operand < 0 || operand >= k->nsymbols)
-        return tj_set_error(TJ_EVALUE, "%s: expression '%s' uses undeclared symbol #%lld",
-                            k->name, text, (long long)operand);
+        return tj_set_error(TJ_EVALUE, "%s: expression '%s' uses undeclared symbol #%lld", k->name,
+                            text, (long long)operand);
       ++depth;
     } else if (op == TJ_OP_NEG) {
       if (depth < 1) depth = -100;
@@ -119,16 +119,14 @@ int tj_kernel_add_expr(tj_kernel *k, const int64_t *code, int32_t n, const char 
   return TJ_OK;
 }
 
-static int set_param(tj_kernel *k, int32_t index, const char *name, int32_t kind,
-                     tj__param **out) {
+static int set_param(tj_kernel *k, int32_t index, const char *name, int32_t kind, tj__param **out) {
   int rc = check_mutable(k);
   if (rc) return rc;
   if (index < 0 || index >= k->nparams)
     return tj_set_error(TJ_EVALUE, "%s: parameter index %d out of range [0, %d)", k->name, index,
                         k->nparams);
   tj__param *p = &k->params[index];
-  if (p->kind)
-    return tj_set_error(TJ_EVALUE, "%s: parameter %d declared twice", k->name, index);
+  if (p->kind) return tj_set_error(TJ_EVALUE, "%s: parameter %d declared twice", k->name, index);
   memset(p, 0, sizeof(*p));
   if ((p->name = copy_string(name)) == NULL) return tj_set_error(TJ_ENOMEM, "out of memory");
   p->kind = kind;
@@ -141,8 +139,8 @@ static int set_param(tj_kernel *k, int32_t index, const char *name, int32_t kind
 static int check_expr_ids(const tj_kernel *k, const char *pname, const int32_t *ids, int32_t n) {
   for (int32_t i = 0; i < n; ++i)
     if (ids[i] < 0 || ids[i] >= k->nexprs)
-      return tj_set_error(TJ_EVALUE, "%s: parameter '%s': unknown expression id %d", k->name,
-                          pname, ids[i]);
+      return tj_set_error(TJ_EVALUE, "%s: parameter '%s': unknown expression id %d", k->name, pname,
+                          ids[i]);
   return TJ_OK;
 }
 
@@ -179,10 +177,10 @@ int tj_kernel_set_buffer(tj_kernel *k, int32_t index, const char *name, DLDataTy
 
 int tj_kernel_set_scalar(tj_kernel *k, int32_t index, const char *name, DLDataType dtype) {
   int int_bits = dtype.bits == 8 || dtype.bits == 16 || dtype.bits == 32 || dtype.bits == 64;
-  int ok = dtype.lanes == 1 &&
-           (((dtype.code == kDLInt || dtype.code == kDLUInt) && int_bits) ||
-            (dtype.code == kDLFloat && (dtype.bits == 32 || dtype.bits == 64)) ||
-            (dtype.code == kDLBool && dtype.bits == 8));
+  int ok =
+      dtype.lanes == 1 && (((dtype.code == kDLInt || dtype.code == kDLUInt) && int_bits) ||
+                           (dtype.code == kDLFloat && (dtype.bits == 32 || dtype.bits == 64)) ||
+                           (dtype.code == kDLBool && dtype.bits == 8));
   if (!ok) {
     char dt[48];
     tj_dtype_format(dtype, dt, sizeof(dt));
@@ -204,8 +202,7 @@ int tj_kernel_set_pointer(tj_kernel *k, int32_t index, const char *name, DLDataT
     return tj_set_error(TJ_EVALUE, "%s: parameter '%s': align must be a power of two, got %lld",
                         k->name, name, (long long)align);
   if (flags & TJ_BUF_OUTPUT)
-    return tj_set_error(TJ_EVALUE, "%s: pointer parameter '%s' cannot be an output", k->name,
-                        name);
+    return tj_set_error(TJ_EVALUE, "%s: pointer parameter '%s' cannot be an output", k->name, name);
   tj__param *p;
   int rc = set_param(k, index, name, TJ_PARAM_POINTER, &p);
   if (rc) return rc;
@@ -252,8 +249,7 @@ int tj_kernel_finalize(tj_kernel *k) {
 }
 
 int tj_kernel_load(tj_kernel *k, const char *path, const char *symbol) {
-  if (k->library)
-    return tj_set_error(TJ_EVALUE, "%s: a library is already loaded", k->name);
+  if (k->library) return tj_set_error(TJ_EVALUE, "%s: a library is already loaded", k->name);
   void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL)
     return tj_set_error(TJ_ERUNTIME, "%s: cannot load kernel library %s: %s", k->name, path,
@@ -261,8 +257,8 @@ int tj_kernel_load(tj_kernel *k, const char *path, const char *symbol) {
   void *entry = dlsym(lib, symbol);
   if (entry == NULL) {
     const char *why = dlerror();
-    tj_set_error(TJ_ERUNTIME, "%s: kernel library %s has no entry '%s': %s", k->name, path,
-                 symbol, why ? why : "symbol is NULL");
+    tj_set_error(TJ_ERUNTIME, "%s: kernel library %s has no entry '%s': %s", k->name, path, symbol,
+                 why ? why : "symbol is NULL");
     dlclose(lib);
     return TJ_ERUNTIME;
   }

@@ -112,8 +112,8 @@ static int check_direct(binder *b, int32_t index, const char *what, int32_t d, i
   return TJ_OK;
 }
 
-static int check_complex_one(binder *b, int32_t index, const char *what, int32_t d,
-                             int32_t expr_id, int64_t actual) {
+static int check_complex_one(binder *b, int32_t index, const char *what, int32_t d, int32_t expr_id,
+                             int64_t actual) {
   const tj__expr *e = &b->k->exprs[expr_id];
   if (e->sym >= 0 || e->is_const) return TJ_OK;
   int64_t want;
@@ -169,8 +169,8 @@ static int check_buffer(binder *b, int32_t index, const tj_arg *arg) {
     char shape[200] = "";
     if (t->ndim >= 0 && t->ndim <= TJ_MAX_NDIM * 4)
       tj__format_tuple(t->shape, t->ndim, shape, sizeof(shape));
-    snprintf(msg, sizeof(msg), "expected a %d-d tensor, got %d-d with shape %s", p->ndim,
-             t->ndim, shape);
+    snprintf(msg, sizeof(msg), "expected a %d-d tensor, got %d-d with shape %s", p->ndim, t->ndim,
+             shape);
     return fail(b, TJ_EVALUE, index, msg);
   }
   if ((arg->flags & TJ_ARG_READ_ONLY) && !(p->flags & TJ_BUF_CONST))
@@ -213,8 +213,7 @@ static int check_buffer(binder *b, int32_t index, const tj_arg *arg) {
       }
     }
   }
-  if (!empty)
-    return check_alignment(b, index, (const char *)t->data + t->byte_offset, p->align);
+  if (!empty) return check_alignment(b, index, (const char *)t->data + t->byte_offset, p->align);
   return TJ_OK;
 }
 
@@ -288,8 +287,7 @@ static int check_pointer(binder *b, int32_t index, const tj_arg *arg) {
   switch (arg->kind) {
     case TJ_ARG_NONE: return TJ_OK;
     case TJ_ARG_INT:
-    case TJ_ARG_ADDRESS:
-      return check_alignment(b, index, arg->value.p, p->align);
+    case TJ_ARG_ADDRESS: return check_alignment(b, index, arg->value.p, p->align);
     case TJ_ARG_TENSOR: {
       int rc = check_device(b, index, &arg->tensor.device);
       if (rc) return rc;
@@ -332,8 +330,7 @@ int tj_call_bind(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *fram
   frame->stream = NULL;
   frame->device.device_type = kDLCPU;
   frame->device.device_id = 0;
-  if (!k->finalized)
-    return tj_set_error(TJ_ERUNTIME, "%s: the kernel is not finalized", k->name);
+  if (!k->finalized) return tj_set_error(TJ_ERUNTIME, "%s: the kernel is not finalized", k->name);
   if (nargs != k->ninputs) {
     char names[512];
     int32_t used = 0;

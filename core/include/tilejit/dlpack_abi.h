@@ -128,9 +128,10 @@ typedef struct DLManagedTensorVersioned {
 /* Allocates a new tensor like `prototype` (dtype, ndim, shape, device used).
  * Returns 0 and a new owning tensor in *out, or -1 after calling
  * SetError(error_ctx, kind, message) exactly once. */
-typedef int (*DLPackManagedTensorAllocator)(
-    DLTensor *prototype, DLManagedTensorVersioned **out, void *error_ctx,
-    void (*SetError)(void *error_ctx, const char *kind, const char *message));
+typedef int (*DLPackManagedTensorAllocator)(DLTensor *prototype, DLManagedTensorVersioned **out,
+                                            void *error_ctx,
+                                            void (*SetError)(void *error_ctx, const char *kind,
+                                                             const char *message));
 
 /* Exports a Python object (PyObject*) to a new owning tensor, with no stream
  * synchronisation. 0 on success; -1 with a Python exception set. */

@@ -42,13 +42,13 @@ extern "C" {
 /* ---- Status codes --------------------------------------------------------- */
 
 /* X(name, value, python exception class) */
-#define TJ_STATUS_MAP(X)                                        \
-  X(TJ_OK, 0, "")                                               \
-  X(TJ_ETYPE, -1, "TypeError")     /* wrong kind of argument */ \
-  X(TJ_EVALUE, -2, "ValueError")   /* right kind, bad value */  \
+#define TJ_STATUS_MAP(X)                                          \
+  X(TJ_OK, 0, "")                                                 \
+  X(TJ_ETYPE, -1, "TypeError")       /* wrong kind of argument */ \
+  X(TJ_EVALUE, -2, "ValueError")     /* right kind, bad value */  \
   X(TJ_ERUNTIME, -3, "RuntimeError") /* loader, driver, launch */ \
-  X(TJ_ENOMEM, -4, "MemoryError")                               \
-  X(TJ_EPYERR, -5, "")  /* a Python exception is already set */
+  X(TJ_ENOMEM, -4, "MemoryError")                                 \
+  X(TJ_EPYERR, -5, "") /* a Python exception is already set */
 
 typedef enum {
 #define TJ__STATUS_ENUM(name, value, exc) name = value,
@@ -111,13 +111,13 @@ void tj_dtype_format(DLDataType dtype, char *buf, int32_t size);
 /* ---- Call arguments ------------------------------------------------------- */
 
 typedef enum {
-  TJ_ARG_NONE = 0,   /* Python None */
-  TJ_ARG_TENSOR = 1, /* tensor, imported: `tensor` is valid */
-  TJ_ARG_INT = 2,    /* integer in value.i (Python int, bool excluded) */
-  TJ_ARG_BOOL = 3,   /* bool in value.i (0 or 1) */
-  TJ_ARG_FLOAT = 4,  /* float in value.f */
+  TJ_ARG_NONE = 0,    /* Python None */
+  TJ_ARG_TENSOR = 1,  /* tensor, imported: `tensor` is valid */
+  TJ_ARG_INT = 2,     /* integer in value.i (Python int, bool excluded) */
+  TJ_ARG_BOOL = 3,    /* bool in value.i (0 or 1) */
+  TJ_ARG_FLOAT = 4,   /* float in value.f */
   TJ_ARG_ADDRESS = 5, /* raw address in value.p (pointer params only) */
-  TJ_ARG_OTHER = 6,  /* anything else; type_name says what, for messages */
+  TJ_ARG_OTHER = 6,   /* anything else; type_name says what, for messages */
 } tj_arg_kind;
 
 /* tj_arg.flags */
@@ -134,8 +134,8 @@ typedef enum {
  * tj_arg_init, fill with tj_arg_from_* or by setting kind/value, and always
  * finish with tj_arg_release. */
 typedef struct tj_arg {
-  int32_t kind;  /* tj_arg_kind */
-  uint32_t flags; /* TJ_ARG_* */
+  int32_t kind;    /* tj_arg_kind */
+  uint32_t flags;  /* TJ_ARG_* */
   DLTensor tensor; /* kind == TENSOR: borrows shape/strides from the owner */
   union {
     int64_t i;
@@ -270,8 +270,8 @@ typedef struct tj_frame {
   const tj_kernel *kernel;
   tj_arg *params[TJ_MAX_PARAMS]; /* per parameter; outputs NULL until set */
   int64_t symbols[TJ_MAX_SYMBOLS];
-  DLDevice device;     /* of the first tensor; CPU if there is none */
-  int32_t has_device;  /* 1 once a tensor set `device` */
+  DLDevice device;      /* of the first tensor; CPU if there is none */
+  int32_t has_device;   /* 1 once a tensor set `device` */
   int32_t first_tensor; /* index into the caller's args of the first tensor, -1 if none */
   /* Output shapes, computed by tj_call_bind, in output order. */
   int32_t out_ndim[TJ_MAX_OUTPUTS];

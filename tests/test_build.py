@@ -1,0 +1,297 @@
+"""Tests of the run-time build of the Cython wrapper and the C core (build_tools/).
+
+Most tests build a tiny fixture tree laid out like the repository (core/include/tilejit,
+core/src, wrapper/_tilejit.pyx and a .pxd) so that they are fast and independent of the
+real wrapper's contents; one test builds the real sources. Every test uses its own
+TILEJIT_CACHE_DIR. Modules are only ever imported in subprocesses: an extension loaded
+into the pytest process under the name tilejit._tilejit could not be unloaded and would
+shadow the real wrapper for every later test.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SECOND_PYTHON = Path.home() / ".pyenv" / "versions" / "3.12.1" / "bin" / "python"
+
+
+def _import_build_tools():
+    # The checkout's build_tools package is imported by path rather than through an
+    # installed tilejit, so that the code under test is the code subprocesses run (they get
+    # the repository root on PYTHONPATH) and importing it does not import tilejit.
+    if "build_tools" not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            "build_tools",
+            REPO / "build_tools" / "__init__.py",
+            submodule_search_locations=[str(REPO / "build_tools")],
+        )
+        package = importlib.util.module_from_spec(spec)
+        sys.modules["build_tools"] = package
+        spec.loader.exec_module(package)
+    return sys.modules["build_tools.wrapper_build"]
+
+
+wrapper_build = _import_build_tools()
+
+FIXTURE_HEADER = """\
+#ifndef TILEJIT_FIXTURE_H_
+#define TILEJIT_FIXTURE_H_
+int tj_fixture_add(int a, int b);
+#endif
+"""
+FIXTURE_C = """\
+#include "tilejit/fixture.h"
+int tj_fixture_add(int a, int b) { return a + b; }
+"""
+FIXTURE_PXD = """\
+cdef extern from "tilejit/fixture.h" nogil:
+    int tj_fixture_add(int a, int b)
+"""
+FIXTURE_PYX = """\
+from fixture cimport tj_fixture_add
+
+
+def add(int a, int b):
+    return tj_fixture_add(a, b)
+"""
+
+# Loads the fixture wrapper in a fresh interpreter and prints its file and add(2, 3).
+LOAD_SCRIPT = """\
+import sys
+from build_tools import wrapper_build
+module = wrapper_build.load_wrapper(verbose=True, core_dir=sys.argv[1], wrapper_dir=sys.argv[2])
+print(module.__file__)
+print(module.add(2, 3))
+"""
+
+
+def _make_tree(root: Path) -> tuple[Path, Path]:
+    core = root / "core"
+    wrapper = root / "wrapper"
+    (core / "include" / "tilejit").mkdir(parents=True)
+    (core / "src").mkdir()
+    wrapper.mkdir()
+    (core / "include" / "tilejit" / "fixture.h").write_text(FIXTURE_HEADER)
+    (core / "src" / "fixture.c").write_text(FIXTURE_C)
+    (wrapper / "fixture.pxd").write_text(FIXTURE_PXD)
+    (wrapper / "_tilejit.pyx").write_text(FIXTURE_PYX)
+    # The real wrapper/ is a package (it is shipped as tilejit._wrapper); the build must
+    # not let that change the module's name.
+    (wrapper / "__init__.py").write_text('"""Fixture wrapper sources."""\n')
+    return core, wrapper
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> tuple[Path, Path]:
+    return _make_tree(tmp_path / "src")
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "cache"
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(root))
+    return root
+
+
+def _env(cache: Path) -> dict[str, str]:
+    paths = [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "TILEJIT_CACHE_DIR": str(cache), "PYTHONPATH": os.pathsep.join(paths)}
+
+
+def _load_in_subprocess(
+    cache: Path, tree: tuple[Path, Path], python: str = sys.executable
+) -> subprocess.CompletedProcess:
+    core, wrapper = tree
+    return subprocess.run(
+        [python, "-c", LOAD_SCRIPT, str(core), str(wrapper)],
+        env=_env(cache),
+        cwd=cache.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def _loaded(done: subprocess.CompletedProcess) -> tuple[Path, int]:
+    assert done.returncode == 0, done.stderr
+    path, value = done.stdout.split()
+    return Path(path), int(value)
+
+
+def test_second_build_reuses_cached_module(cache, tree):
+    first = wrapper_build.build_wrapper(core_dir=tree[0], wrapper_dir=tree[1])
+    mtime = first.stat().st_mtime_ns
+    second = wrapper_build.build_wrapper(core_dir=tree[0], wrapper_dir=tree[1])
+    assert second == first
+    assert second.stat().st_mtime_ns == mtime
+    assert first.parent.parent.parent == cache / "wrapper"
+    assert first.parent.parent.name == wrapper_build.abi_tag()
+    assert first.parent.name == wrapper_build.source_hash(*tree)
+    # The entry holds the module and nothing else: no temporaries, no lock, no C output.
+    assert [p.name for p in first.parent.iterdir()] == [first.name]
+    assert first.parent.with_name(first.parent.name + ".lock").exists()
+    # The build must not write into the source trees (read-only when installed).
+    assert sorted(p.name for p in tree[1].iterdir()) == [
+        "__init__.py",
+        "_tilejit.pyx",
+        "fixture.pxd",
+    ]
+
+
+def test_only_the_module_init_is_exported(cache, tree):
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) is not installed")
+    module = wrapper_build.build_wrapper(core_dir=tree[0], wrapper_dir=tree[1])
+    done = subprocess.run(
+        [nm, "-D", "--defined-only", str(module)], capture_output=True, text=True, check=True
+    )
+    # Hidden visibility keeps the core private to the wrapper, but CPython must still
+    # find PyInit__tilejit.
+    assert "PyInit__tilejit" in done.stdout
+    assert "tj_fixture_add" not in done.stdout
+
+
+def test_changed_source_gives_new_hash_and_rebuild(cache, tree, tmp_path):
+    old = wrapper_build.build_wrapper(core_dir=tree[0], wrapper_dir=tree[1])
+    copy = tmp_path / "changed"
+    shutil.copytree(tree[0], copy / "core")
+    shutil.copytree(tree[1], copy / "wrapper")
+    changed = (copy / "core", copy / "wrapper")
+    # A copy of unchanged sources is the same entry: the hash uses relative paths.
+    assert wrapper_build.source_hash(*changed) == wrapper_build.source_hash(*tree)
+    source = copy / "core" / "src" / "fixture.c"
+    source.write_text(source.read_text().replace("a + b;", "a + b + 100;"))
+    assert wrapper_build.source_hash(*changed) != wrapper_build.source_hash(*tree)
+
+    new = wrapper_build.build_wrapper(core_dir=changed[0], wrapper_dir=changed[1])
+    assert new != old and new.exists() and old.exists()
+    assert _loaded(_load_in_subprocess(cache, changed)) == (new, 105)
+    assert _loaded(_load_in_subprocess(cache, tree)) == (old, 5)
+
+
+def test_concurrent_first_builds_build_once(cache, tree):
+    core, wrapper = tree
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", LOAD_SCRIPT, str(core), str(wrapper)],
+            env=_env(cache),
+            cwd=cache.parent,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    results = []
+    for process in processes:
+        stdout, stderr = process.communicate(timeout=300)
+        results.append(
+            subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+        )
+    loaded = {_loaded(done) for done in results}
+    assert len(loaded) == 1
+    path, value = loaded.pop()
+    assert value == 5
+    # Exactly one process compiled; the others waited on the lock and found its module.
+    builders = [done for done in results if "tilejit: building " in done.stderr]
+    assert len(builders) == 1, [done.stderr for done in results]
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+
+
+def test_corrupt_cached_module_is_rebuilt_on_load(cache, tree):
+    path = wrapper_build.build_wrapper(core_dir=tree[0], wrapper_dir=tree[1])
+    path.write_bytes(b"this is not an ELF file\n" * 100)
+    done = _load_in_subprocess(cache, tree)
+    assert _loaded(done) == (path, 5)
+    assert "rebuilding" in done.stderr
+    assert path.read_bytes()[:4] == b"\x7fELF"
+
+
+def test_compiler_failure_reports_command_and_output(cache, tree):
+    (tree[0] / "src" / "broken.c").write_text("int broken(void) { return }\n")
+    with pytest.raises(RuntimeError) as excinfo:
+        wrapper_build.build_wrapper(core_dir=tree[0], wrapper_dir=tree[1])
+    message = str(excinfo.value)
+    assert "broken.c" in message and " -c " in message  # the failing command
+    assert "error" in message  # the compiler's own diagnostic
+    entry = wrapper_build.wrapper_path(*tree).parent
+    assert not any(entry.iterdir())  # nothing published, no temporaries left
+
+
+def test_cython_failure_reports_its_messages(cache, tree):
+    (tree[1] / "_tilejit.pyx").write_text("def add(int a, int b):\n    return undefined_name(a\n")
+    with pytest.raises(RuntimeError, match="Cython failed") as excinfo:
+        wrapper_build.build_wrapper(core_dir=tree[0], wrapper_dir=tree[1])
+    assert "_tilejit.pyx" in str(excinfo.value)
+
+
+def test_second_python_builds_beside_the_first(cache, tree):
+    if not SECOND_PYTHON.exists():
+        pytest.skip(f"{SECOND_PYTHON} is not installed")
+    probe = subprocess.run(
+        [str(SECOND_PYTHON), "-c", "import Cython"], capture_output=True, text=True, check=False
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"Cython is not installed for {SECOND_PYTHON}: {probe.stderr.strip()}")
+    first = wrapper_build.build_wrapper(core_dir=tree[0], wrapper_dir=tree[1])
+    mtime = first.stat().st_mtime_ns
+
+    second, value = _loaded(_load_in_subprocess(cache, tree, python=str(SECOND_PYTHON)))
+    assert value == 5
+    assert second != first
+    assert second.parent.parent.name.startswith("cpython-312-")
+    assert second.parent.parent.parent == first.parent.parent.parent
+    assert first.stat().st_mtime_ns == mtime
+    assert first.exists() and second.exists()
+
+
+@pytest.mark.skipif(
+    not (REPO / "wrapper" / "_tilejit.pyx").exists(), reason="wrapper/_tilejit.pyx not written yet"
+)
+def test_real_sources_build_and_load(cache):
+    done = subprocess.run(
+        [sys.executable, "-m", "build_tools"],
+        env=_env(cache),
+        cwd=cache.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    paths = dict(line.split(": ", 1) for line in done.stdout.splitlines())
+    assert Path(paths["wrapper"]) == wrapper_build.wrapper_path()
+    assert Path(paths["core"]) == wrapper_build.core_library_path()
+
+    check = textwrap.dedent(
+        """\
+        import ctypes, sys
+        from build_tools import wrapper_build
+        module = wrapper_build.load_wrapper()
+        assert module.__name__ == "tilejit._tilejit", module.__name__
+        assert module.__file__ == sys.argv[1], module.__file__
+        # The ctypes backend needs the core's public functions exported.
+        ctypes.CDLL(sys.argv[2]).tj_last_error
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", check, paths["wrapper"], paths["core"]],
+        env=_env(cache),
+        cwd=cache.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
