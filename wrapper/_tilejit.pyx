@@ -6,14 +6,21 @@ calls the core, and maps core status codes to exceptions in one place
 (``_raise``). Validation, binding and launch live in ``core/``.
 """
 from cpython.bool cimport PyBool_Check
+from cpython.dict cimport PyDict_GetItem
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_Check
-from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_Check
+from cpython.long cimport (PyLong_AsLongLongAndOverflow, PyLong_AsVoidPtr, PyLong_Check,
+                           PyLong_FromVoidPtr)
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_DECREF
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName
 from libc.stdint cimport int32_t, int64_t
 from libc.stdlib cimport free, malloc
+from libc.string cimport memset, strncpy
 
 from core cimport *
-from dlpack_abi cimport DLDataType, DLManagedTensor, DLManagedTensorVersioned
+from dlpack_abi cimport (DLDataType, DLManagedTensor, DLManagedTensorVersioned,
+                         DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor,
+                         TJ_DLPACK_MAJOR)
 
 
 cdef extern from "Python.h":
@@ -74,6 +81,99 @@ cdef int _import_dlpack(object obj, tj_arg *arg, bytes what) except -1:
     return 0
 
 
+# type -> int address of its DLPackExchangeAPI table (0: the type has none). The
+# dict keeps each type alive, so an address is never reused for another type;
+# _api_owners keeps the capsule or int that published the table alive too.
+cdef dict _apis = {}
+cdef dict _api_owners = {}
+
+
+cdef const DLPackExchangeAPI *_discover_api(object cls) except? NULL:
+    """Reads a type's exchange-API table once: the capsule attribute, else the
+    older int-valued one; walks prev_api to a major version we speak."""
+    cdef const DLPackExchangeAPIHeader *header = NULL
+    owner = getattr(cls, "__dlpack_c_exchange_api__", None)
+    if owner is not None and PyCapsule_IsValid(owner, b"dlpack_exchange_api"):
+        header = <const DLPackExchangeAPIHeader *>PyCapsule_GetPointer(
+            owner, b"dlpack_exchange_api")
+    else:
+        owner = getattr(cls, "__c_dlpack_exchange_api__", None)
+        if isinstance(owner, int) and owner:
+            header = <const DLPackExchangeAPIHeader *>PyLong_AsVoidPtr(owner)
+    while header != NULL and header.version.major != TJ_DLPACK_MAJOR:
+        header = header.prev_api
+    cdef const DLPackExchangeAPI *api = <const DLPackExchangeAPI *>header
+    if api != NULL and (api.managed_tensor_from_py_object_no_sync == NULL
+                        or api.managed_tensor_to_py_object_no_sync == NULL
+                        or api.managed_tensor_allocator == NULL):
+        api = NULL  # a table missing required entries is not one we can use
+    _api_owners[cls] = owner
+    _apis[cls] = PyLong_FromVoidPtr(<void *>api)
+    return api
+
+
+cdef inline const DLPackExchangeAPI *_exchange_api(object cls) except? NULL:
+    cdef PyObject *entry = PyDict_GetItem(_apis, cls)
+    if entry != NULL:
+        return <const DLPackExchangeAPI *>PyLong_AsVoidPtr(<object>entry)
+    return _discover_api(cls)
+
+
+cdef int _import_exchange(object obj, tj_arg *arg, const DLPackExchangeAPI *api) except -1:
+    """Fast path: the producer fills a DLTensor in C, no capsule, no Python call.
+
+    The view borrows from ``obj``, which the caller's argument tuple keeps alive
+    for the whole call."""
+    cdef DLManagedTensorVersioned *managed = NULL
+    if api.dltensor_from_py_object_no_sync != NULL:
+        if api.dltensor_from_py_object_no_sync(<void *>obj, &arg.tensor) != 0:
+            return -1  # the producer set a Python exception
+        arg.kind = TJ_ARG_TENSOR
+        return 0
+    if api.managed_tensor_from_py_object_no_sync(<void *>obj, &managed) != 0:
+        return -1
+    return _check(tj_arg_from_versioned(arg, managed, NULL))
+
+
+cdef void _set_alloc_error(void *ctx, const char *kind, const char *message) noexcept nogil:
+    if message == NULL:
+        message = b"unknown error"
+    strncpy(<char *>ctx, message, 511)
+    (<char *>ctx)[511] = 0
+
+
+cdef object _allocate_exchange(const DLPackExchangeAPI *api, tj_frame *frame, int32_t i,
+                               tj_arg *out, object label):
+    """Allocates output ``i`` with the producer's own allocator and validates it.
+
+    Returns the new Python tensor; on failure ``out`` still owns what was
+    allocated, and the caller's tj_arg_release frees it."""
+    cdef DLTensor proto
+    cdef DLManagedTensorVersioned *managed = NULL
+    cdef void *result = NULL
+    cdef char error[512]
+    memset(&proto, 0, sizeof(proto))
+    error[0] = 0
+    proto.device = frame.device
+    proto.ndim = frame.out_ndim[i]
+    proto.dtype = frame.out_dtype[i]
+    proto.shape = frame.out_shape[i]
+    if api.managed_tensor_allocator(&proto, &managed, error, _set_alloc_error) != 0:
+        raise RuntimeError(f"{label}: the producer could not allocate the output: "
+                           f"{error.decode('utf-8', 'replace')}")
+    _check(tj_arg_from_versioned(out, managed, NULL))
+    _check(tj_call_set_output(frame, i, out))
+    # The Python object takes the managed tensor over; the view in `out` stays
+    # valid because we hold that object until the call returns.
+    out.owner_kind = TJ_OWNER_NONE
+    out.owner = NULL
+    if api.managed_tensor_to_py_object_no_sync(managed, &result) != 0:
+        return None if _raise(TJ_EPYERR) else None
+    tensor = <object>result
+    Py_DECREF(tensor)  # <object> took a reference; the producer gave us one already
+    return tensor
+
+
 cdef int _convert(object obj, tj_arg *arg, bytes what) except -1:
     """Classifies one Python argument; the core decides whether it fits."""
     cdef int overflow = 0
@@ -94,8 +194,11 @@ cdef int _convert(object obj, tj_arg *arg, bytes what) except -1:
         arg.value.f = PyFloat_AS_DOUBLE(obj)
         return 0
     cls = type(obj)
-    if hasattr(cls, "__dlpack__"):
+    cdef const DLPackExchangeAPI *api = _exchange_api(cls)
+    if api != NULL or hasattr(cls, "__dlpack__"):
         try:
+            if api != NULL:
+                return _import_exchange(obj, arg, api)
             return _import_dlpack(obj, arg, what)
         except (TypeError, ValueError, RuntimeError, BufferError) as exc:
             raise type(exc)(f"{what.decode()}: cannot import the tensor through DLPack: {exc}") \
@@ -129,6 +232,7 @@ cdef class Kernel:
     cdef int32_t _nargs
     cdef int32_t _nout
     cdef tuple _labels  # "kernel: argument i 'name'" per caller argument, as bytes
+    cdef tuple _out_labels  # "kernel: output 'name'" per output, as str
     cdef object _allocate
 
     def __cinit__(self, tuple spec, str library, str entry, object allocate):
@@ -141,11 +245,15 @@ cdef class Kernel:
         for code, text in exprs:
             self._add_expr(code, text.encode(), &expr_id)
         labels = []
+        out_labels = []
         for index, param in enumerate(params):
             self._add_param(index, param)
-            if not param[6] & TJ_BUF_OUTPUT:
+            if param[6] & TJ_BUF_OUTPUT:
+                out_labels.append(f"{name}: output '{param[1]}'")
+            else:
                 labels.append(f"{name}: argument {len(labels)} '{param[1]}'".encode())
         self._labels = tuple(labels)
+        self._out_labels = tuple(out_labels)
         _check(tj_kernel_finalize(self._k))
         self._nargs = len(self._labels)
         self._nout = tj_kernel_num_outputs(self._k)
@@ -197,6 +305,7 @@ cdef class Kernel:
         cdef tj_arg outv[16]
         cdef tj_frame frame
         cdef object like
+        cdef const DLPackExchangeAPI *api
         if stream is not None and stream != 0:
             raise ValueError(
                 f"{tj_kernel_name(self._k).decode()}: stream={stream!r} given to a cpu kernel "
@@ -214,11 +323,15 @@ cdef class Kernel:
             _check(tj_call_bind(self._k, argv, nargs, &frame))
             outputs = []
             like = args[frame.first_tensor] if frame.first_tensor >= 0 else None
+            api = _exchange_api(type(like)) if like is not None else NULL
             for i in range(self._nout):
-                shape = tuple([frame.out_shape[i][d] for d in range(frame.out_ndim[i])])
-                out = self._allocate(like, shape, i)
-                _import_dlpack(out, &outv[i], b"output")
-                _check(tj_call_set_output(&frame, i, &outv[i]))
+                if api != NULL:
+                    out = _allocate_exchange(api, &frame, i, &outv[i], self._out_labels[i])
+                else:
+                    shape = tuple([frame.out_shape[i][d] for d in range(frame.out_ndim[i])])
+                    out = self._allocate(like, shape, i)
+                    _import_dlpack(out, &outv[i], b"output")
+                    _check(tj_call_set_output(&frame, i, &outv[i]))
                 outputs.append(out)
             with nogil:
                 rc = tj_call_launch(&frame)

@@ -61,3 +61,26 @@ cdef extern from "tilejit/dlpack_abi.h" nogil:
         void (*deleter)(DLManagedTensorVersioned *self)
         uint64_t flags
         DLTensor dl_tensor
+
+    ctypedef int (*DLPackManagedTensorAllocator)(
+        DLTensor *prototype, DLManagedTensorVersioned **out, void *error_ctx,
+        void (*SetError)(void *error_ctx, const char *kind, const char *message) noexcept)
+    ctypedef int (*DLPackManagedTensorFromPyObjectNoSync)(
+        void *py_object, DLManagedTensorVersioned **out)
+    ctypedef int (*DLPackDLTensorFromPyObjectNoSync)(void *py_object, DLTensor *out)
+    ctypedef int (*DLPackCurrentWorkStream)(
+        DLDeviceType device_type, int32_t device_id, void **out_current_stream)
+    ctypedef int (*DLPackManagedTensorToPyObjectNoSync)(
+        DLManagedTensorVersioned *tensor, void **out_py_object)
+
+    ctypedef struct DLPackExchangeAPIHeader:
+        DLPackVersion version
+        DLPackExchangeAPIHeader *prev_api
+
+    ctypedef struct DLPackExchangeAPI:
+        DLPackExchangeAPIHeader header
+        DLPackManagedTensorAllocator managed_tensor_allocator
+        DLPackManagedTensorFromPyObjectNoSync managed_tensor_from_py_object_no_sync
+        DLPackManagedTensorToPyObjectNoSync managed_tensor_to_py_object_no_sync
+        DLPackDLTensorFromPyObjectNoSync dltensor_from_py_object_no_sync
+        DLPackCurrentWorkStream current_work_stream

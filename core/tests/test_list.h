@@ -63,7 +63,8 @@
   X(validate_set_output)                  \
   X(validate_not_finalized)               \
   X(finalize_rejects_unbound_symbol)      \
-  X(finalize_rejects_incomplete)          \
+  X(kernel_construction_errors)           \
+  X(kernel_introspection)                 \
   /* test_launch.c */                     \
   X(launch_fixture_vec_add)               \
   X(launch_packing)                       \
