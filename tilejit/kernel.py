@@ -9,13 +9,19 @@ from .signature import ENTRY_SYMBOL, Signature
 
 
 class JITKernel:
-    """A compiled kernel; call it with tensors.
+    """A compiled kernel; call it with tensors: ``kernel(*args, stream=None)``.
 
     >>> kernel = tilejit.compile(prog, out_idx=-1)
     >>> c = kernel(a, b)          # C allocated by the framework of `a`, returned
     >>> kernel.c_prototype
     'void vec_add(float *A, float *B, float *C, int64_t n)'
     """
+
+    def __new__(cls, program, signature, library_path, host_source, execution_backend="auto"):
+        # The instance is of the backend's subclass, whose __call__ is the backend's own:
+        # no Python frame between the caller and the wrapper.
+        impl = _backends.kernel_class(JITKernel, _backends.resolve(execution_backend))
+        return super(JITKernel, impl).__new__(impl)
 
     def __init__(self, program: Program, signature: Signature, library_path: str,
                  host_source: str, execution_backend: str = "auto"):
@@ -24,15 +30,15 @@ class JITKernel:
         self.library_path = library_path
         self._host_source = host_source
         self.execution_backend = _backends.resolve(execution_backend)
-        outs = signature.out_idx
+        # The core numbers outputs in declaration order (that is the order the backend
+        # allocates and returns them in); the caller gets them in out_idx order.
+        outs = sorted(signature.out_idx)
         params = program.params
         self._allocate = make_allocator(program.name, [signature.names[i] for i in outs],
                                         [params[i].dtype for i in outs])
-        self._impl = _backends.create(self.execution_backend, signature.spec, library_path,
-                                      ENTRY_SYMBOL, self._allocate)
-
-    def __call__(self, *args, stream=None):
-        return self._impl(*args, stream=stream)
+        order = tuple(outs.index(i) for i in signature.out_idx)
+        _backends.bind(self, self.execution_backend, signature.spec, library_path, ENTRY_SYMBOL,
+                       self._allocate, order)
 
     @property
     def params(self):

@@ -174,7 +174,7 @@ cdef object _allocate_exchange(const DLPackExchangeAPI *api, tj_frame *frame, in
     return tensor
 
 
-cdef int _convert(object obj, tj_arg *arg, bytes what) except -1:
+cdef int _convert(object obj, tj_arg *arg, bytes what, bint exchange) except -1:
     """Classifies one Python argument; the core decides whether it fits."""
     cdef int overflow = 0
     if obj is None:
@@ -194,7 +194,7 @@ cdef int _convert(object obj, tj_arg *arg, bytes what) except -1:
         arg.value.f = PyFloat_AS_DOUBLE(obj)
         return 0
     cls = type(obj)
-    cdef const DLPackExchangeAPI *api = _exchange_api(cls)
+    cdef const DLPackExchangeAPI *api = _exchange_api(cls) if exchange else NULL
     if api != NULL or hasattr(cls, "__dlpack__"):
         try:
             if api != NULL:
@@ -208,7 +208,7 @@ cdef int _convert(object obj, tj_arg *arg, bytes what) except -1:
         arg.kind = TJ_ARG_BOOL
         arg.value.i = 1 if obj else 0
     elif hasattr(cls, "__index__"):
-        return _convert(obj.__index__(), arg, what)
+        return _convert(obj.__index__(), arg, what, exchange)
     elif hasattr(cls, "__float__") and not hasattr(cls, "__len__"):
         arg.kind = TJ_ARG_FLOAT
         arg.value.f = float(obj)
@@ -234,10 +234,25 @@ cdef class Kernel:
     cdef tuple _labels  # "kernel: argument i 'name'" per caller argument, as bytes
     cdef tuple _out_labels  # "kernel: output 'name'" per output, as str
     cdef object _allocate
+    cdef bint _exchange  # use producers' DLPack exchange API when they have one
+    cdef tuple _out_order  # None when outputs return in declaration order
 
-    def __cinit__(self, tuple spec, str library, str entry, object allocate):
+    def __cinit__(self, *args, **kwargs):
+        # Python subclasses (tilejit.JITKernel's backend classes) pass their own
+        # constructor arguments through here; the kernel is built by _bind.
+        self._k = NULL
+
+    def _bind(self, tuple spec, str library, str entry, object allocate, bint exchange_api,
+              tuple out_order):
+        """Builds and loads the core kernel; once. ``exchange_api`` False makes
+        every tensor go through ``__dlpack__`` (the ``dlpack`` backend).
+        ``out_order[j]`` is the core output number returned in position j."""
+        if self._k != NULL:
+            raise RuntimeError("kernel already bound")
         name, target, symbols, exprs, params = spec
         self._allocate = allocate
+        self._exchange = exchange_api
+        self._out_order = None if out_order == tuple(range(len(out_order))) else out_order
         _check(tj_kernel_create(name.encode(), len(params), target, &self._k))
         for sym_name, divisibility in symbols:
             _check(tj_kernel_add_symbol(self._k, sym_name.encode(), divisibility))
@@ -306,6 +321,8 @@ cdef class Kernel:
         cdef tj_frame frame
         cdef object like
         cdef const DLPackExchangeAPI *api
+        if self._k == NULL:
+            raise RuntimeError("kernel is not bound")
         if stream is not None and stream != 0:
             raise ValueError(
                 f"{tj_kernel_name(self._k).decode()}: stream={stream!r} given to a cpu kernel "
@@ -319,11 +336,11 @@ cdef class Kernel:
             tj_arg_init(&outv[i])
         try:
             for i in range(nargs):
-                _convert(args[i], &argv[i], self._labels[i])
+                _convert(args[i], &argv[i], self._labels[i], self._exchange)
             _check(tj_call_bind(self._k, argv, nargs, &frame))
             outputs = []
             like = args[frame.first_tensor] if frame.first_tensor >= 0 else None
-            api = _exchange_api(type(like)) if like is not None else NULL
+            api = _exchange_api(type(like)) if like is not None and self._exchange else NULL
             for i in range(self._nout):
                 if api != NULL:
                     out = _allocate_exchange(api, &frame, i, &outv[i], self._out_labels[i])
@@ -345,6 +362,8 @@ cdef class Kernel:
             return None
         if self._nout == 1:
             return outputs[0]
+        if self._out_order is not None:
+            return [outputs[j] for j in self._out_order]
         return outputs
 
     @property

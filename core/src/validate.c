@@ -253,10 +253,10 @@ static int check_scalar(binder *b, int32_t index, const tj_arg *arg) {
            : p->dtype.code == kDLFloat ? arg->kind == TJ_ARG_FLOAT || arg->kind == TJ_ARG_INT
                                        : arg->kind == TJ_ARG_INT;
   if (!ok) {
-    snprintf(msg, sizeof(msg), "expected a %s scalar (%s), got %s",
-             p->dtype.code == kDLBool    ? "bool"
-             : p->dtype.code == kDLFloat ? "float or int"
-                                         : "int",
+    snprintf(msg, sizeof(msg), "expected %s scalar (%s), got %s",
+             p->dtype.code == kDLBool    ? "a bool"
+             : p->dtype.code == kDLFloat ? "a float or int"
+                                         : "an int",
              dt, kind_name(arg));
     return fail(b, TJ_ETYPE, index, msg);
   }
@@ -287,6 +287,15 @@ static int check_pointer(binder *b, int32_t index, const tj_arg *arg) {
   switch (arg->kind) {
     case TJ_ARG_NONE: return TJ_OK;
     case TJ_ARG_INT:
+      /* An int that is negative or does not fit 64 bits is no address: passing
+       * its truncated value would launch on garbage. */
+      if ((arg->flags & TJ_ARG_OUT_OF_RANGE) || arg->value.i < 0) {
+        snprintf(msg, sizeof(msg), "expected an address (an int in [0, 2**63)), got %s",
+                 (arg->flags & TJ_ARG_OUT_OF_RANGE) ? "an int that does not fit in 64 bits"
+                                                    : "a negative int");
+        return fail(b, TJ_EVALUE, index, msg);
+      }
+      return check_alignment(b, index, arg->value.p, p->align);
     case TJ_ARG_ADDRESS: return check_alignment(b, index, arg->value.p, p->align);
     case TJ_ARG_TENSOR: {
       int rc = check_device(b, index, &arg->tensor.device);

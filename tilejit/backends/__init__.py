@@ -1,12 +1,21 @@
 """Execution backends: how Python objects reach the core.
 
-Every backend builds a callable from the same lowered signature and compiled
-library; they differ only in how arguments are converted.
+Every backend runs the same lowered signature and the same compiled library; they
+differ only in how arguments are converted:
+
+- ``cython``: the compiled wrapper, producers' DLPack C exchange API first (torch),
+  the ``__dlpack__`` protocol otherwise;
+- ``dlpack``: the compiled wrapper, always the ``__dlpack__`` protocol.
+
+A backend is a mixin class that ``tilejit.JITKernel`` is combined with, so a call
+goes straight into the backend's ``__call__`` with no Python layer in between.
 """
 
 from __future__ import annotations
 
-BACKENDS = ("cython",)
+BACKENDS = ("cython", "dlpack")
+
+_classes: dict = {}
 
 
 def resolve(name: str | None) -> str:
@@ -19,8 +28,21 @@ def resolve(name: str | None) -> str:
     return name
 
 
-def create(name: str, spec: tuple, library: str, entry: str, allocate):
-    """A callable running the kernel through backend ``name``."""
-    if name == "cython":
-        from .cython_backend import create as make
-    return make(spec, library, entry, allocate)
+def kernel_class(base: type, name: str) -> type:
+    """The JITKernel subclass running through backend ``name`` (created once)."""
+    cls = _classes.get(name)
+    if cls is None:
+        from .cython_backend import wrapper_module
+
+        impl = wrapper_module().Kernel
+        cls = type(f"{name.capitalize()}JITKernel", (base, impl),
+                   {"__module__": base.__module__, "__doc__": base.__doc__})
+        _classes[name] = cls
+    return cls
+
+
+def bind(kernel, name: str, spec: tuple, library: str, entry: str, allocate,
+         out_order: tuple) -> None:
+    """Builds the backend's native side of ``kernel``. ``out_order[j]`` is the core's
+    number (declaration order) of the j-th returned output."""
+    kernel._bind(spec, library, entry, allocate, name == "cython", out_order)

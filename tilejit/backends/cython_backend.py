@@ -1,4 +1,4 @@
-"""The default backend: the compiled Cython wrapper (``wrapper/_tilejit.pyx``)."""
+"""The compiled Cython wrapper (``wrapper/_tilejit.pyx``) behind ``cython`` and ``dlpack``."""
 
 from __future__ import annotations
 
@@ -16,7 +16,3 @@ def wrapper_module():
 
         _module = load_wrapper()
     return _module
-
-
-def create(spec: tuple, library: str, entry: str, allocate):
-    return wrapper_module().Kernel(spec, library, entry, allocate)
