@@ -5,7 +5,10 @@ differ only in how arguments are converted:
 
 - ``cython``: the compiled wrapper, producers' DLPack C exchange API first (torch),
   the ``__dlpack__`` protocol otherwise;
-- ``dlpack``: the compiled wrapper, always the ``__dlpack__`` protocol.
+- ``dlpack``: the compiled wrapper, always the ``__dlpack__`` protocol;
+- ``ctypes``: pure-Python marshalling into the core's shared library; needs no wrapper.
+
+``auto`` is ``cython``, or ``ctypes`` (with a warning) when the wrapper cannot be built.
 
 A backend is a mixin class that ``tilejit.JITKernel`` is combined with, so a call
 goes straight into the backend's ``__call__`` with no Python layer in between.
@@ -13,7 +16,9 @@ goes straight into the backend's ``__call__`` with no Python layer in between.
 
 from __future__ import annotations
 
-BACKENDS = ("cython", "dlpack")
+import warnings
+
+BACKENDS = ("cython", "dlpack", "ctypes")
 
 _classes: dict = {}
 
@@ -21,20 +26,42 @@ _classes: dict = {}
 def resolve(name: str | None) -> str:
     """``"auto"``/``None`` -> the default backend; unknown names raise ValueError."""
     if name in (None, "auto"):
-        return "cython"
+        return "cython" if _wrapper_available() else "ctypes"
     if name not in BACKENDS:
         raise ValueError(f"unknown execution_backend {name!r}; available: auto, "
                          + ", ".join(BACKENDS))
     return name
 
 
+_wrapper_state: list = []
+
+
+def _wrapper_available() -> bool:
+    """Whether the Cython wrapper loads (building it if needed); decided once per process."""
+    if not _wrapper_state:
+        from .cython_backend import wrapper_module
+
+        try:
+            wrapper_module()
+            _wrapper_state.append(True)
+        except Exception as exc:  # noqa: BLE001 - any build failure means: fall back
+            warnings.warn(f"tilejit: the Cython wrapper is unavailable ({exc}); "
+                          "execution_backend='auto' uses the slower 'ctypes' backend",
+                          RuntimeWarning, stacklevel=3)
+            _wrapper_state.append(False)
+    return _wrapper_state[0]
+
+
 def kernel_class(base: type, name: str) -> type:
     """The JITKernel subclass running through backend ``name`` (created once)."""
     cls = _classes.get(name)
     if cls is None:
-        from .cython_backend import wrapper_module
+        if name == "ctypes":
+            from .ctypes_backend import CtypesKernel as impl
+        else:
+            from .cython_backend import wrapper_module
 
-        impl = wrapper_module().Kernel
+            impl = wrapper_module().Kernel
         cls = type(f"{name.capitalize()}JITKernel", (base, impl),
                    {"__module__": base.__module__, "__doc__": base.__doc__})
         _classes[name] = cls

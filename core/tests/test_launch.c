@@ -1,0 +1,359 @@
+/*
+ * Launch: loading a real kernel library (tests/fixtures/vec_add.c, built by
+ * the Makefile into TJT_FIXTURE_DIR), the packed argument order, loader
+ * errors, and many threads sharing one finalized kernel.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "builders.h"
+
+#ifndef TJT_FIXTURE_DIR
+#error "build with -DTJT_FIXTURE_DIR='\"/abs/path/to/build/fixtures\"'"
+#endif
+
+#define ENTRY "tilejit_packed_entry"
+
+/* The fixture library `name`, from $TJT_FIXTURE_DIR if set (to run a moved
+ * test binary) or the directory the Makefile built it in. */
+static void fixture_path(const char *name, char *buf, size_t size) {
+  const char *dir = getenv("TJT_FIXTURE_DIR");
+  if (dir == NULL || *dir == 0) dir = TJT_FIXTURE_DIR;
+  snprintf(buf, size, "%s/%s", dir, name);
+}
+
+static tj_kernel *load_vec_add(void) {
+  char path[1024];
+  fixture_path("vec_add.so", path, sizeof(path));
+  tj_kernel *k = tjt_vec_add(TJ_BUF_OUTPUT, 1);
+  CHECK_OK(tj_kernel_load(k, path, ENTRY));
+  return k;
+}
+
+TEST(launch_fixture_vec_add) {
+  tj_kernel *k = load_vec_add();
+  enum { N = 13, PAD = 8 };
+  float a[N + PAD], b[N + PAD], c[N + PAD];
+  for (int i = 0; i < N + PAD; ++i) {
+    a[i] = (float)i;
+    b[i] = (float)(100 * i);
+    c[i] = -1.0f;
+  }
+  /* Every tensor starts at an offset into its storage: byte_offset must be
+   * applied to each pointer the kernel receives. */
+  const int64_t n = N, one = 1;
+  tjt_tensor ta, tb, tc;
+  tjt_tensor_init(&ta, a, TJT_F32, 1, &n, &one);
+  tjt_tensor_init(&tb, b, TJT_F32, 1, &n, NULL);
+  tjt_tensor_init(&tc, c, TJT_F32, 1, &n, &one);
+  ta.t.byte_offset = 3 * sizeof(float);
+  tb.t.byte_offset = 1 * sizeof(float);
+  tc.t.byte_offset = 5 * sizeof(float);
+  tj_arg args[2], out;
+  tjt_arg_tensor(&args[0], &ta, 0);
+  tjt_arg_tensor(&args[1], &tb, 0);
+  tj_frame f;
+  CHECK_OK(tj_call_bind(k, args, 2, &f));
+  CHECK_EQ_INT(f.out_shape[0][0], N);
+  tjt_arg_tensor(&out, &tc, 0);
+  CHECK_OK(tj_call_set_output(&f, 0, &out));
+  CHECK_OK(tj_call_launch(&f));
+  for (int i = 0; i < N + PAD; ++i) {
+    if (i < 5 || i >= 5 + N)
+      CHECK(c[i] == -1.0f); /* outside the output: untouched */
+    else
+      CHECK(c[i] == a[i - 5 + 3] + b[i - 5 + 1]);
+  }
+  CHECK(c[5] == 3.0f + 100.0f);
+  /* The frame can be launched again. */
+  for (int i = 0; i < N + PAD; ++i) c[i] = 0.0f;
+  CHECK_OK(tj_call_launch(&f));
+  CHECK(c[5 + N - 1] == (float)(N - 1 + 3) + 100.0f * (float)(N - 1 + 1));
+  tj_kernel_free(k);
+}
+
+/* What the last launch of capture_entry received. */
+enum { CAPTURE_MAX = 32 };
+static tj_value captured[CAPTURE_MAX];
+static int captured_count, capture_calls;
+
+static void capture_entry(const tj_value *args) {
+  memcpy(captured, args, (size_t)captured_count * sizeof(tj_value));
+  ++capture_calls;
+}
+
+TEST(launch_packing) {
+  /* pack(A: (n,) f32, s: int32, x: float64, y: float32, flag: bool,
+   *      P: pointer, bias: (n,) optional, B: (m, n), O: (n + 1,) output,
+   *      Q: pointer, R: pointer) -> args: 11 parameters, then n, m. */
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("pack", 11, TJ_TARGET_CPU, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  CHECK_OK(tj_kernel_add_symbol(k, "m", 1));
+  int32_t n = tjt_sym(k, 0), mn[2] = {tjt_sym(k, 1), n};
+  int32_t n1 = tjt_binop_const(k, "n + 1", 0, TJ_OP_ADD, 1);
+  tjt_buffer(k, 0, "A", TJT_F32, 1, &n, NULL, 0, 0);
+  CHECK_OK(tj_kernel_set_scalar(k, 1, "s", TJT_DTYPE(kDLInt, 32)));
+  CHECK_OK(tj_kernel_set_scalar(k, 2, "x", TJT_F64));
+  CHECK_OK(tj_kernel_set_scalar(k, 3, "y", TJT_F32));
+  CHECK_OK(tj_kernel_set_scalar(k, 4, "flag", TJT_DTYPE(kDLBool, 8)));
+  CHECK_OK(tj_kernel_set_pointer(k, 5, "P", TJT_F32, 0, 0));
+  tjt_buffer(k, 6, "bias", TJT_F32, 1, &n, NULL, 0, TJ_BUF_OPTIONAL);
+  tjt_buffer(k, 7, "B", TJT_F32, 2, mn, NULL, 0, 0);
+  tjt_buffer(k, 8, "O", TJT_F32, 1, &n1, NULL, 0, TJ_BUF_OUTPUT);
+  CHECK_OK(tj_kernel_set_pointer(k, 9, "Q", TJT_F32, 0, 0));
+  CHECK_OK(tj_kernel_set_pointer(k, 10, "R", TJT_F32, 0, 0));
+  CHECK_OK(tj_kernel_finalize(k));
+  CHECK_OK(tj_kernel_set_entry(k, capture_entry));
+
+  tjt_tensor ta, tb, to, tq;
+  tjt_tensor_1d(&ta, tjt_data, TJT_F32, 6);
+  ta.t.byte_offset = 64;
+  const int64_t shape_b[2] = {2, 6};
+  tjt_tensor_init(&tb, tjt_data + 1024, TJT_F32, 2, shape_b, NULL);
+  tb.t.byte_offset = 8;
+  tjt_tensor_1d(&to, tjt_data + 2048, TJT_F32, 7);
+  to.t.byte_offset = 4;
+  tjt_tensor_1d(&tq, tjt_data + 4096, TJT_F32, 100);
+  tq.t.byte_offset = 12;
+
+  tj_arg args[10], out;
+  for (int i = 0; i < 10; ++i) tj_arg_init(&args[i]);
+  tjt_arg_tensor(&args[0], &ta, 0);
+  args[1].kind = TJ_ARG_INT;
+  args[1].value.i = -7;
+  args[2].kind = TJ_ARG_INT; /* an int for a float parameter arrives as a double */
+  args[2].value.i = 3;
+  args[3].kind = TJ_ARG_FLOAT;
+  args[3].value.f = 2.5;
+  args[4].kind = TJ_ARG_BOOL;
+  args[4].value.i = 1;
+  args[5].kind = TJ_ARG_ADDRESS;
+  args[5].value.p = (void *)(uintptr_t)0x1000;
+  /* args[6] (bias) stays None */
+  tjt_arg_tensor(&args[7], &tb, 0);
+  tjt_arg_tensor(&args[8], &tq, 0); /* Q */
+  /* args[9] (R) stays None */
+
+  tj_frame f;
+  CHECK_OK(tj_call_bind(k, args, 10, &f));
+  CHECK_EQ_INT(f.out_shape[0][0], 7);
+  tjt_arg_tensor(&out, &to, 0);
+  CHECK_OK(tj_call_set_output(&f, 0, &out));
+  captured_count = 13;
+  capture_calls = 0;
+  memset(captured, 0xee, sizeof(captured));
+  CHECK_OK(tj_call_launch(&f));
+  CHECK_EQ_INT(capture_calls, 1);
+  CHECK(captured[0].p == tjt_data + 64);
+  CHECK_EQ_INT(captured[1].i, -7);
+  CHECK(captured[2].f == 3.0);
+  CHECK(captured[3].f == 2.5);
+  CHECK_EQ_INT(captured[4].i, 1);
+  CHECK(captured[5].p == (void *)(uintptr_t)0x1000);
+  CHECK(captured[6].p == NULL);
+  CHECK(captured[7].p == tjt_data + 1024 + 8);
+  CHECK(captured[8].p == tjt_data + 2048 + 4);
+  CHECK(captured[9].p == tjt_data + 4096 + 12);
+  CHECK(captured[10].p == NULL);
+  CHECK_EQ_INT(captured[11].i, 6); /* n */
+  CHECK_EQ_INT(captured[12].i, 2); /* m */
+  tj_kernel_free(k);
+}
+
+TEST(launch_missing_library) {
+  tj_kernel *k = tjt_vec_add(TJ_BUF_OUTPUT, 1);
+  const char *path = "/nonexistent/tilejit-test/libno_such_kernel.so";
+  CHECK_STATUS(tj_kernel_load(k, path, ENTRY), TJ_ERUNTIME);
+  CHECK_ERROR_STARTS_WITH("vec_add: ");
+  CHECK_ERROR_CONTAINS(path);
+  /* Nothing was loaded: a launch still reports the missing library. */
+  tjt_tensor a, c;
+  tjt_tensor_1d(&a, tjt_data, TJT_F32, 4);
+  tjt_tensor_1d(&c, tjt_data + 64, TJT_F32, 4);
+  tj_arg args[2], out;
+  tjt_arg_tensor(&args[0], &a, 0);
+  tjt_arg_tensor(&args[1], &a, 0);
+  tj_frame f;
+  CHECK_OK(tj_call_bind(k, args, 2, &f));
+  tjt_arg_tensor(&out, &c, 0);
+  CHECK_OK(tj_call_set_output(&f, 0, &out));
+  CHECK_STATUS(tj_call_launch(&f), TJ_ERUNTIME);
+  CHECK_ERROR_CONTAINS("no kernel library");
+  tj_kernel_free(k);
+}
+
+TEST(launch_missing_symbol) {
+  char path[1024];
+  fixture_path("vec_add.so", path, sizeof(path));
+  tj_kernel *k = tjt_vec_add(TJ_BUF_OUTPUT, 1);
+  CHECK_STATUS(tj_kernel_load(k, path, "no_such_entry"), TJ_ERUNTIME);
+  CHECK_ERROR_STARTS_WITH("vec_add: ");
+  CHECK_ERROR_CONTAINS(path);
+  CHECK_ERROR_CONTAINS("no_such_entry");
+  /* The failed load kept nothing open: loading the right symbol works. */
+  CHECK_OK(tj_kernel_load(k, path, ENTRY));
+  tj_kernel_free(k);
+}
+
+TEST(launch_load_twice) {
+  char path[1024];
+  fixture_path("vec_add.so", path, sizeof(path));
+  tj_kernel *k = load_vec_add();
+  CHECK_STATUS(tj_kernel_load(k, path, ENTRY), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("already loaded");
+  tj_kernel_free(k);
+}
+
+TEST(launch_output_not_set) {
+  tj_kernel *k = tjt_vec_add(TJ_BUF_OUTPUT, 1);
+  CHECK_OK(tj_kernel_set_entry(k, capture_entry));
+  tjt_tensor a;
+  tjt_tensor_1d(&a, tjt_data, TJT_F32, 4);
+  tj_arg args[2];
+  tjt_arg_tensor(&args[0], &a, 0);
+  tjt_arg_tensor(&args[1], &a, 0);
+  tj_frame f;
+  CHECK_OK(tj_call_bind(k, args, 2, &f));
+  captured_count = 0;
+  capture_calls = 0;
+  CHECK_STATUS(tj_call_launch(&f), TJ_ERUNTIME);
+  CHECK_ERROR_STARTS_WITH("vec_add: ");
+  CHECK_ERROR_CONTAINS("output 'C'");
+  CHECK_EQ_INT(capture_calls, 0);
+  tj_kernel_free(k);
+}
+
+TEST(launch_no_entry) {
+  tj_kernel *k = tjt_vec_add(0, 1);
+  tjt_tensor a;
+  tjt_tensor_1d(&a, tjt_data, TJT_F32, 4);
+  tj_arg args[3];
+  for (int i = 0; i < 3; ++i) tjt_arg_tensor(&args[i], &a, 0);
+  tj_frame f;
+  CHECK_OK(tj_call_bind(k, args, 3, &f));
+  CHECK_STATUS(tj_call_launch(&f), TJ_ERUNTIME);
+  CHECK_ERROR_STARTS_WITH("vec_add: ");
+  CHECK_ERROR_CONTAINS("no kernel library");
+  tj_kernel_free(k);
+}
+
+TEST(launch_cuda_target_unsupported) {
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("gpu", 1, TJ_TARGET_CUDA, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  int32_t n = tjt_sym(k, 0);
+  tjt_buffer(k, 0, "A", TJT_F32, 1, &n, NULL, 0, 0);
+  CHECK_OK(tj_kernel_finalize(k));
+  CHECK_OK(tj_kernel_set_entry(k, capture_entry));
+  tjt_tensor a;
+  tjt_tensor_1d(&a, tjt_data, TJT_F32, 4);
+  a.t.device.device_type = kDLCUDA;
+  tj_arg arg;
+  tjt_arg_tensor(&arg, &a, 0);
+  tj_frame f;
+  CHECK_OK(tj_call_bind(k, &arg, 1, &f));
+  capture_calls = 0;
+  CHECK_STATUS(tj_call_launch(&f), TJ_ERUNTIME);
+  CHECK_ERROR_STARTS_WITH("gpu: ");
+  CHECK_EQ_INT(capture_calls, 0); /* never handed device pointers to a CPU entry */
+  tj_kernel_free(k);
+}
+
+/* ---- Many threads, one kernel --------------------------------------------- */
+
+enum { THREADS = 4, ITERATIONS = 10000, MAX_N = 64 };
+
+typedef struct {
+  const tj_kernel *kernel;
+  int id;
+  int failures;
+  char first_failure[512];
+} worker;
+
+static void worker_fail(worker *w, int iteration, const char *what) {
+  if (w->failures++ == 0)
+    snprintf(w->first_failure, sizeof(w->first_failure), "thread %d, iteration %d: %s (%s)",
+             w->id, iteration, what, tj_last_error());
+}
+
+/* Binds, sets the output and launches with this thread's own frame, args and
+ * arrays; every 97th iteration also makes a bind fail on purpose and checks
+ * that the thread sees its own error message. */
+static void *worker_main(void *opaque) {
+  worker *w = opaque;
+  float a[MAX_N], b[MAX_N], c[MAX_N];
+  char want[128];
+  for (int it = 0; it < ITERATIONS; ++it) {
+    int64_t n = 1 + (it * 7 + w->id) % MAX_N;
+    for (int64_t i = 0; i < n; ++i) {
+      a[i] = (float)(w->id * 1000 + i);
+      b[i] = (float)it;
+      c[i] = -1.0f;
+    }
+    tjt_tensor ta, tb, tc;
+    const int64_t one = 1;
+    tjt_tensor_init(&ta, a, TJT_F32, 1, &n, &one);
+    tjt_tensor_init(&tb, b, TJT_F32, 1, &n, NULL);
+    tjt_tensor_init(&tc, c, TJT_F32, 1, &n, &one);
+    tj_arg args[2], out;
+    tj_arg_from_dltensor(&args[0], &ta.t, 0);
+    tj_arg_from_dltensor(&args[1], &tb.t, 0);
+    tj_frame f;
+    if (it % 97 == 0) {
+      /* B one longer than A: the message carries this thread's numbers. */
+      int64_t bad = n + 1 + w->id;
+      tjt_tensor tbad;
+      tjt_tensor_init(&tbad, b, TJT_F32, 1, &bad, NULL);
+      tj_arg_from_dltensor(&args[1], &tbad.t, 0);
+      snprintf(want, sizeof(want), "(= %lld, bound by argument 0 'A'), got %lld", (long long)n,
+               (long long)bad);
+      if (tj_call_bind(w->kernel, args, 2, &f) != TJ_EVALUE)
+        worker_fail(w, it, "bad bind did not fail");
+      else if (strstr(tj_last_error(), want) == NULL)
+        worker_fail(w, it, "error message of another thread");
+      tj_arg_from_dltensor(&args[1], &tb.t, 0);
+    }
+    if (tj_call_bind(w->kernel, args, 2, &f) != TJ_OK) {
+      worker_fail(w, it, "bind");
+      continue;
+    }
+    tj_arg_from_dltensor(&out, &tc.t, 0);
+    if (tj_call_set_output(&f, 0, &out) != TJ_OK) {
+      worker_fail(w, it, "set_output");
+      continue;
+    }
+    if (tj_call_launch(&f) != TJ_OK) {
+      worker_fail(w, it, "launch");
+      continue;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      if (c[i] != a[i] + b[i]) {
+        worker_fail(w, it, "wrong result");
+        break;
+      }
+    }
+  }
+  return NULL;
+}
+
+TEST(launch_threads) {
+  tj_kernel *k = load_vec_add();
+  pthread_t threads[THREADS];
+  worker workers[THREADS];
+  for (int t = 0; t < THREADS; ++t) {
+    memset(&workers[t], 0, sizeof(workers[t]));
+    workers[t].kernel = k;
+    workers[t].id = t;
+    CHECK_EQ_INT(pthread_create(&threads[t], NULL, worker_main, &workers[t]), 0);
+  }
+  int failures = 0;
+  for (int t = 0; t < THREADS; ++t) {
+    CHECK_EQ_INT(pthread_join(threads[t], NULL), 0);
+    if (workers[t].failures) printf("  %s\n", workers[t].first_failure);
+    failures += workers[t].failures;
+  }
+  CHECK_EQ_INT(failures, 0);
+  tj_kernel_free(k);
+}

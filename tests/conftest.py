@@ -1,0 +1,74 @@
+"""Shared fixtures for the pytest suites.
+
+Every test session gets one private kernel cache (`TILEJIT_CACHE_DIR` under pytest's
+temporary directory): nothing ever touches `~/.cache/tilejit`, and because the directory
+is shared by the whole session, each distinct kernel (and the wrapper) compiles once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# Running pytest from anywhere must test this checkout, not some other installed tilejit.
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+# Variables that change what tilejit compiles or where it caches; a developer's shell
+# settings must not leak into the tests.
+_TILEJIT_ENV = (
+    "TILEJIT_CACHE_DIR",
+    "TILEJIT_DISABLE_CACHE",
+    "TILEJIT_CC",
+    "TILEJIT_COMPILE_FLAGS",
+    "TILEJIT_TARGET",
+    "TILEJIT_EXECUTION_BACKEND",
+    "TILEJIT_VERBOSE",
+)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tilejit_cache_dir(tmp_path_factory) -> Path:
+    """The session's kernel cache; the tilejit environment is cleared around it."""
+    saved = {name: os.environ.pop(name) for name in _TILEJIT_ENV if name in os.environ}
+    root = tmp_path_factory.mktemp("tilejit-cache")
+    os.environ["TILEJIT_CACHE_DIR"] = str(root)
+    try:
+        yield root
+    finally:
+        for name in _TILEJIT_ENV:
+            os.environ.pop(name, None)
+        os.environ.update(saved)
+
+
+@pytest.fixture(scope="session")
+def build(tilejit_cache_dir):
+    """``build(name, params, source, out_idx=None, **compile_options)`` -> JITKernel.
+
+    >>> k = build("vec_add", [T.Buffer((n,), "float32", name="A")], SRC, out_idx=-1)
+    """
+    import tilejit
+
+    def make(name, params, source, out_idx=None, **options):
+        program = tilejit.Program(name=name, params=params, source=source)
+        return tilejit.compile(program, out_idx=out_idx, **options)
+
+    return make
+
+
+def subprocess_env(**overrides: str) -> dict[str, str]:
+    """The environment for a child Python that must import this checkout's tilejit."""
+    paths = [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    env.update(overrides)
+    return env
+
+
+@pytest.fixture(scope="session")
+def child_env():
+    """``child_env(**overrides)``: see `subprocess_env`."""
+    return subprocess_env

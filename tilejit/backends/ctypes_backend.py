@@ -1,0 +1,329 @@
+"""The ``ctypes`` backend: pure-Python marshalling into the core's shared library.
+
+It needs no compiled wrapper (only the core, built with the C compiler), so it works
+where Cython is unavailable; ``execution_backend="auto"`` falls back to it. It walks the
+same steps as the Cython wrapper — import, ``tj_call_bind``, outputs, ``tj_call_launch``,
+release — and the core produces every validation message, so results, exception types
+and messages are the same.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from ctypes import (
+    POINTER,
+    Structure,
+    Union,
+    byref,
+    c_char_p,
+    c_double,
+    c_int,
+    c_int32,
+    c_int64,
+    c_uint8,
+    c_uint16,
+    c_uint32,
+    c_uint64,
+    c_void_p,
+)
+
+MAX_PARAMS, MAX_SYMBOLS, MAX_NDIM, MAX_OUTPUTS = 64, 64, 16, 16  # tilejit.h TJ_MAX_*
+ARG_NONE, ARG_TENSOR, ARG_INT, ARG_BOOL, ARG_FLOAT, ARG_OTHER = 0, 1, 2, 3, 4, 6
+ARG_OUT_OF_RANGE = 2
+BUF_OUTPUT = 4
+OWNER_NONE = 0
+EPYERR = -5
+_EXCEPTIONS = {-1: TypeError, -2: ValueError, -3: RuntimeError, -4: MemoryError}
+
+
+# ---- Mirrors of core/include/tilejit/dlpack_abi.h and tilejit.h ---------------------------
+
+class DLDevice(Structure):
+    _fields_ = [("device_type", c_int32), ("device_id", c_int32)]
+
+
+class DLDataType(Structure):
+    _fields_ = [("code", c_uint8), ("bits", c_uint8), ("lanes", c_uint16)]
+
+
+class DLTensor(Structure):
+    _fields_ = [("data", c_void_p), ("device", DLDevice), ("ndim", c_int32),
+                ("dtype", DLDataType), ("shape", POINTER(c_int64)),
+                ("strides", POINTER(c_int64)), ("byte_offset", c_uint64)]
+
+
+class _Value(Union):
+    _fields_ = [("i", c_int64), ("f", c_double), ("p", c_void_p)]
+
+
+class TjArg(Structure):
+    _fields_ = [("kind", c_int32), ("flags", c_uint32), ("tensor", DLTensor), ("value", _Value),
+                ("type_name", c_char_p), ("owner_kind", c_int32), ("owner", c_void_p)]
+
+
+class TjFrame(Structure):
+    _fields_ = [("kernel", c_void_p), ("params", c_void_p * MAX_PARAMS),
+                ("symbols", c_int64 * MAX_SYMBOLS), ("device", DLDevice),
+                ("has_device", c_int32), ("first_tensor", c_int32),
+                ("out_ndim", c_int32 * MAX_OUTPUTS),
+                ("out_shape", (c_int64 * MAX_NDIM) * MAX_OUTPUTS),
+                ("out_dtype", DLDataType * MAX_OUTPUTS), ("stream", c_void_p)]
+
+
+_lock = threading.Lock()
+_core = None
+
+
+def core_library() -> ctypes.CDLL:
+    """The core as a shared library (built and cached on first use), with prototypes set."""
+    global _core
+    with _lock:
+        if _core is None:
+            try:
+                from .._build_tools import build_core_library
+            except ImportError:  # a source checkout on sys.path, not installed
+                from build_tools import build_core_library
+            lib = ctypes.CDLL(str(build_core_library()))
+            argp = POINTER(TjArg)
+            protos = {
+                "tj_last_error": (c_char_p, []),
+                "tj_kernel_create": (c_int, [c_char_p, c_int32, c_int32, POINTER(c_void_p)]),
+                "tj_kernel_free": (None, [c_void_p]),
+                "tj_kernel_add_symbol": (c_int, [c_void_p, c_char_p, c_int64]),
+                "tj_kernel_add_expr": (c_int, [c_void_p, POINTER(c_int64), c_int32, c_char_p,
+                                               POINTER(c_int32)]),
+                "tj_kernel_set_buffer": (c_int, [c_void_p, c_int32, c_char_p, DLDataType, c_int32,
+                                                 POINTER(c_int32), POINTER(c_int32), c_int64,
+                                                 c_uint32]),
+                "tj_kernel_set_scalar": (c_int, [c_void_p, c_int32, c_char_p, DLDataType]),
+                "tj_kernel_set_pointer": (c_int, [c_void_p, c_int32, c_char_p, DLDataType,
+                                                  c_int64, c_uint32]),
+                "tj_kernel_finalize": (c_int, [c_void_p]),
+                "tj_kernel_load": (c_int, [c_void_p, c_char_p, c_char_p]),
+                "tj_kernel_num_outputs": (c_int32, [c_void_p]),
+                "tj_arg_from_versioned": (c_int, [argp, c_void_p, c_char_p]),
+                "tj_arg_from_legacy": (None, [argp, c_void_p]),
+                "tj_arg_release": (None, [argp]),
+                "tj_call_bind": (c_int, [c_void_p, argp, c_int32, POINTER(TjFrame)]),
+                "tj_call_set_output": (c_int, [POINTER(TjFrame), c_int32, argp]),
+                "tj_call_launch": (c_int, [POINTER(TjFrame)]),
+            }
+            for name, (restype, argtypes) in protos.items():
+                fn = getattr(lib, name)
+                fn.restype, fn.argtypes = restype, argtypes
+            _core = lib
+    return _core
+
+
+def _check(rc: int) -> None:
+    if rc:
+        message = _core.tj_last_error().decode("utf-8", "replace")
+        raise _EXCEPTIONS.get(rc, RuntimeError)(message)
+
+
+# The capsule C API, with the GIL held (PyDLL), on a private handle so the global
+# ctypes.pythonapi prototypes stay untouched.
+_py = ctypes.PyDLL(None)
+_capsule_valid = _py.PyCapsule_IsValid
+_capsule_valid.restype, _capsule_valid.argtypes = c_int, [ctypes.py_object, c_char_p]
+_capsule_pointer = _py.PyCapsule_GetPointer
+_capsule_pointer.restype, _capsule_pointer.argtypes = c_void_p, [ctypes.py_object, c_char_p]
+_capsule_rename = _py.PyCapsule_SetName
+_capsule_rename.restype, _capsule_rename.argtypes = c_int, [ctypes.py_object, c_char_p]
+# PyCapsule_SetName keeps the pointer: these bytes objects live as long as the module.
+_VERSIONED, _USED_VERSIONED = b"dltensor_versioned", b"used_dltensor_versioned"
+_LEGACY, _USED_LEGACY = b"dltensor", b"used_dltensor"
+_MAX_VERSION = (1, 3)
+_TP_NAME_OFFSET = 3 * ctypes.sizeof(c_void_p)
+
+
+# ---- The DLPack C exchange API, called with the GIL held ------------------------------
+
+_from_py = ctypes.PYFUNCTYPE(c_int, ctypes.py_object, POINTER(DLTensor))
+
+
+class DLPackExchangeAPI(Structure):
+    _fields_ = [("major", c_uint32), ("minor", c_uint32), ("prev_api", c_void_p),
+                ("managed_tensor_allocator", c_void_p),
+                ("managed_tensor_from_py_object_no_sync", c_void_p),
+                ("managed_tensor_to_py_object_no_sync", c_void_p),
+                ("dltensor_from_py_object_no_sync", c_void_p),
+                ("current_work_stream", c_void_p)]
+
+
+_exchange: dict = {}  # type -> callable filling a DLTensor, or None (keeps the type alive)
+
+
+def _exchange_fill(cls):
+    """The type's ``dltensor_from_py_object_no_sync`` as a ctypes callable, or None; read
+    once per type. Only the non-owning view is used here, as the Cython wrapper does when
+    a producer offers it; producers without it take the standard protocol."""
+    try:
+        return _exchange[cls]
+    except KeyError:
+        pass
+    fill = None
+    owner = getattr(cls, "__dlpack_c_exchange_api__", None)
+    address = None
+    if owner is not None and _capsule_valid(owner, b"dlpack_exchange_api"):
+        address = _capsule_pointer(owner, b"dlpack_exchange_api")
+    elif isinstance(getattr(cls, "__c_dlpack_exchange_api__", None), int):
+        address = cls.__c_dlpack_exchange_api__
+    while address:
+        api = DLPackExchangeAPI.from_address(address)
+        if api.major == 1:
+            if api.dltensor_from_py_object_no_sync:
+                fill = _from_py(api.dltensor_from_py_object_no_sync)
+            break
+        address = api.prev_api
+    _exchange[cls] = (fill, owner)
+    return fill, owner
+
+
+def _import_dlpack(obj, arg: TjArg, what: bytes) -> None:
+    """The standard protocol, exactly as the Cython wrapper's ``_import_dlpack``."""
+    try:
+        capsule = obj.__dlpack__(max_version=_MAX_VERSION)
+    except TypeError:
+        capsule = obj.__dlpack__()
+    if _capsule_valid(capsule, _VERSIONED):
+        ptr = _capsule_pointer(capsule, _VERSIONED)
+        _capsule_rename(capsule, _USED_VERSIONED)
+        _check(_core.tj_arg_from_versioned(byref(arg), ptr, what))
+    elif _capsule_valid(capsule, _LEGACY):
+        ptr = _capsule_pointer(capsule, _LEGACY)
+        _capsule_rename(capsule, _USED_LEGACY)
+        _core.tj_arg_from_legacy(byref(arg), ptr)
+    else:
+        raise TypeError(f"{what.decode()}: __dlpack__ returned {capsule!r}, not a DLPack capsule")
+
+
+def _convert(obj, arg: TjArg, what: bytes, exchange: bool) -> None:
+    """Classifies one argument, in the same order as the Cython wrapper's ``_convert``."""
+    if obj is None:
+        return
+    cls = type(obj)
+    if cls is bool:
+        arg.kind, arg.value.i = ARG_BOOL, int(obj)
+    elif isinstance(obj, int):
+        arg.kind = ARG_INT
+        if -(1 << 63) <= obj < (1 << 63):
+            arg.value.i = obj
+        else:
+            arg.flags |= ARG_OUT_OF_RANGE
+            arg.value.i = -1 if obj < 0 else (1 << 63) - 1
+    elif isinstance(obj, float):
+        arg.kind, arg.value.f = ARG_FLOAT, obj
+    elif exchange and _exchange_fill(cls)[0] is not None:
+        try:
+            _exchange[cls][0](obj, byref(arg.tensor))  # raises what the producer set
+        except (TypeError, ValueError, RuntimeError, BufferError) as exc:
+            raise type(exc)(f"{what.decode()}: cannot import the tensor through DLPack: {exc}") \
+                from exc
+        arg.kind = ARG_TENSOR
+    elif hasattr(cls, "__dlpack__"):
+        try:
+            _import_dlpack(obj, arg, what)
+        except (TypeError, ValueError, RuntimeError, BufferError) as exc:
+            raise type(exc)(f"{what.decode()}: cannot import the tensor through DLPack: {exc}") \
+                from exc
+    elif cls.__name__ in ("bool", "bool_"):
+        arg.kind, arg.value.i = ARG_BOOL, 1 if obj else 0
+    elif hasattr(cls, "__index__"):
+        _convert(obj.__index__(), arg, what, exchange)
+    elif hasattr(cls, "__float__") and not hasattr(cls, "__len__"):
+        arg.kind, arg.value.f = ARG_FLOAT, float(obj)
+    else:
+        arg.kind = ARG_OTHER
+        # The type's own tp_name, as the Cython wrapper reports it: PyTypeObject starts
+        # with the object header (refcount, type, size), then the tp_name pointer.
+        arg.type_name = c_char_p.from_address(id(cls) + _TP_NAME_OFFSET)
+
+
+class CtypesKernel:
+    """Mixin giving ``JITKernel`` a ctypes ``__call__`` (see ``tilejit.backends``)."""
+
+    _handle = None
+
+    def _bind(self, spec, library, entry, allocate, exchange_api, out_order):
+        core = core_library()
+        name, target, symbols, exprs, params = spec
+        handle = c_void_p()
+        _check(core.tj_kernel_create(name.encode(), len(params), target, byref(handle)))
+        self._handle = handle
+        for sym_name, divisibility in symbols:
+            _check(core.tj_kernel_add_symbol(handle, sym_name.encode(), divisibility))
+        expr_id = c_int32()
+        for code, text in exprs:
+            buf = (c_int64 * len(code))(*code)
+            _check(core.tj_kernel_add_expr(handle, buf, len(code) // 2, text.encode(),
+                                           byref(expr_id)))
+        labels, out_labels = [], []
+        for index, (kind, pname, dtype_t, shape_ids, stride_ids, align, flags) in \
+                enumerate(params):
+            dtype = DLDataType(*dtype_t)
+            bname = pname.encode()
+            if kind == 2:
+                _check(core.tj_kernel_set_scalar(handle, index, bname, dtype))
+            elif kind == 3:
+                _check(core.tj_kernel_set_pointer(handle, index, bname, dtype, align, flags))
+            else:
+                shape = (c_int32 * max(len(shape_ids), 1))(*shape_ids)
+                strides = None if stride_ids is None else (c_int32 * max(len(stride_ids), 1))(
+                    *stride_ids)
+                _check(core.tj_kernel_set_buffer(handle, index, bname, dtype, len(shape_ids),
+                                                 shape, strides, align, flags))
+            if flags & BUF_OUTPUT:
+                out_labels.append(pname)
+            else:
+                labels.append(f"{name}: argument {len(labels)} '{pname}'".encode())
+        _check(core.tj_kernel_finalize(handle))
+        _check(core.tj_kernel_load(handle, library.encode(), entry.encode()))
+        self._labels = tuple(labels)
+        self._nargs = len(labels)
+        self._nout = len(out_labels)
+        self._ctypes_allocate = allocate
+        self._out_order = None if out_order == tuple(range(len(out_order))) else out_order
+
+    def __del__(self):
+        if self._handle is not None and _core is not None:
+            _core.tj_kernel_free(self._handle)
+            self._handle = None
+
+    def __call__(self, *args, stream=None):
+        core = _core
+        if stream is not None and stream != 0:
+            raise ValueError(f"{self.name}: stream={stream!r} given to a cpu kernel "
+                             "(cpu kernels take stream=None or 0)")
+        frame = TjFrame()
+        nargs = len(args)
+        if nargs != self._nargs:
+            _check(core.tj_call_bind(self._handle, None, nargs, byref(frame)))
+        argv = (TjArg * max(nargs, 1))()
+        outv = (TjArg * max(self._nout, 1))()
+        try:
+            for i, obj in enumerate(args):
+                _convert(obj, argv[i], self._labels[i], True)
+            _check(core.tj_call_bind(self._handle, argv, nargs, byref(frame)))
+            like = args[frame.first_tensor] if frame.first_tensor >= 0 else None
+            outputs = []
+            for i in range(self._nout):
+                shape = tuple(frame.out_shape[i][:frame.out_ndim[i]])
+                out = self._ctypes_allocate(like, shape, i)
+                _import_dlpack(out, outv[i], b"output")
+                _check(core.tj_call_set_output(byref(frame), i, byref(outv[i])))
+                outputs.append(out)
+            _check(core.tj_call_launch(byref(frame)))  # ctypes releases the GIL here
+        finally:
+            for i in range(nargs):
+                core.tj_arg_release(byref(argv[i]))
+            for i in range(self._nout):
+                core.tj_arg_release(byref(outv[i]))
+        if self._nout == 0:
+            return None
+        if self._nout == 1:
+            return outputs[0]
+        if self._out_order is not None:
+            return [outputs[j] for j in self._out_order]
+        return outputs
