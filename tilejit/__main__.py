@@ -1,4 +1,4 @@
-"""``python -m tilejit {build,demo,version}``."""
+"""``python -m tilejit {build,demo,bench,version}``."""
 
 from __future__ import annotations
 
@@ -21,6 +21,13 @@ def main(argv=None) -> int:
                                          "interpreter ahead of time")
     build.add_argument("--force", action="store_true", help="rebuild even if cached")
     sub.add_parser("demo", help="compile and run the demo kernels on torch tensors")
+    bench = sub.add_parser("bench", help="time the host overhead per call against the peers "
+                                         "(SPEC section 6) and print a markdown table")
+    bench.add_argument("--calls", type=int, default=100_000, help="calls per timed repeat")
+    bench.add_argument("--repeats", type=int, default=11, help="timed repeats per row")
+    bench.add_argument("--out", help="also write the table to this file")
+    bench.add_argument("--quick", action="store_true",
+                       help="skip peers that take long to build (the pybind11 extension)")
     sub.add_parser("version", help="print the version")
     args = parser.parse_args(argv)
 
@@ -29,6 +36,10 @@ def main(argv=None) -> int:
         print(f"wrapper: {tools.build_wrapper(force=args.force, verbose=True)}")
         print(f"core:    {tools.build_core_library(force=args.force)}")
         return 0
+    if args.command == "bench":
+        from .bench import main as bench
+
+        return bench(args)
     if args.command == "demo":
         from .demo import run
 

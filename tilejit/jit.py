@@ -56,6 +56,11 @@ def compile(program: Program, out_idx=None, target=None, execution_backend=None,
         raise NotImplementedError(f"{program.name}: target {target!r} is not available yet; "
                                   "only 'cpu' is")
     source = host_source(program, sig)
+    # Hidden visibility binds the kernel's functions inside its own library: exported, a
+    # kernel named like an already loaded function (`write`, `exp`, a BLAS routine) would
+    # be interposed by that one. The glue exports the packed entry explicitly. In `flags`,
+    # so it is part of the cache key, and first, so the user's flags can still override it.
+    flags = ["-fvisibility=hidden", *flags]
     cc = _compiler.find_cc()
     key = _cache.artifact_key(source=source, target=target, flags=flags, compiler=cc,
                               compiler_identity=_compiler.compiler_identity(cc),
@@ -87,7 +92,10 @@ class JITFunction:
         self._options = {"out_idx": out_idx, "target": target,
                          "execution_backend": execution_backend,
                          "compile_flags": compile_flags, "verbose": verbose}
-        self._kernels: dict = {}
+        self._kernels: dict = {}  # canonical key -> kernel
+        # Exact call (args, kwargs items) -> kernel. A dict of its own: a raw key must never
+        # meet a canonical one (`f(("block", 128))` is not `f(block=128)`).
+        self._calls: dict = {}
         self._lock = threading.Lock()
         functools.update_wrapper(self, func)
 
@@ -106,9 +114,9 @@ class JITFunction:
 
     def __call__(self, *args, **kwargs) -> JITKernel:
         # Fast path: the exact call seen before (hit costs one dict lookup).
-        raw = (args, tuple(kwargs.items())) if kwargs else args
+        raw = (args, tuple(kwargs.items()))
         try:
-            return self._kernels[raw]
+            return self._calls[raw]
         except KeyError:
             pass
         except TypeError:
@@ -121,7 +129,7 @@ class JITFunction:
                 kernel = compile(program, **self._options)
                 self._kernels[key] = kernel
             try:
-                self._kernels[raw] = kernel
+                self._calls[raw] = kernel
             except TypeError:
                 pass
         return kernel

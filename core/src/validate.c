@@ -15,6 +15,10 @@ typedef struct {
   int32_t device_param;             /* parameter that set frame->device, -1 if none */
 } binder;
 
+/* bound_by value while checking an output: tj_call_bind bound every symbol,
+ * and the frame does not record which input did. */
+#define BOUND_BY_INPUTS (-2)
+
 #define LABEL(b, i, buf) tj__param_label((b)->k, (i), (buf), (int32_t)sizeof(buf))
 
 static int fail(binder *b, int code, int32_t index, const char *what) {
@@ -88,10 +92,10 @@ static int check_direct(binder *b, int32_t index, const char *what, int32_t d, i
   }
   int32_t s = e->sym;
   if (s < 0) return TJ_OK;
-  if (b->bound_by[s] >= 0) {
+  if (b->bound_by[s] != -1) {
     if (actual == b->frame->symbols[s]) return TJ_OK;
-    char other[160];
-    LABEL(b, b->bound_by[s], other);
+    char other[160] = "the inputs";
+    if (b->bound_by[s] >= 0) LABEL(b, b->bound_by[s], other);
     snprintf(msg, sizeof(msg), "expected %s[%d] == %s (= %lld, bound by %s), got %lld", what, d,
              k->symbol_names[s], (long long)b->frame->symbols[s], other, (long long)actual);
     return fail(b, TJ_EVALUE, index, msg);
@@ -189,7 +193,7 @@ static int check_buffer(binder *b, int32_t index, const tj_arg *arg) {
       int32_t id = p->strides[d];
       const tj__expr *e = &k->exprs[id];
       if (empty || t->shape[d] == 1) {
-        if (e->sym >= 0 && b->bound_by[e->sym] < 0) {
+        if (e->sym >= 0 && b->bound_by[e->sym] == -1) {
           b->frame->symbols[e->sym] = strides[d];
           b->bound_by[e->sym] = index;
         }
@@ -408,7 +412,7 @@ int tj_call_set_output(tj_frame *frame, int32_t i, tj_arg *arg) {
   binder b;
   binder_init(&b, k, frame);
   /* Every symbol is bound: checks against them, never rebinding. */
-  for (int32_t s = 0; s < k->nsymbols; ++s) b.bound_by[s] = index;
+  for (int32_t s = 0; s < k->nsymbols; ++s) b.bound_by[s] = BOUND_BY_INPUTS;
   if (frame->has_device) b.device_param = frame->first_tensor >= 0 ? index : -1;
   if (arg->kind != TJ_ARG_TENSOR)
     return fail(&b, TJ_ETYPE, index, "the allocator did not return a tensor");
@@ -421,14 +425,19 @@ int tj_call_set_output(tj_frame *frame, int32_t i, tj_arg *arg) {
     return fail(&b, TJ_ERUNTIME, index, msg);
   }
   b.device_param = -1;
-  tj_frame saved = *frame;
+  DLDevice saved_device = frame->device;
+  int32_t saved_has_device = frame->has_device;
   int rc = check_buffer(&b, index, arg);
   if (!rc && p->has_complex) rc = check_complex(&b, index, arg);
-  /* check_device records the device of the first tensor; an output must not
-   * change what the inputs established. */
-  frame->device = saved.device;
-  frame->has_device = saved.has_device || frame->has_device;
-  if (rc) return rc;
+  /* check_device records the device of the tensor it checks. If the inputs
+   * established one, the check above made this output's equal to it; if none
+   * did (only outputs are tensors), a valid output establishes it. A failed
+   * output leaves the frame as it was. */
+  if (rc) {
+    frame->device = saved_device;
+    frame->has_device = saved_has_device;
+    return rc;
+  }
   frame->params[index] = arg;
   return TJ_OK;
 }

@@ -171,11 +171,21 @@ TEST(names_device) {
     int32_t type;
     const char *name;
   } devices[] = {
-      {kDLCPU, "cpu"},           {kDLCUDA, "cuda"},           {kDLCUDAHost, "cuda_host"},
-      {kDLOpenCL, "opencl"},     {kDLVulkan, "vulkan"},       {kDLMetal, "metal"},
-      {kDLVPI, "vpi"},           {kDLROCM, "rocm"},           {kDLROCMHost, "rocm_host"},
-      {kDLExtDev, "ext_dev"},    {kDLCUDAManaged, "cuda_managed"}, {kDLOneAPI, "oneapi"},
-      {kDLWebGPU, "webgpu"},     {kDLHexagon, "hexagon"},     {kDLMAIA, "maia"},
+      {kDLCPU, "cpu"},
+      {kDLCUDA, "cuda"},
+      {kDLCUDAHost, "cuda_host"},
+      {kDLOpenCL, "opencl"},
+      {kDLVulkan, "vulkan"},
+      {kDLMetal, "metal"},
+      {kDLVPI, "vpi"},
+      {kDLROCM, "rocm"},
+      {kDLROCMHost, "rocm_host"},
+      {kDLExtDev, "ext_dev"},
+      {kDLCUDAManaged, "cuda_managed"},
+      {kDLOneAPI, "oneapi"},
+      {kDLWebGPU, "webgpu"},
+      {kDLHexagon, "hexagon"},
+      {kDLMAIA, "maia"},
       {kDLTrn, "trn"},
   };
   for (size_t i = 0; i < sizeof(devices) / sizeof(devices[0]); ++i)

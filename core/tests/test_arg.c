@@ -36,8 +36,8 @@ static DLTensor sample_tensor(counter *c) {
   return t;
 }
 
-static void init_versioned(DLManagedTensorVersioned *m, counter *c, uint32_t major,
-                           uint32_t minor, uint64_t flags) {
+static void init_versioned(DLManagedTensorVersioned *m, counter *c, uint32_t major, uint32_t minor,
+                           uint64_t flags) {
   memset(m, 0, sizeof(*m));
   m->version.major = major;
   m->version.minor = minor;

@@ -74,7 +74,7 @@ TEST(expr_floor_semantics) {
 TEST(expr_symbols) {
   const int64_t symbols[] = {5, 12};
   /* n * 2 + m // 5 with n = 5, m = 12 */
-  const int64_t code[] = {TJ_OP_SYM, 0, TJ_OP_CONST, 2, TJ_OP_MUL, 0, TJ_OP_SYM, 1,
+  const int64_t code[] = {TJ_OP_SYM,   0, TJ_OP_CONST,    2, TJ_OP_MUL, 0, TJ_OP_SYM, 1,
                           TJ_OP_CONST, 5, TJ_OP_FLOORDIV, 0, TJ_OP_ADD, 0};
   int64_t out = 0;
   CHECK_OK(tj_expr_eval(code, 7, symbols, &out));

@@ -274,8 +274,8 @@ typedef struct {
 
 static void worker_fail(worker *w, int iteration, const char *what) {
   if (w->failures++ == 0)
-    snprintf(w->first_failure, sizeof(w->first_failure), "thread %d, iteration %d: %s (%s)",
-             w->id, iteration, what, tj_last_error());
+    snprintf(w->first_failure, sizeof(w->first_failure), "thread %d, iteration %d: %s (%s)", w->id,
+             iteration, what, tj_last_error());
 }
 
 /* Binds, sets the output and launches with this thread's own frame, args and
@@ -284,7 +284,7 @@ static void worker_fail(worker *w, int iteration, const char *what) {
 static void *worker_main(void *opaque) {
   worker *w = opaque;
   float a[MAX_N], b[MAX_N], c[MAX_N];
-  char want[128];
+  char want[64], want_got[64];
   for (int it = 0; it < ITERATIONS; ++it) {
     int64_t n = 1 + (it * 7 + w->id) % MAX_N;
     for (int64_t i = 0; i < n; ++i) {
@@ -307,11 +307,11 @@ static void *worker_main(void *opaque) {
       tjt_tensor tbad;
       tjt_tensor_init(&tbad, b, TJT_F32, 1, &bad, NULL);
       tj_arg_from_dltensor(&args[1], &tbad.t, 0);
-      snprintf(want, sizeof(want), "(= %lld, bound by argument 0 'A'), got %lld", (long long)n,
-               (long long)bad);
+      snprintf(want, sizeof(want), "(= %lld,", (long long)n);
+      snprintf(want_got, sizeof(want_got), "got %lld", (long long)bad);
       if (tj_call_bind(w->kernel, args, 2, &f) != TJ_EVALUE)
         worker_fail(w, it, "bad bind did not fail");
-      else if (strstr(tj_last_error(), want) == NULL)
+      else if (strstr(tj_last_error(), want) == NULL || strstr(tj_last_error(), want_got) == NULL)
         worker_fail(w, it, "error message of another thread");
       tj_arg_from_dltensor(&args[1], &tb.t, 0);
     }

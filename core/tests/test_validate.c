@@ -9,8 +9,8 @@
 #include "builders.h"
 
 /* A two-input bind of vec_add(A, B) -> C with C an output. */
-static int bind_ab(tj_kernel *k, tjt_tensor *a, uint32_t a_flags, tjt_tensor *b,
-                   uint32_t b_flags, tj_frame *f) {
+static int bind_ab(tj_kernel *k, tjt_tensor *a, uint32_t a_flags, tjt_tensor *b, uint32_t b_flags,
+                   tj_frame *f) {
   tj_arg args[2];
   tjt_arg_tensor(&args[0], a, a_flags);
   tjt_arg_tensor(&args[1], b, b_flags);
@@ -432,8 +432,8 @@ TEST(validate_wrong_device_type) {
     int32_t type;
     const char *name;
   } foreign[] = {
-      {kDLCUDA, "cuda"},     {kDLROCM, "rocm"},     {kDLOneAPI, "oneapi"},
-      {kDLVulkan, "vulkan"}, {kDLMetal, "metal"},   {kDLCUDAManaged, "cuda_managed"},
+      {kDLCUDA, "cuda"},       {kDLROCM, "rocm"},   {kDLOneAPI, "oneapi"},
+      {kDLVulkan, "vulkan"},   {kDLMetal, "metal"}, {kDLCUDAManaged, "cuda_managed"},
       {99, "device_type(99)"},
   };
   tjt_tensor a, b;
@@ -698,8 +698,7 @@ static tj_kernel *scalar_kernel(void) {
   return k;
 }
 
-static int bind_ints(tj_kernel *k, int64_t s, int64_t u, int64_t i, int64_t w,
-                     uint32_t w_flags) {
+static int bind_ints(tj_kernel *k, int64_t s, int64_t u, int64_t i, int64_t w, uint32_t w_flags) {
   static tjt_tensor a;
   tjt_tensor_1d(&a, tjt_data, TJT_F32, 4);
   tj_arg args[5];
@@ -996,6 +995,8 @@ TEST(validate_set_output) {
   CHECK_ERROR_STARTS_WITH("vec_add: output 'C': ");
   CHECK_ERROR_CONTAINS("shape[0] == n (= 8");
   CHECK_ERROR_CONTAINS("got 7");
+  /* The inputs bound n; the output must not be named as binding it. */
+  CHECK(strstr(tj_last_error(), "bound by output") == NULL);
 
   tjt_tensor_1d(&c, tjt_data, TJT_F64, 8);
   tjt_arg_tensor(&out, &c, 0);
@@ -1052,6 +1053,44 @@ TEST(validate_set_output) {
   tj_arg out2;
   tjt_arg_tensor(&out2, &o, 0);
   CHECK_OK(tj_call_set_output(&f, 1, &out2));
+  tj_kernel_free(k);
+}
+
+TEST(validate_output_only_tensor) {
+  /* fill(x: float32, O: (4,) output) on CUDA: no input carries a device, so
+   * the output's establishes the frame's (where the launch happens). */
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("fill", 2, TJ_TARGET_CUDA, &k));
+  CHECK_OK(tj_kernel_set_scalar(k, 0, "x", TJT_F32));
+  int32_t four = tjt_const(k, 4);
+  tjt_buffer(k, 1, "O", TJT_F32, 1, &four, NULL, 0, TJ_BUF_OUTPUT);
+  CHECK_OK(tj_kernel_finalize(k));
+  tj_arg x;
+  tj_arg_init(&x);
+  x.kind = TJ_ARG_FLOAT;
+  x.value.f = 1.0;
+  tj_frame f;
+  CHECK_OK(tj_call_bind(k, &x, 1, &f));
+  CHECK_EQ_INT(f.has_device, 0);
+  CHECK_EQ_INT(f.out_shape[0][0], 4);
+
+  tjt_tensor o;
+  tj_arg out;
+  /* A failed output leaves no device behind... */
+  tjt_tensor_1d(&o, tjt_data, TJT_F32, 5);
+  set_device(&o, kDLCUDA, 1);
+  tjt_arg_tensor(&out, &o, 0);
+  CHECK_STATUS(tj_call_set_output(&f, 0, &out), TJ_EVALUE);
+  CHECK_ERROR_STARTS_WITH("fill: output 'O': ");
+  CHECK_EQ_INT(f.has_device, 0);
+  /* ...a good one records its own. */
+  tjt_tensor_1d(&o, tjt_data, TJT_F32, 4);
+  set_device(&o, kDLCUDA, 1);
+  tjt_arg_tensor(&out, &o, 0);
+  CHECK_OK(tj_call_set_output(&f, 0, &out));
+  CHECK_EQ_INT(f.has_device, 1);
+  CHECK_EQ_INT(f.device.device_type, kDLCUDA);
+  CHECK_EQ_INT(f.device.device_id, 1);
   tj_kernel_free(k);
 }
 

@@ -1,0 +1,69 @@
+"""Smoke test of ``python -m tilejit bench``: it runs and reports every row.
+
+Benchmarks are not tests: no number is asserted, only that the command exits 0 and that
+the rows tilejit is responsible for were timed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Row name prefixes, and whether the row must carry a time (the others may say why not:
+# a peer not installed, a backend not available yet, a build skipped by --quick).
+EXPECTED_ROWS = {
+    "tilejit cython": True,
+    "tilejit dlpack": True,
+    "tilejit ctypes": False,
+    "apache-tvm-ffi": False,
+    "TileLang-style ctypes: c_void_p": True,
+    "torch cpp_extension.load_inline": False,
+    "floor: C extension, exchange API only": True,
+    "tilejit cython (out_idx)": True,
+    "tilejit dlpack (out_idx)": True,
+    "tilejit ctypes (out_idx)": False,
+    "TileLang-style ctypes: torch.empty": True,
+    "torch.empty((16,), dtype=torch.float32) alone": True,
+    "reference: torch.empty alone + tilejit cython (A)": True,
+}
+
+
+def _table_rows(report: str) -> dict[str, list[str]]:
+    rows = {}
+    for line in report.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 6 and cells[0] != "implementation":
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_bench_quick_runs_and_reports_every_row(tmp_path):
+    out = tmp_path / "bench.md"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done = subprocess.run(
+        [sys.executable, "-m", "tilejit", "bench", "--quick", "--calls", "2000",
+         "--repeats", "1", "--out", str(out)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = out.read_text()
+    assert report in done.stdout
+    assert "machine:" in report and "torch" in report
+
+    rows = _table_rows(report)
+    for prefix, must_be_timed in EXPECTED_ROWS.items():
+        matches = [name for name in rows if name.startswith(prefix)]
+        assert matches, f"no row {prefix!r} in\n{report}"
+        median = rows[min(matches, key=len)][0]
+        if must_be_timed:
+            assert median != "—", f"row {prefix!r} was not timed:\n{report}"
+    pybind = next(cells for name, cells in rows.items() if name.startswith("torch cpp_ext"))
+    assert "skipped (--quick)" in pybind[-1]

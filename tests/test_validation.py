@@ -1,0 +1,573 @@
+"""Argument validation (SPEC section 2, "Validation"): every row of the table with its exact
+exception type, messages naming the kernel, the argument and what was expected, the edge
+rules, and DLPack producers on other devices built by hand with ctypes."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+
+import numpy as np
+import pytest
+import torch
+
+from tilejit import T
+
+VEC_ADD = """
+void vec_add(const float *A, const float *B, float *C, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) C[i] = A[i] + B[i];
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def vec_add(build):
+    n = T.symbol("n")
+    return build("vec_add", [T.Buffer((n,), "float32", name="A", const=True),
+                             T.Buffer((n,), "float32", name="B", const=True),
+                             T.Buffer((n,), "float32", name="C")], VEC_ADD, out_idx=-1)
+
+
+@pytest.fixture(scope="module")
+def vec_add_inplace(build):
+    """vec_add with C passed by the caller (no outputs), C not const."""
+    n = T.symbol("n")
+    return build("vec_add", [T.Buffer((n,), "float32", name="A", const=True),
+                             T.Buffer((n,), "float32", name="B", const=True),
+                             T.Buffer((n,), "float32", name="C")], VEC_ADD)
+
+
+ROW_SUM = """
+void row_sum(const float *A, float *O, int64_t n, int64_t m) {
+  for (int64_t i = 0; i < n; ++i) {
+    O[i] = 0;
+    for (int64_t j = 0; j < m; ++j) O[i] += A[i * m + j];
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def row_sum(build):
+    """Compact (n, m) input."""
+    n, m = T.symbol("n"), T.symbol("m")
+    return build("row_sum", [T.Buffer((n, m), "float32", name="A", const=True),
+                             T.Buffer((n,), "float32", name="O")], ROW_SUM, out_idx=-1)
+
+
+STRIDED_SUM = """
+void strided_sum(const float *A, float *O, int64_t n, int64_t m, int64_t s0) {
+  for (int64_t i = 0; i < n; ++i) {
+    O[i] = 0;
+    for (int64_t j = 0; j < m; ++j) O[i] += A[i * s0 + j];
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def strided_sum(build):
+    """(n, m) input with a symbolic row stride and unit column stride."""
+    n, m, s0 = T.symbol("n"), T.symbol("m"), T.symbol("s0")
+    return build("strided_sum", [T.Buffer((n, m), "float32", strides=(s0, 1), name="A",
+                                          const=True),
+                                 T.Buffer((n,), "float32", name="O")], STRIDED_SUM, out_idx=-1)
+
+
+FULLY_STRIDED = """
+void gather2d(const float *A, float *O, int64_t n, int64_t m, int64_t s0, int64_t s1) {
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < m; ++j) O[i * m + j] = A[i * s0 + j * s1];
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def gather2d(build):
+    """Copies any (n, m) strided input into a compact output."""
+    n, m, s0, s1 = (T.symbol(x) for x in ("n", "m", "s0", "s1"))
+    return build("gather2d", [T.Buffer((n, m), "float32", strides=(s0, s1), name="A",
+                                       const=True),
+                              T.Buffer((n, m), "float32", name="O")], FULLY_STRIDED, out_idx=-1)
+
+
+FIRST = """
+void first(const float *A, float *O, int64_t n) { O[0] = n > 0 ? A[0] : -1.0f; O[1] = n; }
+"""
+
+
+@pytest.fixture(scope="module")
+def first(build):
+    n = T.symbol("n")
+    return build("first", [T.Buffer((n,), "float32", name="A", const=True),
+                           T.Buffer((2,), "float32", name="O")], FIRST, out_idx=-1)
+
+
+@pytest.fixture(scope="module")
+def first_aligned(build):
+    n = T.symbol("n")
+    return build("first", [T.Buffer((n,), "float32", name="A", const=True, align=16),
+                           T.Buffer((2,), "float32", name="O")], FIRST, out_idx=-1)
+
+
+# --- TypeError rows ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("count", "message"), [
+    (0, "vec_add: expected 2 arguments (A, B), got 0"),
+    (1, "vec_add: expected 2 arguments (A, B), got 1"),
+    (3, "vec_add: expected 2 arguments (A, B), got 3"),
+])
+def test_wrong_number_of_arguments(vec_add, count, message):
+    with pytest.raises(TypeError) as info:
+        vec_add(*[torch.rand(4)] * count)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(("value", "found"), [
+    (3, "int"), (2.5, "float"), (True, "bool"), ("x", "str"), ([1.0, 2.0], "list"),
+    ((1.0,), "tuple"), (object(), "object"),
+])
+def test_non_tensor_where_a_tensor_is_expected(vec_add, value, found):
+    with pytest.raises(TypeError) as info:
+        vec_add(torch.rand(2), value)
+    assert str(info.value) == (f"vec_add: argument 1 'B': expected a tensor (an object "
+                               f"supporting DLPack), got {found}")
+
+
+def test_none_for_a_non_optional_tensor(vec_add):
+    with pytest.raises(TypeError) as info:
+        vec_add(None, torch.rand(2))
+    assert str(info.value) == ("vec_add: argument 0 'A': expected a tensor (an object supporting "
+                               "DLPack), got None (the parameter is not optional)")
+
+
+# --- ValueError rows --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("bad", "found"), [
+    (torch.rand(4, dtype=torch.float64), "float64"),
+    (torch.zeros(4, dtype=torch.int32), "int32"),
+    (torch.zeros(4, dtype=torch.bfloat16), "bfloat16"),
+    (np.zeros(4, np.float16), "float16"),
+    (np.zeros(4, np.uint8), "uint8"),
+    (np.zeros(4, np.bool_), "bool"),
+])
+def test_dtype_mismatch(vec_add, bad, found):
+    with pytest.raises(ValueError) as info:
+        vec_add(torch.rand(4), bad)
+    assert str(info.value) == f"vec_add: argument 1 'B': expected dtype float32, got {found}"
+
+
+def test_ndim_mismatch(vec_add):
+    with pytest.raises(ValueError) as info:
+        vec_add(torch.rand(4), torch.rand(2, 2))
+    assert str(info.value) == ("vec_add: argument 1 'B': expected a 1-d tensor, got 2-d with "
+                               "shape (2, 2)")
+    with pytest.raises(ValueError, match=r"^vec_add: argument 0 'A': expected a 1-d tensor, "
+                                         r"got 0-d"):
+        vec_add(np.zeros((), np.float32), torch.rand(1))
+
+
+def test_static_dim_mismatch(build):
+    n = T.symbol("n")
+    k = build("fixed", [T.Buffer((n, 4), "float32", name="A")],
+              "void fixed(float *A, int64_t n) { (void)A; (void)n; }")
+    k(torch.zeros(3, 4))
+    with pytest.raises(ValueError) as info:
+        k(torch.zeros(3, 5))
+    assert str(info.value) == "fixed: argument 0 'A': expected shape[1] == 4, got 5"
+
+
+def test_symbol_conflict_names_both_arguments(vec_add):
+    with pytest.raises(ValueError) as info:
+        vec_add(torch.rand(1024), torch.rand(1000))
+    assert str(info.value) == ("vec_add: argument 1 'B': expected shape[0] == n (= 1024, bound by "
+                               "argument 0 'A'), got 1000")
+    with pytest.raises(ValueError) as info:
+        vec_add(np.zeros(7, np.float32), np.zeros(8, np.float32))
+    assert str(info.value) == ("vec_add: argument 1 'B': expected shape[0] == n (= 7, bound by "
+                               "argument 0 'A'), got 8")
+
+
+@pytest.fixture(scope="module")
+def plus_one(build):
+    n = T.symbol("n")
+    return build("plus_one", [T.Buffer((n,), "float32", name="A", const=True),
+                              T.Buffer((n + 1,), "float32", name="B", const=True),
+                              T.Buffer((n * 2,), "float32", name="C", const=True),
+                              T.Buffer((1,), "float32", name="O")],
+                 "void plus_one(const float *A, const float *B, const float *C, float *O, "
+                 "int64_t n) { O[0] = B[n]; (void)A; (void)C; }", out_idx=-1)
+
+
+def test_expression_in_an_input_shape_checked_after_binding(plus_one):
+    b = torch.arange(5.0)
+    assert plus_one(torch.zeros(4), b, torch.zeros(8)).tolist() == [4.0]
+    with pytest.raises(ValueError) as info:
+        plus_one(torch.zeros(4), torch.zeros(4), torch.zeros(8))
+    assert str(info.value) == "plus_one: argument 1 'B': expected shape[0] == n + 1 (= 5), got 4"
+    with pytest.raises(ValueError) as info:
+        plus_one(torch.zeros(4), torch.zeros(5), torch.zeros(9))
+    assert str(info.value) == "plus_one: argument 2 'C': expected shape[0] == n * 2 (= 8), got 9"
+
+
+@pytest.fixture(scope="module")
+def divisible(build):
+    n = T.symbol("n", divisibility=16)
+    return build("div16", [T.Buffer((n,), "float32", name="A", const=True),
+                           T.Buffer((1,), "float32", name="O")],
+                 "void div16(const float *A, float *O, int64_t n) { O[0] = n; (void)A; }",
+                 out_idx=-1)
+
+
+def test_divisibility(divisible):
+    assert divisible(torch.zeros(32)).tolist() == [32.0]
+    assert divisible(torch.zeros(0)).tolist() == [0.0]
+    with pytest.raises(ValueError) as info:
+        divisible(torch.zeros(17))
+    assert str(info.value) == ("div16: argument 0 'A': shape[0] = 17 binds n, which must be "
+                               "divisible by 16")
+
+
+def _nonc(name):
+    base = torch.arange(24.0).reshape(4, 6)
+    nbase = np.arange(24, dtype=np.float32).reshape(4, 6)
+    return {
+        "torch_t": base.t(),
+        "torch_step": base[:, ::2],
+        "torch_cols": base[:, 1:4],
+        "numpy_step": nbase[:, ::2],
+        "numpy_cols": nbase[:, 2:],
+        "numpy_t": nbase.T,
+        "numpy_rows_step": nbase[::2],
+    }[name]
+
+
+@pytest.mark.parametrize("name", ["torch_t", "torch_step", "torch_cols", "numpy_step",
+                                  "numpy_cols", "numpy_t", "numpy_rows_step"])
+def test_non_compact_rejected_when_compact_declared(row_sum, name):
+    x = _nonc(name)
+    with pytest.raises(ValueError, match=r"^row_sum: argument 0 'A': expected a compact "
+                                         r"row-major tensor \(strides \(\d+, 1\)\), got strides "
+                                         r"\(-?\d+, -?\d+\); declare strides to accept strided "
+                                         r"tensors$"):
+        row_sum(x)
+
+
+def test_non_compact_message_is_exact(row_sum):
+    with pytest.raises(ValueError) as info:
+        row_sum(torch.zeros(4, 6)[:, ::2])
+    assert str(info.value) == ("row_sum: argument 0 'A': expected a compact row-major tensor "
+                               "(strides (3, 1)), got strides (6, 2); declare strides to accept "
+                               "strided tensors")
+
+
+def test_stride_mismatch_with_declared_strides(strided_sum, build):
+    with pytest.raises(ValueError) as info:
+        strided_sum(torch.zeros(4, 6)[:, ::2])
+    assert str(info.value) == "strided_sum: argument 0 'A': expected stride[1] == 1, got 2"
+    k = build("static_stride", [T.Buffer((T.symbol("n"), 4), "float32", strides=(8, 1),
+                                         name="A")],
+              "void static_stride(float *A, int64_t n) { (void)A; (void)n; }")
+    k(torch.zeros(3, 8)[:, :4])
+    with pytest.raises(ValueError) as info:
+        k(torch.zeros(3, 4))
+    assert str(info.value) == "static_stride: argument 0 'A': expected stride[0] == 8, got 4"
+
+
+def test_stride_symbol_shared_by_two_buffers(build):
+    n, s = T.symbol("n"), T.symbol("s")
+    k = build("two_strided", [T.Buffer((n, 2), "float32", strides=(s, 1), name="A"),
+                              T.Buffer((n, 2), "float32", strides=(s, 1), name="B")],
+              "void two_strided(float *A, float *B, int64_t n, int64_t s) "
+              "{ (void)A; (void)B; (void)n; (void)s; }")
+    k(torch.zeros(3, 5)[:, :2], torch.zeros(3, 5)[:, 1:3])
+    with pytest.raises(ValueError) as info:
+        k(torch.zeros(3, 5)[:, :2], torch.zeros(3, 6)[:, :2])
+    assert str(info.value) == ("two_strided: argument 1 'B': expected stride[0] == s (= 5, bound "
+                               "by argument 0 'A'), got 6")
+
+
+def test_misaligned_pointer(first_aligned):
+    base = torch.arange(64.0)
+    assert base.data_ptr() % 16 == 0  # torch aligns its CPU allocations to 64 bytes
+    assert first_aligned(base).tolist() == [0.0, 64.0]
+    assert first_aligned(base[4:]).tolist() == [4.0, 60.0]
+    with pytest.raises(ValueError) as info:
+        first_aligned(base[1:])
+    address = base.data_ptr() + 4
+    assert str(info.value) == (f"first: argument 0 'A': expected the data pointer aligned to 16 "
+                               f"bytes, got address {address:#x} (misaligned by 4)")
+
+
+def test_default_alignment_is_the_element_size(build):
+    n = T.symbol("n")
+    k = build("f32", [T.Buffer((n,), "float32", name="A")],
+              "void f32(float *A, int64_t n) { (void)A; (void)n; }")
+    raw = np.zeros(64, np.uint8)
+    offset = next(i for i in range(1, 4) if (raw.ctypes.data + i) % 4)
+    with pytest.raises(ValueError, match=r"^f32: argument 0 'A': expected the data pointer "
+                                         r"aligned to 4 bytes"):
+        k(raw[offset:offset + 32].view(np.float32))
+
+
+@pytest.mark.parametrize("framework", ["torch", "numpy"])
+def test_byte_offset_is_applied(first, framework):
+    if framework == "torch":
+        x = torch.arange(10.0)
+        views = [(x[3:], 3.0), (x[9:], 9.0), (x.reshape(2, 5)[1], 5.0)]
+    else:
+        x = np.arange(10, dtype=np.float32)
+        views = [(x[7:], 7.0), (x[1:], 1.0), (x.reshape(2, 5)[1], 5.0)]
+    for view, want in views:
+        assert first(view).tolist() == [want, float(len(view))]
+
+
+def test_byte_offset_of_a_two_d_slice(row_sum):
+    x = torch.arange(24.0).reshape(4, 6)
+    torch.testing.assert_close(row_sum(x[2:]), x[2:].sum(1))
+    xn = x.numpy()
+    np.testing.assert_allclose(row_sum(xn[1:3]), xn[1:3].sum(1))
+
+
+def test_read_only_tensor(build, first):
+    ro = np.arange(4, dtype=np.float32)
+    ro.flags.writeable = False
+    # const=True accepts it.
+    assert first(ro).tolist() == [0.0, 4.0]
+    k = build("write", [T.Buffer((T.symbol("n"),), "float32", name="A")],
+              "void write(float *A, int64_t n) { for (int64_t i = 0; i < n; ++i) A[i] = 9; }")
+    with pytest.raises(ValueError) as info:
+        k(ro)
+    assert str(info.value) == ("write: argument 0 'A': the tensor is read-only (DLPack READ_ONLY "
+                               "flag), but the parameter is not declared const=True")
+    assert ro.tolist() == [0, 1, 2, 3]
+    rw = np.arange(4, dtype=np.float32)
+    k(rw)
+    assert rw.tolist() == [9, 9, 9, 9]
+
+
+def test_no_launch_on_bad_data(vec_add_inplace):
+    a, b = torch.ones(4), torch.ones(4)
+    c = torch.zeros(4)
+    with pytest.raises(ValueError):
+        vec_add_inplace(a, b, torch.zeros(5))
+    with pytest.raises(TypeError):
+        vec_add_inplace(a, "b", c)
+    with pytest.raises(ValueError):
+        vec_add_inplace(a, b, c[::2])
+    assert c.tolist() == [0, 0, 0, 0]
+    vec_add_inplace(a, b, c)
+    assert c.tolist() == [2, 2, 2, 2]
+
+
+# --- edge rules -------------------------------------------------------------------------------
+
+
+def test_size_one_dims_with_odd_strides_are_compact(row_sum):
+    t = torch.empty_strided((3, 1), (1, 7))
+    t.copy_(torch.tensor([[1.0], [2.0], [3.0]]))
+    assert row_sum(t).tolist() == [1.0, 2.0, 3.0]
+    n = np.lib.stride_tricks.as_strided(np.arange(3, dtype=np.float32), (1, 3), (1234 * 4, 4))
+    assert row_sum(n).tolist() == [3.0]
+    n = np.lib.stride_tricks.as_strided(np.arange(3, dtype=np.float32), (1, 1), (-8, 12))
+    assert row_sum(n).tolist() == [0.0]
+
+
+def test_zero_size_tensors_skip_pointer_and_stride_checks(row_sum, first_aligned):
+    out = row_sum(torch.zeros(0, 5))
+    assert tuple(out.shape) == (0,)
+    out = row_sum(torch.zeros(4, 0))
+    assert out.tolist() == [0.0] * 4
+    # Strided and misaligned, but empty: nothing to check.
+    out = row_sum(np.zeros((0, 8), np.float32)[:, ::2])
+    assert type(out) is np.ndarray and out.shape == (0,)
+    base = torch.arange(8.0)
+    assert first_aligned(base[1:1]).tolist() == [-1.0, 0.0]
+
+
+def test_negative_strides_are_rejected(row_sum, strided_sum, gather2d):
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    with pytest.raises(ValueError, match="compact row-major"):
+        row_sum(x[::-1])
+    with pytest.raises(ValueError) as info:
+        strided_sum(x[::-1])
+    assert str(info.value) == ("strided_sum: argument 0 'A': stride[0] = -4 is negative, and "
+                               "negative strides are not declared (symbol s0)")
+    with pytest.raises(ValueError, match=r"^gather2d: argument 0 'A': stride\[1\] = -1 is "
+                                         r"negative"):
+        gather2d(x[:, ::-1])
+
+
+def test_strided_inputs_with_symbolic_strides(strided_sum, gather2d):
+    z = torch.arange(30.0).reshape(3, 10)
+    torch.testing.assert_close(strided_sum(z[:, 2:5]), z[:, 2:5].sum(1))
+    torch.testing.assert_close(strided_sum(z), z.sum(1))
+    zn = z.numpy()
+    np.testing.assert_allclose(strided_sum(zn[::2, 3:]), zn[::2, 3:].sum(1))
+    for view in (z.t(), z[::2, ::3], z[1:, 1::4]):
+        got = gather2d(view)
+        assert got.is_contiguous()
+        assert torch.equal(got, view.contiguous())
+    np.testing.assert_array_equal(gather2d(zn.T[::3]), np.ascontiguousarray(zn.T[::3]))
+
+
+# --- devices and DLPack producers -------------------------------------------------------------
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class DLManagedTensorVersioned(ctypes.Structure):
+    pass
+
+
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+VERSIONED_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensorVersioned))
+LEGACY_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
+DLManagedTensorVersioned._fields_ = [
+    ("version", DLPackVersion), ("manager_ctx", ctypes.c_void_p),
+    ("deleter", VERSIONED_DELETER), ("flags", ctypes.c_uint64), ("dl_tensor", DLTensor)]
+DLManagedTensor._fields_ = [
+    ("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", LEGACY_DELETER)]
+
+_PyCapsule_New = ctypes.pythonapi.PyCapsule_New
+_PyCapsule_New.restype = ctypes.py_object
+# No capsule destructor: a ctypes callback must not run while the consumer's exception is
+# pending, and a capsule the consumer never took shows up as a deleter count of 0 anyway.
+_PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+DEVICES = {"cpu": 1, "cuda": 2, "cuda_host": 3, "rocm": 10, "oneapi": 14}
+
+
+class FakeProducer:
+    """A 1-d float32 DLPack producer over ctypes memory, on any device it claims.
+
+    Each `__dlpack__` call builds a new managed tensor; `deleted` counts deleter calls.
+    """
+
+    def __init__(self, values, device="cpu", device_id=0, versioned=True, major=1,
+                 read_only=False):
+        self.values = list(values)
+        self.buffer = (ctypes.c_float * max(len(self.values), 1))(*self.values)
+        self.shape = (ctypes.c_int64 * 1)(len(self.values))
+        self.device = (DEVICES[device], device_id)
+        self.versioned, self.major, self.read_only = versioned, major, read_only
+        self.exported = 0
+        self.deleted = 0
+        self._alive = []  # managed structs and their deleter callbacks
+        if versioned:
+            self._deleter = VERSIONED_DELETER(self._on_delete)
+        else:
+            self._deleter = LEGACY_DELETER(self._on_delete)
+
+    def _on_delete(self, managed):
+        self.deleted += 1
+
+    def __dlpack_device__(self):
+        return self.device
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        managed = DLManagedTensorVersioned() if self.versioned else DLManagedTensor()
+        if self.versioned:
+            managed.version = DLPackVersion(self.major, 3)
+            managed.flags = 1 if self.read_only else 0  # DLPACK_FLAG_BITMASK_READ_ONLY
+        managed.deleter = self._deleter
+        tensor = managed.dl_tensor
+        tensor.data = ctypes.cast(self.buffer, ctypes.c_void_p)
+        tensor.device = DLDevice(*self.device)
+        tensor.ndim = 1
+        tensor.dtype = DLDataType(2, 32, 1)  # kDLFloat, 32 bits, 1 lane
+        tensor.shape = self.shape
+        tensor.strides = None  # old-producer style: NULL means compact row-major
+        tensor.byte_offset = 0
+        self._alive.append(managed)
+        self.exported += 1
+        name = b"dltensor_versioned" if self.versioned else b"dltensor"
+        return _PyCapsule_New(ctypes.addressof(managed), name, None)
+
+
+@pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
+def test_fake_cpu_producer_is_imported_and_deleted_once(first, versioned):
+    p = FakeProducer([5.0, 6.0, 7.0], versioned=versioned)
+    assert first(p).tolist() == [5.0, 3.0]
+    gc.collect()
+    assert (p.exported, p.deleted) == (1, 1)
+
+
+@pytest.mark.parametrize(("device", "device_id"), [("oneapi", 0), ("rocm", 1), ("cuda", 0)])
+@pytest.mark.parametrize("versioned", [True, False], ids=["versioned", "legacy"])
+def test_tensor_on_another_device_is_rejected(first, device, device_id, versioned):
+    p = FakeProducer([1.0, 2.0], device=device, device_id=device_id, versioned=versioned)
+    with pytest.raises(ValueError) as info:
+        first(p)
+    assert str(info.value) == (f"first: argument 0 'A': expected a cpu tensor, got a tensor on "
+                               f"device {device}:{device_id}")
+    gc.collect()
+    assert (p.exported, p.deleted) == (1, 1)
+
+
+def test_tensors_on_different_devices_are_rejected(vec_add):
+    # cuda_host memory is host-accessible, so a CPU kernel takes it, but not mixed with cpu.
+    p = FakeProducer([1.0, 2.0], device="cuda_host")
+    with pytest.raises(ValueError) as info:
+        vec_add(torch.zeros(2), p)
+    assert str(info.value) == ("vec_add: argument 1 'B': expected device cpu:0 (that of "
+                               "argument 0 'A'), got cuda_host:0")
+    gc.collect()
+    assert p.deleted == 1
+
+
+def test_unsupported_dlpack_major_version(first):
+    p = FakeProducer([1.0], major=2)
+    with pytest.raises(ValueError) as info:
+        first(p)
+    message = str(info.value)
+    assert message.startswith("first: argument 0 'A': ")
+    assert "DLPack version 2.3 is not supported (expected 1.x)" in message
+    gc.collect()
+    assert (p.exported, p.deleted) == (1, 1)
+
+
+def test_read_only_flag_of_a_versioned_producer(first, build):
+    p = FakeProducer([3.0, 4.0], read_only=True)
+    assert first(p).tolist() == [3.0, 2.0]
+    k = build("write", [T.Buffer((T.symbol("n"),), "float32", name="A")],
+              "void write(float *A, int64_t n) { for (int64_t i = 0; i < n; ++i) A[i] = 9; }")
+    with pytest.raises(ValueError, match=r"^write: argument 0 'A': the tensor is read-only"):
+        k(p)
+    assert list(p.buffer) == [3.0, 4.0]
+    gc.collect()
+    assert (p.exported, p.deleted) == (2, 2)
+
+
+def test_every_imported_tensor_is_released_when_a_later_argument_fails(vec_add):
+    a = FakeProducer([1.0, 2.0])
+    b = FakeProducer([1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="got 3$"):
+        vec_add(a, b)
+    with pytest.raises(TypeError):
+        vec_add(a, "b")
+    assert vec_add(a, a).tolist() == [2.0, 4.0]
+    gc.collect()
+    assert (a.exported, a.deleted) == (4, 4)
+    assert (b.exported, b.deleted) == (1, 1)

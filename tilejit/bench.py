@@ -1,0 +1,556 @@
+"""``python -m tilejit bench``: host overhead per call, tilejit beside its peers (SPEC §6).
+
+Two cases, each a no-op kernel on torch float32 tensors of 16 elements, so that what is
+timed is the cost of getting from a Python call to the kernel's first instruction:
+
+- A: three tensors, nothing allocated;
+- B: two input tensors and one output allocated per call (tilejit's ``out_idx``).
+
+Every implementation is timed in the same process, in the same way: a tight Python
+``for`` over ``range`` calling the callable with arguments bound to locals, ``calls``
+times per repeat, ``gc`` off, after a warm-up. Rows are interleaved repeat by repeat, so
+that a slow patch of the machine lands on every row rather than on one. The table gives
+the median and the minimum over the repeats of the time per call.
+
+Peers: apache-tvm-ffi (``tvm_ffi.cpp.load_inline``), TileLang-style ctypes marshalling,
+a pybind11 extension from ``torch.utils.cpp_extension.load_inline``, and the floor: a
+hand-written METH_FASTCALL extension that reads each tensor through torch's DLPack C
+exchange API and does nothing else. Everything the bench compiles is cached under
+``<tilejit cache>/bench``.
+
+Benchmarks are not tests: nothing here fails on a number; missed targets are reported.
+
+>>> python -m tilejit bench --out bench.md
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+N = 16
+"""Elements per tensor."""
+
+# Of the total calls per row, how many run untimed first (at least _WARMUP_MIN).
+_WARMUP_FRACTION = 10
+_WARMUP_MIN = 1000
+SPEC_MIN_CALLS = 100_000
+
+_TILEJIT_SOURCE = r"""
+void tj_bench_noop(const float *A, const float *B, float *C) {
+  (void)A;
+  (void)B;
+  (void)C;
+}
+"""
+
+# TileLang's ctypes adapter calls an exported `call` with one void* per tensor.
+_CTYPES_SOURCE = r"""
+void call(void *a, void *b, void *c) {
+  (void)a;
+  (void)b;
+  (void)c;
+}
+"""
+
+_FLOOR_MODULE = "_tilejit_bench_floor"
+# The least any consumer of torch's exchange API can do per call: turn each argument into
+# a borrowed DLTensor view. The table is fetched once, at import.
+_FLOOR_SOURCE = r"""
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "tilejit/dlpack_abi.h"
+
+static const DLPackExchangeAPI *api;
+
+static PyObject *noop(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  DLTensor view;
+  (void)self;
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    if (api->dltensor_from_py_object_no_sync(args[i], &view) != 0) return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"noop", (PyCFunction)(void (*)(void))noop, METH_FASTCALL,
+     "noop(*tensors): reads each tensor through torch's DLPack C exchange API."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_tilejit_bench_floor", NULL, -1,
+                                    methods};
+
+PyMODINIT_FUNC PyInit__tilejit_bench_floor(void) {
+  PyObject *torch = PyImport_ImportModule("torch");
+  if (torch == NULL) return NULL;
+  PyObject *tensor = PyObject_GetAttrString(torch, "Tensor");
+  Py_DECREF(torch);
+  if (tensor == NULL) return NULL;
+  /* The capsule is an attribute of torch.Tensor, alive as long as torch is; the table it
+   * points to is alive for the whole process. */
+  PyObject *capsule = PyObject_GetAttrString(tensor, "__dlpack_c_exchange_api__");
+  Py_DECREF(tensor);
+  if (capsule == NULL) return NULL;
+  api = (const DLPackExchangeAPI *)PyCapsule_GetPointer(capsule, "dlpack_exchange_api");
+  Py_DECREF(capsule);
+  if (api == NULL) return NULL;
+  if (api->header.version.major != TJ_DLPACK_MAJOR || api->dltensor_from_py_object_no_sync == NULL) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "torch's DLPack exchange API has another major version or no "
+                    "dltensor_from_py_object_no_sync");
+    return NULL;
+  }
+  return PyModule_Create(&module);
+}
+"""
+
+_TVM_FFI_SOURCE = r"""
+void noop(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView c) {}
+"""
+
+_PYBIND_SOURCE = r"""
+#include <torch/extension.h>
+void noop(torch::Tensor a, torch::Tensor b, torch::Tensor c) {}
+"""
+
+
+@dataclass
+class Row:
+    """One implementation of one case: what is called, or why it is not."""
+
+    name: str
+    fn: Callable | None = None
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    note: str = ""
+    required: bool = False  # a failure here (not an absent peer) fails the bench
+    times: list[float] = field(default_factory=list)  # ns per call, one per repeat
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.times) if self.times else None
+
+    @property
+    def best(self) -> float | None:
+        return min(self.times) if self.times else None
+
+
+def _missing(name: str, note: str, required: bool = False) -> Row:
+    return Row(name, note=note, required=required)
+
+
+def _failed(name: str, exc: BaseException, required: bool = False) -> Row:
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return Row(name, note=f"failed: {type(exc).__name__}: {first}", required=required)
+
+
+# ---- building and caching -------------------------------------------------------------
+
+
+def _build_tools():
+    try:
+        from . import _build_tools
+    except ImportError:  # a source checkout on sys.path, not installed
+        import build_tools as _build_tools
+    return _build_tools
+
+
+def _bench_dir() -> Path:
+    from .cache import cache_dir
+
+    return cache_dir() / "bench"
+
+
+def _key(*parts: str) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _cached_so(stem: str, source: str, flags: list[str], suffix: str = ".so") -> Path:
+    """Compiles ``source`` (C) into a shared object, once per source, flags, compiler and
+    interpreter; returns its path. Published with a rename, so a concurrent or killed
+    build never leaves a half-written file under the final name."""
+    from . import compiler
+
+    cc = compiler.find_cc()
+    key = _key(source, *flags, *cc, compiler.compiler_identity(cc), _build_tools().abi_tag())
+    target = _bench_dir() / f"{stem}-{key}" / f"{stem}{suffix}"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".tmp-") as work:
+        c_file = Path(work) / f"{stem}.c"
+        c_file.write_text(source)
+        partial = Path(work) / target.name
+        command = [*cc, "-O2", "-fPIC", "-shared", *flags, str(c_file), "-o", str(partial)]
+        done = subprocess.run(command, capture_output=True, text=True, check=False,
+                              env={**os.environ, "LC_ALL": "C"})
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)}\n{done.stderr.strip()}")
+        os.replace(partial, target)
+    return target
+
+
+def _load_extension(name: str, path: Path):
+    loader = importlib.machinery.ExtensionFileLoader(name, str(path))
+    spec = importlib.util.spec_from_file_location(name, str(path), loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def _python_includes() -> list[str]:
+    paths = sysconfig.get_paths()
+    return sorted({f"-I{paths[key]}" for key in ("include", "platinclude") if paths.get(key)})
+
+
+# ---- the implementations ----------------------------------------------------------------
+
+
+def _tilejit_rows(a, b, c) -> tuple[list[Row], list[Row], Callable | None]:
+    """A and B rows for every backend; also the cython no-allocation kernel (for B's
+    reference row), or None if it could not be built."""
+    import tilejit
+    from tilejit import T
+
+    rows_a: list[Row] = []
+    rows_b: list[Row] = []
+    try:
+        params = [T.Buffer((N,), "float32", name="A", const=True),
+                  T.Buffer((N,), "float32", name="B", const=True),
+                  T.Buffer((N,), "float32", name="C")]
+        program = tilejit.Program(name="tj_bench_noop", source=_TILEJIT_SOURCE, params=params)
+        plain = tilejit.compile(program, execution_backend="cython")
+        alloc = tilejit.compile(program, out_idx=-1, execution_backend="cython")
+    except Exception as exc:  # noqa: BLE001 - reported in the table
+        for backend in ("cython", "dlpack", "ctypes"):
+            rows_a.append(_failed(f"tilejit {backend}", exc, required=True))
+            rows_b.append(_failed(f"tilejit {backend} (out_idx)", exc, required=True))
+        return rows_a, rows_b, None
+
+    for backend in ("cython", "dlpack", "ctypes"):
+        # A backend that with_backend refuses is not there yet (not a failure); one it
+        # accepts must work.
+        try:
+            k_plain = plain.with_backend(backend)
+            k_alloc = alloc.with_backend(backend)
+        except ValueError as exc:
+            note = f"not available: {exc}"
+            rows_a.append(_missing(f"tilejit {backend}", note))
+            rows_b.append(_missing(f"tilejit {backend} (out_idx)", note))
+            continue
+        except Exception as exc:  # noqa: BLE001 - reported in the table
+            rows_a.append(_failed(f"tilejit {backend}", exc, required=True))
+            rows_b.append(_failed(f"tilejit {backend} (out_idx)", exc, required=True))
+            continue
+        rows_a.append(Row(f"tilejit {backend}", k_plain, (a, b, c), required=True))
+        rows_b.append(Row(f"tilejit {backend} (out_idx)", k_alloc, (a, b), required=True))
+    return rows_a, rows_b, plain.with_backend("cython")
+
+
+def _floor_row(a, b, c) -> Row:
+    name = "floor: C extension, exchange API only"
+    try:
+        include = _build_tools().source_dirs()[0] / "include"
+        path = _cached_so(_FLOOR_MODULE, _FLOOR_SOURCE, [*_python_includes(), f"-I{include}"],
+                          suffix=sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+        module = _load_extension(_FLOOR_MODULE, path)
+    except Exception as exc:  # noqa: BLE001 - reported in the table
+        return _failed(name, exc, required=True)
+    return Row(name, module.noop, (a, b, c), required=True)
+
+
+def _ctypes_rows(a, b, c) -> tuple[Row, Row]:
+    name_a = "TileLang-style ctypes: c_void_p(t.data_ptr())"
+    name_b = "TileLang-style ctypes: torch.empty + c_void_p(t.data_ptr())"
+    try:
+        lib = ctypes.CDLL(str(_cached_so("tilejit_bench_ctypes", _CTYPES_SOURCE, [])))
+    except Exception as exc:  # noqa: BLE001 - reported in the table
+        return _failed(name_a, exc, required=True), _failed(name_b, exc, required=True)
+    import torch
+
+    lib.call.restype = None
+    c_void_p = ctypes.c_void_p
+    empty = torch.empty
+    float32 = torch.float32
+
+    # As TileLang's ctypes adapter does it: one c_void_p per tensor, built per call.
+    def call(*tensors):
+        lib.call(*[c_void_p(t.data_ptr()) for t in tensors])
+
+    def call_alloc(*inputs):
+        out = empty((N,), dtype=float32)
+        lib.call(*[c_void_p(t.data_ptr()) for t in (*inputs, out)])
+        return out
+
+    return (Row(name_a, call, (a, b, c), required=True),
+            Row(name_b, call_alloc, (a, b), required=True))
+
+
+def _tvm_ffi_row(a, b, c) -> Row:
+    name = "apache-tvm-ffi (TensorView x3)"
+    try:
+        import tvm_ffi
+        import tvm_ffi.cpp
+    except ImportError:
+        return _missing(name, "not installed: `pip install apache-tvm-ffi`")
+    try:
+        key = _key(_TVM_FFI_SOURCE, tvm_ffi.__version__, _build_tools().abi_tag())
+        module = tvm_ffi.cpp.load_inline(name="tilejit_bench_noop", cpp_sources=_TVM_FFI_SOURCE,
+                                         functions="noop",
+                                         build_directory=str(_bench_dir() / f"tvm-ffi-{key}"))
+    except Exception as exc:  # noqa: BLE001 - reported in the table
+        return _failed(name, exc)
+    return Row(name, module.noop, (a, b, c))
+
+
+def _pybind_row(a, b, c, quick: bool) -> Row:
+    name = "torch cpp_extension.load_inline (pybind11, torch::Tensor x3)"
+    if quick:
+        return _missing(name, "skipped (--quick): its first build takes about a minute")
+    try:
+        import torch
+        from torch.utils import cpp_extension
+
+        key = _key(_PYBIND_SOURCE, torch.__version__, _build_tools().abi_tag())
+        directory = _bench_dir() / f"pybind-{key}"
+        directory.mkdir(parents=True, exist_ok=True)
+        if not any(directory.glob("*.so")):
+            print(f"tilejit bench: building the pybind11 extension in {directory} "
+                  "(about a minute, once)", file=sys.stderr, flush=True)
+        module = cpp_extension.load_inline(name=f"tilejit_bench_pybind_{key}",
+                                           cpp_sources=_PYBIND_SOURCE, functions=["noop"],
+                                           extra_cflags=["-O2"], build_directory=str(directory))
+    except Exception as exc:  # noqa: BLE001 - reported in the table
+        return _failed(name, exc)
+    return Row(name, module.noop, (a, b, c))
+
+
+# ---- timing ----------------------------------------------------------------------------
+
+_timers: dict[tuple[int, tuple[str, ...]], Callable] = {}
+
+
+def _timer(nargs: int, kwnames: tuple[str, ...]) -> Callable:
+    """``timer(n, f, *args, **kwargs) -> ns`` for ``n`` calls ``f(*args, **kwargs)``,
+    generated so that the loop body is one call with every argument a local variable (no
+    ``*args`` unpacking in the loop), like ``timeit`` does."""
+    timer = _timers.get((nargs, kwnames))
+    if timer is None:
+        params = [f"a{i}" for i in range(nargs)] + [f"k{i}" for i in range(len(kwnames))]
+        call = [f"a{i}" for i in range(nargs)] + [f"{k}=k{i}" for i, k in enumerate(kwnames)]
+        source = (f"def timer(_n, _f, {', '.join(params)}):\n"
+                  "    _clock = _perf_counter_ns\n"
+                  "    _t0 = _clock()\n"
+                  "    for _ in range(_n):\n"
+                  f"        _f({', '.join(call)})\n"
+                  "    return _clock() - _t0\n")
+        namespace = {"_perf_counter_ns": time.perf_counter_ns}
+        exec(compile(source, "<tilejit bench timer>", "exec"), namespace)  # noqa: S102
+        timer = _timers[(nargs, kwnames)] = namespace["timer"]
+    return timer
+
+
+def _run_once(row: Row, calls: int) -> float:
+    kwnames = tuple(row.kwargs)
+    timer = _timer(len(row.args), kwnames)
+    return timer(calls, row.fn, *row.args, *(row.kwargs[k] for k in kwnames)) / calls
+
+
+def _measure(rows: list[Row], calls: int, repeats: int) -> None:
+    live = [row for row in rows if row.fn is not None]
+    warmup = max(_WARMUP_MIN, calls // _WARMUP_FRACTION)
+    for row in live:
+        # A callable that raises is reported, not timed.
+        try:
+            row.fn(*row.args, **row.kwargs)
+        except Exception as exc:  # noqa: BLE001 - reported in the table
+            failed = _failed(row.name, exc, row.required)
+            row.fn, row.note = None, failed.note
+    live = [row for row in live if row.fn is not None]
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for row in live:
+            _run_once(row, warmup)
+        for _ in range(repeats):
+            for row in live:
+                row.times.append(_run_once(row, calls))
+    finally:
+        if enabled:
+            gc.enable()
+
+
+# ---- the report -------------------------------------------------------------------------
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _version(module: str) -> str:
+    try:
+        return __import__(module).__version__
+    except Exception:  # noqa: BLE001 - absent or broken: say so
+        return "not installed"
+
+
+def _ns(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.0f}"
+
+
+def _ratio(value: float | None, base: float | None) -> str:
+    return "—" if value is None or not base else f"{value / base:.2f}×"
+
+
+def _targets(checks: list[tuple[str, float | None, float | None]]) -> str:
+    """``checks``: (what, value, bound) -> "what: met" / "what: missed" / "what: n/a"."""
+    cells = []
+    for what, value, bound in checks:
+        verdict = "n/a" if value is None or bound is None else (
+            "met" if value <= bound else "missed")
+        cells.append(f"{what}: {verdict}")
+    return "; ".join(cells)
+
+
+def _table(title: str, ratio_name: str, rows: list[tuple[Row, float | None, str]]) -> list[str]:
+    lines = [f"## {title}", "",
+             f"| implementation | median ns/call | min ns/call | {ratio_name} | target | notes |",
+             "|---|---:|---:|---:|---|---|"]
+    for row, base, target in rows:
+        lines.append(f"| {row.name} | {_ns(row.median)} | {_ns(row.best)} | "
+                     f"{_ratio(row.median, base)} | {target} | {row.note} |")
+    return lines
+
+
+def _header(calls: int, repeats: int, quick: bool, elapsed_build: float) -> list[str]:
+    import torch
+
+    from . import __version__
+
+    fewer = f" (fewer than the {SPEC_MIN_CALLS:,} the SPEC asks for)" if calls < SPEC_MIN_CALLS \
+        else ""
+    machine = (f"machine: {platform.platform()}, {_cpu_model()} ({os.cpu_count()} logical "
+               f"CPUs) · python {platform.python_version()} · torch {torch.__version__} · "
+               f"apache-tvm-ffi {_version('tvm_ffi')} · tilejit {__version__}")
+    method = (f"calls: {repeats} repeats × {calls:,} calls per row{fewer}, rows interleaved per "
+              f"repeat, after {max(_WARMUP_MIN, calls // _WARMUP_FRACTION):,} warm-up calls; "
+              f"median and min over the repeats · builds took {elapsed_build:.1f} s"
+              + (" · --quick" if quick else ""))
+    return ["# tilejit bench: host overhead per call", "", machine, "", method]
+
+
+def run(calls: int = SPEC_MIN_CALLS, repeats: int = 11, quick: bool = False) -> tuple[str, bool]:
+    """Runs the benchmark; returns the markdown report and whether every row that tilejit
+    itself is responsible for (its backends, the floor, ctypes, torch.empty) ran.
+
+    >>> report, ok = run(calls=100_000, repeats=11)
+    """
+    import torch
+
+    start = time.perf_counter()
+    a, b, c = (torch.rand(N, dtype=torch.float32) for _ in range(3))
+    tj_a, tj_b, tj_plain = _tilejit_rows(a, b, c)
+    floor = _floor_row(a, b, c)
+    tl_a, tl_b = _ctypes_rows(a, b, c)
+    tvm = _tvm_ffi_row(a, b, c)
+    pybind = _pybind_row(a, b, c, quick)
+    empty = Row("torch.empty((16,), dtype=torch.float32) alone", torch.empty, ((N,),),
+                {"dtype": torch.float32}, required=True)
+    composite = Row("torch.empty + tilejit cython no-alloc call, in one Python function",
+                    note="measured; includes a Python frame the sum below does not")
+    if tj_plain is not None:
+        float32 = torch.float32
+        empty_fn = torch.empty
+
+        def empty_then_call(x, y):
+            out = empty_fn((N,), dtype=float32)
+            tj_plain(x, y, out)
+            return out
+
+        composite.fn, composite.args = empty_then_call, (a, b)
+    elapsed_build = time.perf_counter() - start
+
+    rows_a = [*tj_a, tvm, tl_a, pybind, floor]
+    rows_b = [*tj_b, tl_b, empty, composite]
+    _measure(rows_a + rows_b, calls, repeats)
+
+    by_name = {row.name: row for row in rows_a + rows_b}
+    cython_a = by_name["tilejit cython"].median
+    floor_ns = floor.median
+    reference = Row("reference: torch.empty alone + tilejit cython (A), sum of medians",
+                    note="SPEC §6 base for the out_idx target")
+    if empty.median is not None and cython_a is not None:
+        reference.times = [empty.median + cython_a]
+    ref_ns = reference.median
+
+    table_a = []
+    for row in rows_a:
+        target = ""
+        if row.name == "tilejit cython":
+            target = _targets([("≤ apache-tvm-ffi", row.median, tvm.median),
+                               ("≤ 1.5× floor", row.median,
+                                None if floor_ns is None else 1.5 * floor_ns)])
+        elif row.name == "tilejit ctypes":
+            target = _targets([("≤ TileLang-style ctypes", row.median, tl_a.median)])
+        table_a.append((row, floor_ns, target))
+    table_b = []
+    for row in [*rows_b, reference]:
+        target = ""
+        if row.name == "tilejit cython (out_idx)":
+            target = _targets([("≤ 1.3× reference", row.median,
+                                None if ref_ns is None else 1.3 * ref_ns)])
+        elif row.name == "tilejit ctypes (out_idx)":
+            target = _targets([("≤ TileLang-style ctypes", row.median, tl_b.median)])
+        table_b.append((row, ref_ns, target))
+
+    lines = [
+        *_header(calls, repeats, quick, elapsed_build),
+        "",
+        *_table(f"A. No-op CPU kernel, 3 torch float32 tensors of {N} elements, no allocation",
+                "× floor", table_a),
+        "",
+        *_table(f"B. 2 input tensors + 1 output of {N} float32 allocated per call",
+                "× reference", table_b),
+        "",
+    ]
+    ok = not any(row.required and not row.times for row in rows_a + rows_b)
+    return "\n".join(lines), ok
+
+
+def main(args) -> int:
+    """Entry point of ``python -m tilejit bench``; ``args`` has ``calls``, ``repeats``,
+    ``out`` and ``quick``. Returns 1 when a row tilejit is responsible for could not run."""
+    start = time.perf_counter()
+    report, ok = run(calls=args.calls, repeats=args.repeats, quick=args.quick)
+    print(report, end="")
+    if args.out:
+        Path(args.out).write_text(report)
+    print(f"\n(bench took {time.perf_counter() - start:.1f} s)", file=sys.stderr)
+    return 0 if ok else 1
