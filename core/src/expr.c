@@ -9,7 +9,12 @@ static int64_t floordiv(int64_t a, int64_t b) {
   return q;
 }
 
-static int64_t floormod(int64_t a, int64_t b) { return a - floordiv(a, b) * b; }
+static int64_t floormod(int64_t a, int64_t b) {
+  int64_t r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+
+static int overflow(void) { return tj_set_error(TJ_EVALUE, "integer overflow in expression"); }
 
 int tj_expr_eval(const int64_t *code, int32_t n, const int64_t *symbols, int64_t *out) {
   int64_t stack[TJ_MAX_EXPR_STACK];
@@ -23,19 +28,28 @@ int tj_expr_eval(const int64_t *code, int32_t n, const int64_t *symbols, int64_t
     }
     if (op == TJ_OP_NEG) {
       if (top < 1) return tj_set_error(TJ_EVALUE, "malformed expression");
+      if (stack[top - 1] == INT64_MIN) return overflow();
       stack[top - 1] = -stack[top - 1];
       continue;
     }
     if (top < 2) return tj_set_error(TJ_EVALUE, "malformed expression");
     int64_t b = stack[--top], a = stack[top - 1], r;
     switch (op) {
-      case TJ_OP_ADD: r = a + b; break;
-      case TJ_OP_SUB: r = a - b; break;
-      case TJ_OP_MUL: r = a * b; break;
+      case TJ_OP_ADD:
+        if (__builtin_add_overflow(a, b, &r)) return overflow();
+        break;
+      case TJ_OP_SUB:
+        if (__builtin_sub_overflow(a, b, &r)) return overflow();
+        break;
+      case TJ_OP_MUL:
+        if (__builtin_mul_overflow(a, b, &r)) return overflow();
+        break;
       case TJ_OP_FLOORDIV:
       case TJ_OP_MOD:
       case TJ_OP_CEILDIV:
         if (b == 0) return tj_set_error(TJ_EVALUE, "division by zero in expression");
+        if (b == -1 && a == INT64_MIN) return overflow();
+        if (op == TJ_OP_CEILDIV && a == INT64_MIN) return overflow();
         r = op == TJ_OP_FLOORDIV ? floordiv(a, b)
             : op == TJ_OP_MOD    ? floormod(a, b)
                                  : -floordiv(-a, b);

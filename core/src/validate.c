@@ -264,7 +264,8 @@ static int check_scalar(binder *b, int32_t index, const tj_arg *arg) {
              dt, kind_name(arg));
     return fail(b, TJ_ETYPE, index, msg);
   }
-  if (arg->kind != TJ_ARG_INT || p->dtype.code == kDLFloat) return TJ_OK;
+  if (arg->kind != TJ_ARG_INT) return TJ_OK;
+  if (p->dtype.code == kDLFloat && !(arg->flags & TJ_ARG_OUT_OF_RANGE)) return TJ_OK;
   /* The declared integer type's range; the binding flags Python ints that
    * did not even fit int64. */
   int64_t v = arg->value.i;
@@ -413,7 +414,6 @@ int tj_call_set_output(tj_frame *frame, int32_t i, tj_arg *arg) {
   binder_init(&b, k, frame);
   /* Every symbol is bound: checks against them, never rebinding. */
   for (int32_t s = 0; s < k->nsymbols; ++s) b.bound_by[s] = BOUND_BY_INPUTS;
-  if (frame->has_device) b.device_param = frame->first_tensor >= 0 ? index : -1;
   if (arg->kind != TJ_ARG_TENSOR)
     return fail(&b, TJ_ETYPE, index, "the allocator did not return a tensor");
   if (frame->has_device && !(arg->tensor.device.device_type == frame->device.device_type &&

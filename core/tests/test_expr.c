@@ -235,3 +235,21 @@ TEST(expr_add_after_finalize) {
   CHECK_STATUS(tj_kernel_finalize(k), TJ_EVALUE);
   tj_kernel_free(k);
 }
+
+TEST(expr_overflow) {
+  /* Overflow is an error, never undefined behaviour (UBSan runs these). */
+  CHECK_STATUS(eval2_status(TJ_OP_ADD, INT64_MAX, 1), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("overflow");
+  CHECK_STATUS(eval2_status(TJ_OP_SUB, INT64_MIN, 1), TJ_EVALUE);
+  CHECK_STATUS(eval2_status(TJ_OP_MUL, INT64_MAX / 2 + 1, 2), TJ_EVALUE);
+  CHECK_STATUS(eval2_status(TJ_OP_FLOORDIV, INT64_MIN, -1), TJ_EVALUE);
+  CHECK_STATUS(eval2_status(TJ_OP_MOD, INT64_MIN, -1), TJ_EVALUE);
+  CHECK_STATUS(eval2_status(TJ_OP_CEILDIV, INT64_MIN, 3), TJ_EVALUE);
+  const int64_t neg[] = {TJ_OP_CONST, INT64_MIN, TJ_OP_NEG, 0};
+  int64_t out = 0;
+  CHECK_STATUS(tj_expr_eval(neg, 2, NULL, &out), TJ_EVALUE);
+  /* The edges that do fit still evaluate. */
+  CHECK_EQ_INT(eval2(TJ_OP_ADD, INT64_MAX - 1, 1), INT64_MAX);
+  CHECK_EQ_INT(eval2(TJ_OP_MOD, INT64_MIN, 3), 1);
+  CHECK_EQ_INT(eval2(TJ_OP_FLOORDIV, INT64_MIN, 1), INT64_MIN);
+}

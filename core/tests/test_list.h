@@ -19,6 +19,7 @@
   X(expr_floor_semantics)            \
   X(expr_symbols)                    \
   X(expr_division_by_zero)           \
+  X(expr_overflow)                   \
   X(expr_eval_malformed)             \
   X(expr_add_rejects_malformed)      \
   X(expr_add_after_finalize)         \

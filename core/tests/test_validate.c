@@ -768,10 +768,15 @@ TEST(validate_scalar_kinds) {
   CHECK_EQ_INT(f.first_tensor, -1);
   CHECK_EQ_INT(f.device.device_type, kDLCPU);
 
-  /* A float parameter takes an int. */
+  /* A float parameter takes an int... */
   args[0].kind = TJ_ARG_INT;
   args[0].value.i = 3;
   CHECK_OK(tj_call_bind(k, args, 3, &f));
+  /* ...unless it did not fit int64, when its value is meaningless. */
+  args[0].flags = TJ_ARG_OUT_OF_RANGE;
+  CHECK_STATUS(tj_call_bind(k, args, 3, &f), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("out of range for float32");
+  args[0].flags = 0;
   /* ...but not a bool. */
   args[0].kind = TJ_ARG_BOOL;
   CHECK_STATUS(tj_call_bind(k, args, 3, &f), TJ_ETYPE);
