@@ -13,14 +13,14 @@ from cpython.long cimport (PyLong_AsLongLongAndOverflow, PyLong_AsVoidPtr, PyLon
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int32_t, int64_t, uintptr_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset, strncpy
 
 from core cimport *
 from dlpack_abi cimport (DLDataType, DLManagedTensor, DLManagedTensorVersioned,
                          DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor,
-                         TJ_DLPACK_MAJOR)
+                         TJ_DLPACK_MAJOR, kDLCPU)
 
 
 cdef extern from "Python.h":
@@ -218,6 +218,10 @@ cdef int _convert(object obj, tj_arg *arg, bytes what, bint exchange) except -1:
     return 0
 
 
+from tilejit.streams import framework_stream as _framework_stream
+from tilejit.streams import stream_handle as _stream_handle
+
+
 cdef class Kernel:
     """A finalized core kernel plus what the hot path needs to call it.
 
@@ -236,6 +240,7 @@ cdef class Kernel:
     cdef object _allocate
     cdef bint _exchange  # use producers' DLPack exchange API when they have one
     cdef tuple _out_order  # None when outputs return in declaration order
+    cdef str _name
 
     def __cinit__(self, *args, **kwargs):
         # Python subclasses (tilejit.JITKernel's backend classes) pass their own
@@ -250,6 +255,7 @@ cdef class Kernel:
         if self._k != NULL:
             raise RuntimeError("kernel already bound")
         name, target, symbols, exprs, params = spec
+        self._name = name
         self._allocate = allocate
         self._exchange = exchange_api
         self._out_order = None if out_order == tuple(range(len(out_order))) else out_order
@@ -323,10 +329,6 @@ cdef class Kernel:
         cdef const DLPackExchangeAPI *api
         if self._k == NULL:
             raise RuntimeError("kernel is not bound")
-        if stream is not None and stream != 0:
-            raise ValueError(
-                f"{tj_kernel_name(self._k).decode()}: stream={stream!r} given to a cpu kernel "
-                "(cpu kernels take stream=None or 0)")
         if nargs != self._nargs:
             # The core reports a count mismatch before it looks at any argument.
             _check(tj_call_bind(self._k, NULL, nargs, &frame))
@@ -341,6 +343,17 @@ cdef class Kernel:
             outputs = []
             like = args[frame.first_tensor] if frame.first_tensor >= 0 else None
             api = _exchange_api(type(like)) if like is not None and self._exchange else NULL
+            # Stream: explicit > the producer's current work stream > none.
+            if stream is not None:
+                frame.stream = <void *><uintptr_t>_stream_handle(stream, self._name)
+            elif frame.device.device_type != kDLCPU:
+                if api != NULL:
+                    if api.current_work_stream(frame.device.device_type, frame.device.device_id,
+                                               &frame.stream) != 0:
+                        return _raise(TJ_EPYERR)
+                elif like is not None:
+                    frame.stream = <void *><uintptr_t>_framework_stream(
+                        like, frame.device.device_type, frame.device.device_id)
             for i in range(self._nout):
                 if api != NULL:
                     out = _allocate_exchange(api, &frame, i, &outv[i], self._out_labels[i])

@@ -35,6 +35,11 @@ int tj_call_launch(tj_frame *f) {
                           k->params[k->output_params[o]].name);
   if (k->target != TJ_TARGET_CPU)
     return tj_set_error(TJ_ERUNTIME, "%s: target cuda is not supported by this build", k->name);
+  if (f->stream != NULL)
+    return tj_set_error(TJ_EVALUE,
+                        "%s: a stream was given to a cpu kernel, which runs synchronously on the "
+                        "calling thread (pass stream=None or 0)",
+                        k->name);
   if (k->entry == NULL)
     return tj_set_error(TJ_ERUNTIME, "%s: no kernel library is loaded", k->name);
   tj_value values[TJ_MAX_PARAMS + TJ_MAX_SYMBOLS];

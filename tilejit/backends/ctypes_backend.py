@@ -28,6 +28,8 @@ from ctypes import (
     c_void_p,
 )
 
+from ..streams import framework_stream, stream_handle
+
 MAX_PARAMS, MAX_SYMBOLS, MAX_NDIM, MAX_OUTPUTS = 64, 64, 16, 16  # tilejit.h TJ_MAX_*
 ARG_NONE, ARG_TENSOR, ARG_INT, ARG_BOOL, ARG_FLOAT, ARG_OTHER = 0, 1, 2, 3, 4, 6
 ARG_OUT_OF_RANGE = 2
@@ -293,9 +295,6 @@ class CtypesKernel:
 
     def __call__(self, *args, stream=None):
         core = _core
-        if stream is not None and stream != 0:
-            raise ValueError(f"{self.name}: stream={stream!r} given to a cpu kernel "
-                             "(cpu kernels take stream=None or 0)")
         frame = TjFrame()
         nargs = len(args)
         if nargs != self._nargs:
@@ -307,6 +306,12 @@ class CtypesKernel:
                 _convert(obj, argv[i], self._labels[i], True)
             _check(core.tj_call_bind(self._handle, argv, nargs, byref(frame)))
             like = args[frame.first_tensor] if frame.first_tensor >= 0 else None
+            # Stream: explicit > the producer framework's current stream > none.
+            if stream is not None:
+                frame.stream = stream_handle(stream, self.name)
+            elif frame.device.device_type != 1 and like is not None:
+                frame.stream = framework_stream(like, frame.device.device_type,
+                                                frame.device.device_id)
             outputs = []
             for i in range(self._nout):
                 shape = tuple(frame.out_shape[i][:frame.out_ndim[i]])

@@ -277,6 +277,9 @@ typedef struct tj_frame {
   int32_t out_ndim[TJ_MAX_OUTPUTS];
   int64_t out_shape[TJ_MAX_OUTPUTS][TJ_MAX_NDIM];
   DLDataType out_dtype[TJ_MAX_OUTPUTS];
+  /* The stream to launch on (CUstream for CUDA). tj_call_bind sets it to NULL;
+   * the binding then sets it: an explicit stream first, else the producer's
+   * current work stream. A CPU kernel given a non-NULL stream is an error. */
   void *stream;
 } tj_frame;
 
