@@ -63,7 +63,7 @@ _WRAPPER_PYX = "_tilejit.pyx"
 # The files that make up each source tree. The package data in setup.cfg must list the same
 # patterns, or an installed tilejit would hash and compile a different set than a checkout.
 _CORE_PATTERNS = ("include/tilejit/*.h", "src/*.c", "src/*.h")
-_WRAPPER_PATTERNS = ("*.pyx", "*.pxd")
+_WRAPPER_PATTERNS = ("*.pyx", "*.pxd", "*.pxi")
 
 _CYTHON_DIRECTIVES = {"boundscheck": False, "wraparound": False, "initializedcheck": False}
 

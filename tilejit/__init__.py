@@ -17,13 +17,27 @@ from .lang import T
 from .program import Program
 
 __version__ = "0.1.0"
+
+
+def empty(shape, dtype="float32", device="cpu"):
+    """An uninitialised host tensor of tilejit's own (``tilejit.Array``), readable zero-copy
+    by ``torch.from_dlpack`` / ``numpy.from_dlpack`` and by kernels through the DLPack C
+    exchange API. Needs the compiled wrapper.
+
+    >>> a = tilejit.empty((2, 3), "float32")
+    """
+    from .backends.cython_backend import wrapper_module
+    from .dtypes import canonical
+
+    return wrapper_module().empty(shape, canonical(dtype), device)
 __all__ = [
-           "CompileError",
-           "JITFunction",
-           "JITKernel",
-           "Program",
-           "T",
-           "__version__",
-           "compile",
-           "jit",
+    "CompileError",
+    "JITFunction",
+    "JITKernel",
+    "Program",
+    "T",
+    "__version__",
+    "compile",
+    "empty",
+    "jit",
 ]

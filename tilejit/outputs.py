@@ -1,6 +1,7 @@
 """Allocating ``out_idx`` outputs with the framework of the first tensor argument.
 
-torch in -> torch out (same device), NumPy or any other producer in -> NumPy out.
+torch in -> torch out (same device); NumPy or any other producer in -> NumPy out; no
+tensor argument at all (scalars, pointers) or tilejit Arrays in -> tilejit Arrays out.
 The per-(type, dtype) choice is made once and cached, so a call pays one dict
 lookup and the framework's own allocation.
 """
@@ -48,9 +49,30 @@ def _numpy_allocator(dtype: str) -> Callable:
     return allocate
 
 
+def _tilejit_allocator(dtype: str) -> Callable:
+    """tilejit's own Array when the wrapper is there (no framework needed), else NumPy."""
+    from .backends import cython_backend
+
+    try:
+        empty = cython_backend.wrapper_module().empty
+    except Exception:  # noqa: BLE001 - no wrapper: NumPy is the next best host allocator
+        return _numpy_allocator(dtype)
+
+    def allocate(like, shape):
+        return empty(shape, dtype)
+
+    return allocate
+
+
 def _framework(cls: type) -> str:
-    module = getattr(cls, "__module__", "") or ""
-    return "torch" if module.split(".")[0] == "torch" else "numpy"
+    if cls is type(None):
+        return "tilejit"
+    module = (getattr(cls, "__module__", "") or "").split(".")[0]
+    return module if module in ("torch", "tilejit") else "numpy"
+
+
+_ALLOCATORS = {"torch": _torch_allocator, "numpy": _numpy_allocator,
+               "tilejit": _tilejit_allocator}
 
 
 def make_allocator(kernel: str, out_names: Sequence[str], out_dtypes: Sequence[str]) -> Callable:
@@ -62,7 +84,7 @@ def make_allocator(kernel: str, out_names: Sequence[str], out_dtypes: Sequence[s
         fn = cache.get(key)
         if fn is None:
             with _lock:
-                make = _torch_allocator if _framework(key[0]) == "torch" else _numpy_allocator
+                make = _ALLOCATORS[_framework(key[0])]
                 fn = cache.setdefault(key, make(out_dtypes[index]))
         try:
             return fn(like, shape)

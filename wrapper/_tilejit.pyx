@@ -218,6 +218,9 @@ cdef int _convert(object obj, tj_arg *arg, bytes what, bint exchange) except -1:
     return 0
 
 
+include "_array.pxi"
+
+
 from tilejit.streams import framework_stream as _framework_stream
 from tilejit.streams import stream_handle as _stream_handle
 
@@ -342,7 +345,12 @@ cdef class Kernel:
             _check(tj_call_bind(self._k, argv, nargs, &frame))
             outputs = []
             like = args[frame.first_tensor] if frame.first_tensor >= 0 else None
-            api = _exchange_api(type(like)) if like is not None and self._exchange else NULL
+            if not self._exchange:
+                api = NULL
+            elif like is None:
+                api = &_array_api  # no framework in sight: outputs are tilejit Arrays
+            else:
+                api = _exchange_api(type(like))
             # Stream: explicit > the producer's current work stream > none.
             if stream is not None:
                 frame.stream = <void *><uintptr_t>_stream_handle(stream, self._name)
