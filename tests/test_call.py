@@ -283,7 +283,7 @@ def test_stream_none_or_zero_only_for_cpu(vec_add):
     a = torch.rand(3)
     assert torch.equal(vec_add(a, a, stream=None), a + a)
     assert torch.equal(vec_add(a, a, stream=0), a + a)
-    with pytest.raises(ValueError, match=r"^vec_add: stream=5 given to a cpu kernel"):
+    with pytest.raises(ValueError, match=r"^vec_add: .*stream.* cpu kernel"):
         vec_add(a, a, stream=5)
 
 
@@ -350,21 +350,23 @@ def test_scalar_prototype(scalars):
 
 def test_scalars_reach_the_kernel(scalars):
     # No tensor argument: the output is a NumPy array.
-    out = scalars(-7, 2**40 + 3, 1.5, -2.25, True, -128, 255)
-    assert type(out) is np.ndarray and out.dtype == np.float64
+    # No tensor argument: the output's framework is not specified; DLPack reads it.
+    out = np.from_dlpack(scalars(-7, 2**40 + 3, 1.5, -2.25, True, -128, 255))
+    assert out.dtype == np.float64
     assert out.tolist() == [-7, 2**40 + 3, 1.5, -2.25, 1, -128, 255]
-    out = scalars(2**31 - 1, -2**63, 0.1, 1e300, False, 127, 0)
+    out = np.from_dlpack(scalars(2**31 - 1, -2**63, 0.1, 1e300, False, 127, 0))
     assert out.tolist() == [2**31 - 1, float(-2**63), float(np.float32(0.1)), 1e300, 0, 127, 0]
-    assert scalars(-2**31, 2**63 - 1, 0.0, 0.0, False, 0, 0)[0] == -2**31
+    assert np.from_dlpack(scalars(-2**31, 2**63 - 1, 0.0, 0.0, False, 0, 0))[0] == -2**31
 
 
 def test_int_given_for_float_is_accepted(scalars):
-    assert scalars(1, 2, 3, -4, True, 0, 0).tolist()[:4] == [1, 2, 3.0, -4.0]
+    out = np.from_dlpack(scalars(1, 2, 3, -4, True, 0, 0))
+    assert out.tolist()[:4] == [1, 2, 3.0, -4.0]
 
 
 def test_numpy_scalars_are_accepted(scalars):
-    out = scalars(np.int32(5), np.int64(6), np.float32(1.5), np.float64(2.5), np.bool_(True),
-                  np.int8(-3), np.uint8(4))
+    out = np.from_dlpack(scalars(np.int32(5), np.int64(6), np.float32(1.5), np.float64(2.5),
+                                 np.bool_(True), np.int8(-3), np.uint8(4)))
     assert out.tolist() == [5, 6, 1.5, 2.5, 1, -3, 4]
 
 
@@ -440,8 +442,8 @@ def test_pointer_param_takes_an_int_address_or_none(bump):
 
 
 @pytest.mark.parametrize(("value", "exc", "message"), [
-    ("p", TypeError, r"^bump: argument 0 'p': expected a pointer \(tensor, tilejit\.Pointer or "
-                     r"int address\), got str$"),
+    ("p", TypeError, (r"^bump: argument 0 'p': expected a pointer \(tensor, tilejit\.Pointer "
+                      r"or int address\), got str$")),
     (1.5, TypeError, r"^bump: argument 0 'p': expected a pointer .*got float$"),
     (True, TypeError, r"^bump: argument 0 'p': expected a pointer .*got bool$"),
     (-8, ValueError, r"^bump: argument 0 'p': expected an address .*got a negative int$"),

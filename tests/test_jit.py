@@ -28,6 +28,13 @@ def _program(name, params, source):
     return tilejit.Program(name=name, params=params, source=source)
 
 
+def _values(tensor, list_=True):
+    """A kernel output as NumPy sees it through DLPack (outputs of calls without a framework
+    tensor argument are only promised to be DLPack tensors)."""
+    array = np.from_dlpack(tensor)
+    return array.tolist() if list_ else array
+
+
 # --- c_prototype ------------------------------------------------------------------------------
 
 
@@ -288,9 +295,9 @@ def test_jit_raw_call_never_matches_another_calls_key():
         return _program("tagged", [T.Buffer((1,), "int64", name="O")],
                         f"void tagged(int64_t *O) {{ O[0] = {value}; }}")
 
-    assert tagged(block=128)().tolist() == [128]
+    assert _values(tagged(block=128)()) == [128]
     # This positional tuple looks like the canonical key of block=128; it is another call.
-    assert tagged(("block", 128))().tolist() == [129]
+    assert _values(tagged(("block", 128))()) == [129]
     assert calls == [128, ("block", 128)]
 
 
@@ -306,9 +313,9 @@ def test_jit_arguments_of_different_types_are_distinct_keys():
         return _program(f"typed_{dtype}", [T.Buffer((1,), dtype, name="O")],
                         f"void typed_{dtype}({c_types[dtype]} *O) {{ O[0] = 1; }}")
 
-    assert typed(1)().dtype == np.int64
-    assert typed(1.0)().dtype == np.float64
-    assert typed(True)().dtype == np.bool_
+    assert _values(typed(1)(), list_=False).dtype == np.int64
+    assert _values(typed(1.0)(), list_=False).dtype == np.float64
+    assert _values(typed(True)(), list_=False).dtype == np.bool_
 
 
 def test_jit_unhashable_argument_names_it():
@@ -363,13 +370,14 @@ def _flagged():
 
 
 def test_compile_flags_fall_back_to_the_environment(monkeypatch):
-    assert tilejit.compile(_flagged(), out_idx=0)().tolist() == [-1]
+    assert _values(tilejit.compile(_flagged(), out_idx=0)()) == [-1]
     monkeypatch.setenv("TILEJIT_COMPILE_FLAGS", "-DTJ_VALUE=7 -O1")
-    assert tilejit.compile(_flagged(), out_idx=0)().tolist() == [7]
+    assert _values(tilejit.compile(_flagged(), out_idx=0)()) == [7]
     # An explicit option wins over the environment.
     explicit = tilejit.compile(_flagged(), out_idx=0, compile_flags=["-DTJ_VALUE=3"])
-    assert explicit().tolist() == [3]
-    assert tilejit.compile(_flagged(), out_idx=0, compile_flags="-DTJ_VALUE=4")().tolist() == [4]
+    assert _values(explicit()) == [3]
+    four = tilejit.compile(_flagged(), out_idx=0, compile_flags="-DTJ_VALUE=4")
+    assert _values(four()) == [4]
 
 
 def test_jit_options_fall_back_to_the_environment_at_compile_time(monkeypatch):
@@ -378,16 +386,16 @@ def test_jit_options_fall_back_to_the_environment_at_compile_time(monkeypatch):
         return _flagged()
 
     monkeypatch.setenv("TILEJIT_COMPILE_FLAGS", "-DTJ_VALUE=11")
-    assert flagged(1)().tolist() == [11]
+    assert _values(flagged(1)()) == [11]
     monkeypatch.setenv("TILEJIT_COMPILE_FLAGS", "-DTJ_VALUE=12")
-    assert flagged(1)().tolist() == [11]  # compiled already: cached per key
-    assert flagged(2)().tolist() == [12]
+    assert _values(flagged(1)()) == [11]  # compiled already: cached per key
+    assert _values(flagged(2)()) == [12]
 
     @tilejit.jit(out_idx=0, compile_flags=["-DTJ_VALUE=5"])
     def pinned(version: int = 0):
         return _flagged()
 
-    assert pinned()().tolist() == [5]
+    assert _values(pinned()()) == [5]
 
 
 def test_backend_target_and_verbose_from_the_environment(monkeypatch, capsys):
@@ -417,7 +425,7 @@ def test_same_program_reuses_the_library_in_process(cc_log):
     assert first.library_path == second.library_path
     assert Path(first.library_path).is_relative_to(os.environ["TILEJIT_CACHE_DIR"])
     assert len(_compiles(cc_log, name)) == 1
-    assert second().tolist() == [42]
+    assert _values(second()) == [42]
 
 
 CHILD = textwrap.dedent("""
@@ -457,26 +465,53 @@ def _finish(child):
     return result["path"]
 
 
-def test_cache_is_reused_by_another_process(tmp_path, child_env, logging_cc):
+def _child_program(name):
+    """The program CHILD compiles, built here in the parent."""
+    n = T.symbol("n")
+    return tilejit.Program(
+        name=name, params=[T.Buffer((n,), "float32", name="A", const=True),
+                           T.Buffer((n,), "float32", name="B")],
+        source=f"void {name}(const float *A, float *B, int64_t n) "
+               "{ for (int64_t i = 0; i < n; ++i) B[i] = A[i] + 1; }")
+
+
+def _no_compiles_since(log: Path, before: str) -> None:
+    # A `--version` probe for the cache key is allowed; a kernel build (its output goes to
+    # the cache's kernels/ directory) is not. A wrapper rebuild, should the core's sources
+    # change in between, is not a kernel compile.
+    new_lines = log.read_text()[len(before):].splitlines()
+    assert not [line for line in new_lines if "/kernels/" in line], new_lines
+
+
+def test_cache_is_reused_by_another_process(tmp_path, child_env, logging_cc, monkeypatch):
     log = tmp_path / "cc.log"
     log.touch()
     env = child_env(TILEJIT_CC=str(logging_cc), TILEJIT_CC_LOG=str(log))
     name = f"across_{uuid.uuid4().hex[:8]}"
     first = _finish(_start_child(tmp_path, env, name))
+    assert Path(first).is_relative_to(os.environ["TILEJIT_CACHE_DIR"])
     assert len(_compiles(log, name)) == 1
     before = log.read_text()
     second = _finish(_start_child(tmp_path, env, name))
     assert second == first
-    assert Path(first).is_relative_to(os.environ["TILEJIT_CACHE_DIR"])
-    # The second process ran no compiler (a `--version` probe for the cache key at most).
-    new_lines = log.read_text()[len(before):].splitlines()
-    assert all(line.strip() == "--version" for line in new_lines), new_lines
+    _no_compiles_since(log, before)
+    # And this process, with the same compiler, finds the same library too.
+    monkeypatch.setenv("TILEJIT_CC", str(logging_cc))
+    monkeypatch.setenv("TILEJIT_CC_LOG", str(log))
+    before = log.read_text()
+    kernel = tilejit.compile(_child_program(name), out_idx=-1)
+    assert kernel.library_path == first
+    _no_compiles_since(log, before)
+    assert kernel(torch.zeros(2)).tolist() == [1.0, 1.0]
 
 
 def test_processes_compiling_at_once_share_one_library(tmp_path, child_env, logging_cc):
     log = tmp_path / "cc.log"
     log.touch()
-    env = child_env(TILEJIT_CC=str(logging_cc), TILEJIT_CC_LOG=str(log))
+    # An empty cache: the four also race to build the wrapper, which must be built once too.
+    cache = tmp_path / "empty-cache"
+    env = child_env(TILEJIT_CC=str(logging_cc), TILEJIT_CC_LOG=str(log),
+                    TILEJIT_CACHE_DIR=str(cache))
     name = f"race_{uuid.uuid4().hex[:8]}"
     go = tmp_path / "go"
     children = [_start_child(tmp_path, env, name, str(go)) for _ in range(4)]
@@ -484,7 +519,9 @@ def test_processes_compiling_at_once_share_one_library(tmp_path, child_env, logg
     go.touch()
     paths = {_finish(child) for child in children}
     assert len(paths) == 1
+    assert Path(next(iter(paths))).is_relative_to(cache)
     assert len(_compiles(log, name)) == 1
+    assert len(_compiles(log, "_tilejit")) <= 1  # the wrapper's Cython output, if built here
     entry = Path(paths.pop()).parent
     assert sorted(p.name for p in entry.iterdir()) == ["kernel.so", "meta.json"]
     leftovers = [p for p in entry.parent.parent.iterdir() if p.name.startswith(".tmp-")]
@@ -502,5 +539,5 @@ def test_disable_cache_gives_a_private_library(monkeypatch):
     root = os.environ["TILEJIT_CACHE_DIR"]
     for k in (first, second):
         assert not Path(k.library_path).is_relative_to(root)
-        assert k().tolist() == [5]
+        assert _values(k()) == [5]
     assert len({cached.library_path, first.library_path, second.library_path}) == 3

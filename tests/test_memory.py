@@ -112,8 +112,8 @@ def test_failing_calls_do_not_leak(vec_add, framework):
 
     growth = _measure(call, 20_000)
 
-    assert messages == {"vec_add: argument 1 'B': expected shape[0] == n (= 64, bound by "
-                        "argument 0 'A'), got 63"}
+    assert messages == {("vec_add: argument 1 'B': expected shape[0] == n (= 64, bound by "
+                         "argument 0 'A'), got 63")}
     assert growth < MAX_GROWTH, f"RSS grew by {growth} bytes over 20000 failing calls"
     assert (sys.getrefcount(a), sys.getrefcount(bad)) == refs
 

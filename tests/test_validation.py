@@ -212,6 +212,31 @@ def test_expression_in_an_input_shape_checked_after_binding(plus_one):
     assert str(info.value) == "plus_one: argument 2 'C': expected shape[0] == n * 2 (= 8), got 9"
 
 
+def test_expression_before_the_buffer_that_binds_its_symbol(build):
+    n = T.symbol("n")
+    k = build("late_bind", [T.Buffer((n + 1,), "float32", name="B", const=True),
+                            T.Buffer((n,), "float32", name="A", const=True)],
+              "void late_bind(const float *B, const float *A, int64_t n) "
+              "{ (void)B; (void)A; (void)n; }")
+    assert k.c_prototype == "void late_bind(const float *B, const float *A, int64_t n)"
+    k(torch.zeros(6), torch.zeros(5))
+    with pytest.raises(ValueError) as info:
+        k(torch.zeros(5), torch.zeros(5))
+    assert str(info.value) == "late_bind: argument 0 'B': expected shape[0] == n + 1 (= 6), got 5"
+
+
+def test_symbol_bound_by_the_first_tensor_carrying_it(build):
+    n = T.symbol("n")
+    k = build("first_binds", [T.Buffer((n,), "float32", name="X", optional=True),
+                              T.Buffer((n,), "float32", name="A")],
+              "void first_binds(float *X, float *A, int64_t n) { (void)X; (void)A; (void)n; }")
+    with pytest.raises(ValueError) as info:
+        k(torch.zeros(3), torch.zeros(4))
+    assert str(info.value) == ("first_binds: argument 1 'A': expected shape[0] == n (= 3, bound "
+                               "by argument 0 'X'), got 4")
+    k(None, torch.zeros(4))  # an absent optional binds nothing
+
+
 @pytest.fixture(scope="module")
 def divisible(build):
     n = T.symbol("n", divisibility=16)
@@ -537,6 +562,14 @@ def test_tensors_on_different_devices_are_rejected(vec_add):
     assert p.deleted == 1
 
 
+@pytest.mark.xfail(strict=True, reason="a cuda_host (pinned, host-accessible) first input is "
+                   "accepted by a cpu kernel, but its out_idx output is allocated by NumPy on cpu "
+                   "and then refused: RuntimeError 'allocated on cpu:0, expected cuda_host:0'")
+def test_host_accessible_first_input_gets_a_host_output(first):
+    p = FakeProducer([1.0, 2.0], device="cuda_host")
+    assert np.from_dlpack(first(p)).tolist() == [1.0, 2.0]
+
+
 def test_unsupported_dlpack_major_version(first):
     p = FakeProducer([1.0], major=2)
     with pytest.raises(ValueError) as info:
@@ -571,3 +604,48 @@ def test_every_imported_tensor_is_released_when_a_later_argument_fails(vec_add):
     gc.collect()
     assert (a.exported, a.deleted) == (4, 4)
     assert (b.exported, b.deleted) == (1, 1)
+
+
+# --- every backend, same errors ---------------------------------------------------------------
+
+
+def _cases():
+    read_only = np.zeros(2, np.float32)
+    read_only.flags.writeable = False
+    return [
+        (torch.rand(4), torch.rand(3)),
+        (torch.rand(4), "x"),
+        (torch.rand(4),),
+        (None, torch.rand(4)),
+        (torch.rand(4), torch.rand(8)[::2]),
+        (np.zeros(4), np.zeros(4)),
+        (FakeProducer([1.0], device="oneapi"), torch.rand(1)),
+        (FakeProducer([1.0], major=2), torch.rand(1)),
+        (torch.rand(2), FakeProducer([1.0, 2.0], device="cuda_host")),
+        (FakeProducer([1.0, 2.0], versioned=False), np.ones(2, np.float32)),
+        (read_only, read_only),
+    ]
+
+
+def _outcome(kernel, args):
+    try:
+        result = kernel(*args)
+    except Exception as exc:  # noqa: BLE001 - the outcome is what is compared
+        outcome = (type(exc).__name__, str(exc))
+    else:
+        outcome = ("ok", np.asarray(result).tolist())
+    gc.collect()
+    deleted = [(a.exported, a.deleted) for a in args if isinstance(a, FakeProducer)]
+    return outcome, deleted
+
+
+def test_every_backend_gives_the_same_results_and_errors(vec_add):
+    outcomes = {}
+    for backend in ("cython", "dlpack", "ctypes"):
+        kernel = vec_add.with_backend(backend)
+        assert kernel.execution_backend == backend
+        outcomes[backend] = [_outcome(kernel, args) for args in _cases()]
+    assert outcomes["dlpack"] == outcomes["cython"]
+    assert outcomes["ctypes"] == outcomes["cython"]
+    for (_, deleted) in outcomes["cython"]:
+        assert all(exported == deleted_count for exported, deleted_count in deleted)

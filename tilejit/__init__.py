@@ -14,6 +14,7 @@ from .compiler import CompileError
 from .jit import JITFunction, compile, jit
 from .kernel import JITKernel
 from .lang import T
+from .layout import Pointer, from_dlpack, make_ptr
 from .program import Program
 
 __version__ = "0.1.0"
@@ -34,10 +35,13 @@ __all__ = [
     "CompileError",
     "JITFunction",
     "JITKernel",
+    "Pointer",
     "Program",
     "T",
     "__version__",
     "compile",
     "empty",
+    "from_dlpack",
     "jit",
+    "make_ptr",
 ]

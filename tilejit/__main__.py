@@ -20,7 +20,9 @@ def main(argv=None) -> int:
     build = sub.add_parser("build", help="build and cache the wrapper and the core for this "
                                          "interpreter ahead of time")
     build.add_argument("--force", action="store_true", help="rebuild even if cached")
-    sub.add_parser("demo", help="compile and run the demo kernels on torch tensors")
+    demo = sub.add_parser("demo", help="compile and run the demo kernels on torch tensors")
+    demo.add_argument("--target", choices=("cpu", "cuda"), default="cpu",
+                      help="cpu (default), or cuda: the same kernels in CUDA C on the GPU")
     bench = sub.add_parser("bench", help="time the host overhead per call against the peers "
                                          "(SPEC section 6) and print a markdown table")
     bench.add_argument("--calls", type=int, default=100_000, help="calls per timed repeat")
@@ -43,7 +45,7 @@ def main(argv=None) -> int:
     if args.command == "demo":
         from .demo import run
 
-        return 0 if run() else 1
+        return 0 if run(target=args.target) else 1
     from . import __version__
 
     print(__version__)

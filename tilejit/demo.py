@@ -1,7 +1,9 @@
-"""``python -m tilejit demo``: compile three CPU kernels, run them on torch tensors, check them.
+"""``python -m tilejit demo [--target cuda]``: compile three kernels, run them on torch
+tensors, check them.
 
 Each row: the kernel, the shape it ran on, the max error against torch, the compile
-time (cold or from the disk cache, as it happened) and the median per-call time.
+time (cold or from the disk cache, as it happened) and the median per-call time (for
+CUDA, including the wait for the GPU to finish).
 """
 
 from __future__ import annotations
@@ -80,8 +82,10 @@ def _per_call_us(fn, *args, calls=2000, repeats=5):
     return statistics.median(samples)
 
 
-def run(print_fn=print) -> bool:
+def run(print_fn=print, target="cpu") -> bool:
     """Runs the demo; returns True when every kernel matches torch."""
+    if target == "cuda":
+        return run_cuda(print_fn)
     import torch
 
     torch.manual_seed(0)
@@ -113,6 +117,10 @@ def run(print_fn=print) -> bool:
     rows.append(("row_stats (max, sum)", "(300, 77) strided", err, t_rs,
                  _per_call_us(row_stats, x, calls=500)))
 
+    return _report(rows, print_fn)
+
+
+def _report(rows, print_fn) -> bool:
     ok = all(err < 1e-3 for _, _, err, _, _ in rows)
     header = ("kernel", "shape", "max error", "compile ms", "per call us")
     table = [header] + [(k, s, f"{e:.2e}", f"{c:.1f}", f"{p:.2f}") for k, s, e, c, p in rows]
@@ -123,3 +131,123 @@ def run(print_fn=print) -> bool:
             print_fn("  ".join("-" * w for w in widths))
     print_fn("all kernels match torch" if ok else "MISMATCH against torch")
     return ok
+
+
+# ---- The same kernels in CUDA C ------------------------------------------------------------
+
+CUDA_VEC_ADD = r"""
+extern "C" __global__ void vec_add(const float *A, const float *B, float *C, int64_t n) {
+  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) C[i] = A[i] + B[i];
+}
+"""
+
+CUDA_MATMUL = r"""
+/* C[M, 64] = A[M, 128] @ B[128, 64]: one thread per element of C, M dynamic. */
+extern "C" __global__ void matmul(const float *A, const float *B, float *C, int64_t M) {
+  int64_t row = (int64_t)blockIdx.y * blockDim.y + threadIdx.y;
+  int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= M || col >= 64) return;
+  float acc = 0.0f;
+  for (int k = 0; k < 128; ++k) acc += A[row * 128 + k] * B[k * 64 + col];
+  C[row * 64 + col] = acc;
+}
+"""
+
+CUDA_ROW_STATS = r"""
+/* One block of 256 threads per row: max and sum through dynamic shared memory. */
+extern "C" __global__ void row_stats(const float *X, float *MAX, float *SUM, int64_t rows,
+                                     int64_t cols, int64_t row_stride) {
+  extern __shared__ float scratch[]; /* 2 * blockDim.x floats */
+  float *m = scratch, *s = scratch + blockDim.x;
+  const float *x = X + blockIdx.x * row_stride;
+  float mine = -3.402823466e38f, total = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    mine = fmaxf(mine, x[c]);
+    total += x[c];
+  }
+  m[threadIdx.x] = mine;
+  s[threadIdx.x] = total;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      m[threadIdx.x] = fmaxf(m[threadIdx.x], m[threadIdx.x + half]);
+      s[threadIdx.x] += s[threadIdx.x + half];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    MAX[blockIdx.x] = m[0];
+    SUM[blockIdx.x] = s[0];
+  }
+}
+"""
+
+
+def cuda_programs():
+    """The demo programs in CUDA C, with their launch configurations and out_idx."""
+    n = T.symbol("n")
+    m = T.symbol("M")
+    rows, cols, rs = T.symbol("rows"), T.symbol("cols"), T.symbol("row_stride")
+    return [
+        (Program("vec_add", [T.Buffer((n,), "float32", name="A", const=True),
+                             T.Buffer((n,), "float32", name="B", const=True),
+                             T.Buffer((n,), "float32", name="C")], CUDA_VEC_ADD,
+                 grid=(T.ceildiv(n, 256),), block=(256,)), -1),
+        (Program("matmul", [T.Buffer((m, 128), "float32", name="A", const=True),
+                            T.Buffer((128, 64), "float32", name="B", const=True),
+                            T.Buffer((m, 64), "float32", name="C")], CUDA_MATMUL,
+                 grid=(4, T.ceildiv(m, 16)), block=(16, 16)), -1),
+        (Program("row_stats", [T.Buffer((rows, cols), "float32", strides=(rs, 1), name="X",
+                                        const=True),
+                               T.Buffer((rows,), "float32", name="MAX"),
+                               T.Buffer((rows,), "float32", name="SUM")], CUDA_ROW_STATS,
+                 grid=(rows,), block=(256,), shared_mem=2 * 256 * 4), [1, 2]),
+    ]
+
+
+def run_cuda(print_fn=print) -> bool:
+    """The demo on the GPU; says so and returns False when there is none."""
+    import torch
+
+    if not torch.cuda.is_available():
+        print_fn("tilejit demo --target cuda: no CUDA GPU is available here "
+                 "(torch.cuda.is_available() is False); nothing was run.")
+        return False
+    torch.manual_seed(0)
+    dev = torch.device("cuda")
+    (vec_prog, vec_out), (mm_prog, mm_out), (rs_prog, rs_out) = cuda_programs()
+    rows = []
+
+    def build(prog, out):
+        start = time.perf_counter()
+        kernel = compile(prog, out_idx=out, target="cuda")
+        return kernel, (time.perf_counter() - start) * 1e3
+
+    def timed(fn, *args, calls):
+        def call_and_wait(*a):
+            fn(*a)
+            torch.cuda.synchronize()
+        return _per_call_us(call_and_wait, *args, calls=calls)
+
+    vec_add, t_vec = build(vec_prog, vec_out)
+    for size in (1000, 1 << 20):
+        a, b = torch.rand(size, device=dev), torch.rand(size, device=dev)
+        err = (vec_add(a, b) - (a + b)).abs().max().item()
+        rows.append(("vec_add", f"({size},)", err, t_vec, timed(vec_add, a, b, calls=2000)))
+
+    matmul, t_mm = build(mm_prog, mm_out)
+    for m in (1, 257):
+        a, b = torch.randn(m, 128, device=dev), torch.randn(128, 64, device=dev)
+        err = (matmul(a, b) - a @ b).abs().max().item()
+        rows.append(("matmul", f"({m}, 128) @ (128, 64)", err, t_mm,
+                     timed(matmul, a, b, calls=500)))
+
+    row_stats, t_rs = build(rs_prog, rs_out)
+    x = torch.randn(300, 100, device=dev)[:, :77]
+    mx, sm = row_stats(x)
+    err = max((mx - x.amax(dim=1)).abs().max().item(), (sm - x.sum(dim=1)).abs().max().item())
+    rows.append(("row_stats (max, sum)", "(300, 77) strided", err, t_rs,
+                 timed(row_stats, x, calls=500)))
+    print_fn(f"on {torch.cuda.get_device_name()}")
+    return _report(rows, print_fn)

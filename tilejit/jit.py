@@ -39,8 +39,12 @@ def _options(target, execution_backend, compile_flags, verbose):
 
 
 def compile(program: Program, out_idx=None, target=None, execution_backend=None,
-            compile_flags=None, verbose=None) -> JITKernel:
+            compile_flags=None, verbose=None, arch=None, compiler=None) -> JITKernel:
     """Compiles ``program`` (or fetches it from the disk cache) and returns a JITKernel.
+
+    ``arch`` and ``compiler`` ("nvcc" or "nvrtc") are for ``target="cuda"``; left None
+    they come from TILEJIT_CUDA_ARCH / TILEJIT_CUDA_COMPILER, the GPU and what is
+    installed (see `tilejit.cuda_compiler`).
 
     >>> kernel = tilejit.compile(prog, out_idx=-1, target="cpu")
     >>> c = kernel(a, b)
@@ -52,9 +56,14 @@ def compile(program: Program, out_idx=None, target=None, execution_backend=None,
                                                          compile_flags, verbose)
     start = time.perf_counter()
     sig = lower(program, out_idx, target)
-    if target != "cpu":
-        raise NotImplementedError(f"{program.name}: target {target!r} is not available yet; "
-                                  "only 'cpu' is")
+    if target == "cuda":
+        from .cuda_compiler import compile_program
+
+        path, source = compile_program(program, sig, flags, arch, compiler, verbose)
+        return JITKernel(program, sig, str(path), source, execution_backend)
+    if arch is not None or compiler is not None:
+        raise ValueError(f"{program.name}: arch= and compiler= are for target='cuda', not "
+                         f"{target!r}")
     source = host_source(program, sig)
     # Hidden visibility binds the kernel's functions inside its own library: exported, a
     # kernel named like an already loaded function (`write`, `exp`, a BLAS routine) would
@@ -86,12 +95,14 @@ class JITFunction:
     >>> k = vec_add(block=128)     # compiles; vec_add(128) is the same key
     """
 
-    def __init__(self, func, out_idx, target, execution_backend, compile_flags, verbose):
+    def __init__(self, func, out_idx, target, execution_backend, compile_flags, verbose,
+                 arch=None, compiler=None):
         self.func = func
         self._signature = inspect.signature(func)
         self._options = {"out_idx": out_idx, "target": target,
                          "execution_backend": execution_backend,
-                         "compile_flags": compile_flags, "verbose": verbose}
+                         "compile_flags": compile_flags, "verbose": verbose, "arch": arch,
+                         "compiler": compiler}
         self._kernels: dict = {}  # canonical key -> kernel
         # Exact call (args, kwargs items) -> kernel. A dict of its own: a raw key must never
         # meet a canonical one (`f(("block", 128))` is not `f(block=128)`).
@@ -140,8 +151,28 @@ class JITFunction:
 
 
 def jit(func=None, *, out_idx=None, target=None, execution_backend=None, compile_flags=None,
-        verbose=None):
-    """Decorator: ``@tilejit.jit`` or ``@tilejit.jit(out_idx=-1, target="cpu")``."""
-    def wrap(f):
-        return JITFunction(f, out_idx, target, execution_backend, compile_flags, verbose)
+        verbose=None, layout=None, arch=None, compiler=None):
+    """Decorator: ``@tilejit.jit`` or ``@tilejit.jit(out_idx=-1, target="cpu")``.
+
+    ``layout="dynamic"`` is implicit conversion: the function is called with the kernel's
+    tensors, receives each as a ``T.Buffer`` with a fully dynamic layout except the
+    leading-dimension stride, and the call compiles (once per leading dimension, dtype
+    and constant arguments) and runs the kernel; ``layout="static"`` specialises on exact
+    layouts. See ``tilejit.implicit``.
+
+    >>> @tilejit.jit(layout="dynamic")
+    ... def copy(A, B):
+    ...     return tilejit.Program(name="copy", params=[A, B], source=...)
+    >>> copy(x, y)
+    """
+    if layout is not None:
+        from .implicit import LayoutJITFunction
+
+        def wrap(f):
+            return LayoutJITFunction(f, layout, out_idx, target, execution_backend,
+                                     compile_flags, verbose)
+    else:
+        def wrap(f):
+            return JITFunction(f, out_idx, target, execution_backend, compile_flags, verbose,
+                               arch=arch, compiler=compiler)
     return wrap(func) if func is not None else wrap

@@ -5,7 +5,7 @@ from __future__ import annotations
 from . import backends as _backends
 from .outputs import make_allocator
 from .program import Program
-from .signature import ENTRY_SYMBOL, Signature
+from .signature import Signature
 
 
 class JITKernel:
@@ -37,8 +37,8 @@ class JITKernel:
         self._allocate = make_allocator(program.name, [signature.names[i] for i in outs],
                                         [params[i].dtype for i in outs])
         order = tuple(outs.index(i) for i in signature.out_idx)
-        _backends.bind(self, self.execution_backend, signature.spec, library_path, ENTRY_SYMBOL,
-                       self._allocate, order)
+        _backends.bind(self, self.execution_backend, signature.spec, library_path,
+                       signature.entry, self._allocate, order)
 
     @property
     def params(self):
@@ -73,7 +73,8 @@ class JITKernel:
         return self.program.source
 
     def get_host_source(self) -> str:
-        """The full C file tilejit compiled: prelude, kernel source and packed-entry glue."""
+        """The full file tilejit compiled: prelude, kernel source and packed-entry glue (CPU),
+        or prelude, the kernel's declaration and its source (CUDA)."""
         return self._host_source
 
     def with_backend(self, name: str) -> JITKernel:

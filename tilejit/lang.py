@@ -202,6 +202,20 @@ class Buffer(Param):
         self.optional = bool(optional)
         self.const = bool(const)
 
+    @classmethod
+    def like(cls, view, name=None, *, const=False, optional=False) -> Buffer:
+        """The parameter a layout view describes (``tilejit.from_dlpack(x)``, marked or
+        not): static modes become ints, dynamic modes symbols with their divisibility,
+        the view's ``assumed_align`` the ``align``. See ``tilejit.layout.buffer_like``.
+
+        >>> v = tilejit.from_dlpack(x).mark_compact_shape_dynamic(mode=0, divisibility=16)
+        >>> T.Buffer.like(v, name="A")
+        Buffer((A_shape0, 8), float32, strides=(8, 1), name='A', align=4)
+        """
+        from .layout import buffer_like
+
+        return buffer_like(view, name, const=const, optional=optional)
+
     def __repr__(self) -> str:
         extra = "".join([
             f", strides={self.strides}" if self.strides is not None else "",

@@ -29,7 +29,9 @@ class Signature:
     symbols: tuple[Symbol, ...]   # ABI order
     spec: tuple                   # the description wrapper Kernel objects take
     c_prototype: str
-    glue: str                     # C appended to the user's source
+    glue: str                     # C appended to the user's source (CPU)
+    entry: str = ENTRY_SYMBOL     # what tj_kernel_load resolves: the glue's entry, or the
+                                  # CUDA kernel itself
 
 
 def normalize_out_idx(out_idx, nparams: int, kernel: str) -> tuple[int, ...]:
@@ -146,9 +148,14 @@ def lower(program: Program, out_idx, target: str) -> Signature:
         casts.append(f"a[{len(params) + j}].i")
 
     target_id = TARGETS[target]
+    launch = _lower_launch(program, symbols, expr_id) if target == "cuda" else None
     spec = (kname, target_id, tuple((s.name, s.divisibility) for s in symbols), tuple(exprs),
-            tuple(spec_params))
+            tuple(spec_params), launch)
     prototype = f"void {kname}({', '.join(c_params) or 'void'})"
+    if target == "cuda":
+        prototype = f'extern "C" __global__ {prototype}'
+        return Signature(kname, target, tuple(names), outs, tuple(symbols), spec, prototype, "",
+                         kname)
     glue = (
         f"{prototype};\n"
         "typedef union { void *p; int64_t i; double f; } tilejit_value;\n"
@@ -156,6 +163,34 @@ def lower(program: Program, out_idx, target: str) -> Signature:
         f"  (void)a;\n  {kname}({', '.join(casts)});\n}}\n"
     )
     return Signature(kname, target, tuple(names), outs, tuple(symbols), spec, prototype, glue)
+
+
+def _lower_launch(program: Program, symbols: dict, expr_id) -> tuple:
+    """A CUDA program's grid, block (padded to 3 with 1) and shared memory as expression
+    ids; every symbol they use must be one the parameters bind."""
+    kname = program.name
+    for what, dims in (("grid", program.grid), ("block", program.block)):
+        if not 1 <= len(dims) <= 3:
+            raise ValueError(f"{kname}: a CUDA program needs {what}= with 1 to 3 entries, got "
+                             f"{dims!r}")
+    entries = [(f"grid[{i}]", g, 0) for i, g in enumerate(program.grid)]
+    entries += [(f"block[{i}]", b, 1) for i, b in enumerate(program.block)]
+    entries.append(("shared_mem", program.shared_mem, 0))
+    for what, value, low in entries:
+        if isinstance(value, bool) or not isinstance(value, (int, Expr)):
+            raise TypeError(f"{kname}: {what} must be an int or a symbolic expression, got "
+                            f"{type(value).__name__}")
+        if isinstance(value, int) and value < low:
+            raise ValueError(f"{kname}: {what} = {value}, expected >= {low}")
+        if isinstance(value, Expr):
+            for s in value.symbols():
+                if s not in symbols:
+                    raise ValueError(f"{kname}: {what} = {value} uses symbol '{s.name}', which "
+                                     "no parameter's shape or strides carry")
+    ids = [expr_id(value) for _, value, _ in entries]
+    grid = ids[:len(program.grid)] + [expr_id(1)] * (3 - len(program.grid))
+    block = ids[len(program.grid):-1] + [expr_id(1)] * (3 - len(program.block))
+    return (tuple(grid), tuple(block), ids[-1])
 
 
 def _buffer_symbols(p) -> set:

@@ -112,11 +112,26 @@ cdef const DLPackExchangeAPI *_discover_api(object cls) except? NULL:
     return api
 
 
+# A one-entry memo in front of the dict: a call's tensors are nearly always of one
+# type, so most lookups end here. Both globals change together under the GIL.
+cdef PyObject *_last_type = NULL
+cdef const DLPackExchangeAPI *_last_api = NULL
+
+
 cdef inline const DLPackExchangeAPI *_exchange_api(object cls) except? NULL:
+    global _last_type, _last_api
+    if <PyObject *>cls == _last_type:
+        return _last_api
     cdef PyObject *entry = PyDict_GetItem(_apis, cls)
+    cdef const DLPackExchangeAPI *api
     if entry != NULL:
-        return <const DLPackExchangeAPI *>PyLong_AsVoidPtr(<object>entry)
-    return _discover_api(cls)
+        api = <const DLPackExchangeAPI *>PyLong_AsVoidPtr(<object>entry)
+    else:
+        api = _discover_api(cls)
+    # The dict holds a reference to every type seen, so the borrowed pointer stays valid.
+    _last_type = <PyObject *>cls
+    _last_api = api
+    return api
 
 
 cdef int _import_exchange(object obj, tj_arg *arg, const DLPackExchangeAPI *api) except -1:
@@ -174,10 +189,18 @@ cdef object _allocate_exchange(const DLPackExchangeAPI *api, tj_frame *frame, in
     return tensor
 
 
+include "_layout.pxi"
+
+from tilejit.layout import Pointer as _Pointer
+
+
 cdef int _convert(object obj, tj_arg *arg, bytes what, bint exchange) except -1:
     """Classifies one Python argument; the core decides whether it fits."""
     cdef int overflow = 0
     if obj is None:
+        return 0
+    if type(obj) is TensorView:  # imported once by from_dlpack: its DLTensor as it is
+        tj_arg_from_dltensor(arg, &(<TensorView>obj)._tensor, (<TensorView>obj)._flags)
         return 0
     if PyBool_Check(obj):
         arg.kind = TJ_ARG_BOOL
@@ -192,6 +215,10 @@ cdef int _convert(object obj, tj_arg *arg, bytes what, bint exchange) except -1:
     if PyFloat_Check(obj):
         arg.kind = TJ_ARG_FLOAT
         arg.value.f = PyFloat_AS_DOUBLE(obj)
+        return 0
+    if type(obj) is _Pointer:  # tilejit.make_ptr
+        arg.kind = TJ_ARG_ADDRESS
+        arg.value.p = PyLong_AsVoidPtr(obj.address)
         return 0
     cls = type(obj)
     cdef const DLPackExchangeAPI *api = _exchange_api(cls) if exchange else NULL
@@ -229,11 +256,13 @@ cdef class Kernel:
     """A finalized core kernel plus what the hot path needs to call it.
 
     ``spec`` is the plain description built by ``tilejit.signature``:
-    ``(name, target, symbols, exprs, params)`` where symbols are
+    ``(name, target, symbols, exprs, params, launch)`` where symbols are
     ``(name, divisibility)``, exprs ``(code, text)`` with code a flat tuple of
-    (op, operand) pairs, and params ``(kind, name, (code, bits, lanes),
-    shape_ids, stride_ids or None, align, flags)``. ``allocate(like, shape,
-    index)`` returns a new output tensor for output ``index``.
+    (op, operand) pairs, params ``(kind, name, (code, bits, lanes),
+    shape_ids, stride_ids or None, align, flags)``, and launch ``None`` (CPU)
+    or the expression ids ``(grid_ids[3], block_ids[3], shared_mem_id)`` of a
+    CUDA kernel. ``allocate(like, shape, index)`` returns a new output tensor
+    for output ``index``.
     """
     cdef tj_kernel *_k
     cdef int32_t _nargs
@@ -257,7 +286,7 @@ cdef class Kernel:
         ``out_order[j]`` is the core output number returned in position j."""
         if self._k != NULL:
             raise RuntimeError("kernel already bound")
-        name, target, symbols, exprs, params = spec
+        name, target, symbols, exprs, params, launch = spec
         self._name = name
         self._allocate = allocate
         self._exchange = exchange_api
@@ -278,6 +307,12 @@ cdef class Kernel:
                 labels.append(f"{name}: argument {len(labels)} '{param[1]}'".encode())
         self._labels = tuple(labels)
         self._out_labels = tuple(out_labels)
+        cdef int32_t grid_ids[3]
+        cdef int32_t block_ids[3]
+        if launch is not None:
+            for d in range(3):
+                grid_ids[d], block_ids[d] = launch[0][d], launch[1][d]
+            _check(tj_kernel_set_launch(self._k, grid_ids, block_ids, launch[2]))
         _check(tj_kernel_finalize(self._k))
         self._nargs = len(self._labels)
         self._nout = tj_kernel_num_outputs(self._k)
@@ -343,8 +378,10 @@ cdef class Kernel:
             for i in range(nargs):
                 _convert(args[i], &argv[i], self._labels[i], self._exchange)
             _check(tj_call_bind(self._k, argv, nargs, &frame))
-            outputs = []
+            outputs = [] if self._nout else None
             like = args[frame.first_tensor] if frame.first_tensor >= 0 else None
+            if type(like) is TensorView:  # outputs and streams follow the view's source
+                like = (<TensorView>like).source
             if not self._exchange:
                 api = NULL
             elif like is None:
@@ -390,6 +427,15 @@ cdef class Kernel:
     @property
     def name(self):
         return tj_kernel_name(self._k).decode()
+
+
+def cuda_device_capability(int32_t device_id=-1):
+    """``(major, minor)`` of CUDA device ``device_id`` (-1: the current context's
+    device, else 0); RuntimeError when there is no driver or no such device."""
+    cdef int32_t major = 0
+    cdef int32_t minor = 0
+    _check(tj_cuda_device_capability(device_id, &major, &minor))
+    return major, minor
 
 
 def status_exception_names():

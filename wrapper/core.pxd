@@ -117,6 +117,10 @@ cdef extern from "tilejit/tilejit.h" nogil:
     ctypedef void (*tj_cpu_entry)(const tj_value *args)
 
     int tj_kernel_load(tj_kernel *kernel, const char *path, const char *symbol)
+    int tj_kernel_set_image(tj_kernel *kernel, const void *image, int64_t size,
+                            const char *symbol)
+    int tj_kernel_set_launch(tj_kernel *kernel, const int32_t *grid_ids, const int32_t *block_ids,
+                             int32_t shared_mem_id)
     int tj_kernel_set_entry(tj_kernel *kernel, tj_cpu_entry entry)
 
     const char *tj_kernel_name(const tj_kernel *kernel)
@@ -143,3 +147,5 @@ cdef extern from "tilejit/tilejit.h" nogil:
     int tj_call_bind(const tj_kernel *kernel, tj_arg *args, int32_t nargs, tj_frame *frame)
     int tj_call_set_output(tj_frame *frame, int32_t i, tj_arg *arg)
     int tj_call_launch(tj_frame *frame)
+
+    int tj_cuda_device_capability(int32_t device_id, int32_t *major, int32_t *minor)

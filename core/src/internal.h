@@ -50,6 +50,12 @@ struct tj_kernel {
   int32_t finalized;
   void *library; /* dlopen handle, owned */
   tj_cpu_entry entry;
+  /* CUDA target (cuda.c): launch configuration as expression ids (grid[3],
+   * block[3], shared memory) once has_launch, and the module image with its
+   * per-context cache, owned. */
+  int32_t has_launch;
+  int32_t launch[7];
+  struct tj__cuda_image *cuda;
 };
 
 /* Bytes per element (at least 1 for sub-byte types). */
@@ -60,5 +66,18 @@ void tj__param_label(const tj_kernel *k, int32_t index, char *buf, int32_t size)
 
 /* Formats an int64 array as "(2, 3, 4)". */
 void tj__format_tuple(const int64_t *v, int32_t n, char *buf, int32_t size);
+
+/* CUDA target (cuda.c). */
+typedef struct tj__cuda_image tj__cuda_image;
+/* tj_kernel_load for a CUDA kernel: reads the module image at `path`. */
+int tj__cuda_load_file(tj_kernel *k, const char *path, const char *symbol);
+/* Launches a bound CUDA frame (tj_call_launch checked the outputs). */
+int tj__cuda_launch(const tj_frame *f);
+/* Unloads the kernel's modules from their contexts and frees its image. */
+void tj__cuda_free(tj_kernel *k);
+/* Closes the driver and forgets the retained primary contexts, so that the
+ * next CUDA call loads a driver afresh (TILEJIT_LIBCUDA read again). For
+ * tests only: no CUDA kernel with loaded modules may be alive. */
+void tj__cuda_unload_driver(void);
 
 #endif /* TILEJIT_INTERNAL_H_ */

@@ -41,6 +41,7 @@ void tj_kernel_free(tj_kernel *k) {
   }
   free(k->exprs);
   if (k->library) dlclose(k->library);
+  tj__cuda_free(k);
   free(k->name);
   free(k);
 }
@@ -249,6 +250,7 @@ int tj_kernel_finalize(tj_kernel *k) {
 }
 
 int tj_kernel_load(tj_kernel *k, const char *path, const char *symbol) {
+  if (k->target == TJ_TARGET_CUDA) return tj__cuda_load_file(k, path, symbol);
   if (k->library) return tj_set_error(TJ_EVALUE, "%s: a library is already loaded", k->name);
   void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL)

@@ -33,8 +33,7 @@ int tj_call_launch(tj_frame *f) {
     if (f->params[k->output_params[o]] == NULL)
       return tj_set_error(TJ_ERUNTIME, "%s: output '%s' was not allocated", k->name,
                           k->params[k->output_params[o]].name);
-  if (k->target != TJ_TARGET_CPU)
-    return tj_set_error(TJ_ERUNTIME, "%s: target cuda is not supported by this build", k->name);
+  if (k->target == TJ_TARGET_CUDA) return tj__cuda_launch(f);
   if (f->stream != NULL)
     return tj_set_error(TJ_EVALUE,
                         "%s: a stream was given to a cpu kernel, which runs synchronously on the "

@@ -239,7 +239,7 @@ TEST(launch_no_entry) {
   tj_kernel_free(k);
 }
 
-TEST(launch_cuda_target_unsupported) {
+TEST(launch_cuda_skips_cpu_entry) {
   tj_kernel *k = NULL;
   CHECK_OK(tj_kernel_create("gpu", 1, TJ_TARGET_CUDA, &k));
   CHECK_OK(tj_kernel_add_symbol(k, "n", 1));

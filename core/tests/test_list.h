@@ -75,7 +75,36 @@
   X(launch_load_twice)               \
   X(launch_output_not_set)           \
   X(launch_no_entry)                 \
-  X(launch_cuda_target_unsupported)  \
-  X(launch_threads)
+  X(launch_cuda_skips_cpu_entry)     \
+  X(launch_threads)                  \
+  /* test_cuda.c */                  \
+  X(cuda_no_driver)                  \
+  X(cuda_init_failure_is_retried)    \
+  X(cuda_launch_records_everything)  \
+  X(cuda_module_once_per_context)    \
+  X(cuda_current_context_used)       \
+  X(cuda_dynamic_shared_memory)      \
+  X(cuda_launch_error_message)       \
+  X(cuda_missing_function)           \
+  X(cuda_empty_grid_no_launch)       \
+  X(cuda_bad_launch_configuration)   \
+  X(cuda_kernel_setup_errors)        \
+  X(cuda_image_file)                 \
+  X(cuda_device_capability)          \
+  X(cuda_threads)                    \
+  /* test_layout.c */                \
+  X(layout_init_and_format)          \
+  X(layout_init_errors)              \
+  X(layout_format_limits)            \
+  X(layout_ref_mark_dynamic)         \
+  X(layout_mark_dynamic_rules)       \
+  X(layout_implicit_leading_dim)     \
+  X(layout_ref_stride_order)         \
+  X(layout_ref_mark_compact)         \
+  X(layout_mark_compact_rules)       \
+  X(layout_names)                    \
+  X(layout_assumed_align)            \
+  X(layout_random_compact)           \
+  X(layout_random_mark_dynamic)
 
 #endif /* TILEJIT_TESTS_TEST_LIST_H_ */

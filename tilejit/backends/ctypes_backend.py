@@ -28,11 +28,13 @@ from ctypes import (
     c_void_p,
 )
 
+from ..layout import Pointer
 from ..streams import framework_stream, stream_handle
 
 MAX_PARAMS, MAX_SYMBOLS, MAX_NDIM, MAX_OUTPUTS = 64, 64, 16, 16  # tilejit.h TJ_MAX_*
 ARG_NONE, ARG_TENSOR, ARG_INT, ARG_BOOL, ARG_FLOAT, ARG_OTHER = 0, 1, 2, 3, 4, 6
 ARG_OUT_OF_RANGE = 2
+ARG_ADDRESS = 5
 BUF_OUTPUT = 4
 OWNER_NONE = 0
 EPYERR = -5
@@ -103,6 +105,8 @@ def core_library() -> ctypes.CDLL:
                                                   c_int64, c_uint32]),
                 "tj_kernel_finalize": (c_int, [c_void_p]),
                 "tj_kernel_load": (c_int, [c_void_p, c_char_p, c_char_p]),
+                "tj_kernel_set_launch": (c_int, [c_void_p, POINTER(c_int32), POINTER(c_int32),
+                                                 c_int32]),
                 "tj_kernel_num_outputs": (c_int32, [c_void_p]),
                 "tj_arg_from_versioned": (c_int, [argp, c_void_p, c_char_p]),
                 "tj_arg_from_legacy": (None, [argp, c_void_p]),
@@ -110,6 +114,8 @@ def core_library() -> ctypes.CDLL:
                 "tj_call_bind": (c_int, [c_void_p, argp, c_int32, POINTER(TjFrame)]),
                 "tj_call_set_output": (c_int, [POINTER(TjFrame), c_int32, argp]),
                 "tj_call_launch": (c_int, [POINTER(TjFrame)]),
+                "tj_cuda_device_capability": (c_int, [c_int32, POINTER(c_int32),
+                                                      POINTER(c_int32)]),
             }
             for name, (restype, argtypes) in protos.items():
                 fn = getattr(lib, name)
@@ -143,6 +149,7 @@ _TP_NAME_OFFSET = 3 * ctypes.sizeof(c_void_p)
 # ---- The DLPack C exchange API, called with the GIL held ------------------------------
 
 _from_py = ctypes.PYFUNCTYPE(c_int, ctypes.py_object, POINTER(DLTensor))
+_work_stream = ctypes.PYFUNCTYPE(c_int, c_int32, c_int32, POINTER(c_void_p))
 
 
 class DLPackExchangeAPI(Structure):
@@ -154,7 +161,9 @@ class DLPackExchangeAPI(Structure):
                 ("current_work_stream", c_void_p)]
 
 
-_exchange: dict = {}  # type -> callable filling a DLTensor, or None (keeps the type alive)
+# type -> (callable filling a DLTensor or None, the API's owner (keeps it alive),
+# current_work_stream callable or None)
+_exchange: dict = {}
 
 
 def _exchange_fill(cls):
@@ -165,7 +174,7 @@ def _exchange_fill(cls):
         return _exchange[cls]
     except KeyError:
         pass
-    fill = None
+    fill = current = None
     owner = getattr(cls, "__dlpack_c_exchange_api__", None)
     address = None
     if owner is not None and _capsule_valid(owner, b"dlpack_exchange_api"):
@@ -177,10 +186,12 @@ def _exchange_fill(cls):
         if api.major == 1:
             if api.dltensor_from_py_object_no_sync:
                 fill = _from_py(api.dltensor_from_py_object_no_sync)
+            if api.current_work_stream:
+                current = _work_stream(api.current_work_stream)
             break
         address = api.prev_api
-    _exchange[cls] = (fill, owner)
-    return fill, owner
+    _exchange[cls] = (fill, owner, current)
+    return _exchange[cls]
 
 
 def _import_dlpack(obj, arg: TjArg, what: bytes) -> None:
@@ -217,6 +228,11 @@ def _convert(obj, arg: TjArg, what: bytes, exchange: bool) -> None:
             arg.value.i = -1 if obj < 0 else (1 << 63) - 1
     elif isinstance(obj, float):
         arg.kind, arg.value.f = ARG_FLOAT, obj
+    elif cls is Pointer:  # tilejit.make_ptr
+        arg.kind, arg.value.p = ARG_ADDRESS, obj.address
+    elif getattr(cls, "_tilejit_view", False):  # tilejit.from_dlpack: its DLTensor as it is
+        ctypes.memmove(byref(arg.tensor), obj._dltensor_address, ctypes.sizeof(DLTensor))
+        arg.kind, arg.flags = ARG_TENSOR, obj._arg_flags
     elif exchange and _exchange_fill(cls)[0] is not None:
         try:
             _exchange[cls][0](obj, byref(arg.tensor))  # raises what the producer set
@@ -250,7 +266,7 @@ class CtypesKernel:
 
     def _bind(self, spec, library, entry, allocate, exchange_api, out_order):
         core = core_library()
-        name, target, symbols, exprs, params = spec
+        name, target, symbols, exprs, params, launch = spec
         handle = c_void_p()
         _check(core.tj_kernel_create(name.encode(), len(params), target, byref(handle)))
         self._handle = handle
@@ -280,6 +296,9 @@ class CtypesKernel:
                 out_labels.append(pname)
             else:
                 labels.append(f"{name}: argument {len(labels)} '{pname}'".encode())
+        if launch is not None:  # a CUDA kernel: grid, block, shared memory expression ids
+            _check(core.tj_kernel_set_launch(handle, (c_int32 * 3)(*launch[0]),
+                                             (c_int32 * 3)(*launch[1]), launch[2]))
         _check(core.tj_kernel_finalize(handle))
         _check(core.tj_kernel_load(handle, library.encode(), entry.encode()))
         self._labels = tuple(labels)
@@ -306,12 +325,21 @@ class CtypesKernel:
                 _convert(obj, argv[i], self._labels[i], True)
             _check(core.tj_call_bind(self._handle, argv, nargs, byref(frame)))
             like = args[frame.first_tensor] if frame.first_tensor >= 0 else None
-            # Stream: explicit > the producer framework's current stream > none.
+            if getattr(type(like), "_tilejit_view", False):  # outputs follow the view's source
+                like = like.source
+            # Stream: explicit > the producer's current work stream (exchange API, else
+            # its framework's) > none.
             if stream is not None:
                 frame.stream = stream_handle(stream, self.name)
             elif frame.device.device_type != 1 and like is not None:
-                frame.stream = framework_stream(like, frame.device.device_type,
-                                                frame.device.device_id)
+                current = _exchange_fill(type(like))[2]
+                if current is not None:
+                    handle = c_void_p()
+                    current(frame.device.device_type, frame.device.device_id, byref(handle))
+                    frame.stream = handle.value
+                else:
+                    frame.stream = framework_stream(like, frame.device.device_type,
+                                                    frame.device.device_id)
             outputs = []
             for i in range(self._nout):
                 shape = tuple(frame.out_shape[i][:frame.out_ndim[i]])

@@ -243,10 +243,27 @@ typedef union tj_value {
 } tj_value;
 typedef void (*tj_cpu_entry)(const tj_value *args);
 
-/* Opens the shared library at `path` (dlopen, RTLD_LOCAL) and resolves
- * `symbol` as the packed entry. The kernel keeps the library open until
- * tj_kernel_free. */
+/* CPU kernel: opens the shared library at `path` (dlopen, RTLD_LOCAL) and
+ * resolves `symbol` as the packed entry; the kernel keeps the library open
+ * until tj_kernel_free.
+ * CUDA kernel: reads the module image at `path` (cubin, fatbin or PTX) into
+ * memory and takes `symbol` as the name of its extern "C" __global__
+ * function, as tj_kernel_set_image does. */
 int tj_kernel_load(tj_kernel *kernel, const char *path, const char *symbol);
+
+/* CUDA kernel: uses the module image of `size` bytes at `image` (copied) with
+ * `symbol` (copied) as its function. The driver loads it lazily, once per
+ * CUDA context, at the first launch in that context; a bad image or a missing
+ * function is reported by that launch. */
+int tj_kernel_set_image(tj_kernel *kernel, const void *image, int64_t size, const char *symbol);
+
+/* CUDA kernel, before tj_kernel_finalize: how it is launched. grid_ids[3] and
+ * block_ids[3] are the dimensions and shared_mem_id the dynamic shared memory
+ * in bytes, each an expression id (tj_kernel_add_expr; use the constant 1 for
+ * unused dimensions), evaluated over the bound symbols at every launch. An
+ * empty grid (a dimension of 0) launches nothing. Arrays are copied. */
+int tj_kernel_set_launch(tj_kernel *kernel, const int32_t grid_ids[3], const int32_t block_ids[3],
+                         int32_t shared_mem_id);
 
 /* Uses an entry point the caller provides (tests, embedders). Borrowed: it
  * must outlive the kernel. */
@@ -293,10 +310,26 @@ int tj_call_bind(const tj_kernel *kernel, tj_arg *args, int32_t nargs, tj_frame 
  * an input (dtype, shape, strides, alignment, device). Borrows `arg`. */
 int tj_call_set_output(tj_frame *frame, int32_t i, tj_arg *arg);
 
-/* Packs the arguments and runs the kernel synchronously (CPU). Touches no
- * Python state: bindings release the GIL around it. Every output must be
- * set. */
+/* Packs the arguments and runs the kernel: a CPU kernel synchronously on the
+ * calling thread; a CUDA kernel is enqueued on frame->stream with
+ * cuLaunchKernel (asynchronous), in the calling thread's current context
+ * when it is on the tensors' device, else in that device's primary context.
+ * Touches no Python state: bindings release the GIL around it. Every output
+ * must be set. */
 int tj_call_launch(tj_frame *frame);
+
+/* ---- CUDA driver ---------------------------------------------------------- */
+
+/* The driver (libcuda) is opened at the first CUDA call, never before:
+ * $TILEJIT_LIBCUDA if set, else libcuda.so.1. Without one, CUDA calls fail
+ * with TJ_ERUNTIME saying so, and the next call tries again; CPU kernels
+ * never need it. Driver failures are TJ_ERUNTIME carrying the driver's error
+ * name and text. */
+
+/* Writes the compute capability of CUDA device `device_id` (a device
+ * ordinal; -1: the device of the calling thread's current context, else 0).
+ * Loads the driver if needed. */
+int tj_cuda_device_capability(int32_t device_id, int32_t *major, int32_t *minor);
 
 #ifdef __cplusplus
 }

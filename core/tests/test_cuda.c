@@ -1,0 +1,605 @@
+/*
+ * The CUDA target against the fake driver (tests/fake_cuda, built by the
+ * Makefile into TJT_FIXTURE_DIR and loaded through TILEJIT_LIBCUDA): what
+ * reaches cuLaunchKernel (grid, block and shared memory from the symbols,
+ * stream, every argument's bytes), modules per context, contexts, dynamic
+ * shared memory, driver errors, and no driver at all. Module images are PTX
+ * text, which the fake reads parameter sizes from as the driver does.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "builders.h"
+#include "internal.h"
+
+#ifndef TJT_FIXTURE_DIR
+#error "build with -DTJT_FIXTURE_DIR='\"/abs/path/to/build/fixtures\"'"
+#endif
+
+/* ---- The fake driver ---------------------------------------------------------- */
+
+static struct {
+  void *handle;
+  char path[1024];
+  void (*reset)(void);
+  void (*fail)(const char *fn, int code, int count);
+  void (*set_capability)(int major, int minor);
+  void (*set_current)(int device);
+  int (*count)(const char *fn);
+  const char *(*json)(void);
+} fake;
+
+/* Opens the fake (kept open: the core's dlopen of the same path shares it),
+ * points TILEJIT_LIBCUDA at it and starts from a driver the core has not
+ * loaded yet, with no records and no current context. */
+static void use_fake(void) {
+  if (fake.handle == NULL) {
+    const char *dir = getenv("TJT_FIXTURE_DIR");
+    snprintf(fake.path, sizeof(fake.path), "%s/libfake_cuda.so",
+             dir && *dir ? dir : TJT_FIXTURE_DIR);
+    fake.handle = dlopen(fake.path, RTLD_NOW | RTLD_LOCAL);
+    if (fake.handle == NULL)
+      tjt_fail(__FILE__, __LINE__, "cannot load the fake driver: %s", dlerror());
+    *(void **)&fake.reset = dlsym(fake.handle, "fake_cuda_reset");
+    *(void **)&fake.fail = dlsym(fake.handle, "fake_cuda_fail");
+    *(void **)&fake.set_capability = dlsym(fake.handle, "fake_cuda_set_capability");
+    *(void **)&fake.set_current = dlsym(fake.handle, "fake_cuda_set_current");
+    *(void **)&fake.count = dlsym(fake.handle, "fake_cuda_count");
+    *(void **)&fake.json = dlsym(fake.handle, "fake_cuda_json");
+    CHECK(fake.reset && fake.fail && fake.set_capability && fake.set_current && fake.count &&
+          fake.json);
+  }
+  tj__cuda_unload_driver();
+  CHECK_EQ_INT(setenv("TILEJIT_LIBCUDA", fake.path, 1), 0);
+  fake.reset();
+  fake.set_current(-1);
+}
+
+/* The records contain `needle`; prints them when not. */
+#define CHECK_RECORDED(needle)                                                                 \
+  do {                                                                                         \
+    const char *tjt_all_ = fake.json(), *tjt_needle_ = (needle);                               \
+    if (strstr(tjt_all_, tjt_needle_) == NULL)                                                 \
+      tjt_fail(__FILE__, __LINE__, "not recorded: %s\n  records:\n%s", tjt_needle_, tjt_all_); \
+  } while (0)
+
+/* ---- Kernels ------------------------------------------------------------------- */
+
+/* scale(A: (n,) f32 const, C: (n,) f32 output) launched on grid
+ * (ceildiv(n, 128),), block (128,), shared memory `smem` bytes (a constant,
+ * or n * 4 when smem < 0). */
+static const char SCALE_PTX[] =
+    ".version 8.0\n.target sm_80\n.address_size 64\n"
+    ".visible .entry scale(\n"
+    "  .param .u64 .ptr .align 4 scale_param_0,\n"
+    "  .param .u64 scale_param_1,\n"
+    "  .param .u64 scale_param_2\n"
+    ")\n{\n  ret;\n}\n";
+
+static tj_kernel *scale_kernel(int64_t smem) {
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("scale", 2, TJ_TARGET_CUDA, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  int32_t n = tjt_sym(k, 0), one = tjt_const(k, 1);
+  tjt_buffer(k, 0, "A", TJT_F32, 1, &n, NULL, 0, TJ_BUF_CONST);
+  tjt_buffer(k, 1, "C", TJT_F32, 1, &n, NULL, 0, TJ_BUF_OUTPUT);
+  int32_t grid[3] = {tjt_binop_const(k, "ceildiv(n, 128)", 0, TJ_OP_CEILDIV, 128), one, one};
+  int32_t block[3] = {tjt_const(k, 128), one, one};
+  int32_t shared = smem < 0 ? tjt_binop_const(k, "n * 4", 0, TJ_OP_MUL, 4) : tjt_const(k, smem);
+  CHECK_OK(tj_kernel_set_launch(k, grid, block, shared));
+  CHECK_OK(tj_kernel_finalize(k));
+  CHECK_OK(tj_kernel_set_image(k, SCALE_PTX, (int64_t)sizeof(SCALE_PTX) - 1, "scale"));
+  return k;
+}
+
+#define DEVICE_PTR(a) ((void *)(uintptr_t)(a))
+
+/* A 1-d float32 tensor of n elements on CUDA device `device` at a fake
+ * device address (never dereferenced). */
+static void cuda_tensor(tjt_tensor *t, uintptr_t address, int64_t n, int32_t device) {
+  tjt_tensor_1d(t, DEVICE_PTR(address), TJT_F32, n);
+  t->t.device.device_type = kDLCUDA;
+  t->t.device.device_id = device;
+}
+
+/* Binds scale(A) with A and C on `device` and launches it on `stream`. */
+static int launch_scale(tj_kernel *k, int64_t n, int32_t device, void *stream) {
+  tjt_tensor a, c;
+  cuda_tensor(&a, 0x10000000, n, device);
+  cuda_tensor(&c, 0x20000000, n, device);
+  tj_arg arg, out;
+  tjt_arg_tensor(&arg, &a, 0);
+  tj_frame f;
+  CHECK_OK(tj_call_bind(k, &arg, 1, &f));
+  tjt_arg_tensor(&out, &c, 0);
+  CHECK_OK(tj_call_set_output(&f, 0, &out));
+  f.stream = stream;
+  return tj_call_launch(&f);
+}
+
+/* Little-endian hex of the low `bytes` bytes of v, as the fake prints them. */
+static const char *hex(uint64_t v, int bytes, char *buf) {
+  for (int i = 0; i < bytes; ++i)
+    snprintf(buf + 2 * i, 3, "%02x", (unsigned)((v >> (8 * i)) & 0xff));
+  return buf;
+}
+
+/* ---- Tests -------------------------------------------------------------------------- */
+
+TEST(cuda_no_driver) {
+  tj__cuda_unload_driver();
+  const char *path = "/nonexistent/tilejit-test/libcuda.so.1";
+  CHECK_EQ_INT(setenv("TILEJIT_LIBCUDA", path, 1), 0);
+  tj_kernel *k = scale_kernel(0);
+  CHECK_STATUS(launch_scale(k, 1000, 0, NULL), TJ_ERUNTIME);
+  CHECK_ERROR_STARTS_WITH(
+      "scale: no CUDA driver: cannot load /nonexistent/tilejit-test/libcuda.so.1");
+  CHECK_ERROR_CONTAINS("TILEJIT_LIBCUDA");
+  int32_t major = -1, minor = -1;
+  CHECK_STATUS(tj_cuda_device_capability(0, &major, &minor), TJ_ERUNTIME);
+  CHECK_ERROR_CONTAINS("no CUDA driver");
+  CHECK_EQ_INT(major, -1);
+  /* The failure is not remembered: once there is a driver, the same kernel
+   * launches. */
+  use_fake();
+  CHECK_OK(launch_scale(k, 1000, 0, NULL));
+  tj_kernel_free(k);
+  unsetenv("TILEJIT_LIBCUDA");
+}
+
+TEST(cuda_init_failure_is_retried) {
+  use_fake();
+  fake.fail("cuInit", 100, 1); /* CUDA_ERROR_NO_DEVICE, once */
+  tj_kernel *k = scale_kernel(0);
+  CHECK_STATUS(launch_scale(k, 10, 0, NULL), TJ_ERUNTIME);
+  CHECK_ERROR_CONTAINS(
+      "scale: cuInit failed: CUDA_ERROR_NO_DEVICE (no CUDA-capable device is detected)");
+  CHECK_OK(launch_scale(k, 10, 0, NULL));
+  CHECK_EQ_INT(fake.count("cuInit"), 2);
+  CHECK_EQ_INT(fake.count("cuLaunchKernel"), 1);
+  tj_kernel_free(k);
+}
+
+/* Every parameter kind, byte_offset on every tensor, symbols, grid and
+ * shared memory from expressions, and the stream, as cuLaunchKernel sees
+ * them. */
+static const char PACK_PTX[] =
+    ".version 8.0\n.target sm_80\n.address_size 64\n"
+    ".visible .entry pack(\n"
+    "  .param .u64 pack_param_0, .param .u32 pack_param_1, .param .f64 pack_param_2,\n"
+    "  .param .f32 pack_param_3, .param .u8 pack_param_4, .param .u8 pack_param_5,\n"
+    "  .param .u16 pack_param_6, .param .u64 pack_param_7, .param .u64 pack_param_8,\n"
+    "  .param .u64 pack_param_9, .param .u64 pack_param_10, .param .u64 pack_param_11,\n"
+    "  .param .u64 pack_param_12\n"
+    ")\n{\n  ret;\n}\n";
+
+TEST(cuda_launch_records_everything) {
+  use_fake();
+  /* pack(A: (n,) f32, s: int32, x: float64, y: float32, flag: bool, c: int8,
+   *      h: uint16, P: pointer, bias: (n,) optional, B: (m, n), O: (n,)
+   *      output) -> 11 parameters, then n, m; grid (ceildiv(n, 128), m),
+   *      block (128, 2), shared memory n * 4. */
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("pack", 11, TJ_TARGET_CUDA, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  CHECK_OK(tj_kernel_add_symbol(k, "m", 1));
+  int32_t n = tjt_sym(k, 0), m = tjt_sym(k, 1), mn[2] = {m, n}, one = tjt_const(k, 1);
+  tjt_buffer(k, 0, "A", TJT_F32, 1, &n, NULL, 0, 0);
+  CHECK_OK(tj_kernel_set_scalar(k, 1, "s", TJT_DTYPE(kDLInt, 32)));
+  CHECK_OK(tj_kernel_set_scalar(k, 2, "x", TJT_F64));
+  CHECK_OK(tj_kernel_set_scalar(k, 3, "y", TJT_F32));
+  CHECK_OK(tj_kernel_set_scalar(k, 4, "flag", TJT_DTYPE(kDLBool, 8)));
+  CHECK_OK(tj_kernel_set_scalar(k, 5, "c", TJT_DTYPE(kDLInt, 8)));
+  CHECK_OK(tj_kernel_set_scalar(k, 6, "h", TJT_DTYPE(kDLUInt, 16)));
+  CHECK_OK(tj_kernel_set_pointer(k, 7, "P", TJT_F32, 0, 0));
+  tjt_buffer(k, 8, "bias", TJT_F32, 1, &n, NULL, 0, TJ_BUF_OPTIONAL);
+  tjt_buffer(k, 9, "B", TJT_F32, 2, mn, NULL, 0, 0);
+  tjt_buffer(k, 10, "O", TJT_F32, 1, &n, NULL, 0, TJ_BUF_OUTPUT);
+  int32_t grid[3] = {tjt_binop_const(k, "ceildiv(n, 128)", 0, TJ_OP_CEILDIV, 128), m, one};
+  int32_t block[3] = {tjt_const(k, 128), tjt_const(k, 2), one};
+  CHECK_OK(tj_kernel_set_launch(k, grid, block, tjt_binop_const(k, "n * 4", 0, TJ_OP_MUL, 4)));
+  CHECK_OK(tj_kernel_finalize(k));
+  CHECK_OK(tj_kernel_set_image(k, PACK_PTX, (int64_t)sizeof(PACK_PTX) - 1, "pack"));
+
+  tjt_tensor ta, tb, to;
+  cuda_tensor(&ta, 0x7f0000000000, 1000, 0);
+  ta.t.byte_offset = 64;
+  const int64_t shape_b[2] = {3, 1000};
+  tjt_tensor_init(&tb, DEVICE_PTR(0x7f1000000000), TJT_F32, 2, shape_b, NULL);
+  tb.t.device.device_type = kDLCUDAManaged;
+  tb.t.byte_offset = 8;
+  cuda_tensor(&to, 0x7f2000000000, 1000, 0);
+  to.t.device.device_type = kDLCUDAManaged;
+  to.t.byte_offset = 4;
+  ta.t.device.device_type = kDLCUDAManaged; /* managed memory is launched on like device memory */
+
+  tj_arg args[10], out;
+  for (int i = 0; i < 10; ++i) tj_arg_init(&args[i]);
+  tjt_arg_tensor(&args[0], &ta, 0);
+  args[1].kind = TJ_ARG_INT;
+  args[1].value.i = -7;
+  args[2].kind = TJ_ARG_INT; /* an int for a float64 parameter */
+  args[2].value.i = 3;
+  args[3].kind = TJ_ARG_FLOAT;
+  args[3].value.f = 2.5;
+  args[4].kind = TJ_ARG_BOOL;
+  args[4].value.i = 1;
+  args[5].kind = TJ_ARG_INT;
+  args[5].value.i = -2;
+  args[6].kind = TJ_ARG_INT;
+  args[6].value.i = 65535;
+  args[7].kind = TJ_ARG_ADDRESS;
+  args[7].value.p = DEVICE_PTR(0x1000);
+  /* args[8] (bias) stays None */
+  tjt_arg_tensor(&args[9], &tb, 0);
+  tj_frame f;
+  CHECK_OK(tj_call_bind(k, args, 10, &f));
+  tjt_arg_tensor(&out, &to, 0);
+  CHECK_OK(tj_call_set_output(&f, 0, &out));
+  f.stream = DEVICE_PTR(0x1234);
+  CHECK_OK(tj_call_launch(&f));
+
+  char h[13][20], want[1024];
+  snprintf(want, sizeof(want),
+           "\"function\": \"pack\", \"module\": %s, \"grid\": [8, 3, 1], \"block\": [128, 2, 1], "
+           "\"shared_mem\": 4000, \"stream\": 4660, \"args\": [\"%s\", \"%s\", \"%s\", \"%s\", "
+           "\"%s\", \"%s\", \"%s\", \"%s\", \"%s\", \"%s\", \"%s\", \"%s\", \"%s\"]",
+           "1", hex(0x7f0000000040, 8, h[0]), hex((uint32_t)-7, 4, h[1]),
+           hex(0x4008000000000000, 8, h[2]) /* 3.0 */, hex(0x40200000, 4, h[3]) /* 2.5f */,
+           hex(1, 1, h[4]), hex(0xfe, 1, h[5]), hex(0xffff, 2, h[6]), hex(0x1000, 8, h[7]),
+           hex(0, 8, h[8]), hex(0x7f1000000008, 8, h[9]), hex(0x7f2000000004, 8, h[10]),
+           hex(1000, 8, h[11]), hex(3, 8, h[12]));
+  CHECK_RECORDED(want);
+  /* The module is the image, with the NUL that terminates PTX. */
+  char image[2 * sizeof(PACK_PTX) + 64];
+  int used =
+      snprintf(image, sizeof(image),
+               "\"module\": 1, \"kind\": \"ptx\", \"size\": %zu, \"image\": \"", sizeof(PACK_PTX));
+  for (size_t i = 0; i < sizeof(PACK_PTX); ++i)
+    used +=
+        snprintf(image + used, sizeof(image) - (size_t)used, "%02x", (unsigned char)PACK_PTX[i]);
+  CHECK_RECORDED(image);
+  CHECK_RECORDED(
+      "\"fn\": \"cuModuleGetFunction\", \"result\": 0, \"context\": 0, \"module\": 1, "
+      "\"name\": \"pack\", \"param_sizes\": [8, 4, 8, 4, 1, 1, 2, 8, 8, 8, 8, 8, 8]");
+  /* No context was current: device 0's primary context, pushed and popped. */
+  CHECK_RECORDED(
+      "\"fn\": \"cuDevicePrimaryCtxRetain\", \"result\": 0, \"context\": -1, \"device\": 0");
+  CHECK_EQ_INT(fake.count("cuCtxPushCurrent_v2"), 1);
+  CHECK_EQ_INT(fake.count("cuCtxPopCurrent_v2"), 1);
+  CHECK_EQ_INT(fake.count("cuFuncSetAttribute"), 0); /* 4000 bytes need no opt-in */
+  tj_kernel_free(k);
+  CHECK_RECORDED("\"fn\": \"cuModuleUnload\", \"result\": 0, \"context\": 0, \"module\": 1");
+}
+
+TEST(cuda_module_once_per_context) {
+  use_fake();
+  tj_kernel *k = scale_kernel(0);
+  for (int i = 0; i < 3; ++i) CHECK_OK(launch_scale(k, 1000 + i, 0, NULL));
+  CHECK_EQ_INT(fake.count("cuModuleLoadData"), 1);
+  CHECK_EQ_INT(fake.count("cuModuleGetFunction"), 1);
+  CHECK_EQ_INT(fake.count("cuDevicePrimaryCtxRetain"), 1);
+  /* Tensors on device 1: that device's primary context gets its own module. */
+  CHECK_OK(launch_scale(k, 1000, 1, NULL));
+  CHECK_OK(launch_scale(k, 1000, 1, NULL));
+  CHECK_EQ_INT(fake.count("cuModuleLoadData"), 2);
+  CHECK_RECORDED("\"fn\": \"cuModuleLoadData\", \"result\": 0, \"context\": 1, \"module\": 2");
+  CHECK_RECORDED(
+      "\"fn\": \"cuLaunchKernel\", \"result\": 0, \"context\": 1, \"function\": "
+      "\"scale\", \"module\": 2, \"grid\": [8, 1, 1]");
+  CHECK_EQ_INT(fake.count("cuLaunchKernel"), 5);
+  CHECK_EQ_INT(fake.count("cuCtxPushCurrent_v2"), 5);
+  CHECK_EQ_INT(fake.count("cuCtxPopCurrent_v2"), 5);
+  /* A device the driver does not have. */
+  CHECK_STATUS(launch_scale(k, 1000, 5, NULL), TJ_ERUNTIME);
+  CHECK_ERROR_CONTAINS(
+      "scale: cuDeviceGet failed: CUDA_ERROR_INVALID_DEVICE (invalid device ordinal)");
+  tj_kernel_free(k);
+  CHECK_EQ_INT(fake.count("cuModuleUnload"), 2);
+}
+
+TEST(cuda_current_context_used) {
+  use_fake();
+  tj_kernel *k = scale_kernel(0);
+  /* The thread's current context is on the tensors' device (as torch leaves
+   * it): used as it is, nothing pushed. */
+  fake.set_current(0);
+  CHECK_OK(launch_scale(k, 100, 0, NULL));
+  CHECK_OK(launch_scale(k, 100, 0, NULL));
+  CHECK_EQ_INT(fake.count("cuCtxPushCurrent_v2"), 0);
+  CHECK_EQ_INT(fake.count("cuDevicePrimaryCtxRetain"), 0);
+  CHECK_EQ_INT(fake.count("cuLaunchKernel"), 2);
+  /* Current on another device: the tensors' device wins. */
+  fake.set_current(1);
+  CHECK_OK(launch_scale(k, 100, 0, NULL));
+  CHECK_EQ_INT(fake.count("cuCtxPushCurrent_v2"), 1);
+  CHECK_RECORDED("\"fn\": \"cuLaunchKernel\", \"result\": 0, \"context\": 0");
+  CHECK_EQ_INT(fake.count("cuModuleLoadData"), 1);
+  fake.set_current(-1);
+  tj_kernel_free(k);
+}
+
+TEST(cuda_dynamic_shared_memory) {
+  use_fake();
+  /* n * 4 bytes: 40000 fits the default 48 KiB, 100000 needs the opt-in,
+   * set once, and again only for a larger amount. */
+  tj_kernel *k = scale_kernel(-1);
+  CHECK_OK(launch_scale(k, 10000, 0, NULL));
+  CHECK_EQ_INT(fake.count("cuFuncSetAttribute"), 0);
+  CHECK_OK(launch_scale(k, 25000, 0, NULL));
+  CHECK_RECORDED(
+      "\"fn\": \"cuFuncSetAttribute\", \"result\": 0, \"context\": 0, \"function\": "
+      "\"scale\", \"attribute\": 8, \"value\": 100000");
+  CHECK_OK(launch_scale(k, 25000, 0, NULL));
+  CHECK_OK(launch_scale(k, 20000, 0, NULL));
+  CHECK_EQ_INT(fake.count("cuFuncSetAttribute"), 1);
+  CHECK_OK(launch_scale(k, 30000, 0, NULL));
+  CHECK_EQ_INT(fake.count("cuFuncSetAttribute"), 2);
+  CHECK_RECORDED("\"shared_mem\": 120000");
+  /* More than the device has: the driver refuses, and the message says the
+   * device's limit. */
+  CHECK_STATUS(launch_scale(k, 60000, 0, NULL), TJ_ERUNTIME);
+  CHECK_ERROR_CONTAINS(
+      "scale: cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, 240000) failed: "
+      "CUDA_ERROR_INVALID_VALUE (invalid argument); the device allows at most 232448 bytes of "
+      "shared memory per block");
+  CHECK_EQ_INT(fake.count("cuLaunchKernel"), 5);
+  tj_kernel_free(k);
+}
+
+TEST(cuda_launch_error_message) {
+  use_fake();
+  tj_kernel *k = scale_kernel(0);
+  fake.fail("cuLaunchKernel", 701, 1);
+  CHECK_STATUS(launch_scale(k, 1000, 0, DEVICE_PTR(0x99)), TJ_ERUNTIME);
+  CHECK_ERROR_STARTS_WITH(
+      "scale: cuLaunchKernel(grid (8, 1, 1), block (128, 1, 1), shared memory 0 bytes, stream "
+      "0x99) failed: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (too many resources requested for "
+      "launch)");
+  /* The context pushed for the launch was popped on the error path too. */
+  CHECK_EQ_INT(fake.count("cuCtxPushCurrent_v2"), fake.count("cuCtxPopCurrent_v2"));
+  CHECK_OK(launch_scale(k, 1000, 0, NULL));
+  /* An error code the driver cannot name. */
+  fake.fail("cuLaunchKernel", 12345, 1);
+  CHECK_STATUS(launch_scale(k, 1000, 0, NULL), TJ_ERUNTIME);
+  CHECK_ERROR_CONTAINS("failed: CUDA driver error 12345");
+  tj_kernel_free(k);
+}
+
+TEST(cuda_missing_function) {
+  use_fake();
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("other", 2, TJ_TARGET_CUDA, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  int32_t n = tjt_sym(k, 0), one = tjt_const(k, 1), ones[3] = {one, one, one};
+  tjt_buffer(k, 0, "A", TJT_F32, 1, &n, NULL, 0, TJ_BUF_CONST);
+  tjt_buffer(k, 1, "C", TJT_F32, 1, &n, NULL, 0, TJ_BUF_OUTPUT);
+  CHECK_OK(tj_kernel_set_launch(k, ones, ones, tjt_const(k, 0)));
+  CHECK_OK(tj_kernel_finalize(k));
+  CHECK_OK(tj_kernel_set_image(k, SCALE_PTX, (int64_t)sizeof(SCALE_PTX) - 1, "other"));
+  CHECK_STATUS(launch_scale(k, 10, 0, NULL), TJ_ERUNTIME);
+  CHECK_ERROR_STARTS_WITH(
+      "other: cuModuleGetFunction(\"other\") failed: CUDA_ERROR_NOT_FOUND (named symbol not "
+      "found); the module image has no extern \"C\" __global__ function of that name");
+  /* The module loaded for the lookup was unloaded again. */
+  CHECK_EQ_INT(fake.count("cuModuleUnload"), 1);
+  CHECK_EQ_INT(fake.count("cuLaunchKernel"), 0);
+  /* A bad image. */
+  tj_kernel_free(k);
+  CHECK_OK(tj_kernel_create("bad", 1, TJ_TARGET_CUDA, &k));
+  CHECK_OK(tj_kernel_set_scalar(k, 0, "x", TJT_F32));
+  one = tjt_const(k, 1);
+  int32_t ones2[3] = {one, one, one};
+  CHECK_OK(tj_kernel_set_launch(k, ones2, ones2, tjt_const(k, 0)));
+  CHECK_OK(tj_kernel_finalize(k));
+  CHECK_OK(tj_kernel_set_image(k, "not an image", 12, "bad"));
+  tj_arg x;
+  tj_arg_init(&x);
+  x.kind = TJ_ARG_FLOAT;
+  tj_frame f;
+  CHECK_OK(tj_call_bind(k, &x, 1, &f));
+  CHECK_STATUS(tj_call_launch(&f), TJ_ERUNTIME);
+  CHECK_ERROR_STARTS_WITH(
+      "bad: cuModuleLoadData failed: CUDA_ERROR_INVALID_IMAGE (device kernel image is invalid)");
+  tj_kernel_free(k);
+}
+
+TEST(cuda_empty_grid_no_launch) {
+  use_fake();
+  tj_kernel *k = scale_kernel(0);
+  CHECK_OK(launch_scale(k, 0, 0, NULL)); /* ceildiv(0, 128) == 0 */
+  CHECK_EQ_INT(fake.count("cuLaunchKernel"), 0);
+  CHECK_EQ_INT(fake.count("cuModuleLoadData"), 0);
+  tj_kernel_free(k);
+}
+
+TEST(cuda_bad_launch_configuration) {
+  use_fake();
+  /* grid (n - 5,), block (n // 2,), shared memory n - 100. */
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("cfg", 2, TJ_TARGET_CUDA, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  int32_t n = tjt_sym(k, 0), one = tjt_const(k, 1);
+  tjt_buffer(k, 0, "A", TJT_F32, 1, &n, NULL, 0, TJ_BUF_CONST);
+  tjt_buffer(k, 1, "C", TJT_F32, 1, &n, NULL, 0, TJ_BUF_OUTPUT);
+  int32_t grid[3] = {tjt_binop_const(k, "n - 5", 0, TJ_OP_SUB, 5), one, one};
+  int32_t block[3] = {tjt_binop_const(k, "n // 2", 0, TJ_OP_FLOORDIV, 2), one, one};
+  CHECK_OK(tj_kernel_set_launch(k, grid, block, tjt_binop_const(k, "n - 100", 0, TJ_OP_SUB, 100)));
+  CHECK_OK(tj_kernel_finalize(k));
+  CHECK_OK(tj_kernel_set_image(k, SCALE_PTX, (int64_t)sizeof(SCALE_PTX) - 1, "scale"));
+  CHECK_STATUS(launch_scale(k, 3, 0, NULL), TJ_EVALUE);
+  CHECK_ERROR_STARTS_WITH("cfg: grid[0] = n - 5 evaluates to -2, expected 0 to 4294967295");
+  CHECK_STATUS(launch_scale(k, 6, 0, NULL), TJ_EVALUE);
+  CHECK_ERROR_STARTS_WITH("cfg: shared_mem = n - 100 evaluates to -94, expected 0 to 4294967295");
+  CHECK_STATUS(launch_scale(k, 5, 0, NULL), TJ_EVALUE); /* grid 0 is fine; block 2 */
+  CHECK_ERROR_STARTS_WITH("cfg: shared_mem = n - 100");
+  CHECK_EQ_INT(fake.count("cuLaunchKernel"), 0);
+  tj_kernel_free(k);
+
+  /* block (n // 2,) with n == 1: a block of no threads. */
+  CHECK_OK(tj_kernel_create("cfg", 2, TJ_TARGET_CUDA, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  n = tjt_sym(k, 0);
+  one = tjt_const(k, 1);
+  tjt_buffer(k, 0, "A", TJT_F32, 1, &n, NULL, 0, TJ_BUF_CONST);
+  tjt_buffer(k, 1, "C", TJT_F32, 1, &n, NULL, 0, TJ_BUF_OUTPUT);
+  int32_t grid1[3] = {one, one, one};
+  int32_t block1[3] = {tjt_binop_const(k, "n // 2", 0, TJ_OP_FLOORDIV, 2), one, one};
+  CHECK_OK(tj_kernel_set_launch(k, grid1, block1, tjt_const(k, 0)));
+  CHECK_OK(tj_kernel_finalize(k));
+  CHECK_OK(tj_kernel_set_image(k, SCALE_PTX, (int64_t)sizeof(SCALE_PTX) - 1, "scale"));
+  CHECK_STATUS(launch_scale(k, 1, 0, NULL), TJ_EVALUE);
+  CHECK_ERROR_STARTS_WITH("cfg: block[0] = n // 2 evaluates to 0, expected 1 to 4294967295");
+  tj_kernel_free(k);
+}
+
+TEST(cuda_kernel_setup_errors) {
+  tj_kernel *k = NULL;
+  int32_t ids[3] = {0, 0, 0};
+  /* Launch configuration and images are for CUDA kernels only. */
+  CHECK_OK(tj_kernel_create("host", 1, TJ_TARGET_CPU, &k));
+  int32_t c = tjt_const(k, 1);
+  CHECK_STATUS(tj_kernel_set_launch(k, ids, ids, c), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("host: a launch configuration is only for cuda kernels");
+  CHECK_STATUS(tj_kernel_set_image(k, "x", 1, "host"), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("only for cuda kernels");
+  tj_kernel_free(k);
+
+  CHECK_OK(tj_kernel_create("dev", 1, TJ_TARGET_CUDA, &k));
+  c = tjt_const(k, 1);
+  int32_t bad[3] = {c, 7, c};
+  CHECK_STATUS(tj_kernel_set_launch(k, bad, ids, c), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("dev: launch configuration: unknown expression id 7");
+  CHECK_STATUS(tj_kernel_set_image(k, "x", 0, "dev"), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("the module image is empty");
+  CHECK_STATUS(tj_kernel_set_image(k, "x", 1, ""), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("no kernel function name");
+  CHECK_OK(tj_kernel_set_scalar(k, 0, "x", TJT_F32));
+  CHECK_OK(tj_kernel_finalize(k));
+  CHECK_STATUS(tj_kernel_set_launch(k, ids, ids, c), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("finalized");
+  /* Without a launch configuration, or without an image. */
+  tj_arg x;
+  tj_arg_init(&x);
+  x.kind = TJ_ARG_FLOAT;
+  tj_frame f;
+  CHECK_OK(tj_call_bind(k, &x, 1, &f));
+  CHECK_STATUS(tj_call_launch(&f), TJ_ERUNTIME);
+  CHECK_ERROR_CONTAINS("dev: no CUDA module image is loaded");
+  CHECK_OK(tj_kernel_set_image(k, SCALE_PTX, (int64_t)sizeof(SCALE_PTX) - 1, "scale"));
+  CHECK_STATUS(tj_kernel_set_image(k, SCALE_PTX, (int64_t)sizeof(SCALE_PTX) - 1, "scale"),
+               TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("already loaded");
+  CHECK_STATUS(tj_call_launch(&f), TJ_ERUNTIME);
+  CHECK_ERROR_CONTAINS("dev: no launch configuration (grid, block) is set");
+  tj_kernel_free(k);
+}
+
+TEST(cuda_image_file) {
+  use_fake();
+  char path[] = "/tmp/tilejit-test-image-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  CHECK_EQ_INT(write(fd, SCALE_PTX, sizeof(SCALE_PTX) - 1), (long long)sizeof(SCALE_PTX) - 1);
+  close(fd);
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("scale", 2, TJ_TARGET_CUDA, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  int32_t n = tjt_sym(k, 0), one = tjt_const(k, 1), ones[3] = {one, one, one};
+  tjt_buffer(k, 0, "A", TJT_F32, 1, &n, NULL, 0, TJ_BUF_CONST);
+  tjt_buffer(k, 1, "C", TJT_F32, 1, &n, NULL, 0, TJ_BUF_OUTPUT);
+  CHECK_OK(tj_kernel_set_launch(k, ones, ones, tjt_const(k, 0)));
+  CHECK_OK(tj_kernel_finalize(k));
+  CHECK_STATUS(tj_kernel_load(k, "/nonexistent/tilejit-test/kernel.cubin", "scale"), TJ_ERUNTIME);
+  CHECK_ERROR_STARTS_WITH(
+      "scale: cannot open CUDA module image /nonexistent/tilejit-test/kernel.cubin: ");
+  CHECK_OK(tj_kernel_load(k, path, "scale"));
+  unlink(path);
+  CHECK_OK(launch_scale(k, 10, 0, NULL));
+  char size[64];
+  snprintf(size, sizeof(size), "\"kind\": \"ptx\", \"size\": %zu", sizeof(SCALE_PTX));
+  CHECK_RECORDED(size);
+  tj_kernel_free(k);
+}
+
+TEST(cuda_device_capability) {
+  use_fake();
+  fake.set_capability(9, 0);
+  int32_t major = 0, minor = -1;
+  CHECK_OK(tj_cuda_device_capability(1, &major, &minor));
+  CHECK_EQ_INT(major, 9);
+  CHECK_EQ_INT(minor, 0);
+  CHECK_RECORDED(
+      "\"fn\": \"cuDeviceGetAttribute\", \"result\": 0, \"context\": -1, "
+      "\"attribute\": 75, \"device\": 1");
+  /* -1: the current context's device, else device 0. */
+  fake.set_capability(8, 6);
+  CHECK_OK(tj_cuda_device_capability(-1, &major, &minor));
+  CHECK_EQ_INT(major * 10 + minor, 86);
+  CHECK_RECORDED("\"attribute\": 76, \"device\": 0");
+  fake.set_current(1);
+  fake.reset();
+  CHECK_OK(tj_cuda_device_capability(-1, &major, &minor));
+  CHECK_RECORDED("\"attribute\": 75, \"device\": 1");
+  fake.set_current(-1);
+  CHECK_STATUS(tj_cuda_device_capability(7, &major, &minor), TJ_ERUNTIME);
+  CHECK_ERROR_CONTAINS("tilejit: cuDeviceGet failed: CUDA_ERROR_INVALID_DEVICE");
+}
+
+/* ---- Many threads, one kernel ------------------------------------------------ */
+
+enum { THREADS = 4, LAUNCHES = 200 };
+
+typedef struct {
+  tj_kernel *kernel;
+  int failures;
+  char first_failure[512];
+} worker;
+
+static void *worker_main(void *opaque) {
+  worker *w = opaque;
+  for (int i = 0; i < LAUNCHES; ++i) {
+    tjt_tensor a, c;
+    cuda_tensor(&a, 0x10000000, 1 + i, 0);
+    cuda_tensor(&c, 0x20000000, 1 + i, 0);
+    tj_arg arg, out;
+    tj_arg_from_dltensor(&arg, &a.t, 0);
+    tj_frame f;
+    int rc = tj_call_bind(w->kernel, &arg, 1, &f);
+    if (!rc) {
+      tj_arg_from_dltensor(&out, &c.t, 0);
+      rc = tj_call_set_output(&f, 0, &out);
+    }
+    if (!rc) rc = tj_call_launch(&f);
+    if (rc && w->failures++ == 0)
+      snprintf(w->first_failure, sizeof(w->first_failure), "launch %d: %s", i, tj_last_error());
+  }
+  return NULL;
+}
+
+TEST(cuda_threads) {
+  use_fake();
+  tj_kernel *k = scale_kernel(0);
+  pthread_t threads[THREADS];
+  worker workers[THREADS];
+  for (int t = 0; t < THREADS; ++t) {
+    memset(&workers[t], 0, sizeof(workers[t]));
+    workers[t].kernel = k;
+    CHECK_EQ_INT(pthread_create(&threads[t], NULL, worker_main, &workers[t]), 0);
+  }
+  int failures = 0;
+  for (int t = 0; t < THREADS; ++t) {
+    CHECK_EQ_INT(pthread_join(threads[t], NULL), 0);
+    if (workers[t].failures) printf("  %s\n", workers[t].first_failure);
+    failures += workers[t].failures;
+  }
+  CHECK_EQ_INT(failures, 0);
+  /* One module for the one context, however the threads raced to it. */
+  CHECK_EQ_INT(fake.count("cuModuleLoadData"), 1);
+  CHECK_EQ_INT(fake.count("cuDevicePrimaryCtxRetain"), 1);
+  CHECK_EQ_INT(fake.count("cuLaunchKernel"), THREADS * LAUNCHES);
+  tj_kernel_free(k);
+}

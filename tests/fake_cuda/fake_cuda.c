@@ -1,0 +1,727 @@
+/*
+ * A fake CUDA driver (libcuda) for tests on machines without a GPU.
+ *
+ * It implements the driver entry points the tilejit core uses, over no
+ * device, behaving as the real driver does where tilejit depends on it
+ * (contexts per thread, modules per context, a function's parameters read
+ * from the module image, dynamic shared memory above 48 KiB only after
+ * cuFuncSetAttribute), and records every call.
+ *
+ *   cc -shared -fPIC -o libfake_cuda.so fake_cuda.c -pthread \
+ *      [-DFAKE_CUDA_REAL_HEADER -I$CUDA_HOME/include]
+ *
+ * With FAKE_CUDA_REAL_HEADER the prototypes and constants come from the real
+ * cuda.h, so building the fake checks them against the driver's ABI; a core
+ * that used a wrong constant would see the fake refuse it, as the driver
+ * would.
+ *
+ * Module images are parsed as the driver does: a cubin (ELF) gives each
+ * kernel's parameter sizes in its .nv.info.<name> section, a fatbin holds
+ * cubins (uncompressed: nvcc --no-compress), PTX declares them in the .entry
+ * line. cuLaunchKernel records exactly as many bytes per argument as the
+ * kernel's parameter has.
+ *
+ * Control, for tests (dlsym / ctypes on the same library path the core
+ * loads, which is the same loaded copy):
+ *   fake_cuda_reset()                 forget the records and injected failures
+ *   fake_cuda_fail(fn, code, count)   the next `count` calls of entry point fn
+ *                                     return `code` (count < 0: every call)
+ *   fake_cuda_set_capability(major, minor), fake_cuda_set_devices(n)
+ *   fake_cuda_set_current(device)     make a device's primary context current
+ *                                     on the calling thread (-1: none)
+ *   fake_cuda_count(fn)               recorded calls of fn ("" or NULL: all)
+ *   fake_cuda_json()                  every record, as a JSON array; the
+ *                                     string lives until the next call
+ * FAKE_CUDA_LOG=path also appends each record to that file as a JSON line.
+ *
+ * Records: {"fn": name, "result": code, ...call fields}; contexts appear as
+ * their device ordinal (-1: none), modules as 1, 2, ... in load order,
+ * functions by name, streams and pointers as integers, arguments as hex
+ * strings of their bytes, the module image as hex.
+ */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef FAKE_CUDA_REAL_HEADER
+#include <cuda.h>
+typedef CUdevice_attribute fake_device_attribute;
+typedef CUfunction_attribute fake_function_attribute;
+#else
+#define CUDAAPI
+typedef int CUresult;
+typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUstream_st *CUstream;
+typedef int fake_device_attribute;
+typedef int fake_function_attribute;
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_INVALID_VALUE 1
+#define CUDA_ERROR_NOT_INITIALIZED 3
+#define CUDA_ERROR_NO_DEVICE 100
+#define CUDA_ERROR_INVALID_DEVICE 101
+#define CUDA_ERROR_INVALID_IMAGE 200
+#define CUDA_ERROR_INVALID_CONTEXT 201
+#define CUDA_ERROR_INVALID_HANDLE 400
+#define CUDA_ERROR_NOT_FOUND 500
+#define CUDA_ERROR_ILLEGAL_ADDRESS 700
+#define CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES 701
+#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
+#define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
+#define CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN 97
+#define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
+#endif
+
+#define EXPORT __attribute__((visibility("default")))
+#define MAX_DEVICES 8
+#define MAX_PARAMS 256
+#define MAX_STACK 16
+#define SMEM_DEFAULT (48 * 1024)
+#define SMEM_OPTIN (227 * 1024)
+
+/* ---- State ------------------------------------------------------------------ */
+
+typedef struct fake_function {
+  struct fake_function *next;
+  struct fake_module *module;
+  char name[256];
+  int nparams;
+  int sizes[MAX_PARAMS];
+  int smem_allowed;
+} fake_function;
+
+typedef struct fake_module {
+  struct fake_module *next;
+  int id;
+  int device; /* of the context it was loaded in */
+  int unloaded;
+  unsigned char *image;
+  size_t size;
+  fake_function *functions;
+} fake_module;
+
+typedef struct record {
+  struct record *next;
+  char *json;
+  char fn[40];
+} record;
+
+typedef struct failure {
+  char fn[40];
+  int code;
+  int remaining; /* < 0: forever */
+} failure;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_initialized;
+static int g_devices = 2;
+static int g_major = 8, g_minor = 0;
+/* A context is the address of its device's slot: one primary context each. */
+static char g_contexts[MAX_DEVICES];
+static int g_retained[MAX_DEVICES];
+static fake_module *g_modules;
+static int g_next_module = 1;
+static record *g_records, **g_records_tail = &g_records;
+static failure g_failures[16];
+static int g_nfailures;
+static char *g_json;
+
+static _Thread_local CUcontext t_stack[MAX_STACK];
+static _Thread_local int t_depth;
+
+static int context_device(CUcontext ctx) {
+  if (ctx == NULL) return -1;
+  return (int)((char *)ctx - g_contexts);
+}
+
+static CUcontext current(void) { return t_depth ? t_stack[t_depth - 1] : NULL; }
+
+/* ---- Records ------------------------------------------------------------------ */
+
+typedef struct {
+  char *buf;
+  size_t len, cap;
+} text;
+
+static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(text *t, const char *fmt, ...) {
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t->buf ? t->buf + t->len : NULL, t->buf ? t->cap - t->len : 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if (t->buf && t->len + (size_t)n < t->cap) {
+      t->len += (size_t)n;
+      return;
+    }
+    size_t cap = t->cap ? t->cap : 256;
+    while (cap <= t->len + (size_t)n) cap *= 2;
+    char *grown = realloc(t->buf, cap);
+    if (grown == NULL) abort();
+    t->buf = grown;
+    t->cap = cap;
+  }
+}
+
+static void put_hex(text *t, const void *data, size_t n) {
+  static const char digits[] = "0123456789abcdef";
+  const unsigned char *p = data;
+  put(t, "\"");
+  for (size_t i = 0; i < n; ++i) put(t, "%c%c", digits[p[i] >> 4], digits[p[i] & 15]);
+  put(t, "\"");
+}
+
+static void put_string(text *t, const char *s) {
+  put(t, "\"");
+  for (; s && *s; ++s) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      put(t, "\\%c", c);
+    else if (c < 0x20)
+      put(t, "\\u%04x", c);
+    else
+      put(t, "%c", c);
+  }
+  put(t, "\"");
+}
+
+/* Starts a record: {"fn": fn, "result": result, "context": current */
+static text begin(const char *fn, CUresult result) {
+  text t = {0};
+  put(&t, "{\"fn\": \"%s\", \"result\": %d, \"context\": %d", fn, (int)result,
+      context_device(current()));
+  return t;
+}
+
+/* Ends a record and stores it (and logs it). Called with g_lock held. */
+static CUresult finish(text *t, const char *fn, CUresult result) {
+  put(t, "}");
+  record *r = calloc(1, sizeof(*r));
+  if (r == NULL) abort();
+  r->json = t->buf;
+  snprintf(r->fn, sizeof(r->fn), "%s", fn);
+  *g_records_tail = r;
+  g_records_tail = &r->next;
+  const char *log = getenv("FAKE_CUDA_LOG");
+  if (log && *log) {
+    FILE *f = fopen(log, "a");
+    if (f) {
+      fprintf(f, "%s\n", r->json);
+      fclose(f);
+    }
+  }
+  return result;
+}
+
+/* An injected failure for `fn`, or CUDA_SUCCESS. Called with g_lock held. */
+static CUresult injected(const char *fn) {
+  for (int i = 0; i < g_nfailures; ++i) {
+    failure *f = &g_failures[i];
+    if (strcmp(f->fn, fn) != 0 || f->remaining == 0) continue;
+    if (f->remaining > 0) --f->remaining;
+    return (CUresult)f->code;
+  }
+  return CUDA_SUCCESS;
+}
+
+/* Records a call that ends without fields beyond fn/result/context. */
+static CUresult simple(const char *fn, CUresult result) {
+  text t = begin(fn, result);
+  return finish(&t, fn, result);
+}
+
+/* ---- Images ------------------------------------------------------------------- */
+
+static uint16_t rd16(const unsigned char *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint32_t rd32(const unsigned char *p) {
+  return (uint32_t)rd16(p) | (uint32_t)rd16(p + 2) << 16;
+}
+static uint64_t rd64(const unsigned char *p) {
+  return (uint64_t)rd32(p) | (uint64_t)rd32(p + 4) << 32;
+}
+
+static int is_elf(const unsigned char *p) {
+  return p[0] == 0x7f && p[1] == 'E' && p[2] == 'L' && p[3] == 'F' && p[4] == 2; /* ELF64 */
+}
+static int is_fatbin(const unsigned char *p) { return rd32(p) == 0xBA55ED50u; }
+
+/* The size of an image, as the driver finds it from its headers. */
+static size_t image_size(const unsigned char *p) {
+  if (is_elf(p)) {
+    uint64_t sh = rd64(p + 0x28) + (uint64_t)rd16(p + 0x3A) * rd16(p + 0x3C);
+    uint64_t ph = rd64(p + 0x20) + (uint64_t)rd16(p + 0x36) * rd16(p + 0x38);
+    return (size_t)(sh > ph ? sh : ph);
+  }
+  if (is_fatbin(p)) return (size_t)(rd16(p + 6) + rd64(p + 8));
+  return strlen((const char *)p) + 1; /* PTX text and its NUL */
+}
+
+/* Finds `name`'s parameters in a cubin: 1 and sizes if it defines the kernel,
+ * 0 if not. */
+static int elf_params(const unsigned char *p, size_t size, const char *name, fake_function *fn) {
+  uint64_t shoff = rd64(p + 0x28);
+  unsigned shentsize = rd16(p + 0x3A), shnum = rd16(p + 0x3C), shstrndx = rd16(p + 0x3E);
+  if (shoff + (uint64_t)shnum * shentsize > size || shstrndx >= shnum) return 0;
+  const unsigned char *strtab = p + rd64(p + shoff + (uint64_t)shstrndx * shentsize + 0x18);
+  char info_name[300], text_name[300];
+  snprintf(info_name, sizeof(info_name), ".nv.info.%s", name);
+  snprintf(text_name, sizeof(text_name), ".text.%s", name);
+  int has_text = 0;
+  fn->nparams = 0;
+  for (unsigned i = 0; i < shnum; ++i) {
+    const unsigned char *sh = p + shoff + (uint64_t)i * shentsize;
+    const char *sname = (const char *)strtab + rd32(sh);
+    uint64_t off = rd64(sh + 0x18), len = rd64(sh + 0x20);
+    if (strcmp(sname, text_name) == 0) has_text = 1;
+    if (strcmp(sname, info_name) != 0 || off + len > size) continue;
+    /* Attributes: format byte, attribute byte, then by format nothing (1),
+     * one byte (2), two bytes (3) or a 16-bit size and that many bytes (4).
+     * EIATTR_KPARAM_INFO (0x17): u32 index, u16 ordinal, u16 offset, u32
+     * flags whose bits 18..31 are the parameter's size. */
+    const unsigned char *a = p + off, *end = p + off + len;
+    while (a + 2 <= end) {
+      unsigned format = a[0], attribute = a[1];
+      const unsigned char *data = a + 2;
+      size_t n = format == 1 ? 0 : format == 2 ? 1 : format == 3 ? 2 : 0;
+      if (format == 4) {
+        n = rd16(a + 2);
+        data = a + 4;
+      }
+      if (attribute == 0x17 && format == 4 && n >= 12) {
+        unsigned ordinal = rd16(data + 4);
+        if (ordinal < MAX_PARAMS) {
+          fn->sizes[ordinal] = (int)((rd32(data + 8) >> 18) & 0x3fff);
+          if ((int)ordinal + 1 > fn->nparams) fn->nparams = (int)ordinal + 1;
+        }
+      }
+      a = data + n;
+    }
+  }
+  return has_text;
+}
+
+static const char *skip_space(const char *s) {
+  while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r') ++s;
+  return s;
+}
+
+/* Finds `name`'s parameters in PTX text: `.entry name(.param .u64 a, ...)`. */
+static int ptx_params(const char *ptx, const char *name, fake_function *fn) {
+  size_t nlen = strlen(name);
+  for (const char *s = strstr(ptx, ".entry"); s; s = strstr(s + 1, ".entry")) {
+    const char *q = skip_space(s + 6);
+    if (strncmp(q, name, nlen) != 0) continue;
+    q = skip_space(q + nlen);
+    if (*q != '(') continue;
+    fn->nparams = 0;
+    for (++q;;) {
+      q = skip_space(q);
+      if (*q == ')' || *q == 0) return 1;
+      if (strncmp(q, ".param", 6) != 0) return 0;
+      q += 6;
+      int align_skip = 0, size = 0;
+      for (;;) { /* .align N, then the type */
+        q = skip_space(q);
+        if (strncmp(q, ".align", 6) == 0) {
+          q = skip_space(q + 6);
+          while (*q >= '0' && *q <= '9') ++q;
+          align_skip = 1;
+          continue;
+        }
+        if (*q == '.') {
+          size = atoi(q + 2) / 8; /* .u64, .b32, .f16, .s8 ... */
+          while (*q && *q != ' ' && *q != '\t') ++q;
+        }
+        break;
+      }
+      (void)align_skip;
+      q = skip_space(q);
+      while (*q && *q != ',' && *q != ')' && *q != '[') ++q; /* the name */
+      if (*q == '[') {
+        size *= atoi(q + 1);
+        while (*q && *q != ']') ++q;
+        if (*q) ++q;
+      }
+      if (fn->nparams < MAX_PARAMS) fn->sizes[fn->nparams++] = size;
+      q = skip_space(q);
+      if (*q == ',') ++q;
+    }
+  }
+  return 0;
+}
+
+/* Finds `name` in any image kind; 1 if found. */
+static int find_function(const unsigned char *image, size_t size, const char *name,
+                         fake_function *fn) {
+  if (is_elf(image)) return elf_params(image, size, name, fn);
+  if (is_fatbin(image)) {
+    size_t off = rd16(image + 6), end = size;
+    while (off + 16 <= end) {
+      const unsigned char *entry = image + off;
+      unsigned kind = rd16(entry), header = rd32(entry + 4);
+      uint64_t payload = rd64(entry + 8);
+      if (header == 0 || off + header + payload > end) break;
+      const unsigned char *data = entry + header;
+      if (kind == 2 && is_elf(data) && elf_params(data, payload, name, fn)) return 1;
+      off += header + payload;
+    }
+    return 0;
+  }
+  return ptx_params((const char *)image, name, fn);
+}
+
+/* ---- Driver entry points ---------------------------------------------------- */
+
+#define ENTER(fn)                                         \
+  pthread_mutex_lock(&g_lock);                            \
+  CUresult injected_ = injected(fn);                      \
+  if (injected_ != CUDA_SUCCESS) {                        \
+    CUresult r_ = simple(fn, injected_);                  \
+    pthread_mutex_unlock(&g_lock);                        \
+    return r_;                                            \
+  }                                                       \
+  if (!g_initialized && strcmp(fn, "cuInit") != 0) {      \
+    CUresult r_ = simple(fn, CUDA_ERROR_NOT_INITIALIZED); \
+    pthread_mutex_unlock(&g_lock);                        \
+    return r_;                                            \
+  }
+
+#define LEAVE(result)              \
+  do {                             \
+    CUresult r_ = (result);        \
+    pthread_mutex_unlock(&g_lock); \
+    return r_;                     \
+  } while (0)
+
+EXPORT CUresult CUDAAPI cuInit(unsigned int flags) {
+  ENTER("cuInit");
+  CUresult rc = flags == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  if (rc == CUDA_SUCCESS) g_initialized = 1;
+  text t = begin("cuInit", rc);
+  put(&t, ", \"flags\": %u", flags);
+  LEAVE(finish(&t, "cuInit", rc));
+}
+
+static const struct {
+  int code;
+  const char *name, *text;
+} g_errors[] = {
+    {0, "CUDA_SUCCESS", "no error"},
+    {1, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {3, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+    {100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {101, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {200, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
+    {201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {400, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {500, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
+    {701, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "too many resources requested for launch"},
+};
+
+/* Not recorded: they describe errors, and work without cuInit. */
+EXPORT CUresult CUDAAPI cuGetErrorName(CUresult error, const char **name) {
+  for (size_t i = 0; i < sizeof(g_errors) / sizeof(g_errors[0]); ++i)
+    if (g_errors[i].code == (int)error) {
+      *name = g_errors[i].name;
+      return CUDA_SUCCESS;
+    }
+  *name = NULL;
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult CUDAAPI cuGetErrorString(CUresult error, const char **text_out) {
+  for (size_t i = 0; i < sizeof(g_errors) / sizeof(g_errors[0]); ++i)
+    if (g_errors[i].code == (int)error) {
+      *text_out = g_errors[i].text;
+      return CUDA_SUCCESS;
+    }
+  *text_out = NULL;
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal) {
+  ENTER("cuDeviceGet");
+  CUresult rc = ordinal >= 0 && ordinal < g_devices ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+  if (rc == CUDA_SUCCESS) *device = ordinal;
+  text t = begin("cuDeviceGet", rc);
+  put(&t, ", \"ordinal\": %d", ordinal);
+  LEAVE(finish(&t, "cuDeviceGet", rc));
+}
+
+EXPORT CUresult CUDAAPI cuDeviceGetAttribute(int *value, fake_device_attribute attribute,
+                                             CUdevice device) {
+  ENTER("cuDeviceGetAttribute");
+  CUresult rc = CUDA_SUCCESS;
+  if (device < 0 || device >= g_devices)
+    rc = CUDA_ERROR_INVALID_DEVICE;
+  else if (attribute == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+    *value = g_major;
+  else if (attribute == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+    *value = g_minor;
+  else if (attribute == CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+    *value = SMEM_OPTIN;
+  else
+    rc = CUDA_ERROR_INVALID_VALUE; /* the fake knows no other attribute */
+  text t = begin("cuDeviceGetAttribute", rc);
+  put(&t, ", \"attribute\": %d, \"device\": %d", (int)attribute, device);
+  LEAVE(finish(&t, "cuDeviceGetAttribute", rc));
+}
+
+EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice device) {
+  ENTER("cuDevicePrimaryCtxRetain");
+  CUresult rc = device >= 0 && device < g_devices ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+  if (rc == CUDA_SUCCESS) {
+    *ctx = (CUcontext)(void *)&g_contexts[device];
+    ++g_retained[device];
+  }
+  text t = begin("cuDevicePrimaryCtxRetain", rc);
+  put(&t, ", \"device\": %d", device);
+  LEAVE(finish(&t, "cuDevicePrimaryCtxRetain", rc));
+}
+
+EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext *ctx) {
+  ENTER("cuCtxGetCurrent");
+  *ctx = current();
+  LEAVE(simple("cuCtxGetCurrent", CUDA_SUCCESS));
+}
+
+EXPORT CUresult CUDAAPI cuCtxGetDevice(CUdevice *device) {
+  ENTER("cuCtxGetDevice");
+  CUresult rc = current() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+  if (rc == CUDA_SUCCESS) *device = context_device(current());
+  LEAVE(simple("cuCtxGetDevice", rc));
+}
+
+EXPORT CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx) {
+  ENTER("cuCtxPushCurrent_v2");
+  int device = context_device(ctx);
+  CUresult rc = device >= 0 && device < MAX_DEVICES && t_depth < MAX_STACK
+                    ? CUDA_SUCCESS
+                    : CUDA_ERROR_INVALID_CONTEXT;
+  if (rc == CUDA_SUCCESS) t_stack[t_depth++] = ctx;
+  text t = begin("cuCtxPushCurrent_v2", rc);
+  put(&t, ", \"pushed\": %d", device);
+  LEAVE(finish(&t, "cuCtxPushCurrent_v2", rc));
+}
+
+EXPORT CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext *ctx) {
+  ENTER("cuCtxPopCurrent_v2");
+  CUresult rc = t_depth > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+  CUcontext popped = rc == CUDA_SUCCESS ? t_stack[--t_depth] : NULL;
+  if (ctx) *ctx = popped;
+  text t = begin("cuCtxPopCurrent_v2", rc);
+  put(&t, ", \"popped\": %d", context_device(popped));
+  LEAVE(finish(&t, "cuCtxPopCurrent_v2", rc));
+}
+
+EXPORT CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image) {
+  ENTER("cuModuleLoadData");
+  CUresult rc = current() == NULL ? CUDA_ERROR_INVALID_CONTEXT
+                : image == NULL   ? CUDA_ERROR_INVALID_VALUE
+                                  : CUDA_SUCCESS;
+  const unsigned char *p = image;
+  size_t size = 0;
+  const char *kind = "none";
+  if (rc == CUDA_SUCCESS) {
+    size = image_size(p);
+    kind = is_elf(p) ? "cubin" : is_fatbin(p) ? "fatbin" : "ptx";
+    if (!is_elf(p) && !is_fatbin(p) && strstr((const char *)p, ".entry") == NULL)
+      rc = CUDA_ERROR_INVALID_IMAGE;
+  }
+  fake_module *m = NULL;
+  if (rc == CUDA_SUCCESS) {
+    m = calloc(1, sizeof(*m));
+    if (m == NULL || (m->image = malloc(size)) == NULL) abort();
+    memcpy(m->image, p, size);
+    m->size = size;
+    m->id = g_next_module++;
+    m->device = context_device(current());
+    m->next = g_modules;
+    g_modules = m;
+    *module = (CUmodule)(void *)m;
+  }
+  text t = begin("cuModuleLoadData", rc);
+  put(&t, ", \"module\": %d, \"kind\": \"%s\", \"size\": %zu, \"image\": ", m ? m->id : 0, kind,
+      size);
+  put_hex(&t, p, size);
+  LEAVE(finish(&t, "cuModuleLoadData", rc));
+}
+
+EXPORT CUresult CUDAAPI cuModuleUnload(CUmodule module) {
+  ENTER("cuModuleUnload");
+  fake_module *m = (fake_module *)(void *)module;
+  CUresult rc = m && !m->unloaded ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  /* Kept (marked) rather than freed, so a stale handle is reported, not
+   * dereferenced after free; reachable, so no leak is reported either. */
+  if (rc == CUDA_SUCCESS) m->unloaded = 1;
+  text t = begin("cuModuleUnload", rc);
+  put(&t, ", \"module\": %d", m ? m->id : 0);
+  LEAVE(finish(&t, "cuModuleUnload", rc));
+}
+
+EXPORT CUresult CUDAAPI cuModuleGetFunction(CUfunction *function, CUmodule module,
+                                            const char *name) {
+  ENTER("cuModuleGetFunction");
+  fake_module *m = (fake_module *)(void *)module;
+  CUresult rc = m == NULL || m->unloaded ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
+  fake_function *fn = NULL;
+  if (rc == CUDA_SUCCESS) {
+    for (fn = m->functions; fn && strcmp(fn->name, name) != 0; fn = fn->next) {
+    }
+    if (fn == NULL) {
+      fn = calloc(1, sizeof(*fn));
+      if (fn == NULL) abort();
+      snprintf(fn->name, sizeof(fn->name), "%s", name);
+      if (find_function(m->image, m->size, name, fn)) {
+        fn->module = m;
+        fn->smem_allowed = SMEM_DEFAULT;
+        fn->next = m->functions;
+        m->functions = fn;
+      } else {
+        free(fn);
+        fn = NULL;
+        rc = CUDA_ERROR_NOT_FOUND;
+      }
+    }
+    if (fn) *function = (CUfunction)(void *)fn;
+  }
+  text t = begin("cuModuleGetFunction", rc);
+  put(&t, ", \"module\": %d, \"name\": ", m ? m->id : 0);
+  put_string(&t, name);
+  if (fn) {
+    put(&t, ", \"param_sizes\": [");
+    for (int i = 0; i < fn->nparams; ++i) put(&t, "%s%d", i ? ", " : "", fn->sizes[i]);
+    put(&t, "]");
+  }
+  LEAVE(finish(&t, "cuModuleGetFunction", rc));
+}
+
+EXPORT CUresult CUDAAPI cuFuncSetAttribute(CUfunction function, fake_function_attribute attribute,
+                                           int value) {
+  ENTER("cuFuncSetAttribute");
+  fake_function *fn = (fake_function *)(void *)function;
+  CUresult rc = fn == NULL || fn->module->unloaded ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
+  if (rc == CUDA_SUCCESS) {
+    if (attribute == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && value >= 0 &&
+        value <= SMEM_OPTIN)
+      fn->smem_allowed = value > SMEM_DEFAULT ? value : SMEM_DEFAULT;
+    else
+      rc = CUDA_ERROR_INVALID_VALUE;
+  }
+  text t = begin("cuFuncSetAttribute", rc);
+  put(&t, ", \"function\": ");
+  put_string(&t, fn ? fn->name : "");
+  put(&t, ", \"attribute\": %d, \"value\": %d", (int)attribute, value);
+  LEAVE(finish(&t, "cuFuncSetAttribute", rc));
+}
+
+EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction function, unsigned int grid_x,
+                                       unsigned int grid_y, unsigned int grid_z,
+                                       unsigned int block_x, unsigned int block_y,
+                                       unsigned int block_z, unsigned int shared_mem,
+                                       CUstream stream, void **params, void **extra) {
+  ENTER("cuLaunchKernel");
+  fake_function *fn = (fake_function *)(void *)function;
+  CUresult rc = CUDA_SUCCESS;
+  if (fn == NULL || fn->module->unloaded || current() == NULL ||
+      context_device(current()) != fn->module->device)
+    rc = CUDA_ERROR_INVALID_HANDLE; /* a function of another context */
+  else if (grid_x == 0 || grid_y == 0 || grid_z == 0 || block_x == 0 || block_y == 0 ||
+           block_z == 0 || (uint64_t)block_x * block_y * block_z > 1024 || extra != NULL ||
+           (params == NULL && fn->nparams > 0))
+    rc = CUDA_ERROR_INVALID_VALUE;
+  else if ((int64_t)shared_mem > fn->smem_allowed)
+    rc = CUDA_ERROR_INVALID_VALUE;
+  text t = begin("cuLaunchKernel", rc);
+  put(&t, ", \"function\": ");
+  put_string(&t, fn ? fn->name : "");
+  put(&t,
+      ", \"module\": %d, \"grid\": [%u, %u, %u], \"block\": [%u, %u, %u], \"shared_mem\": %u, "
+      "\"stream\": %llu, \"args\": [",
+      fn ? fn->module->id : 0, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_mem,
+      (unsigned long long)(uintptr_t)stream);
+  for (int i = 0; rc == CUDA_SUCCESS && i < fn->nparams; ++i) {
+    if (i) put(&t, ", ");
+    put_hex(&t, params[i], (size_t)fn->sizes[i]);
+  }
+  put(&t, "]");
+  LEAVE(finish(&t, "cuLaunchKernel", rc));
+}
+
+/* ---- Control ---------------------------------------------------------------- */
+
+EXPORT void fake_cuda_reset(void) {
+  pthread_mutex_lock(&g_lock);
+  while (g_records) {
+    record *r = g_records;
+    g_records = r->next;
+    free(r->json);
+    free(r);
+  }
+  g_records_tail = &g_records;
+  g_nfailures = 0;
+  g_next_module = 1; /* ids label modules in records; loaded ones stay valid */
+  g_devices = 2;
+  g_major = 8;
+  g_minor = 0;
+  free(g_json);
+  g_json = NULL;
+  pthread_mutex_unlock(&g_lock);
+}
+
+EXPORT void fake_cuda_fail(const char *fn, int code, int count) {
+  pthread_mutex_lock(&g_lock);
+  if (g_nfailures < (int)(sizeof(g_failures) / sizeof(g_failures[0]))) {
+    failure *f = &g_failures[g_nfailures++];
+    snprintf(f->fn, sizeof(f->fn), "%s", fn);
+    f->code = code;
+    f->remaining = count;
+  }
+  pthread_mutex_unlock(&g_lock);
+}
+
+EXPORT void fake_cuda_set_capability(int major, int minor) {
+  pthread_mutex_lock(&g_lock);
+  g_major = major;
+  g_minor = minor;
+  pthread_mutex_unlock(&g_lock);
+}
+
+EXPORT void fake_cuda_set_devices(int n) {
+  pthread_mutex_lock(&g_lock);
+  g_devices = n < 0 ? 0 : n > MAX_DEVICES ? MAX_DEVICES : n;
+  pthread_mutex_unlock(&g_lock);
+}
+
+EXPORT void fake_cuda_set_current(int device) {
+  t_depth = 0;
+  if (device >= 0 && device < MAX_DEVICES)
+    t_stack[t_depth++] = (CUcontext)(void *)&g_contexts[device];
+}
+
+EXPORT int fake_cuda_count(const char *fn) {
+  int n = 0;
+  pthread_mutex_lock(&g_lock);
+  for (record *r = g_records; r; r = r->next) n += fn == NULL || !*fn || strcmp(r->fn, fn) == 0;
+  pthread_mutex_unlock(&g_lock);
+  return n;
+}
+
+EXPORT const char *fake_cuda_json(void) {
+  pthread_mutex_lock(&g_lock);
+  text t = {0};
+  put(&t, "[");
+  for (record *r = g_records; r; r = r->next) put(&t, "%s%s", r == g_records ? "" : ",\n", r->json);
+  put(&t, "]");
+  free(g_json);
+  g_json = t.buf;
+  pthread_mutex_unlock(&g_lock);
+  return g_json;
+}

@@ -1,0 +1,702 @@
+"""The CUDA target (SPEC sections 1-2): compile with nvcc or NVRTC, launch through the
+driver API on the producer's stream.
+
+Without a GPU, everything up to the driver is real: nvcc and NVRTC compile the kernels,
+and launches go through the fake driver (tests/fake_cuda) that records exactly what the
+core handed cuLaunchKernel: module image, function, grid from the symbols, block, shared
+memory, stream and each argument's bytes, sized by the compiled kernel's own parameter
+table. FakeCudaTensor stands in for CUDA tensors: a fake device address behind the DLPack
+exchange API, whose current work stream is a sentinel.
+
+The driver is process-wide (loaded once, at the first CUDA call), so this module runs with
+TILEJIT_LIBCUDA at the fake, and what must see no driver, or the real one, runs in a child
+process: the "no driver" tests here, and the GPU tests (marked `cuda`, skipped when torch
+sees no GPU).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tilejit
+from tilejit import T
+from tilejit import cuda_compiler as cc
+from tilejit.cuda_compiler import DEFAULT_ARCH
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parent
+
+
+def _load_fakes():
+    name = "tilejit_test_fakes"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, HERE / "fake_cuda" / "fakes.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+fakes = _load_fakes()
+FakeCudaTensor = fakes.FakeCudaTensor
+SENTINEL = fakes.SENTINEL_STREAM
+COMPILERS = ["nvcc", "nvrtc"]
+# The developer's own driver override, for the GPU tests' child processes (this module
+# points TILEJIT_LIBCUDA at the fake).
+_OWN_LIBCUDA = os.environ.get("TILEJIT_LIBCUDA")
+BACKENDS = ["cython", "dlpack", "ctypes"]
+
+
+def ptr(value: int) -> str:
+    """An argument's bytes as the fake driver records them: little-endian hex."""
+    return value.to_bytes(8, "little").hex()
+
+
+def i64(value: int) -> str:
+    return (value % (1 << 64)).to_bytes(8, "little").hex()
+
+
+# ---- Kernels ----------------------------------------------------------------------------------
+
+VEC_ADD = r"""
+extern "C" __global__ void vec_add(const float *A, const float *B, float *C, int64_t n) {
+  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) C[i] = A[i] + B[i];
+}
+"""
+
+MATMUL = r"""
+/* C[M, 64] = A[M, 128] @ B[128, 64], M dynamic: one thread per element of C. */
+extern "C" __global__ void matmul(const float *A, const float *B, float *C, int64_t M) {
+  int64_t row = (int64_t)blockIdx.y * blockDim.y + threadIdx.y;
+  int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= M || col >= 64) return;
+  float acc = 0.0f;
+  for (int k = 0; k < 128; ++k) acc += A[row * 128 + k] * B[k * 64 + col];
+  C[row * 64 + col] = acc;
+}
+"""
+
+# Reverses X in one block through dynamic shared memory of n floats: over 48 KiB for
+# n > 12288, which needs the opt-in (cuFuncSetAttribute) before the launch.
+REVERSE = r"""
+extern "C" __global__ void reverse(const float *X, float *Y, int64_t n) {
+  extern __shared__ float staged[];
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) staged[i] = X[i];
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) Y[i] = staged[n - 1 - i];
+}
+"""
+
+# Every scalar kind, a raw pointer and an optional buffer.
+AXPBY = r"""
+__global__ void axpby(const float *X, float *Y, float a, double b, int32_t k, bool flag,
+                      int8_t small, float *P, const float *bias, int64_t n) {
+  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n && flag) Y[i] = a * X[i] + (float)b * k + small + (bias ? bias[i] : 0.0f);
+  if (i == 0 && P) P[0] = 1.0f;
+}
+"""
+
+
+def vec_add_program():
+    n = T.symbol("n")
+    return tilejit.Program(
+        "vec_add", [T.Buffer((n,), "float32", name="A", const=True),
+                    T.Buffer((n,), "float32", name="B", const=True),
+                    T.Buffer((n,), "float32", name="C")],
+        VEC_ADD, grid=(T.ceildiv(n, 256),), block=(256,))
+
+
+def matmul_program():
+    m = T.symbol("M")
+    return tilejit.Program(
+        "matmul", [T.Buffer((m, 128), "float32", name="A", const=True),
+                   T.Buffer((128, 64), "float32", name="B", const=True),
+                   T.Buffer((m, 64), "float32", name="C")],
+        MATMUL, grid=(4, T.ceildiv(m, 16)), block=(16, 16))
+
+
+def reverse_program():
+    n = T.symbol("n")
+    return tilejit.Program(
+        "reverse", [T.Buffer((n,), "float32", name="X", const=True),
+                    T.Buffer((n,), "float32", name="Y")],
+        REVERSE, grid=(1,), block=(256,), shared_mem=n * 4)
+
+
+def axpby_program():
+    n = T.symbol("n")
+    return tilejit.Program(
+        "axpby", [T.Buffer((n,), "float32", name="X", const=True),
+                  T.Buffer((n,), "float32", name="Y"), T.Scalar("float32", name="a"),
+                  T.Scalar("float64", name="b"), T.Scalar("int32", name="k"),
+                  T.Scalar("bool", name="flag"), T.Scalar("int8", name="small"),
+                  T.Pointer("float32", name="P"),
+                  T.Buffer((n,), "float32", name="bias", const=True, optional=True)],
+        AXPBY, grid=(T.ceildiv(n, 128),), block=(128,))
+
+
+@pytest.fixture(scope="session")
+def kernels():
+    """``kernels(program_factory, compiler, out_idx=None, arch="sm_80")``, compiled once per
+    session (and cached on disk in the session's TILEJIT_CACHE_DIR)."""
+    built = {}
+
+    def get(factory, compiler="nvrtc", out_idx=None, arch="sm_80"):
+        key = (factory, compiler, str(out_idx), str(arch))
+        if key not in built:
+            built[key] = tilejit.compile(factory(), out_idx=out_idx, target="cuda", arch=arch,
+                                         compiler=compiler)
+        return built[key]
+
+    return get
+
+
+# ---- Compilation: real nvcc and NVRTC ----------------------------------------------------------
+
+
+def _cubin_defines(image: bytes, name: str) -> bool:
+    return image[:4] == b"\x7fELF" and b".text." + name.encode() + b"\x00" in image
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+@pytest.mark.parametrize("factory", [vec_add_program, matmul_program, reverse_program,
+                                     axpby_program], ids=lambda f: f.__name__[:-8])
+def test_compiles_to_a_cubin_defining_the_kernel(kernels, factory, compiler):
+    k = kernels(factory, compiler)
+    name = factory().name
+    assert k.target == "cuda"
+    assert k.library_path.endswith(".cubin")
+    assert _cubin_defines(Path(k.library_path).read_bytes(), name)
+    assert k.c_prototype.startswith(f'extern "C" __global__ void {name}(')
+    # The compiled file declares the kernel, then the user's source under its own name.
+    source = k.get_host_source()
+    assert f"{k.c_prototype};\n#line 1 \"{name}.cu\"\n" in source
+    assert source.endswith(factory().source + "\n")
+
+
+def test_c_prototypes(kernels):
+    assert kernels(vec_add_program).c_prototype == (
+        'extern "C" __global__ void vec_add(const float *A, const float *B, float *C, '
+        "int64_t n)")
+    # AXPBY defines axpby without extern "C": the declaration before it gives it C linkage.
+    assert kernels(axpby_program).c_prototype == (
+        'extern "C" __global__ void axpby(const float *X, float *Y, float a, double b, '
+        "int32_t k, bool flag, int8_t small, float *P, const float *bias, int64_t n)")
+
+
+def test_fatbin_for_several_architectures(kernels):
+    k = kernels(vec_add_program, "nvcc", arch=("sm_80", "sm_90"))
+    image = Path(k.library_path).read_bytes()
+    assert k.library_path.endswith(".fatbin")
+    assert struct.unpack_from("<I", image)[0] == 0xBA55ED50  # fatbin magic
+    assert image.count(b"\x7fELF") == 2  # one cubin per architecture, uncompressed
+    assert image.count(b".text.vec_add\x00") >= 2
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_ptx_for_a_virtual_architecture(kernels, compiler):
+    k = kernels(vec_add_program, compiler, arch="compute_80")
+    assert k.library_path.endswith(".ptx")
+    ptx = Path(k.library_path).read_text()
+    assert ".entry vec_add(" in ptx and ".target sm_80" in ptx
+
+
+def test_nvrtc_compiles_one_architecture_at_a_time():
+    with pytest.raises(tilejit.CompileError, match="NVRTC compiles for one architecture, got "
+                       "sm_80, sm_90: use compiler='nvcc' for a fatbin"):
+        tilejit.compile(vec_add_program(), target="cuda", arch="80,90", compiler="nvrtc")
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_compile_error_carries_the_log_and_the_users_line(compiler):
+    source = VEC_ADD.replace("if (i < n)", "int oops = ;\n  if (i < n)")
+    program = tilejit.Program("vec_add", vec_add_program().params, source,
+                              grid=(1,), block=(1,))
+    with pytest.raises(tilejit.CompileError) as info:
+        tilejit.compile(program, target="cuda", arch="sm_80", compiler=compiler)
+    err = info.value
+    assert err.kernel_name == "vec_add"
+    assert "error" in err.log and "vec_add.cu(4)" in err.log
+    assert err.lineno == 4 and err.line_text.strip() == "int oops = ;"
+    assert "line 4: int oops = ;" in str(err)
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_a_definition_with_other_parameter_types_is_reported(compiler):
+    # Without extern "C" and with int n, this is a C++ overload, not the declared kernel.
+    source = VEC_ADD.replace('extern "C" ', "").replace("int64_t n", "int n")
+    program = tilejit.Program("vec_add", vec_add_program().params, source,
+                              grid=(1,), block=(1,))
+    with pytest.raises(tilejit.CompileError, match=r"the compiled module defines no kernel "
+                       r"'vec_add': the source must define extern \"C\" __global__ void "
+                       r"vec_add\(const float \*A"):
+        tilejit.compile(program, target="cuda", arch="sm_80", compiler=compiler)
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+def test_half_precision_types(compiler):
+    n = T.symbol("n")
+    program = tilejit.Program(
+        "to_half", [T.Buffer((n,), "bfloat16", name="X", const=True),
+                    T.Buffer((n,), "float16", name="Y"),
+                    T.Buffer((n,), "float8_e4m3fn", name="Z")],
+        r"""
+        extern "C" __global__ void to_half(const tj_bfloat16 *X, tj_float16 *Y,
+                                           tj_float8_e4m3fn *Z, int64_t n) {
+          int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+          if (i < n) {
+            Y[i] = __float2half(__bfloat162float(X[i]));
+            Z[i] = __nv_fp8_e4m3(__bfloat162float(X[i]));
+          }
+        }
+        """, grid=(T.ceildiv(n, 256),), block=(256,))
+    k = tilejit.compile(program, out_idx=[1, 2], target="cuda", arch="sm_90", compiler=compiler)
+    assert "#include <cuda_bf16.h>" in k.get_host_source()
+    assert "typedef __nv_bfloat16 tj_bfloat16;" in k.get_host_source()
+    assert _cubin_defines(Path(k.library_path).read_bytes(), "to_half")
+
+
+def test_demo_kernels_compile(tmp_path):
+    from tilejit.demo import cuda_programs
+
+    for program, out in cuda_programs():
+        k = tilejit.compile(program, out_idx=out, target="cuda", arch="sm_80", compiler="nvrtc")
+        assert _cubin_defines(Path(k.library_path).read_bytes(), program.name)
+
+
+def test_compiles_are_cached_per_arch_and_compiler(kernels):
+    a = kernels(vec_add_program, "nvrtc")
+    again = tilejit.compile(vec_add_program(), target="cuda", arch="sm_80", compiler="nvrtc")
+    assert again.library_path == a.library_path
+    others = {kernels(vec_add_program, "nvcc").library_path,
+              kernels(vec_add_program, "nvrtc", arch="sm_90").library_path, a.library_path}
+    assert len(others) == 3
+
+
+def test_architecture_spellings_and_sources(monkeypatch):
+    assert cc.resolve_arch("9.0") == ("sm_90",)
+    assert cc.resolve_arch("sm90a") == ("sm_90a",)
+    assert cc.resolve_arch(["80", "compute_90", "sm_80"]) == ("sm_80", "compute_90")
+    assert cc.resolve_arch("80, 10.0") == ("sm_80", "sm_100")
+    with pytest.raises(ValueError, match="unknown CUDA architecture '9'"):
+        cc.resolve_arch("9")
+    monkeypatch.setenv("TILEJIT_CUDA_ARCH", "8.9")
+    assert cc.resolve_arch() == ("sm_89",)
+    assert cc.resolve_arch("sm_75") == ("sm_75",)  # the argument first
+    monkeypatch.setenv("TILEJIT_CUDA_COMPILER", "nvrtc")
+    assert cc.resolve_compiler() == "nvrtc"
+    assert cc.resolve_compiler("nvcc") == "nvcc"
+    with pytest.raises(ValueError, match="unknown CUDA compiler 'clang'"):
+        cc.resolve_compiler("clang")
+
+
+def test_program_checks_for_cuda():
+    n = T.symbol("n")
+    params = [T.Buffer((n,), "float32", name="A")]
+    with pytest.raises(ValueError, match=r"^p: a CUDA program needs grid= with 1 to 3 entries"):
+        tilejit.compile(tilejit.Program("p", params, "", block=(1,)), target="cuda")
+    with pytest.raises(ValueError, match=r"^p: block\[0\] = 0, expected >= 1$"):
+        tilejit.compile(tilejit.Program("p", params, "", grid=(1,), block=(0,)), target="cuda")
+    with pytest.raises(ValueError, match=r"^p: grid\[0\] = m \+ 1 uses symbol 'm', which no "):
+        tilejit.compile(tilejit.Program("p", params, "", grid=(T.symbol("m") + 1,), block=(1,)),
+                        target="cuda")
+    with pytest.raises(TypeError, match=r"^p: shared_mem must be an int or a symbolic"):
+        tilejit.compile(tilejit.Program("p", params, "", grid=(1,), block=(1,),
+                                        shared_mem=1.5), target="cuda")
+    with pytest.raises(ValueError, match="arch= and compiler= are for target='cuda'"):
+        tilejit.compile(tilejit.Program("p", params, "void p(float *A, int64_t n) {}"),
+                        target="cpu", arch="sm_80")
+
+
+# ---- Launches through the fake driver ---------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def fake_driver_path(tmp_path_factory):
+    return fakes.build_fake_driver(tmp_path_factory.mktemp("fake-cuda"))
+
+
+@pytest.fixture(scope="module")
+def driver(fake_driver_path):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TILEJIT_LIBCUDA", str(fake_driver_path))
+        yield fakes.FakeDriver(fake_driver_path)
+
+
+@pytest.fixture
+def fake(driver):
+    """The fake driver, with no records, no current context, two devices of capability 8.0."""
+    driver.reset()
+    driver.set_current(-1)
+    return driver
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_launch_reaches_the_driver_exactly(fake, kernels, backend):
+    k = kernels(vec_add_program, "nvcc").with_backend(backend)
+    a = FakeCudaTensor((1000,), byte_offset=64)
+    b = FakeCudaTensor((1000,))
+    c = FakeCudaTensor((1000,), byte_offset=4)
+    assert k(a, b, c, stream=0x1234) is None
+    (load,) = fake.records("cuModuleLoadData")
+    assert load["kind"] == "cubin" and load["context"] == 0
+    assert bytes.fromhex(load["image"]) == Path(k.library_path).read_bytes()
+    (function,) = fake.records("cuModuleGetFunction")
+    assert function["name"] == "vec_add" and function["param_sizes"] == [8, 8, 8, 8]
+    (launch,) = fake.launches()
+    assert launch == {
+        "fn": "cuLaunchKernel", "result": 0, "context": 0, "function": "vec_add",
+        "module": load["module"], "grid": [4, 1, 1], "block": [256, 1, 1], "shared_mem": 0,
+        "stream": 0x1234,
+        "args": [ptr(a.address + 64), ptr(b.address), ptr(c.address + 4), i64(1000)]}
+    # The second call finds the module loaded; the grid follows n.
+    k(*(FakeCudaTensor((257,)) for _ in range(3)), stream=0x1234)
+    assert len(fake.records("cuModuleLoadData")) == 1
+    assert fake.launches()[-1]["grid"] == [2, 1, 1]
+
+
+def test_matmul_grid_from_the_dynamic_dimension(fake, kernels):
+    k = kernels(matmul_program, "nvcc", out_idx=-1)
+    for m in (1, 16, 17, 1000):
+        a, b = FakeCudaTensor((m, 128)), FakeCudaTensor((128, 64))
+        c = k(a, b)
+        launch = fake.launches()[-1]
+        assert launch["grid"] == [4, -(-m // 16), 1] and launch["block"] == [16, 16, 1]
+        assert launch["args"] == [ptr(a.address), ptr(b.address), ptr(c.address), i64(m)]
+        assert isinstance(c, FakeCudaTensor) and c.shape == (m, 64) and c.device_id == 0
+
+
+@pytest.mark.parametrize("backend", ["cython", "ctypes"])
+def test_stream_is_the_producers_current_work_stream(fake, kernels, backend):
+    k = kernels(vec_add_program).with_backend(backend)
+    a, b, c = (FakeCudaTensor((10,)) for _ in range(3))
+    before = FakeCudaTensor.api_calls["current_work_stream"]
+    k(a, b, c)
+    assert fake.launches()[-1]["stream"] == SENTINEL
+    assert FakeCudaTensor.api_calls["current_work_stream"] == before + 1
+    # An explicit stream wins, as an int or through __cuda_stream__.
+    k(a, b, c, stream=7)
+    assert fake.launches()[-1]["stream"] == 7
+
+    class Stream:
+        def __cuda_stream__(self):
+            return (0, 0xABC)
+
+    k(a, b, c, stream=Stream())
+    assert fake.launches()[-1]["stream"] == 0xABC
+    assert FakeCudaTensor.api_calls["current_work_stream"] == before + 1
+
+
+def test_dlpack_backend_uses_the_frameworks_stream(fake, kernels):
+    # The standard protocol carries no stream; a producer that is not torch has none: 0.
+    k = kernels(vec_add_program).with_backend("dlpack")
+    k(*(FakeCudaTensor((10,)) for _ in range(3)))
+    assert fake.launches()[-1]["stream"] == 0
+
+
+def test_outputs_from_the_producers_allocator(fake, kernels):
+    k = kernels(vec_add_program, out_idx=-1)
+    a, b = FakeCudaTensor((300,), device_id=1), FakeCudaTensor((300,), device_id=1)
+    c = k(a, b)
+    assert isinstance(c, FakeCudaTensor)
+    assert (c.shape, c.dtype, c.device_id) == ((300,), "float32", 1)
+    launch = fake.launches()[-1]
+    assert launch["context"] == 1  # device 1's primary context
+    assert launch["args"] == [ptr(a.address), ptr(b.address), ptr(c.address), i64(300)]
+    # Without the exchange API the output comes from NumPy, on the host: refused.
+    with pytest.raises(RuntimeError, match=r"^vec_add: output 'C': allocated on cpu:0, "
+                       r"expected cuda:1$"):
+        k.with_backend("dlpack")(a, b)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scalars_pointers_and_symbols_are_packed_in_their_c_types(fake, kernels, backend):
+    k = kernels(axpby_program, "nvcc").with_backend(backend)
+    x, y, bias = (FakeCudaTensor((1000,)) for _ in range(3))
+    k(x, y, 2.5, 3, -7, True, np.int8(-2), 0x1000, None, stream=1)
+    (sizes,) = [r["param_sizes"] for r in fake.records("cuModuleGetFunction")]
+    assert sizes == [8, 8, 4, 8, 4, 1, 1, 8, 8, 8]
+    launch = fake.launches()[-1]
+    assert launch["grid"] == [8, 1, 1] and launch["block"] == [128, 1, 1]
+    assert launch["args"] == [
+        ptr(x.address), ptr(y.address), struct.pack("<f", 2.5).hex(),
+        struct.pack("<d", 3.0).hex(), struct.pack("<i", -7).hex(), "01", "fe", ptr(0x1000),
+        ptr(0), i64(1000)]
+    k(x, y, 0.5, 1.25, 1 << 20, False, 3, None, bias, stream=1)
+    assert fake.launches()[-1]["args"] == [
+        ptr(x.address), ptr(y.address), struct.pack("<f", 0.5).hex(),
+        struct.pack("<d", 1.25).hex(), struct.pack("<i", 1 << 20).hex(), "00", "03", ptr(0),
+        ptr(bias.address), i64(1000)]
+
+
+def test_dynamic_shared_memory_beyond_48k_is_opted_in(fake, kernels):
+    k = kernels(reverse_program, "nvcc", out_idx=-1)
+    k(FakeCudaTensor((1000,)))
+    assert fake.launches()[-1]["shared_mem"] == 4000
+    assert fake.records("cuFuncSetAttribute") == []
+    k(FakeCudaTensor((20000,)))
+    (attribute,) = fake.records("cuFuncSetAttribute")
+    assert (attribute["function"], attribute["value"]) == ("reverse", 80000)
+    assert fake.launches()[-1]["shared_mem"] == 80000
+    k(FakeCudaTensor((20000,)))
+    assert len(fake.records("cuFuncSetAttribute")) == 1
+    with pytest.raises(RuntimeError, match=r"the device allows at most 232448 bytes of shared "
+                       "memory per block"):
+        k(FakeCudaTensor((100000,)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_failing_launch_is_a_runtime_error_with_the_drivers_message(fake, kernels, backend):
+    k = kernels(vec_add_program).with_backend(backend)
+    args = [FakeCudaTensor((1000,)) for _ in range(3)]
+    fake.fail("cuLaunchKernel", 701)  # CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
+    with pytest.raises(RuntimeError) as info:
+        k(*args, stream=0x99)
+    assert str(info.value) == (
+        "vec_add: cuLaunchKernel(grid (4, 1, 1), block (256, 1, 1), shared memory 0 bytes, "
+        "stream 0x99) failed: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (too many resources "
+        "requested for launch)")
+    k(*args, stream=0x99)  # the next launch goes through
+    fake.fail("cuModuleLoadData", 200)  # CUDA_ERROR_INVALID_IMAGE, for a fresh kernel
+    with pytest.raises(RuntimeError, match=r"^vec_add: cuModuleLoadData failed: "
+                       r"CUDA_ERROR_INVALID_IMAGE \(device kernel image is invalid\)$"):
+        k.with_backend(backend)(*args)
+
+
+def test_devices_are_checked_before_any_launch(fake, kernels):
+    k = kernels(vec_add_program)
+    with pytest.raises(ValueError, match=r"^vec_add: argument 0 'A': expected a cuda tensor, "
+                       r"got a tensor on device cpu:0$"):
+        k(np.zeros(4, np.float32), FakeCudaTensor((4,)), FakeCudaTensor((4,)))
+    with pytest.raises(ValueError, match=r"^vec_add: argument 1 'B': expected device cuda:0 "
+                       r"\(that of argument 0 'A'\), got cuda:1$"):
+        k(FakeCudaTensor((4,)), FakeCudaTensor((4,), device_id=1), FakeCudaTensor((4,)))
+    assert fake.launches() == []
+
+
+def test_empty_tensors_launch_nothing(fake, kernels):
+    k = kernels(vec_add_program)
+    k(*(FakeCudaTensor((0,)) for _ in range(3)))
+    assert fake.launches() == []
+
+
+def test_arch_from_the_device_when_a_driver_is_present(fake, kernels, monkeypatch):
+    monkeypatch.delenv("TILEJIT_CUDA_ARCH", raising=False)
+    fake.set_capability(8, 6)
+    assert cc.resolve_arch() == ("sm_86",)
+    attributes = [r["attribute"] for r in fake.records("cuDeviceGetAttribute")]
+    assert attributes == [75, 76]  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, _MINOR
+    k = tilejit.compile(vec_add_program(), target="cuda", compiler="nvrtc")
+    assert k.library_path not in (kernels(vec_add_program).library_path,
+                                  kernels(vec_add_program, arch="sm_90").library_path)
+    fake.set_capability(9, 0)
+    again = tilejit.compile(vec_add_program(), target="cuda", compiler="nvrtc")
+    assert again.library_path == kernels(vec_add_program, arch="sm_90").library_path
+
+
+# ---- No driver, and the CLI, in child processes ---------------------------------------------
+
+_NO_DRIVER = r"""
+import sys, importlib.util
+import numpy as np
+import tilejit
+from tilejit import T
+from tilejit import cuda_compiler
+
+spec = importlib.util.spec_from_file_location("fakes", sys.argv[1])
+fakes = importlib.util.module_from_spec(spec); spec.loader.exec_module(fakes)
+
+n = T.symbol("n")
+cpu = tilejit.compile(tilejit.Program("add1", [T.Buffer((n,), "float32", name="A"),
+    T.Buffer((n,), "float32", name="B")],
+    "void add1(float *A, float *B, int64_t n) { for (int64_t i = 0; i < n; ++i) B[i] = A[i] + 1; }"),
+    out_idx=-1)
+print("cpu", cpu(np.arange(3, dtype=np.float32)).tolist())
+maps = open("/proc/self/maps").read()
+print("driver loaded after cpu:", sys.argv[2] in maps)
+print("arch", cuda_compiler.resolve_arch())
+prog = tilejit.Program("vec_add", [T.Buffer((n,), "float32", name="A", const=True),
+    T.Buffer((n,), "float32", name="B", const=True), T.Buffer((n,), "float32", name="C")],
+    sys.argv[3], grid=(T.ceildiv(n, 256),), block=(256,))
+for backend in ("cython", "ctypes"):
+    k = tilejit.compile(prog, target="cuda", compiler="nvrtc", execution_backend=backend)
+    try:
+        k(*(fakes.FakeCudaTensor((8,)) for _ in range(3)))
+    except RuntimeError as exc:
+        print(backend, "RuntimeError:", exc)
+print("cpu again", cpu(np.zeros(2, dtype=np.float32)).tolist())
+"""
+
+
+def test_no_driver_is_a_runtime_error_at_call_time_only(child_env):
+    missing = "/nonexistent/tilejit-test/libcuda.so.1"
+    env = child_env(TILEJIT_LIBCUDA=missing)
+    done = subprocess.run([sys.executable, "-c", _NO_DRIVER, str(HERE / "fake_cuda" / "fakes.py"),
+                           missing, VEC_ADD], check=False, capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "cpu [1.0, 2.0, 3.0]"
+    assert lines[1] == "driver loaded after cpu: False"
+    assert lines[2] == f"arch ('{DEFAULT_ARCH}',)"
+    for backend, line in zip(("cython", "ctypes"), lines[3:5]):
+        assert line.startswith(f"{backend} RuntimeError: vec_add: no CUDA driver: cannot load "
+                               f"{missing} ("), line
+        assert "set TILEJIT_LIBCUDA" in line
+    assert lines[5] == "cpu again [1.0, 1.0]"
+
+
+def test_importing_and_cpu_kernels_never_open_the_driver(child_env, fake_driver_path):
+    env = child_env(TILEJIT_LIBCUDA=str(fake_driver_path))
+    done = subprocess.run([sys.executable, "-c", _NO_DRIVER, str(HERE / "fake_cuda" / "fakes.py"),
+                           str(fake_driver_path), VEC_ADD], check=False, capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1] == "driver loaded after cpu: False"
+    assert lines[2] == "arch ('sm_80',)"  # from the fake device, capability 8.0
+    assert len(lines) == 4 and lines[3] == "cpu again [1.0, 1.0]"  # both launches went through
+
+
+def test_demo_says_plainly_there_is_no_gpu(child_env):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: test_gpu_demo runs the demo")
+    done = subprocess.run([sys.executable, "-m", "tilejit", "demo", "--target", "cuda"],
+                          check=False, capture_output=True, text=True, env=child_env(),
+                          timeout=300)
+    assert done.returncode == 1
+    assert done.stdout.strip() == ("tilejit demo --target cuda: no CUDA GPU is available here "
+                                   "(torch.cuda.is_available() is False); nothing was run.")
+
+
+# ---- On a GPU (marked `cuda`; each in a child process, with the real driver) ---------------
+
+
+def _gpu_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+gpu = pytest.mark.skipif(not _gpu_available(), reason="no CUDA GPU (torch.cuda.is_available())")
+
+_GPU_PRELUDE = f"""
+import sys, torch, tilejit
+from tilejit import T
+sys.path.insert(0, {str(HERE)!r})
+from test_cuda import vec_add_program, matmul_program, reverse_program
+torch.manual_seed(0)
+dev = torch.device("cuda")
+"""
+
+
+def _gpu_env(child_env) -> dict:
+    env = child_env()
+    env.pop("TILEJIT_LIBCUDA", None)
+    if _OWN_LIBCUDA:
+        env["TILEJIT_LIBCUDA"] = _OWN_LIBCUDA
+    return env
+
+
+def _run_gpu(body: str, child_env) -> str:
+    env = _gpu_env(child_env)
+    done = subprocess.run([sys.executable, "-c", _GPU_PRELUDE + textwrap.dedent(body)],
+                          check=False, capture_output=True, text=True, env=env, timeout=600,
+                          cwd=REPO_ROOT)
+    print(done.stdout, done.stderr)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.mark.cuda
+@gpu
+def test_gpu_vec_add_and_matmul_match_torch(child_env):
+    out = _run_gpu("""
+        for compiler in ("nvcc", "nvrtc"):
+            for backend in ("cython", "dlpack", "ctypes"):
+                add = tilejit.compile(vec_add_program(), out_idx=-1, target="cuda",
+                                      compiler=compiler, execution_backend=backend)
+                mm = tilejit.compile(matmul_program(), out_idx=-1, target="cuda",
+                                     compiler=compiler, execution_backend=backend)
+                for n in (1, 1000, 1 << 20):
+                    a, b = torch.rand(n, device=dev), torch.rand(n, device=dev)
+                    torch.testing.assert_close(add(a, b), a + b)
+                for m in (1, 17, 1000):
+                    a, b = torch.randn(m, 128, device=dev), torch.randn(128, 64, device=dev)
+                    torch.testing.assert_close(mm(a, b), a @ b, rtol=1e-4, atol=1e-4)
+                print(compiler, backend, "ok")
+        """, child_env)
+    assert out.count(" ok") == 6
+
+
+@pytest.mark.cuda
+@gpu
+def test_gpu_side_stream_and_large_shared_memory(child_env):
+    _run_gpu("""
+        add = tilejit.compile(vec_add_program(), out_idx=-1, target="cuda")
+        rev = tilejit.compile(reverse_program(), out_idx=-1, target="cuda")
+        side = torch.cuda.Stream()
+        a = torch.rand(1 << 22, device=dev)
+        b = torch.rand(1 << 22, device=dev)
+        torch.cuda.synchronize()
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(50_000_000)  # keeps the side stream busy
+            a2 = a * 2                      # queued on the side stream
+            c = add(a2, b)                  # must run after a2, on the side stream
+            d = add(a2, b, stream=side)     # the same, explicitly
+        assert not side.query()
+        side.synchronize()
+        torch.testing.assert_close(c, a * 2 + b)
+        torch.testing.assert_close(d, a * 2 + b)
+        x = torch.rand(20000, device=dev)  # 80000 bytes of dynamic shared memory
+        torch.testing.assert_close(rev(x), x.flip(0))
+        print("ok")
+        """, child_env)
+
+
+@pytest.mark.cuda
+@gpu
+def test_gpu_cuda_graph_capture_and_replay(child_env):
+    _run_gpu("""
+        add = tilejit.compile(vec_add_program(), out_idx=-1, target="cuda")
+        a = torch.rand(4096, device=dev)
+        b = torch.rand(4096, device=dev)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            add(a, b)  # warm-up: the module is loaded outside the capture
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            c = add(a, b)
+        a.copy_(torch.rand(4096, device=dev))
+        b.fill_(1.0)
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(c, a + 1.0)
+        print("ok")
+        """, child_env)
+
+
+@pytest.mark.cuda
+@gpu
+def test_gpu_demo(child_env):
+    env = _gpu_env(child_env)
+    done = subprocess.run([sys.executable, "-m", "tilejit", "demo", "--target", "cuda"],
+                          check=False, capture_output=True, text=True, env=env, timeout=600)
+    print(done.stdout, done.stderr)
+    assert done.returncode == 0 and "all kernels match torch" in done.stdout

@@ -1,0 +1,198 @@
+"""Implicit conversion: ``@tilejit.jit(layout="dynamic")`` kernels specialised from the
+tensors of the call, as the CuTe DSL's ``@cute.jit`` treats framework tensors.
+
+The decorated function is called with the kernel's own arguments. Each tensor argument
+(any DLPack producer) reaches the function as a ``T.Buffer`` derived from the tensor,
+named after the function's parameter: with ``layout="dynamic"`` its layout is fully
+dynamic except the leading dimension's stride (1) and broadcast strides (0), so the
+compiled kernel serves every shape with the same leading dimension; with
+``layout="static"`` it is the tensor's exact layout. A view made by
+``tilejit.from_dlpack`` keeps the layout it was marked with. Every other argument is a
+compile-time constant, passed unchanged and part of the cache key. The function returns
+a ``Program`` whose inputs are those buffers (in any order; outputs are declared by the
+function and named by ``out_idx``); the call compiles it once per key, then runs it on
+the call's tensors and returns its outputs.
+
+>>> @tilejit.jit(layout="dynamic")
+... def scale(A, B, factor: float = 2.0):
+...     return tilejit.Program(name="scale", params=[A, B], source=make_source(A, B, factor))
+>>> scale(torch.rand(30, 20), torch.empty(30, 20))   # compiles: A is (?,?):(?,1)
+>>> scale(torch.rand(7, 3), torch.empty(7, 3))       # same kernel
+>>> scale(x.t(), y.t())                              # (?,?):(1,?): one new compile
+
+Each tensor is imported once per call (into a view, which the kernel then takes as it
+is). Views need the compiled wrapper; without it the call raises ``RuntimeError``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+
+from .layout import buffer_like, is_view
+
+LAYOUTS = ("dynamic", "static")
+
+# type -> 0 (not a tensor), 1 (a DLPack producer), 2 (a tilejit view).
+_kinds: dict = {}
+
+
+def _kind(cls) -> int:
+    kind = _kinds.get(cls)
+    if kind is None:
+        kind = 2 if getattr(cls, "_tilejit_view", False) is True else \
+            1 if hasattr(cls, "__dlpack__") else 0
+        _kinds[cls] = kind
+    return kind
+
+
+class LayoutJITFunction:
+    """A kernel factory specialised from the tensors it is called with (see the module
+    docstring); made by ``tilejit.jit(layout="dynamic" | "static")``."""
+
+    def __init__(self, func, layout, out_idx, target, execution_backend, compile_flags,
+                 verbose):
+        if layout not in LAYOUTS:
+            raise ValueError(f"jit: layout must be None, 'dynamic' or 'static', got {layout!r}")
+        self.func = func
+        self.layout = layout
+        self._implicit = layout == "dynamic"
+        self._signature = inspect.signature(func)
+        params = list(self._signature.parameters.values())
+        if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params):
+            raise TypeError(f"{func.__name__}: jit(layout={layout!r}) needs named parameters, "
+                            "not *args or **kwargs")
+        self._names = [p.name for p in params]
+        self._takes_stream = "stream" in self._names
+        self._options = {"out_idx": out_idx, "target": target,
+                         "execution_backend": execution_backend,
+                         "compile_flags": compile_flags, "verbose": verbose}
+        self._kernels: dict = {}  # canonical key -> (kernel, argument names in kernel order)
+        self._calls: dict = {}  # raw call key -> (kernel, view indices in kernel order)
+        self._lock = threading.Lock()
+        self._from_dlpack = None
+        functools.update_wrapper(self, func)
+
+    def _views(self, args, kwargs):
+        """One view per tensor argument, and the raw key of the call."""
+        convert = self._from_dlpack
+        if convert is None:
+            from .layout import _wrapper
+
+            convert = self._from_dlpack = _wrapper().from_dlpack
+        implicit = self._implicit
+        views, parts = [], []
+        for value in args:
+            kind = _kind(type(value))
+            if kind:
+                view = value if kind == 2 else convert(value)
+                views.append(view)
+                parts.append(view._jit_key(implicit and kind == 1))
+            else:
+                parts.append((type(value), value))
+        for name, value in kwargs.items():
+            kind = _kind(type(value))
+            if kind:
+                view = value if kind == 2 else convert(value)
+                views.append(view)
+                parts.append((name, view._jit_key(implicit and kind == 1)))
+            else:
+                parts.append((name, type(value), value))
+        return views, tuple(parts)
+
+    def _resolve(self, args, kwargs, views, raw):
+        """The kernel for a call not seen before, compiling it if its key is new."""
+        fname = self.func.__name__
+        bound = self._signature.bind(*args, **kwargs)
+        index_of, j = {}, 0
+        for i, value in enumerate(args):
+            if _kind(type(value)):
+                index_of[self._names[i]] = j
+                j += 1
+        for name, value in kwargs.items():
+            if _kind(type(value)):
+                index_of[name] = j
+                j += 1
+        bound.apply_defaults()
+        key = []
+        for name, value in bound.arguments.items():
+            if name in index_of:
+                view = views[index_of[name]]
+                key.append((name, view._jit_key(self._implicit and _kind(type(value)) == 1)))
+                continue
+            try:
+                hash(value)
+            except TypeError:
+                raise TypeError(f"{fname}: argument '{name}' of type {type(value).__name__} "
+                                "is unhashable; jit arguments must be hashable") from None
+            key.append((name, type(value), value))
+        key = tuple(key)
+        with self._lock:
+            entry = self._kernels.get(key)
+            if entry is None:
+                entry = self._compile(bound, index_of, views)
+                self._kernels[key] = entry
+            kernel, names = entry
+            order = tuple(index_of[name] for name in names)
+            try:
+                self._calls[raw] = (kernel, order)
+            except TypeError:
+                pass  # an unhashable constant: the canonical key serves it every time
+        return kernel, order
+
+    def _compile(self, bound, index_of, views):
+        from .jit import compile
+        from .program import Program
+
+        fname = self.func.__name__
+        buffers = {}
+        for name, index in index_of.items():
+            view = views[index]
+            implicit = self._implicit and not is_view(bound.arguments[name])
+            buffers[name] = buffer_like(view, name=name, implicit=implicit)
+            bound.arguments[name] = buffers[name]
+        program = self.func(*bound.args, **bound.kwargs)
+        if not isinstance(program, Program):
+            raise TypeError(f"{fname}: a jit(layout={self.layout!r}) function must return a "
+                            f"tilejit.Program, got {type(program).__name__}")
+        kernel = compile(program, **self._options)
+        outputs = set(kernel.out_idx)
+        by_id = {id(buffer): name for name, buffer in buffers.items()}
+        names = []
+        for i, param in enumerate(program.params):
+            if i in outputs:
+                continue
+            name = by_id.get(id(param))
+            if name is None:
+                raise TypeError(
+                    f"{fname}: kernel parameter {i} ({param!r}) is not one of the tensor "
+                    f"arguments' buffers; with jit(layout={self.layout!r}) every input of the "
+                    "program is the T.Buffer a tensor argument arrives as (declare outputs "
+                    "with out_idx)")
+            names.append(name)
+        return kernel, tuple(names)
+
+    def __call__(self, *args, **kwargs):
+        stream = None if self._takes_stream else kwargs.pop("stream", None)
+        views, raw = self._views(args, kwargs)
+        try:
+            kernel, order = self._calls[raw]
+        except (KeyError, TypeError):
+            kernel, order = self._resolve(args, kwargs, views, raw)
+        return kernel(*[views[j] for j in order], stream=stream)
+
+    def compile_for(self, *args, **kwargs):
+        """The ``JITKernel`` a call with these arguments runs (compiled if needed), without
+        running it."""
+        if not self._takes_stream:
+            kwargs.pop("stream", None)
+        views, raw = self._views(args, kwargs)
+        try:
+            return self._calls[raw][0]
+        except (KeyError, TypeError):
+            return self._resolve(args, kwargs, views, raw)[0]
+
+    def cache_info(self) -> int:
+        """Number of distinct compiled kernels held."""
+        return len({id(entry[0]) for entry in self._kernels.values()})

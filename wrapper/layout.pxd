@@ -1,0 +1,41 @@
+# Mirrors core/include/tilejit/layout.h. Keep the two in step: a declaration
+# added there is added here, in the same order.
+from libc.stdint cimport int32_t, int64_t, uint64_t
+
+from dlpack_abi cimport DLDataType
+
+
+cdef extern from "tilejit/layout.h" nogil:
+    int TJ_LAYOUT_FORMAT_SIZE
+
+    # Sized by TJ_MAX_NDIM (16) in C; Cython only needs the names.
+    ctypedef struct tj_layout:
+        int32_t ndim
+        int32_t has_stride_order
+        int64_t shape[16]
+        int64_t stride[16]
+        int64_t shape_div[16]
+        int64_t stride_div[16]
+        int64_t tensor_stride[16]
+        int32_t stride_order[16]
+
+    int tj_layout_init(tj_layout *layout, int32_t ndim, const int64_t *shape,
+                       const int64_t *strides)
+
+    ctypedef enum tj_leading_dim_rule:
+        TJ_LEADING_DIM_GIVEN
+        TJ_LEADING_DIM_DEDUCE
+        TJ_LEADING_DIM_IMPLICIT
+
+    int tj_layout_deduce_leading_dim(const tj_layout *layout, int32_t rule, int32_t *out)
+    int tj_layout_mark_dynamic(tj_layout *layout, int32_t rule, int64_t leading_dim)
+    int tj_layout_deduce_stride_order(const tj_layout *layout, int32_t *order)
+    int tj_layout_mark_compact_shape_dynamic(tj_layout *layout, int64_t mode,
+                                             const int64_t *stride_order, int32_t order_len,
+                                             int64_t divisibility)
+    int tj_layout_is_static(const tj_layout *layout)
+    int tj_layout_format(const tj_layout *layout, char *buf, int32_t size)
+    void tj_element_type_format(DLDataType dtype, char *buf, int32_t size)
+    const char *tj_memspace_name(int32_t device_type)
+    int tj_check_assumed_align(uint64_t address, DLDataType dtype, int64_t align,
+                               int64_t *out_align)
