@@ -301,6 +301,32 @@ def test_architecture_spellings_and_sources(monkeypatch):
         cc.resolve_compiler("clang")
 
 
+def test_missing_compilers_are_compile_errors(monkeypatch):
+    monkeypatch.setenv("TILEJIT_NVCC", "/nonexistent/tilejit-test/nvcc")
+    with pytest.raises(tilejit.CompileError, match="TILEJIT_NVCC='/nonexistent/tilejit-test/"
+                       "nvcc' is not an executable file"):
+        tilejit.compile(vec_add_program(), target="cuda", arch="sm_80", compiler="nvcc")
+    monkeypatch.setenv("TILEJIT_LIBNVRTC", "/nonexistent/tilejit-test/libnvrtc.so")
+    monkeypatch.setattr(cc._Nvrtc, "_instance", None)  # as in a process that never loaded it
+    with pytest.raises(tilejit.CompileError, match=r"NVRTC is not available \(tried "
+                       r"/nonexistent/tilejit-test/libnvrtc.so: .*pip install "
+                       r"nvidia-cuda-nvrtc"):
+        tilejit.compile(vec_add_program(), target="cuda", arch="sm_80", compiler="nvrtc")
+
+
+def test_jit_compiles_cuda_programs_lazily(kernels):
+    @tilejit.jit(out_idx=-1, target="cuda", arch="sm_80", compiler="nvrtc")
+    def add(block: int = 256):
+        params = vec_add_program().params
+        n = params[0].shape[0]
+        return tilejit.Program("vec_add", params, VEC_ADD, grid=(T.ceildiv(n, block),),
+                               block=(block,))
+
+    k = add()
+    assert k.target == "cuda" and add(block=256) is k and add.cache_info() == 1
+    assert k.library_path == kernels(vec_add_program, out_idx=-1).library_path
+
+
 def test_program_checks_for_cuda():
     n = T.symbol("n")
     params = [T.Buffer((n,), "float32", name="A")]
@@ -310,6 +336,10 @@ def test_program_checks_for_cuda():
         tilejit.compile(tilejit.Program("p", params, "", grid=(1,), block=(0,)), target="cuda")
     with pytest.raises(ValueError, match=r"^p: grid\[0\] = m \+ 1 uses symbol 'm', which no "):
         tilejit.compile(tilejit.Program("p", params, "", grid=(T.symbol("m") + 1,), block=(1,)),
+                        target="cuda")
+    with pytest.raises(ValueError, match=r"^p: grid\[0\] = n uses a symbol 'n' other than the "
+                       r"parameters' 'n'"):
+        tilejit.compile(tilejit.Program("p", params, "", grid=(T.symbol("n"),), block=(1,)),
                         target="cuda")
     with pytest.raises(TypeError, match=r"^p: shared_mem must be an int or a symbolic"):
         tilejit.compile(tilejit.Program("p", params, "", grid=(1,), block=(1,),

@@ -301,9 +301,6 @@ def test_jit_raw_call_never_matches_another_calls_key():
     assert calls == [128, ("block", 128)]
 
 
-@pytest.mark.xfail(strict=True, reason="jit keys compare arguments with ==, so 1, 1.0 and True "
-                                       "are one key: a factory that builds different programs "
-                                       "for them gets the first one's kernel")
 def test_jit_arguments_of_different_types_are_distinct_keys():
     c_types = {"bool": "bool", "int64": "int64_t", "float64": "double"}
 

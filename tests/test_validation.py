@@ -562,9 +562,6 @@ def test_tensors_on_different_devices_are_rejected(vec_add):
     assert p.deleted == 1
 
 
-@pytest.mark.xfail(strict=True, reason="a cuda_host (pinned, host-accessible) first input is "
-                   "accepted by a cpu kernel, but its out_idx output is allocated by NumPy on cpu "
-                   "and then refused: RuntimeError 'allocated on cpu:0, expected cuda_host:0'")
 def test_host_accessible_first_input_gets_a_host_output(first):
     p = FakeProducer([1.0, 2.0], device="cuda_host")
     assert np.from_dlpack(first(p)).tolist() == [1.0, 2.0]

@@ -45,6 +45,8 @@ __all__ = ["DEFAULT_ARCH", "compile_program", "cuda_source", "resolve_arch", "re
 DEFAULT_ARCH = "sm_80"
 
 _COMPILE_TIMEOUT_S = 300.0
+# Before the user's flags, which may override them; part of the cache key.
+_DEFAULT_FLAGS = ("-std=c++17",)
 _ARCH_RE = re.compile(r"^(?:(sm|compute)_?)?(\d+)(?:\.(\d))?([af]?)$")
 
 # The element types CUDA spells with a header of its own; the prelude includes one only
@@ -391,7 +393,7 @@ def _run_nvcc(nvcc: str, source: str, name: str, archs: tuple[str, ...], flags: 
         src_path = os.path.join(workdir, _safe_file_stem(name) + ".cu")
         with open(src_path, "w", encoding="utf-8") as handle:
             handle.write(source)
-        command = [nvcc, *target, "-std=c++17", *flags, src_path, "-o", str(out_path)]
+        command = [nvcc, *target, *_DEFAULT_FLAGS, *flags, src_path, "-o", str(out_path)]
         try:
             done = subprocess.run(command, check=False, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True, errors="replace",
@@ -437,20 +439,23 @@ def compile_program(program, signature, flags: list[str], arch=None, compiler=No
             raise CompileError(name, reason="nvcc not found: install the CUDA toolkit, set "
                                "TILEJIT_NVCC or CUDA_HOME, or use compiler='nvrtc'")
         identity = nvcc_identity(nvcc)
+        defaults = list(_DEFAULT_FLAGS)
     else:
         if len(archs) > 1:
             raise CompileError(name, reason=f"NVRTC compiles for one architecture, got "
                                f"{', '.join(archs)}: use compiler='nvcc' for a fatbin")
         identity = _Nvrtc.identity_without_loading()
-        options = ["-std=c++17", *(f"-I{d}" for d in _nvrtc_include_dirs()), *flags]
+        defaults = [*_DEFAULT_FLAGS, *(f"-I{d}" for d in _nvrtc_include_dirs())]
     key = _cache.artifact_key(source=source, target="cuda", arch=list(archs), compiler=compiler,
-                              compiler_identity=identity, flags=flags, tilejit=VERSION)
+                              compiler_identity=identity, default_flags=defaults, flags=flags,
+                              tilejit=VERSION)
 
     def build(out_path: Path) -> None:
         if compiler == "nvcc":
             _run_nvcc(nvcc, source, name, archs, flags, out_path)
         else:
-            out_path.write_bytes(_Nvrtc.get().compile(source, name, archs[0], options))
+            out_path.write_bytes(_Nvrtc.get().compile(source, name, archs[0],
+                                                      [*defaults, *flags]))
         if not _defines_kernel(out_path.read_bytes(), name, kind):
             raise CompileError(name, "", [compiler], source, reason=(
                 f"the compiled module defines no kernel '{name}': the source must define "

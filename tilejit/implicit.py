@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import threading
 
-from .layout import buffer_like, is_view
+from .layout import buffer_like, from_dlpack, is_view
 
 LAYOUTS = ("dynamic", "static")
 
@@ -71,37 +72,36 @@ class LayoutJITFunction:
         self._kernels: dict = {}  # canonical key -> (kernel, argument names in kernel order)
         self._calls: dict = {}  # raw call key -> (kernel, view indices in kernel order)
         self._lock = threading.Lock()
-        self._from_dlpack = None
+        self._key_of = None
         functools.update_wrapper(self, func)
 
     def _views(self, args, kwargs):
-        """One view per tensor argument, and the raw key of the call."""
-        convert = self._from_dlpack
-        if convert is None:
+        """For each tensor argument, what the kernel gets (the tensor itself, or the view
+        its key was read from, so it is imported once) and its key; and the raw key of
+        the call."""
+        key_of = self._key_of
+        if key_of is None:
             from .layout import _wrapper
 
-            convert = self._from_dlpack = _wrapper().from_dlpack
+            key_of = self._key_of = _wrapper()._jit_key_of
         implicit = self._implicit
-        views, parts = [], []
-        for value in args:
+        views, keys, parts = [], [], []
+        for name, value in itertools.chain(zip(itertools.repeat(None), args), kwargs.items()):
             kind = _kind(type(value))
-            if kind:
-                view = value if kind == 2 else convert(value)
-                views.append(view)
-                parts.append(view._jit_key(implicit and kind == 1))
-            else:
-                parts.append((type(value), value))
-        for name, value in kwargs.items():
-            kind = _kind(type(value))
-            if kind:
-                view = value if kind == 2 else convert(value)
-                views.append(view)
-                parts.append((name, view._jit_key(implicit and kind == 1)))
+            if kind == 1:
+                key, view = key_of(value, implicit)
+                views.append(value if view is None else view)
+            elif kind == 2:
+                key = value._jit_key(False)
+                views.append(value)
             else:
                 parts.append((name, type(value), value))
-        return views, tuple(parts)
+                continue
+            keys.append(key)
+            parts.append((name, key))
+        return views, keys, tuple(parts)
 
-    def _resolve(self, args, kwargs, views, raw):
+    def _resolve(self, args, kwargs, views, keys, raw):
         """The kernel for a call not seen before, compiling it if its key is new."""
         fname = self.func.__name__
         bound = self._signature.bind(*args, **kwargs)
@@ -118,8 +118,7 @@ class LayoutJITFunction:
         key = []
         for name, value in bound.arguments.items():
             if name in index_of:
-                view = views[index_of[name]]
-                key.append((name, view._jit_key(self._implicit and _kind(type(value)) == 1)))
+                key.append((name, keys[index_of[name]]))
                 continue
             try:
                 hash(value)
@@ -150,6 +149,8 @@ class LayoutJITFunction:
         for name, index in index_of.items():
             view = views[index]
             implicit = self._implicit and not is_view(bound.arguments[name])
+            if not is_view(view):
+                view = from_dlpack(view)
             buffers[name] = buffer_like(view, name=name, implicit=implicit)
             bound.arguments[name] = buffers[name]
         program = self.func(*bound.args, **bound.kwargs)
@@ -175,11 +176,11 @@ class LayoutJITFunction:
 
     def __call__(self, *args, **kwargs):
         stream = None if self._takes_stream else kwargs.pop("stream", None)
-        views, raw = self._views(args, kwargs)
+        views, keys, raw = self._views(args, kwargs)
         try:
             kernel, order = self._calls[raw]
         except (KeyError, TypeError):
-            kernel, order = self._resolve(args, kwargs, views, raw)
+            kernel, order = self._resolve(args, kwargs, views, keys, raw)
         return kernel(*[views[j] for j in order], stream=stream)
 
     def compile_for(self, *args, **kwargs):
@@ -187,11 +188,11 @@ class LayoutJITFunction:
         running it."""
         if not self._takes_stream:
             kwargs.pop("stream", None)
-        views, raw = self._views(args, kwargs)
+        views, keys, raw = self._views(args, kwargs)
         try:
             return self._calls[raw][0]
         except (KeyError, TypeError):
-            return self._resolve(args, kwargs, views, raw)[0]
+            return self._resolve(args, kwargs, views, keys, raw)[0]
 
     def cache_info(self) -> int:
         """Number of distinct compiled kernels held."""

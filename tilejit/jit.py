@@ -72,6 +72,7 @@ def compile(program: Program, out_idx=None, target=None, execution_backend=None,
     flags = ["-fvisibility=hidden", *flags]
     cc = _compiler.find_cc()
     key = _cache.artifact_key(source=source, target=target, flags=flags, compiler=cc,
+                              default_flags=_compiler._CPU_DEFAULT_FLAGS,
                               compiler_identity=_compiler.compiler_identity(cc),
                               tilejit=VERSION)
 
@@ -113,8 +114,10 @@ class JITFunction:
     def _canonical_key(self, args, kwargs):
         bound = self._signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        key = tuple(bound.arguments.items())
-        for name, value in key:
+        # The type is part of the key: 1, 1.0 and True compare equal, but a factory may
+        # build a different program for each.
+        key = tuple((name, type(value), value) for name, value in bound.arguments.items())
+        for name, _, value in key:
             try:
                 hash(value)
             except TypeError:
@@ -124,8 +127,10 @@ class JITFunction:
         return key
 
     def __call__(self, *args, **kwargs) -> JITKernel:
-        # Fast path: the exact call seen before (hit costs one dict lookup).
-        raw = (args, tuple(kwargs.items()))
+        # Fast path: the exact call seen before (one dict lookup), types included as in
+        # the canonical key.
+        raw = (args, tuple(kwargs.items()), tuple(map(type, args)),
+               tuple(map(type, kwargs.values())))
         try:
             return self._calls[raw]
         except KeyError:

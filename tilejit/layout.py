@@ -59,7 +59,13 @@ def from_dlpack(tensor, assumed_align=None):
     >>> y.mark_layout_dynamic().layout
     '(?,?):(?,1)'
     """
-    return _wrapper().from_dlpack(tensor, assumed_align)
+    global _from_dlpack
+    if _from_dlpack is None:
+        _from_dlpack = _wrapper().from_dlpack
+    return _from_dlpack(tensor, assumed_align)
+
+
+_from_dlpack = None  # the wrapper's, once loaded
 
 
 def is_view(obj) -> bool:

@@ -184,9 +184,14 @@ def _lower_launch(program: Program, symbols: dict, expr_id) -> tuple:
             raise ValueError(f"{kname}: {what} = {value}, expected >= {low}")
         if isinstance(value, Expr):
             for s in value.symbols():
-                if s not in symbols:
-                    raise ValueError(f"{kname}: {what} = {value} uses symbol '{s.name}', which "
-                                     "no parameter's shape or strides carry")
+                if s in symbols:
+                    continue
+                if any(known.name == s.name for known in symbols):
+                    raise ValueError(f"{kname}: {what} = {value} uses a symbol '{s.name}' other "
+                                     f"than the parameters' '{s.name}' (each T.symbol() call "
+                                     "makes a new symbol)")
+                raise ValueError(f"{kname}: {what} = {value} uses symbol '{s.name}', which "
+                                 "no parameter's shape or strides carry")
     ids = [expr_id(value) for _, value, _ in entries]
     grid = ids[:len(program.grid)] + [expr_id(1)] * (3 - len(program.grid))
     block = ids[len(program.grid):-1] + [expr_id(1)] * (3 - len(program.block))

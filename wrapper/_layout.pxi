@@ -204,30 +204,57 @@ cdef class TensorView:
     def _arg_flags(self):
         return self._flags
 
-    cdef tj_layout _implicit_layout(self) except *:
-        cdef tj_layout marked = self._layout
-        _check(tj_layout_mark_dynamic(&marked, TJ_LEADING_DIM_IMPLICIT, 0))
-        return marked
-
     def _modes(self, bint implicit=False):
         """Per mode ``(extent, extent_div, stride, stride_div)``, a div of 0 meaning
         static; ``implicit`` gives those of implicit conversion instead of the marks."""
-        cdef tj_layout lay = self._implicit_layout() if implicit else self._layout
+        cdef tj_layout lay = self._layout
+        if implicit:
+            _check(tj_layout_mark_dynamic(&lay, TJ_LEADING_DIM_IMPLICIT, 0))
         return tuple([(lay.shape[d], lay.shape_div[d], lay.stride[d], lay.stride_div[d])
                       for d in range(lay.ndim)])
 
     def _jit_key(self, bint implicit):
-        """What a parameter derived from this view depends on: the layout text (the
-        implicit conversion's, or the marks'), the dtype and the alignment."""
-        cdef tj_layout lay = self._implicit_layout() if implicit else self._layout
-        return (_format_layout(&lay), self._tensor.dtype.code, self._tensor.dtype.bits,
-                self._tensor.dtype.lanes, self._align)
+        """What a parameter derived from this view depends on (see _jit_key_of)."""
+        return _layout_key(&self._layout, self._tensor.dtype, self._align, implicit)
 
     def __str__(self):
         return f"Tensor<0x{self.data_ptr:016x}@{self.memspace} o {self.layout}>"
 
     def __repr__(self):
         return self.__str__()
+
+
+cdef tuple _layout_key(const tj_layout *layout, DLDataType dtype, int64_t align,
+                       bint implicit):
+    """The layout text (implicit conversion's, or the marks as they are), the dtype and
+    the alignment: everything T.Buffer.like reads."""
+    cdef tj_layout lay = layout[0]
+    if implicit:
+        _check(tj_layout_mark_dynamic(&lay, TJ_LEADING_DIM_IMPLICIT, 0))
+    return (_format_layout(&lay), dtype.code, dtype.bits, dtype.lanes, align)
+
+
+def _jit_key_of(object tensor, bint implicit):
+    """``(key, view)`` for a tensor argument of a ``jit(layout=...)`` function: the key
+    ``TensorView._jit_key`` gives for ``from_dlpack(tensor)``, and that view, or None when
+    the producer lent its DLTensor through the exchange API without one being made (the
+    kernel then imports ``tensor`` itself, the cheaper way)."""
+    cdef const DLPackExchangeAPI *api = _exchange_api(type(tensor))
+    cdef DLTensor t
+    cdef tj_layout lay
+    cdef int64_t align = 0
+    if api == NULL or api.dltensor_from_py_object_no_sync == NULL:
+        view = from_dlpack(tensor)
+        return view._jit_key(implicit), view
+    if api.dltensor_from_py_object_no_sync(<void *>tensor, &t) != 0:
+        return _raise(TJ_EPYERR)
+    if t.ndim < 0 or t.ndim > 16:
+        raise ValueError(f"from_dlpack: a {t.ndim}-d tensor has too many dimensions "
+                         "(at most 16)")
+    _check(tj_layout_init(&lay, t.ndim, t.shape, t.strides))
+    _check(tj_check_assumed_align(<uint64_t><uintptr_t>t.data + t.byte_offset, t.dtype, 0,
+                                  &align))
+    return _layout_key(&lay, t.dtype, align, implicit), None
 
 
 def from_dlpack(object tensor, assumed_align=None):

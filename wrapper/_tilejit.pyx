@@ -71,7 +71,7 @@ cdef int _import_dlpack(object obj, tj_arg *arg, bytes what) except -1:
     if PyCapsule_IsValid(capsule, b"dltensor_versioned"):
         ptr = PyCapsule_GetPointer(capsule, b"dltensor_versioned")
         PyCapsule_SetName(capsule, b"used_dltensor_versioned")
-        _check(tj_arg_from_versioned(arg, <DLManagedTensorVersioned *>ptr, what))
+        _check(tj_arg_from_versioned(arg, <DLManagedTensorVersioned *>ptr, NULL))
     elif PyCapsule_IsValid(capsule, b"dltensor"):
         ptr = PyCapsule_GetPointer(capsule, b"dltensor")
         PyCapsule_SetName(capsule, b"used_dltensor")

@@ -20,8 +20,9 @@ int tj_arg_from_versioned(tj_arg *arg, DLManagedTensorVersioned *managed, const 
      * version; we took ownership, so delete it now. */
     uint32_t major = managed->version.major, minor = managed->version.minor;
     if (managed->deleter) managed->deleter(managed);
-    return tj_set_error(TJ_EVALUE, "%s: DLPack version %u.%u is not supported (expected %d.x)",
-                        what ? what : "tensor", major, minor, TJ_DLPACK_MAJOR);
+    /* `what` names the argument; a binding that adds its own label passes NULL. */
+    return tj_set_error(TJ_EVALUE, "%s%sDLPack version %u.%u is not supported (expected %d.x)",
+                        what ? what : "", what ? ": " : "", major, minor, TJ_DLPACK_MAJOR);
   }
   arg->kind = TJ_ARG_TENSOR;
   arg->tensor = managed->dl_tensor;

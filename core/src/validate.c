@@ -416,8 +416,15 @@ int tj_call_set_output(tj_frame *frame, int32_t i, tj_arg *arg) {
   for (int32_t s = 0; s < k->nsymbols; ++s) b.bound_by[s] = BOUND_BY_INPUTS;
   if (arg->kind != TJ_ARG_TENSOR)
     return fail(&b, TJ_ETYPE, index, "the allocator did not return a tensor");
-  if (frame->has_device && !(arg->tensor.device.device_type == frame->device.device_type &&
-                             arg->tensor.device.device_id == frame->device.device_id)) {
+  /* The output must be where the inputs are. On the CPU target "where" is host memory:
+   * a framework allocating for a pinned (cuda_host) input hands back plain host memory,
+   * which the kernel reads the same way. */
+  int same_device = arg->tensor.device.device_type == frame->device.device_type &&
+                    arg->tensor.device.device_id == frame->device.device_id;
+  if (k->target == TJ_TARGET_CPU && arg->tensor.device.device_type != frame->device.device_type &&
+      host_accessible(arg->tensor.device.device_type) && host_accessible(frame->device.device_type))
+    same_device = 1;
+  if (frame->has_device && !same_device) {
     char msg[200];
     snprintf(msg, sizeof(msg), "allocated on %s:%d, expected %s:%d",
              tj_device_name(arg->tensor.device.device_type), arg->tensor.device.device_id,

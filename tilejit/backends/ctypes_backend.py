@@ -203,7 +203,7 @@ def _import_dlpack(obj, arg: TjArg, what: bytes) -> None:
     if _capsule_valid(capsule, _VERSIONED):
         ptr = _capsule_pointer(capsule, _VERSIONED)
         _capsule_rename(capsule, _USED_VERSIONED)
-        _check(_core.tj_arg_from_versioned(byref(arg), ptr, what))
+        _check(_core.tj_arg_from_versioned(byref(arg), ptr, None))
     elif _capsule_valid(capsule, _LEGACY):
         ptr = _capsule_pointer(capsule, _LEGACY)
         _capsule_rename(capsule, _USED_LEGACY)
