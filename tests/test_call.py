@@ -477,6 +477,17 @@ def test_read_only_array_for_non_const_pointer(bump):
     assert a.tolist() == [0, 0, 0, 0]
 
 
+def test_const_pointer_takes_a_read_only_array():
+    prog = tilejit.Program("first", [T.Pointer("float32", name="p", const=True),
+                                     T.Buffer((1,), "float32", name="O")],
+                           "void first(const float *p, float *O) { O[0] = p[2]; }")
+    kernel = tilejit.compile(prog, out_idx=-1)
+    assert kernel.c_prototype == "void first(const float *p, float *O)"
+    a = np.arange(4, dtype=np.float32)
+    a.flags.writeable = False
+    assert kernel(a).tolist() == [2.0]
+
+
 # --- threads ----------------------------------------------------------------------------------
 
 

@@ -34,19 +34,7 @@ import threading
 from .layout import buffer_like, from_dlpack, is_view
 
 LAYOUTS = ("dynamic", "static")
-
-# type -> 0 (not a tensor), 1 (a DLPack producer), 2 (a tilejit view).
-_kinds: dict = {}
-
-
-def _kind(cls) -> int:
-    kind = _kinds.get(cls)
-    if kind is None:
-        kind = 2 if getattr(cls, "_tilejit_view", False) is True else \
-            1 if hasattr(cls, "__dlpack__") else 0
-        _kinds[cls] = kind
-    return kind
-
+_NO_NAMES = itertools.repeat(None)
 
 class LayoutJITFunction:
     """A kernel factory specialised from the tensors it is called with (see the module
@@ -72,46 +60,29 @@ class LayoutJITFunction:
         self._kernels: dict = {}  # canonical key -> (kernel, argument names in kernel order)
         self._calls: dict = {}  # raw call key -> (kernel, view indices in kernel order)
         self._lock = threading.Lock()
-        self._key_of = None
+        self._classify = None
         functools.update_wrapper(self, func)
 
     def _views(self, args, kwargs):
-        """For each tensor argument, what the kernel gets (the tensor itself, or the view
-        its key was read from, so it is imported once) and its key; and the raw key of
-        the call."""
-        key_of = self._key_of
-        if key_of is None:
+        """Per tensor argument what the kernel gets and its key, and the raw key of the
+        call (the wrapper's ``_jit_arguments``)."""
+        classify = self._classify
+        if classify is None:
             from .layout import _wrapper
 
-            key_of = self._key_of = _wrapper()._jit_key_of
-        implicit = self._implicit
-        views, keys, parts = [], [], []
-        for name, value in itertools.chain(zip(itertools.repeat(None), args), kwargs.items()):
-            kind = _kind(type(value))
-            if kind == 1:
-                key, view = key_of(value, implicit)
-                views.append(value if view is None else view)
-            elif kind == 2:
-                key = value._jit_key(False)
-                views.append(value)
-            else:
-                parts.append((name, type(value), value))
-                continue
-            keys.append(key)
-            parts.append((name, key))
-        return views, keys, tuple(parts)
+            classify = self._classify = _wrapper()._jit_arguments
+        items = zip(_NO_NAMES, args)
+        if kwargs:
+            items = itertools.chain(items, kwargs.items())
+        return classify(items, self._implicit)
 
     def _resolve(self, args, kwargs, views, keys, raw):
         """The kernel for a call not seen before, compiling it if its key is new."""
         fname = self.func.__name__
         bound = self._signature.bind(*args, **kwargs)
-        index_of, j = {}, 0
-        for i, value in enumerate(args):
-            if _kind(type(value)):
-                index_of[self._names[i]] = j
-                j += 1
-        for name, value in kwargs.items():
-            if _kind(type(value)):
+        index_of, j = {}, 0  # tensor argument name -> its index in views and keys
+        for name, part in zip([*self._names[:len(args)], *kwargs], raw):
+            if len(part) == 2:  # (name, key); constants are (name, type, value)
                 index_of[name] = j
                 j += 1
         bound.apply_defaults()

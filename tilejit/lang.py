@@ -247,12 +247,17 @@ class Scalar(Param):
 
 
 class Pointer(Param):
-    """A raw pointer parameter: accepts a tensor (its data pointer), an int address or None."""
+    """A raw pointer parameter: accepts a tensor (its data pointer), an int address or None.
 
-    __slots__ = ("align", "dtype")
+    ``const=True`` promises the kernel only reads through it (a ``const`` pointer in the
+    prototype); only then are read-only tensors accepted.
+    """
+
+    __slots__ = ("align", "const", "dtype")
     kind = 3
 
-    def __init__(self, dtype, align=None, name=None):
+    def __init__(self, dtype, align=None, name=None, const=False):
+        self.const = bool(const)
         self.dtype = _dtypes.canonical(dtype)
         if align is not None and (not isinstance(align, int) or align < 1
                                   or align & (align - 1)):

@@ -140,9 +140,10 @@ def lower(program: Program, out_idx, target: str) -> Signature:
             field = "f" if p.dtype.startswith("float") else "i"
             casts.append(f"({dt.c_type})a[{i}].{field}")
         elif isinstance(p, Pointer):
-            spec_params.append((3, names[i], dt.dlpack, (), None, p.align or 0, 0))
-            c_params.append(_c_param(p.dtype, False, True, names[i]))
-            casts.append(f"({dt.c_type} *)a[{i}].p")
+            spec_params.append((3, names[i], dt.dlpack, (), None, p.align or 0,
+                                BUF_CONST if p.const else 0))
+            c_params.append(_c_param(p.dtype, p.const, True, names[i]))
+            casts.append(f"({_c_param(p.dtype, p.const, True, '').strip()})a[{i}].p")
     for j, s in enumerate(symbols):
         c_params.append(f"int64_t {s.name}")
         casts.append(f"a[{len(params) + j}].i")

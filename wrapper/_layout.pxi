@@ -234,27 +234,52 @@ cdef tuple _layout_key(const tj_layout *layout, DLDataType dtype, int64_t align,
     return (_format_layout(&lay), dtype.code, dtype.bits, dtype.lanes, align)
 
 
-def _jit_key_of(object tensor, bint implicit):
-    """``(key, view)`` for a tensor argument of a ``jit(layout=...)`` function: the key
-    ``TensorView._jit_key`` gives for ``from_dlpack(tensor)``, and that view, or None when
-    the producer lent its DLTensor through the exchange API without one being made (the
-    kernel then imports ``tensor`` itself, the cheaper way)."""
-    cdef const DLPackExchangeAPI *api = _exchange_api(type(tensor))
+cdef tuple _lent_key(object tensor, const DLPackExchangeAPI *api, bint implicit):
+    """The key of a tensor whose producer lends its DLTensor (exchange API): what
+    ``from_dlpack(tensor)._jit_key(implicit)`` gives, without making the view."""
     cdef DLTensor t
     cdef tj_layout lay
     cdef int64_t align = 0
-    if api == NULL or api.dltensor_from_py_object_no_sync == NULL:
-        view = from_dlpack(tensor)
-        return view._jit_key(implicit), view
     if api.dltensor_from_py_object_no_sync(<void *>tensor, &t) != 0:
-        return _raise(TJ_EPYERR)
+        _raise(TJ_EPYERR)
     if t.ndim < 0 or t.ndim > 16:
         raise ValueError(f"from_dlpack: a {t.ndim}-d tensor has too many dimensions "
                          "(at most 16)")
     _check(tj_layout_init(&lay, t.ndim, t.shape, t.strides))
     _check(tj_check_assumed_align(<uint64_t><uintptr_t>t.data + t.byte_offset, t.dtype, 0,
                                   &align))
-    return _layout_key(&lay, t.dtype, align, implicit), None
+    return _layout_key(&lay, t.dtype, align, implicit)
+
+
+def _jit_arguments(object items, bint implicit):
+    """Classifies the ``(name, value)`` arguments of a call to a ``jit(layout=...)``
+    function. Returns ``(args, keys, parts)``: per tensor argument what the kernel gets
+    (the tensor itself when its producer lends its DLTensor, else the view made to read
+    it, so nothing is imported twice) and its key (``TensorView._jit_key``: the implicit
+    layout for tensors, a view's own marks); ``parts`` is the hashable key of the call,
+    constants included as ``(name, type, value)``."""
+    cdef list args = [], keys = [], parts = []
+    cdef const DLPackExchangeAPI *api
+    for name, value in items:
+        cls = type(value)
+        if cls is TensorView:
+            key = (<TensorView>value)._jit_key(False)
+            args.append(value)
+        else:
+            api = _exchange_api(cls)
+            if api != NULL and api.dltensor_from_py_object_no_sync != NULL:
+                key = _lent_key(value, api, implicit)
+                args.append(value)
+            elif hasattr(cls, "__dlpack__"):
+                view = from_dlpack(value)
+                key = view._jit_key(implicit)
+                args.append(view)
+            else:
+                parts.append((name, cls, value))
+                continue
+        keys.append(key)
+        parts.append((name, key))
+    return args, keys, tuple(parts)
 
 
 def from_dlpack(object tensor, assumed_align=None):
