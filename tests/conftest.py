@@ -47,15 +47,27 @@ def tilejit_cache_dir(tmp_path_factory) -> Path:
         os.environ.update(saved)
 
 
-@pytest.fixture(scope="session")
-def build(tilejit_cache_dir):
-    """``build(name, params, source, out_idx=None, **compile_options)`` -> JITKernel.
+BACKENDS = ("cython", "dlpack", "ctypes")
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def backend(request) -> str:
+    """Every test that builds kernels runs once per execution backend: all three must give
+    the same results and the same errors (SPEC section 3)."""
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def build(tilejit_cache_dir, backend):
+    """``build(name, params, source, out_idx=None, **compile_options)`` -> JITKernel, behind
+    the module's current ``backend`` unless ``execution_backend`` is given.
 
     >>> k = build("vec_add", [T.Buffer((n,), "float32", name="A")], SRC, out_idx=-1)
     """
     import tilejit
 
     def make(name, params, source, out_idx=None, **options):
+        options.setdefault("execution_backend", backend)
         program = tilejit.Program(name=name, params=params, source=source)
         return tilejit.compile(program, out_idx=out_idx, **options)
 

@@ -530,11 +530,11 @@ def test_many_threads_call_one_kernel(vec_add):
 # --- JITKernel attributes ---------------------------------------------------------------------
 
 
-def test_kernel_attributes(vec_add):
+def test_kernel_attributes(vec_add, backend):
     import os
 
     assert vec_add.target == "cpu"
-    assert vec_add.execution_backend == "cython"
+    assert vec_add.execution_backend == backend
     assert vec_add.out_idx == [2]
     assert vec_add.name == "vec_add"
     assert [p.name for p in vec_add.params] == ["A", "B", "C"]

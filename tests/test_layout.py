@@ -546,3 +546,18 @@ def test_make_ptr():
            TypeError)
     with pytest.raises(ValueError, match="unknown dtype"):
         tilejit.make_ptr("float13", 0x1000)
+
+
+def test_from_dlpack_without_the_wrapper(monkeypatch):
+    from tilejit import layout
+    from tilejit.backends import cython_backend
+
+    def broken():
+        raise RuntimeError("no Cython here")
+
+    monkeypatch.setattr(cython_backend, "wrapper_module", broken)
+    monkeypatch.setattr(layout, "_from_dlpack", None)
+    with pytest.raises(RuntimeError, match=r"^tilejit.from_dlpack needs the compiled Cython "
+                                           r"wrapper, which is unavailable \(no Cython here\)"):
+        tilejit.from_dlpack(torch.zeros(2))
+    assert tilejit.make_ptr("float32", 0x1000).address == 0x1000  # needs no wrapper

@@ -324,6 +324,26 @@ def test_implicit_conversion_one_kernel_per_leading_dim(backend):
     assert twice.cache_info() == 5
 
 
+def test_reference_implicit_conversion():
+    # The page's @cute.jit foo(src) prints "ptr<f32, generic> o (?,?,?):(?,?,1)" for
+    # a = torch.randn(30, 20, 32): tilejit's function sees that layout as its T.Buffer.
+    seen = []
+
+    @tilejit.jit(layout="dynamic")
+    def foo(src):
+        seen.append(src)
+        return tilejit.Program(name="foo", params=[src], source=_prototype("foo", [src]) + "{}")
+
+    a = torch.randn(30, 20, 32, device="cpu")
+    foo(a)
+    (src,) = seen
+    assert repr(src) == ("Buffer((src_shape0, src_shape1, src_shape2), float32, "
+                         "strides=(src_stride0, src_stride1, 1), name='src', align=4)")
+    assert from_dlpack(a).mark_layout_dynamic().layout == "(?,?,?):(?,?,1)"
+    foo(torch.randn(3, 2, 5))
+    assert len(seen) == 1  # compiled once
+
+
 def test_implicit_conversion_keeps_explicit_marks():
     twice = make_twice()
     x, y = torch.rand(32, 4), torch.empty(32, 4)
