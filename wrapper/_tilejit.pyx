@@ -157,6 +157,13 @@ cdef void _set_alloc_error(void *ctx, const char *kind, const char *message) noe
     (<char *>ctx)[511] = 0
 
 
+cdef int _to_py(const DLPackExchangeAPI *api, DLManagedTensorVersioned *managed,
+                void **result) except -1:
+    if api.managed_tensor_to_py_object_no_sync(managed, result) != 0:
+        return -1  # the producer set the exception
+    return 0
+
+
 cdef object _allocate_exchange(const DLPackExchangeAPI *api, tj_frame *frame, int32_t i,
                                tj_arg *out, object label):
     """Allocates output ``i`` with the producer's own allocator and validates it.
@@ -182,8 +189,10 @@ cdef object _allocate_exchange(const DLPackExchangeAPI *api, tj_frame *frame, in
     # valid because we hold that object until the call returns.
     out.owner_kind = TJ_OWNER_NONE
     out.owner = NULL
-    if api.managed_tensor_to_py_object_no_sync(managed, &result) != 0:
-        return None if _raise(TJ_EPYERR) else None
+    try:
+        _to_py(api, managed, &result)
+    except Exception as exc:
+        raise type(exc)(f"{label}: the producer could not return the output: {exc}") from exc
     tensor = <object>result
     Py_DECREF(tensor)  # <object> took a reference; the producer gave us one already
     return tensor
