@@ -123,14 +123,14 @@ def test_prev_api_is_walked_to_a_major_version_we_speak(xp, counts, add):
 
 
 @pytest.mark.parametrize("mode, cls, text", [
-    ("fail_view", "XTensor", "add: argument 1 'B': cannot import the tensor through DLPack: "
-                             "xproducer: view refused"),
-    ("fail_export", "XTensorOld", "add: argument 1 'B': cannot import the tensor through "
-                                  "DLPack: xproducer: export refused"),
-    ("fail_alloc", "XTensor", "add: output 'C': the producer could not allocate the output: "
-                              "xproducer: allocation refused"),
-    ("fail_to_py", "XTensor", "add: output 'C': the producer could not return the output: "
-                              "xproducer: to_py refused"),
+    ("fail_view", "XTensor", ("add: argument 1 'B': cannot import the tensor through DLPack: "
+                             "xproducer: view refused")),
+    ("fail_export", "XTensorOld", ("add: argument 1 'B': cannot import the tensor through "
+                                  "DLPack: xproducer: export refused")),
+    ("fail_alloc", "XTensor", ("add: output 'C': the producer could not allocate the output: "
+                              "xproducer: allocation refused")),
+    ("fail_to_py", "XTensor", ("add: output 'C': the producer could not return the output: "
+                              "xproducer: to_py refused")),
 ])
 def test_a_failing_producer_raises_cleanly_and_leaks_nothing(xp, counts, add, mode, cls, text):
     # The first argument is an xproducer tensor too for the output cases (it decides who
