@@ -18,9 +18,6 @@ from tilejit import T
 from tilejit.layout import from_dlpack
 from tilejit.signature import lower
 
-BACKENDS = ["cython", "dlpack", "ctypes"]
-
-
 # --- Acceptance: a kernel from a marked view --------------------------------------------------
 
 SCALE = """
@@ -42,9 +39,8 @@ def scale(build):
     return kernel
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_marked_view_kernel_runs_on_any_multiple_of_16(scale, backend):
-    k = scale.with_backend(backend)
+def test_marked_view_kernel_runs_on_any_multiple_of_16(scale):
+    k = scale
     for rows in (16, 32, 48, 160, 0):
         x = torch.rand(rows, 8)
         want = x * 2
@@ -58,19 +54,17 @@ def test_marked_view_kernel_runs_on_any_multiple_of_16(scale, backend):
         assert (v.source == 2).all()
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("arg", [lambda: torch.rand(17, 8), lambda: np.zeros((17, 8), np.float32),
                                  lambda: from_dlpack(torch.rand(17, 8))])
-def test_marked_view_kernel_rejects_17(scale, backend, arg):
+def test_marked_view_kernel_rejects_17(scale, arg):
     with pytest.raises(ValueError) as info:
-        scale.with_backend(backend)(arg())
+        scale(arg())
     assert str(info.value) == ("scale: argument 0 'A': shape[0] = 17 binds A_shape0, which must "
                                "be divisible by 16")
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_marked_view_kernel_checks_the_static_modes(scale, backend):
-    k = scale.with_backend(backend)
+def test_marked_view_kernel_checks_the_static_modes(scale):
+    k = scale
     with pytest.raises(ValueError, match=r"^scale: argument 0 'A': expected shape\[1\] == 8, "
                                          r"got 9$"):
         k(torch.rand(16, 9))
@@ -109,9 +103,8 @@ def vec_add(build):
                              T.Buffer((n,), "float32", name="C")], VEC_ADD, out_idx=-1)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_views_as_arguments(vec_add, backend):
-    k = vec_add.with_backend(backend)
+def test_views_as_arguments(vec_add):
+    k = vec_add
     a, b = torch.rand(100), torch.rand(100)
     va, vb = from_dlpack(a), from_dlpack(b)
     c = k(va, vb)
@@ -128,9 +121,8 @@ def test_views_as_arguments(vec_add, backend):
     np.testing.assert_array_equal(cn, an + bn)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_views_are_validated_like_tensors(vec_add, backend):
-    k = vec_add.with_backend(backend)
+def test_views_are_validated_like_tensors(vec_add):
+    k = vec_add
     a = from_dlpack(torch.rand(8))
     with pytest.raises(ValueError, match=r"^vec_add: argument 1 'B': expected dtype float32, "
                                          r"got float64$"):
@@ -143,13 +135,11 @@ def test_views_are_validated_like_tensors(vec_add, backend):
         k(from_dlpack(FakeTensor((8,), device=(2, 0))), a)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_view_read_only_flag_is_carried(build, backend):
+def test_view_read_only_flag_is_carried(build):
     n = T.symbol("n")
     k = build("vec_add", [T.Buffer((n,), "float32", name="A", const=True),
                           T.Buffer((n,), "float32", name="B", const=True),
-                          T.Buffer((n,), "float32", name="C")], VEC_ADD,
-              execution_backend=backend)
+                          T.Buffer((n,), "float32", name="C")], VEC_ADD)
     ro = np.ones(4, np.float32)
     ro.flags.writeable = False
     out = np.zeros(4, np.float32)
@@ -159,9 +149,8 @@ def test_view_read_only_flag_is_carried(build, backend):
         k(from_dlpack(ro), from_dlpack(ro), from_dlpack(ro))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_views_are_not_imported_again(vec_add, backend):
-    k = vec_add.with_backend(backend)
+def test_views_are_not_imported_again(vec_add):
+    k = vec_add
     data = torch.arange(4, dtype=torch.float32)
     f = FakeTensor((4,), data=data.data_ptr())
     view = from_dlpack(f)
@@ -184,10 +173,9 @@ void bump(float *p, int64_t count) {
 """
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_pointer_arguments(build, backend):
+def test_pointer_arguments(build):
     k = build("bump", [T.Pointer("float32", name="p", align=16),
-                       T.Scalar("int64", name="count")], BUMP, execution_backend=backend)
+                       T.Scalar("int64", name="count")], BUMP)
     x = torch.zeros(8)
     k(tilejit.make_ptr("float32", x.data_ptr(), assumed_align=16), 3)
     assert x.tolist() == [1, 1, 1, 0, 0, 0, 0, 0]
@@ -202,13 +190,12 @@ def test_pointer_arguments(build, backend):
     assert x.tolist() == [1, 1, 1, 0, 2, 1, 0, 0]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_pointer_is_not_a_tensor(vec_add, backend):
+def test_pointer_is_not_a_tensor(vec_add):
     x = torch.zeros(4)
     p = tilejit.make_ptr("float32", x.data_ptr())
     with pytest.raises(TypeError, match=r"^vec_add: argument 0 'A': expected a tensor \(an object "
                                         r"supporting DLPack\), got a pointer$"):
-        vec_add.with_backend(backend)(p, x)
+        vec_add(p, x)
 
 
 GEMM = """
@@ -228,14 +215,12 @@ void gemm(const float *a, const float *b, float *c, int32_t m, int32_t n, int32_
 """
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_reference_bypass_dlpack_gemm(build, backend):
+def test_reference_bypass_dlpack_gemm(build):
     k = build("gemm", [T.Pointer("float32", name="a", align=16),
                        T.Pointer("float32", name="b", align=16),
                        T.Pointer("float32", name="c", align=16),
                        *[T.Scalar("int32", name=s) for s in "mnkl"]],
-              GEMM.replace("const float *a", "float *a").replace("const float *b", "float *b"),
-              execution_backend=backend)
+              GEMM.replace("const float *a", "float *a").replace("const float *b", "float *b"))
     m, n, kk, batch = 8, 4, 6, 3
     a = torch.randn(batch, kk, m).permute(2, 1, 0)  # (m, k, l), m fastest
     b = torch.randn(batch, kk, n).permute(2, 1, 0)  # (n, k, l), n fastest
@@ -278,7 +263,6 @@ def make_twice(**options):
     return twice
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_implicit_conversion_one_kernel_per_leading_dim(backend):
     twice = make_twice(execution_backend=backend)
 

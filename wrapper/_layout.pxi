@@ -23,7 +23,7 @@ cdef int64_t _layout_int(object value, str what) except? -1:
 
 
 cdef str _format_layout(const tj_layout *layout):
-    cdef char buf[1024]  # TJ_LAYOUT_FORMAT_SIZE
+    cdef char buf[TJ_LAYOUT_FORMAT_SIZE]
     _check(tj_layout_format(layout, buf, sizeof(buf)))
     return buf.decode()
 

@@ -135,18 +135,11 @@ cdef inline const DLPackExchangeAPI *_exchange_api(object cls) except? NULL:
 
 
 cdef int _import_exchange(object obj, tj_arg *arg, const DLPackExchangeAPI *api) except -1:
-    """Fast path: the producer fills a DLTensor in C, no capsule, no Python call.
-
-    The view borrows from ``obj``, which the caller's argument tuple keeps alive
-    for the whole call."""
+    """Exchange API without the non-owning view: an owning export, deleted by
+    tj_arg_release after the call."""
     cdef DLManagedTensorVersioned *managed = NULL
-    if api.dltensor_from_py_object_no_sync != NULL:
-        if api.dltensor_from_py_object_no_sync(<void *>obj, &arg.tensor) != 0:
-            return -1  # the producer set a Python exception
-        arg.kind = TJ_ARG_TENSOR
-        return 0
     if api.managed_tensor_from_py_object_no_sync(<void *>obj, &managed) != 0:
-        return -1
+        return -1  # the producer set a Python exception
     return _check(tj_arg_from_versioned(arg, managed, NULL))
 
 
@@ -203,6 +196,11 @@ include "_layout.pxi"
 from tilejit.layout import Pointer as _Pointer
 
 
+cdef int _pending() except -1:
+    """Raises the exception a C callee left set (Cython propagates it from here)."""
+    return -1
+
+
 cdef int _convert(object obj, tj_arg *arg, bytes what, bint exchange) except -1:
     """Classifies one Python argument; the core decides whether it fits."""
     cdef int overflow = 0
@@ -231,11 +229,18 @@ cdef int _convert(object obj, tj_arg *arg, bytes what, bint exchange) except -1:
         return 0
     cls = type(obj)
     cdef const DLPackExchangeAPI *api = _exchange_api(cls) if exchange else NULL
+    # The hot path: the producer fills the DLTensor, nothing to set up or release.
+    if api != NULL and api.dltensor_from_py_object_no_sync != NULL:
+        if api.dltensor_from_py_object_no_sync(<void *>obj, &arg.tensor) == 0:
+            arg.kind = TJ_ARG_TENSOR
+            return 0
     if api != NULL or hasattr(cls, "__dlpack__"):
         try:
-            if api != NULL:
-                return _import_exchange(obj, arg, api)
-            return _import_dlpack(obj, arg, what)
+            if api == NULL:
+                return _import_dlpack(obj, arg, what)
+            if api.dltensor_from_py_object_no_sync != NULL:
+                return _pending()  # the view above failed; its exception is set
+            return _import_exchange(obj, arg, api)
         except (TypeError, ValueError, RuntimeError, BufferError) as exc:
             raise type(exc)(f"{what.decode()}: cannot import the tensor through DLPack: {exc}") \
                 from exc

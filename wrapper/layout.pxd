@@ -6,7 +6,7 @@ from dlpack_abi cimport DLDataType
 
 
 cdef extern from "tilejit/layout.h" nogil:
-    int TJ_LAYOUT_FORMAT_SIZE
+    enum: TJ_LAYOUT_FORMAT_SIZE
 
     # Sized by TJ_MAX_NDIM (16) in C; Cython only needs the names.
     ctypedef struct tj_layout:

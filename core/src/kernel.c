@@ -160,7 +160,9 @@ int tj_kernel_set_buffer(tj_kernel *k, int32_t index, const char *name, DLDataTy
   if (rc || (rc = set_param(k, index, name, TJ_PARAM_BUFFER, &p))) return rc;
   p->dtype = dtype;
   p->ndim = ndim;
-  p->align = align ? align : tj__dtype_bytes(dtype);
+  /* Default: the element size, or its largest power-of-two divisor (12-byte int32x3). */
+  int64_t bytes = tj__dtype_bytes(dtype);
+  p->align = align ? align : (bytes & -bytes);
   p->flags = flags;
   for (int32_t d = 0; d < ndim; ++d) {
     p->shape[d] = shape_ids[d];

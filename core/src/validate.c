@@ -63,7 +63,8 @@ static int check_device(binder *b, int32_t index, const DLDevice *dev) {
 }
 
 static int check_alignment(binder *b, int32_t index, const void *addr, int64_t align) {
-  if (align > 1 && ((uintptr_t)addr % (uint64_t)align) != 0) {
+  /* align is a power of two (tj_kernel_set_buffer/set_pointer check it). */
+  if (((uintptr_t)addr & (uint64_t)(align - 1)) != 0) {
     char msg[200];
     snprintf(msg, sizeof(msg),
              "expected the data pointer aligned to %lld bytes, got address %p (misaligned by %llu)",
@@ -183,10 +184,10 @@ static int check_buffer(binder *b, int32_t index, const tj_arg *arg) {
                 "declared const=True");
   for (int32_t d = 0; d < p->ndim; ++d)
     if ((rc = check_direct(b, index, "shape", d, p->shape[d], t->shape[d], 0))) return rc;
-  int64_t scratch[TJ_MAX_NDIM];
-  const int64_t *strides = effective_strides(t, scratch);
   int empty = numel(t) == 0;
   if (p->has_strides) {
+    int64_t scratch[TJ_MAX_NDIM];
+    const int64_t *strides = effective_strides(t, scratch);
     for (int32_t d = 0; d < p->ndim; ++d) {
       /* A size-1 (or empty) dimension is never stepped over, so its stride
        * carries no information: it only binds a still-unbound symbol. */
@@ -202,19 +203,24 @@ static int check_buffer(binder *b, int32_t index, const tj_arg *arg) {
       if ((rc = check_direct(b, index, "stride", d, id, strides[d], 0))) return rc;
     }
   } else if (!empty && t->strides) {
-    int64_t want[TJ_MAX_NDIM];
-    compact_strides(t->shape, t->ndim, want);
-    for (int32_t d = 0; d < p->ndim; ++d) {
-      if (t->shape[d] != 1 && strides[d] != want[d]) {
-        char ws[200], gs[200];
-        tj__format_tuple(want, t->ndim, ws, sizeof(ws));
-        tj__format_tuple(strides, t->ndim, gs, sizeof(gs));
-        snprintf(msg, sizeof(msg),
-                 "expected a compact row-major tensor (strides %s), got strides %s; declare "
-                 "strides to accept strided tensors",
-                 ws, gs);
-        return fail(b, TJ_EVALUE, index, msg);
-      }
+    /* Compact row-major, right to left; size-1 dimensions may have any stride. */
+    int64_t expected = 1;
+    int compact = 1;
+    for (int32_t d = p->ndim - 1; d >= 0; --d) {
+      compact &= t->shape[d] == 1 || t->strides[d] == expected;
+      expected *= t->shape[d];
+    }
+    if (!compact) {
+      int64_t want[TJ_MAX_NDIM];
+      char ws[200], gs[200];
+      compact_strides(t->shape, t->ndim, want);
+      tj__format_tuple(want, t->ndim, ws, sizeof(ws));
+      tj__format_tuple(t->strides, t->ndim, gs, sizeof(gs));
+      snprintf(msg, sizeof(msg),
+               "expected a compact row-major tensor (strides %s), got strides %s; declare "
+               "strides to accept strided tensors",
+               ws, gs);
+      return fail(b, TJ_EVALUE, index, msg);
     }
   }
   if (!empty) return check_alignment(b, index, (const char *)t->data + t->byte_offset, p->align);

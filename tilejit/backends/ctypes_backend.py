@@ -230,9 +230,6 @@ def _convert(obj, arg: TjArg, what: bytes, exchange: bool) -> None:
         arg.kind, arg.value.f = ARG_FLOAT, obj
     elif cls is Pointer:  # tilejit.make_ptr
         arg.kind, arg.value.p = ARG_ADDRESS, obj.address
-    elif getattr(cls, "_tilejit_view", False):  # tilejit.from_dlpack: its DLTensor as it is
-        ctypes.memmove(byref(arg.tensor), obj._dltensor_address, ctypes.sizeof(DLTensor))
-        arg.kind, arg.flags = ARG_TENSOR, obj._arg_flags
     elif exchange and _exchange_fill(cls)[0] is not None:
         try:
             _exchange[cls][0](obj, byref(arg.tensor))  # raises what the producer set
@@ -240,6 +237,9 @@ def _convert(obj, arg: TjArg, what: bytes, exchange: bool) -> None:
             raise type(exc)(f"{what.decode()}: cannot import the tensor through DLPack: {exc}") \
                 from exc
         arg.kind = ARG_TENSOR
+    elif getattr(cls, "_tilejit_view", False):  # tilejit.from_dlpack: its DLTensor as it is
+        ctypes.memmove(byref(arg.tensor), obj._dltensor_address, ctypes.sizeof(DLTensor))
+        arg.kind, arg.flags = ARG_TENSOR, obj._arg_flags
     elif hasattr(cls, "__dlpack__"):
         try:
             _import_dlpack(obj, arg, what)

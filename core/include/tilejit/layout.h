@@ -87,9 +87,10 @@ int tj_layout_mark_dynamic(tj_layout *layout, int32_t rule, int64_t leading_dim)
 
 /* Deduces the stride order of the tensor's strides (tensor_stride): modes
  * sorted by stride, largest (outermost) first. Ties put modes of size > 1
- * outside size-1 modes (where a compact tensor's size-1 mode sits), then
- * follow mode order, which matches torch.Tensor.dim_order(). Fails when
- * several modes have stride 1. Writes ndim entries to `order`. */
+ * outside size-1 modes (a compact tensor's size-1 mode shares the stride of
+ * the mode just outside it), then follow mode order. Unlike
+ * torch.Tensor.dim_order(), size-1 modes are placed by their strides too.
+ * Fails when several modes have stride 1. Writes ndim entries to `order`. */
 int tj_layout_deduce_stride_order(const tj_layout *layout, int32_t *order);
 
 /* mark_compact_shape_dynamic: makes shape mode `mode` dynamic with
