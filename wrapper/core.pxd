@@ -2,7 +2,8 @@
 # added there is added here, in the same order.
 from libc.stdint cimport int32_t, int64_t, uint32_t
 
-from dlpack_abi cimport DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLTensor
+from dlpack_abi cimport (DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned,
+                         DLPackDLTensorFromPyObjectNoSync, DLTensor)
 
 
 cdef extern from "tilejit/tilejit.h" nogil:
@@ -79,6 +80,8 @@ cdef extern from "tilejit/tilejit.h" nogil:
     int tj_arg_from_versioned(tj_arg *arg, DLManagedTensorVersioned *managed, const char *what)
     void tj_arg_from_dltensor(tj_arg *arg, const DLTensor *tensor, uint32_t flags)
     void tj_arg_release(tj_arg *arg)
+    int tj_args_from_exchange(DLPackDLTensorFromPyObjectNoSync fill, void *const *objects,
+                              tj_arg *args, int32_t n, int32_t *failed)
 
     ctypedef enum tj_param_kind:
         TJ_PARAM_BUFFER

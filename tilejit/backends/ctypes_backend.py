@@ -77,6 +77,7 @@ class TjFrame(Structure):
 
 _lock = threading.Lock()
 _core = None
+_core_gil = None
 
 
 def core_library() -> ctypes.CDLL:
@@ -120,6 +121,14 @@ def core_library() -> ctypes.CDLL:
             for name, (restype, argtypes) in protos.items():
                 fn = getattr(lib, name)
                 fn.restype, fn.argtypes = restype, argtypes
+            # The same library through PyDLL: calls keep the GIL (the producer's view
+            # function needs it) and raise the Python error a producer set.
+            global _core_gil
+            gil = ctypes.PyDLL(str(lib._name))
+            fn = gil.tj_args_from_exchange
+            fn.restype = c_int
+            fn.argtypes = [c_void_p, POINTER(c_void_p), argp, c_int32, POINTER(c_int32)]
+            _core_gil = gil
             _core = lib
     return _core
 
@@ -162,7 +171,7 @@ class DLPackExchangeAPI(Structure):
 
 
 # type -> (callable filling a DLTensor or None, the API's owner (keeps it alive),
-# current_work_stream callable or None)
+# current_work_stream callable or None, the fill function's address or 0)
 _exchange: dict = {}
 
 
@@ -175,6 +184,7 @@ def _exchange_fill(cls):
     except KeyError:
         pass
     fill = current = None
+    fill_address = 0
     owner = getattr(cls, "__dlpack_c_exchange_api__", None)
     address = None
     if owner is not None and _capsule_valid(owner, b"dlpack_exchange_api"):
@@ -186,11 +196,12 @@ def _exchange_fill(cls):
         if api.major == 1:
             if api.dltensor_from_py_object_no_sync:
                 fill = _from_py(api.dltensor_from_py_object_no_sync)
+                fill_address = api.dltensor_from_py_object_no_sync
             if api.current_work_stream:
                 current = _work_stream(api.current_work_stream)
             break
         address = api.prev_api
-    _exchange[cls] = (fill, owner, current)
+    _exchange[cls] = (fill, owner, current, fill_address)
     return _exchange[cls]
 
 
@@ -312,6 +323,14 @@ class CtypesKernel:
             _core.tj_kernel_free(self._handle)
             self._handle = None
 
+    def _import_views(self, fill, objects, argv, nargs):
+        failed = c_int32(-1)
+        try:
+            _core_gil.tj_args_from_exchange(fill, objects, argv, nargs, byref(failed))
+        except (TypeError, ValueError, RuntimeError, BufferError) as exc:
+            what = self._labels[failed.value].decode()
+            raise type(exc)(f"{what}: cannot import the tensor through DLPack: {exc}") from exc
+
     def __call__(self, *args, stream=None):
         core = _core
         frame = TjFrame()
@@ -320,9 +339,22 @@ class CtypesKernel:
             _check(core.tj_call_bind(self._handle, None, nargs, byref(frame)))
         argv = (TjArg * max(nargs, 1))()
         outv = (TjArg * max(self._nout, 1))()
+        converted = False  # whether any argument went through _convert (may own a tensor)
         try:
+            # Tensors of one exchange-API type (the common case: all torch) are imported
+            # by the core in one call; everything else goes through _convert.
+            objects = fill = None
             for i, obj in enumerate(args):
-                _convert(obj, argv[i], self._labels[i], True)
+                entry = _exchange.get(type(obj)) or _exchange_fill(type(obj))
+                if entry[3] and (fill is None or entry[3] == fill):
+                    if fill is None:
+                        fill, objects = entry[3], (c_void_p * nargs)()
+                    objects[i] = id(obj)
+                else:
+                    converted = True
+                    _convert(obj, argv[i], self._labels[i], True)
+            if fill is not None:
+                self._import_views(fill, objects, argv, nargs)
             _check(core.tj_call_bind(self._handle, argv, nargs, byref(frame)))
             like = args[frame.first_tensor] if frame.first_tensor >= 0 else None
             if getattr(type(like), "_tilejit_view", False):  # outputs follow the view's source
@@ -349,10 +381,17 @@ class CtypesKernel:
                 outputs.append(out)
             _check(core.tj_call_launch(byref(frame)))  # ctypes releases the GIL here
         finally:
-            for i in range(nargs):
-                core.tj_arg_release(byref(argv[i]))
-            for i in range(self._nout):
-                core.tj_arg_release(byref(outv[i]))
+            # Only imports that own a managed tensor owe a deleter call; views (the
+            # exchange API's, the layout views') and scalars have nothing to release, and
+            # a ctypes call costs more than the check.
+            if converted:
+                for arg in argv:
+                    if arg.owner_kind:
+                        core.tj_arg_release(byref(arg))
+            if self._nout:
+                for arg in outv:
+                    if arg.owner_kind:
+                        core.tj_arg_release(byref(arg))
         if self._nout == 0:
             return None
         if self._nout == 1:

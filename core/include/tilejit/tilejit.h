@@ -168,6 +168,17 @@ void tj_arg_from_dltensor(tj_arg *arg, const DLTensor *tensor, uint32_t flags);
  * to call repeatedly. */
 void tj_arg_release(tj_arg *arg);
 
+/* Imports many arguments at once through a producer's DLPack exchange API view
+ * function: for every i with objects[i] != NULL, fill(objects[i], &args[i].tensor)
+ * and args[i] becomes a TENSOR borrowing from that object (nothing to release);
+ * other args are left as they are. The objects are opaque handles (PyObject* for
+ * Python producers): the caller holds what the producer needs while this runs (the
+ * GIL) and keeps the objects alive for the call. Returns TJ_OK, or TJ_EPYERR when
+ * the producer failed (its error is set on its side) with the index in *failed.
+ * One call for all arguments is what lets a ctypes binding afford the fast path. */
+int tj_args_from_exchange(DLPackDLTensorFromPyObjectNoSync fill, void *const *objects, tj_arg *args,
+                          int32_t n, int32_t *failed);
+
 /* ---- Kernel signatures ---------------------------------------------------- */
 
 /* Parameter kinds. */
