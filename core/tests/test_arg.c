@@ -206,3 +206,51 @@ TEST(arg_from_dltensor) {
   tj_arg_release(&arg);
   CHECK_EQ_INT(arg.kind, TJ_ARG_NONE);
 }
+
+/* A producer's view function over fake handles: the handle is an int64 holding
+ * the tensor's length; a negative length is a failure. */
+static int64_t exchange_shape[4];
+static int exchange_fill(void *handle, DLTensor *out) {
+  int64_t n = *(const int64_t *)handle;
+  if (n < 0) return -1;
+  static int64_t slot;
+  slot = (slot + 1) % 4;
+  exchange_shape[slot] = n;
+  memset(out, 0, sizeof(*out));
+  out->data = handle;
+  out->device.device_type = kDLCPU;
+  out->ndim = 1;
+  out->dtype.code = kDLFloat;
+  out->dtype.bits = 32;
+  out->dtype.lanes = 1;
+  out->shape = &exchange_shape[slot];
+  return 0;
+}
+
+TEST(arg_from_exchange_batch) {
+  int64_t a = 3, b = 5, bad = -1;
+  void *objects[3] = {&a, NULL, &b};
+  tj_arg args[3];
+  for (int i = 0; i < 3; ++i) tj_arg_init(&args[i]);
+  args[1].kind = TJ_ARG_INT; /* filled by the caller: left alone */
+  args[1].value.i = 42;
+  int32_t failed = -7;
+  CHECK_OK(tj_args_from_exchange(exchange_fill, objects, args, 3, &failed));
+  CHECK_EQ_INT(failed, -7);
+  CHECK_EQ_INT(args[0].kind, TJ_ARG_TENSOR);
+  CHECK_EQ_INT(args[0].tensor.shape[0], 3);
+  CHECK(args[0].tensor.data == &a);
+  CHECK_EQ_INT(args[0].owner_kind, TJ_OWNER_NONE); /* a view: nothing to release */
+  CHECK_EQ_INT(args[1].kind, TJ_ARG_INT);
+  CHECK_EQ_INT(args[1].value.i, 42);
+  CHECK_EQ_INT(args[2].kind, TJ_ARG_TENSOR);
+  CHECK_EQ_INT(args[2].tensor.shape[0], 5);
+
+  /* A failing producer stops at its argument and says which. */
+  for (int i = 0; i < 3; ++i) tj_arg_init(&args[i]);
+  objects[1] = &bad;
+  CHECK_STATUS(tj_args_from_exchange(exchange_fill, objects, args, 3, &failed), TJ_EPYERR);
+  CHECK_EQ_INT(failed, 1);
+  CHECK_EQ_INT(args[0].kind, TJ_ARG_TENSOR);
+  CHECK_EQ_INT(args[2].kind, TJ_ARG_NONE);
+}

@@ -32,6 +32,7 @@
   X(arg_versioned_read_only)         \
   X(arg_versioned_major_rejected)    \
   X(arg_from_dltensor)               \
+  X(arg_from_exchange_batch)         \
   /* test_validate.c */              \
   X(validate_ok)                     \
   X(validate_wrong_arg_count)        \
