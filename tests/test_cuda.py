@@ -31,6 +31,7 @@ import tilejit
 from tilejit import T
 from tilejit import cuda_compiler as cc
 from tilejit.cuda_compiler import DEFAULT_ARCH
+from tilejit.demo import CUDA_MATMUL, CUDA_VEC_ADD
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent
@@ -67,24 +68,8 @@ def i64(value: int) -> str:
 
 # ---- Kernels ----------------------------------------------------------------------------------
 
-VEC_ADD = r"""
-extern "C" __global__ void vec_add(const float *A, const float *B, float *C, int64_t n) {
-  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) C[i] = A[i] + B[i];
-}
-"""
-
-MATMUL = r"""
-/* C[M, 64] = A[M, 128] @ B[128, 64], M dynamic: one thread per element of C. */
-extern "C" __global__ void matmul(const float *A, const float *B, float *C, int64_t M) {
-  int64_t row = (int64_t)blockIdx.y * blockDim.y + threadIdx.y;
-  int col = blockIdx.x * blockDim.x + threadIdx.x;
-  if (row >= M || col >= 64) return;
-  float acc = 0.0f;
-  for (int k = 0; k < 128; ++k) acc += A[row * 128 + k] * B[k * 64 + col];
-  C[row * 64 + col] = acc;
-}
-"""
+# The demo's kernels: the tests check what `python -m tilejit demo --target cuda` runs.
+VEC_ADD, MATMUL = CUDA_VEC_ADD, CUDA_MATMUL
 
 # Reverses X in one block through dynamic shared memory of n floats: over 48 KiB for
 # n > 12288, which needs the opt-in (cuFuncSetAttribute) before the launch.

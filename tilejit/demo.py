@@ -12,6 +12,7 @@ import statistics
 import time
 
 from . import Program, T, compile
+from .backends import resolve as resolve_backend
 
 VEC_ADD = r"""
 void vec_add(const float *A, const float *B, float *C, int64_t n) {
@@ -52,23 +53,31 @@ void row_stats(const float *X, float *MAX, float *SUM, int64_t rows, int64_t col
 """
 
 
+def _signatures():
+    """The demo kernels' parameters and out_idx, shared by the C and CUDA versions, with the
+    symbols their launch shapes use."""
+    n, m = T.symbol("n"), T.symbol("M")
+    rows, cols, rs = T.symbol("rows"), T.symbol("cols"), T.symbol("row_stride")
+    params = {
+        "vec_add": [T.Buffer((n,), "float32", name="A", const=True),
+                    T.Buffer((n,), "float32", name="B", const=True),
+                    T.Buffer((n,), "float32", name="C")],
+        "matmul": [T.Buffer((m, 128), "float32", name="A", const=True),
+                   T.Buffer((128, 64), "float32", name="B", const=True),
+                   T.Buffer((m, 64), "float32", name="C")],
+        "row_stats": [T.Buffer((rows, cols), "float32", strides=(rs, 1), name="X", const=True),
+                      T.Buffer((rows,), "float32", name="MAX"),
+                      T.Buffer((rows,), "float32", name="SUM")],
+    }
+    out_idx = {"vec_add": -1, "matmul": -1, "row_stats": [1, 2]}
+    return params, out_idx, (n, m, rows)
+
+
 def programs():
     """The demo programs, with their out_idx."""
-    n = T.symbol("n")
-    m = T.symbol("M")
-    rows, cols, rs = T.symbol("rows"), T.symbol("cols"), T.symbol("row_stride")
-    return [
-        (Program("vec_add", [T.Buffer((n,), "float32", name="A", const=True),
-                             T.Buffer((n,), "float32", name="B", const=True),
-                             T.Buffer((n,), "float32", name="C")], VEC_ADD), -1),
-        (Program("matmul", [T.Buffer((m, 128), "float32", name="A", const=True),
-                            T.Buffer((128, 64), "float32", name="B", const=True),
-                            T.Buffer((m, 64), "float32", name="C")], MATMUL), -1),
-        (Program("row_stats", [T.Buffer((rows, cols), "float32", strides=(rs, 1), name="X",
-                                        const=True),
-                               T.Buffer((rows,), "float32", name="MAX"),
-                               T.Buffer((rows,), "float32", name="SUM")], ROW_STATS), [1, 2]),
-    ]
+    params, out_idx, _ = _signatures()
+    sources = {"vec_add": VEC_ADD, "matmul": MATMUL, "row_stats": ROW_STATS}
+    return [(Program(name, params[name], sources[name]), out_idx[name]) for name in sources]
 
 
 def _per_call_us(fn, *args, calls=2000, repeats=5):
@@ -91,6 +100,11 @@ def run(print_fn=print, target="cpu") -> bool:
     torch.manual_seed(0)
     (vec_prog, vec_out), (mm_prog, mm_out), (rs_prog, rs_out) = programs()
     rows = []
+    # The wrapper is built once per interpreter (seconds, on first use): do it up front so
+    # the compile column shows kernel compiles only.
+    start = time.perf_counter()
+    backend = resolve_backend("auto")
+    print_fn(f"backend {backend} ready ({(time.perf_counter() - start) * 1e3:.0f} ms)")
 
     def build(prog, out):
         start = time.perf_counter()
@@ -186,24 +200,15 @@ extern "C" __global__ void row_stats(const float *X, float *MAX, float *SUM, int
 
 def cuda_programs():
     """The demo programs in CUDA C, with their launch configurations and out_idx."""
-    n = T.symbol("n")
-    m = T.symbol("M")
-    rows, cols, rs = T.symbol("rows"), T.symbol("cols"), T.symbol("row_stride")
-    return [
-        (Program("vec_add", [T.Buffer((n,), "float32", name="A", const=True),
-                             T.Buffer((n,), "float32", name="B", const=True),
-                             T.Buffer((n,), "float32", name="C")], CUDA_VEC_ADD,
-                 grid=(T.ceildiv(n, 256),), block=(256,)), -1),
-        (Program("matmul", [T.Buffer((m, 128), "float32", name="A", const=True),
-                            T.Buffer((128, 64), "float32", name="B", const=True),
-                            T.Buffer((m, 64), "float32", name="C")], CUDA_MATMUL,
-                 grid=(4, T.ceildiv(m, 16)), block=(16, 16)), -1),
-        (Program("row_stats", [T.Buffer((rows, cols), "float32", strides=(rs, 1), name="X",
-                                        const=True),
-                               T.Buffer((rows,), "float32", name="MAX"),
-                               T.Buffer((rows,), "float32", name="SUM")], CUDA_ROW_STATS,
-                 grid=(rows,), block=(256,), shared_mem=2 * 256 * 4), [1, 2]),
-    ]
+    params, out_idx, (n, m, rows) = _signatures()
+    launch = {
+        "vec_add": (CUDA_VEC_ADD, {"grid": (T.ceildiv(n, 256),), "block": (256,)}),
+        "matmul": (CUDA_MATMUL, {"grid": (4, T.ceildiv(m, 16)), "block": (16, 16)}),
+        "row_stats": (CUDA_ROW_STATS, {"grid": (rows,), "block": (256,),
+                                       "shared_mem": 2 * 256 * 4}),
+    }
+    return [(Program(name, params[name], source, **shape), out_idx[name])
+            for name, (source, shape) in launch.items()]
 
 
 def run_cuda(print_fn=print) -> bool:
