@@ -86,3 +86,17 @@ def subprocess_env(**overrides: str) -> dict[str, str]:
 def child_env():
     """``child_env(**overrides)``: see `subprocess_env`."""
     return subprocess_env
+
+
+@pytest.fixture(scope="module")
+def vec_add(build):
+    """``vec_add(A, B) -> C`` over float32 vectors of any length n, behind the module's
+    backend."""
+    from kernels import VEC_ADD
+
+    from tilejit import T
+
+    n = T.symbol("n")
+    return build("vec_add", [T.Buffer((n,), "float32", name="A", const=True),
+                             T.Buffer((n,), "float32", name="B", const=True),
+                             T.Buffer((n,), "float32", name="C")], VEC_ADD, out_idx=-1)

@@ -8,15 +8,10 @@ import threading
 import numpy as np
 import pytest
 import torch
+from kernels import VEC_ADD
 
 import tilejit
 from tilejit import T
-
-VEC_ADD = """
-void vec_add(const float *A, const float *B, float *C, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) C[i] = A[i] + B[i];
-}
-"""
 
 
 def _vec_add_params():

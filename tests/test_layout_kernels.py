@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from fake_dlpack import FakeTensor
+from kernels import VEC_ADD
 
 import tilejit
 from tilejit import T
@@ -88,19 +89,6 @@ def test_static_view_kernel_and_align(build):
 
 # --- Views as arguments -----------------------------------------------------------------------
 
-VEC_ADD = """
-void vec_add(const float *A, const float *B, float *C, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) C[i] = A[i] + B[i];
-}
-"""
-
-
-@pytest.fixture(scope="module")
-def vec_add(build):
-    n = T.symbol("n")
-    return build("vec_add", [T.Buffer((n,), "float32", name="A", const=True),
-                             T.Buffer((n,), "float32", name="B", const=True),
-                             T.Buffer((n,), "float32", name="C")], VEC_ADD, out_idx=-1)
 
 
 def test_views_as_arguments(vec_add):

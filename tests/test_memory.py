@@ -13,29 +13,17 @@ import sys
 import numpy as np
 import pytest
 import torch
+from kernels import VEC_ADD
 
 from tilejit import T
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/statm"),
                                 reason="RSS is read from /proc/self/statm")
 
-VEC_ADD = """
-void vec_add(const float *A, const float *B, float *C, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) C[i] = A[i] + B[i];
-}
-"""
 
 # Allowed RSS growth over the measured calls.
 MAX_GROWTH = 1 << 20
 WARMUP = 10_000
-
-
-@pytest.fixture(scope="module")
-def vec_add(build):
-    n = T.symbol("n")
-    return build("vec_add", [T.Buffer((n,), "float32", name="A", const=True),
-                             T.Buffer((n,), "float32", name="B", const=True),
-                             T.Buffer((n,), "float32", name="C")], VEC_ADD, out_idx=-1)
 
 
 def _rss() -> int:

@@ -10,22 +10,9 @@ import gc
 import numpy as np
 import pytest
 import torch
+from kernels import VEC_ADD
 
 from tilejit import T
-
-VEC_ADD = """
-void vec_add(const float *A, const float *B, float *C, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) C[i] = A[i] + B[i];
-}
-"""
-
-
-@pytest.fixture(scope="module")
-def vec_add(build):
-    n = T.symbol("n")
-    return build("vec_add", [T.Buffer((n,), "float32", name="A", const=True),
-                             T.Buffer((n,), "float32", name="B", const=True),
-                             T.Buffer((n,), "float32", name="C")], VEC_ADD, out_idx=-1)
 
 
 @pytest.fixture(scope="module")
