@@ -109,7 +109,14 @@ class CompileError(RuntimeError):
             parts.append(_excerpt_from(self.log, match.start()))
             self.lineno = int(match.group("line"))
             self.line_text = _source_line(self.source, match.group("file"), self.lineno)
-            if self.line_text is not None:
+            if os.path.basename(match.group("file")).startswith("tilejit_glue_"):
+                # The error is in what tilejit appended: the kernel's definition does not
+                # match the prototype its signature implies. Say that, not "line 1".
+                parts.append("  the kernel's definition does not match the prototype its "
+                             "signature declares (JITKernel.c_prototype):")
+                if self.line_text is not None:
+                    parts.append(f"  {self.line_text.strip().rstrip(';')}")
+            elif self.line_text is not None:
                 parts.append(f"  line {self.lineno}: {self.line_text.strip()}")
         elif self.log.strip():
             # No located error (a linker failure, a crash): the end of the log is where
