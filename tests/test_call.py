@@ -4,6 +4,7 @@ optional buffers, raw pointers and threads (SPEC section 2)."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -484,6 +485,30 @@ def test_const_pointer_takes_a_read_only_array():
 
 
 # --- threads ----------------------------------------------------------------------------------
+
+
+def test_the_gil_is_released_while_the_kernel_runs(build):
+    nap = build("nap", [T.Scalar("int64", name="us")],
+                "#include <unistd.h>\nvoid nap(int64_t us) { usleep((useconds_t)us); }\n")
+    started, done = threading.Event(), []
+
+    def call():
+        started.set()
+        nap(400_000)
+        done.append(time.perf_counter())
+
+    worker = threading.Thread(target=call)
+    worker.start()
+    started.wait()
+    time.sleep(0.05)  # let the worker enter the kernel
+    # Plain Python on this thread makes progress while the other one is in the kernel.
+    spins, deadline = 0, time.perf_counter() + 0.1
+    while time.perf_counter() < deadline:
+        spins += 1
+    finished_spinning = time.perf_counter()
+    worker.join()
+    assert spins > 1000
+    assert finished_spinning < done[0] - 0.1
 
 
 def test_many_threads_call_one_kernel(vec_add):

@@ -196,6 +196,26 @@ include "_layout.pxi"
 from tilejit.layout import Pointer as _Pointer
 
 
+cdef extern from "Python.h":
+    ctypedef struct PyInterpreterState:
+        pass
+    ctypedef struct PyThreadState:
+        pass
+    PyThreadState *PyThreadState_Get()
+    PyInterpreterState *PyInterpreterState_Get()
+    PyThreadState *PyInterpreterState_ThreadHead(PyInterpreterState *)
+    PyThreadState *PyThreadState_Next(PyThreadState *)
+
+
+cdef inline bint _single_thread() noexcept:
+    """Whether this is the interpreter's only thread. Then no Python thread can be
+    waiting for the GIL, and dropping and retaking it around the kernel (a mutex and a
+    condition variable, about a fifth of a no-op call) would buy nothing; with any other
+    thread the kernel runs without the GIL."""
+    cdef PyThreadState *head = PyInterpreterState_ThreadHead(PyInterpreterState_Get())
+    return head != NULL and PyThreadState_Next(head) == NULL
+
+
 cdef int _pending() except -1:
     """Raises the exception a C callee left set (Cython propagates it from here)."""
     return -1
@@ -422,8 +442,11 @@ cdef class Kernel:
                     _import_dlpack(out, &outv[i], b"output")
                     _check(tj_call_set_output(&frame, i, &outv[i]))
                 outputs.append(out)
-            with nogil:
+            if _single_thread():
                 rc = tj_call_launch(&frame)
+            else:
+                with nogil:
+                    rc = tj_call_launch(&frame)
             _check(rc)
         finally:
             for i in range(nargs):
