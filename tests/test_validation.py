@@ -633,3 +633,19 @@ def test_every_backend_gives_the_same_results_and_errors(vec_add):
     assert outcomes["ctypes"] == outcomes["cython"]
     for (_, deleted) in outcomes["cython"]:
         assert all(exported == deleted_count for exported, deleted_count in deleted)
+
+
+def test_torch_tensors_the_producer_cannot_export(vec_add, backend):
+    # Requiring grad is no obstacle: the kernel works on the storage, as through the
+    # exchange API (the capsule protocol exports the detached alias).
+    a = torch.ones(4, requires_grad=True)
+    assert vec_add(a, torch.ones(4)).tolist() == [2.0] * 4
+    # No strided storage to hand over: the same ValueError on every backend, with the
+    # producer's reason on one line (torch's C++ backtrace dropped).
+    for bad in (torch.ones(4).to_sparse(), torch.ones(4, device="meta")):
+        with pytest.raises(ValueError) as info:
+            vec_add(torch.ones(4), bad)
+        message = str(info.value)
+        assert message.startswith("vec_add: argument 1 'B': cannot import the tensor through "
+                                  "DLPack: ")
+        assert "\n" not in message

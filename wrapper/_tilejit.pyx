@@ -52,9 +52,6 @@ cdef inline int _check(int rc) except -1:
     return 0
 
 
-cdef object _max_version = (1, 3)
-
-
 cdef int _import_dlpack(object obj, tj_arg *arg, bytes what) except -1:
     """Standard protocol: ``__dlpack__`` capsule, versioned or legacy.
 
@@ -63,11 +60,7 @@ cdef int _import_dlpack(object obj, tj_arg *arg, bytes what) except -1:
     """
     cdef object capsule
     cdef void *ptr
-    try:
-        capsule = obj.__dlpack__(max_version=_max_version)
-    except TypeError:
-        # Producers older than DLPack 1.0 take no max_version.
-        capsule = obj.__dlpack__()
+    capsule = _dlpack_capsule(obj)
     if PyCapsule_IsValid(capsule, b"dltensor_versioned"):
         ptr = PyCapsule_GetPointer(capsule, b"dltensor_versioned")
         PyCapsule_SetName(capsule, b"used_dltensor_versioned")
@@ -262,8 +255,7 @@ cdef int _convert(object obj, tj_arg *arg, bytes what, bint exchange) except -1:
                 return _pending()  # the view above failed; its exception is set
             return _import_exchange(obj, arg, api)
         except (TypeError, ValueError, RuntimeError, BufferError) as exc:
-            raise type(exc)(f"{what.decode()}: cannot import the tensor through DLPack: {exc}") \
-                from exc
+            raise _import_failure(what.decode(), exc) from exc
     # NumPy and other scalar types: integers first, so 3 never becomes 3.0.
     if cls.__name__ in ("bool", "bool_"):
         arg.kind = TJ_ARG_BOOL
@@ -282,6 +274,8 @@ cdef int _convert(object obj, tj_arg *arg, bytes what, bint exchange) except -1:
 include "_array.pxi"
 
 
+from tilejit.dlpack_import import dlpack_capsule as _dlpack_capsule
+from tilejit.dlpack_import import import_failure as _import_failure
 from tilejit.streams import framework_stream as _framework_stream
 from tilejit.streams import stream_handle as _stream_handle
 

@@ -28,6 +28,7 @@ from ctypes import (
     c_void_p,
 )
 
+from ..dlpack_import import dlpack_capsule, import_failure
 from ..layout import Pointer
 from ..streams import framework_stream, stream_handle
 
@@ -151,7 +152,6 @@ _capsule_rename.restype, _capsule_rename.argtypes = c_int, [ctypes.py_object, c_
 # PyCapsule_SetName keeps the pointer: these bytes objects live as long as the module.
 _VERSIONED, _USED_VERSIONED = b"dltensor_versioned", b"used_dltensor_versioned"
 _LEGACY, _USED_LEGACY = b"dltensor", b"used_dltensor"
-_MAX_VERSION = (1, 3)
 _TP_NAME_OFFSET = 3 * ctypes.sizeof(c_void_p)
 
 
@@ -207,10 +207,7 @@ def _exchange_fill(cls):
 
 def _import_dlpack(obj, arg: TjArg, what: bytes) -> None:
     """The standard protocol, exactly as the Cython wrapper's ``_import_dlpack``."""
-    try:
-        capsule = obj.__dlpack__(max_version=_MAX_VERSION)
-    except TypeError:
-        capsule = obj.__dlpack__()
+    capsule = dlpack_capsule(obj)
     if _capsule_valid(capsule, _VERSIONED):
         ptr = _capsule_pointer(capsule, _VERSIONED)
         _capsule_rename(capsule, _USED_VERSIONED)
@@ -245,8 +242,7 @@ def _convert(obj, arg: TjArg, what: bytes, exchange: bool) -> None:
         try:
             _exchange[cls][0](obj, byref(arg.tensor))  # raises what the producer set
         except (TypeError, ValueError, RuntimeError, BufferError) as exc:
-            raise type(exc)(f"{what.decode()}: cannot import the tensor through DLPack: {exc}") \
-                from exc
+            raise import_failure(what.decode(), exc) from exc
         arg.kind = ARG_TENSOR
     elif getattr(cls, "_tilejit_view", False):  # tilejit.from_dlpack: its DLTensor as it is
         ctypes.memmove(byref(arg.tensor), obj._dltensor_address, ctypes.sizeof(DLTensor))
@@ -255,8 +251,7 @@ def _convert(obj, arg: TjArg, what: bytes, exchange: bool) -> None:
         try:
             _import_dlpack(obj, arg, what)
         except (TypeError, ValueError, RuntimeError, BufferError) as exc:
-            raise type(exc)(f"{what.decode()}: cannot import the tensor through DLPack: {exc}") \
-                from exc
+            raise import_failure(what.decode(), exc) from exc
     elif cls.__name__ in ("bool", "bool_"):
         arg.kind, arg.value.i = ARG_BOOL, 1 if obj else 0
     elif hasattr(cls, "__index__"):
@@ -329,7 +324,7 @@ class CtypesKernel:
             _core_gil.tj_args_from_exchange(fill, objects, argv, nargs, byref(failed))
         except (TypeError, ValueError, RuntimeError, BufferError) as exc:
             what = self._labels[failed.value].decode()
-            raise type(exc)(f"{what}: cannot import the tensor through DLPack: {exc}") from exc
+            raise import_failure(what, exc) from exc
 
     def __call__(self, *args, stream=None):
         core = _core
