@@ -178,6 +178,19 @@ def test_pointer_arguments(build):
     assert x.tolist() == [1, 1, 1, 0, 2, 1, 0, 0]
 
 
+def test_pointer_element_type_and_memory_are_checked(build):
+    k = build("bump", [T.Pointer("float32", name="p", align=16),
+                       T.Scalar("int64", name="count")], BUMP)
+    x = torch.zeros(8)
+    with pytest.raises(ValueError, match=r"^bump: argument 0 'p': expected a pointer to "
+                                         r"float32, got a pointer to float16$"):
+        k(tilejit.make_ptr("float16", x.data_ptr(), assumed_align=16), 1)
+    with pytest.raises(ValueError, match=r"^bump: argument 0 'p': expected a pointer to cpu "
+                                         r"memory, got one to cuda memory$"):
+        k(tilejit.make_ptr("float32", x.data_ptr(), memspace="gmem", assumed_align=16), 1)
+    assert x.tolist() == [0.0] * 8
+
+
 def test_pointer_is_not_a_tensor(vec_add):
     x = torch.zeros(4)
     p = tilejit.make_ptr("float32", x.data_ptr())

@@ -98,6 +98,16 @@ class Pointer:
     def element_type(self) -> str:
         return element_type_name(self.dtype)
 
+    @property
+    def dlpack_dtype(self) -> tuple[int, int, int]:
+        """(code, bits, lanes) of the element type, for the core's pointer checks."""
+        return _dtypes.DTYPES[self.dtype].dlpack
+
+    @property
+    def dlpack_device_type(self) -> int:
+        """The DLPack device type of the memory: kDLCPU for generic, kDLCUDA for gmem."""
+        return 2 if self.memspace == "gmem" else 1
+
     def __int__(self) -> int:
         return self.address
 

@@ -236,9 +236,11 @@ cdef int _convert(object obj, tj_arg *arg, bytes what, bint exchange) except -1:
         arg.kind = TJ_ARG_FLOAT
         arg.value.f = PyFloat_AS_DOUBLE(obj)
         return 0
-    if type(obj) is _Pointer:  # tilejit.make_ptr
+    if type(obj) is _Pointer:  # tilejit.make_ptr: an address that knows what it points to
         arg.kind = TJ_ARG_ADDRESS
         arg.value.p = PyLong_AsVoidPtr(obj.address)
+        arg.tensor.dtype.code, arg.tensor.dtype.bits, arg.tensor.dtype.lanes = obj.dlpack_dtype
+        arg.tensor.device.device_type = obj.dlpack_device_type
         return 0
     cls = type(obj)
     cdef const DLPackExchangeAPI *api = _exchange_api(cls) if exchange else NULL

@@ -307,7 +307,26 @@ static int check_pointer(binder *b, int32_t index, const tj_arg *arg) {
         return fail(b, TJ_EVALUE, index, msg);
       }
       return check_alignment(b, index, arg->value.p, p->align);
-    case TJ_ARG_ADDRESS: return check_alignment(b, index, arg->value.p, p->align);
+    case TJ_ARG_ADDRESS:
+      /* A typed address (tilejit.make_ptr) must point to the declared element type,
+       * in memory the target can address. */
+      if (arg->tensor.dtype.bits != 0) {
+        const DLDataType *t = &arg->tensor.dtype;
+        if (t->code != p->dtype.code || t->bits != p->dtype.bits || t->lanes != p->dtype.lanes) {
+          char want[48], got[48];
+          tj_dtype_format(p->dtype, want, sizeof(want));
+          tj_dtype_format(*t, got, sizeof(got));
+          snprintf(msg, sizeof(msg), "expected a pointer to %s, got a pointer to %s", want, got);
+          return fail(b, TJ_EVALUE, index, msg);
+        }
+        if (!device_ok_for_target(b->k->target, arg->tensor.device.device_type)) {
+          snprintf(msg, sizeof(msg), "expected a pointer to %s memory, got one to %s memory",
+                   b->k->target == TJ_TARGET_CPU ? "cpu" : "cuda",
+                   tj_device_name(arg->tensor.device.device_type));
+          return fail(b, TJ_EVALUE, index, msg);
+        }
+      }
+      return check_alignment(b, index, arg->value.p, p->align);
     case TJ_ARG_TENSOR: {
       int rc = check_device(b, index, &arg->tensor.device);
       if (rc) return rc;

@@ -837,6 +837,19 @@ TEST(validate_pointer) {
   CHECK_STATUS(tj_call_bind(k, args, 3, &f), TJ_EVALUE);
   CHECK_ERROR_STARTS_WITH("ptr: argument 1 'P': ");
   CHECK_ERROR_CONTAINS("aligned to 16 bytes");
+  /* A typed address must point to the declared element type, in host memory. */
+  args[1].value.p = (void *)(uintptr_t)0x1000;
+  args[1].tensor.dtype = TJT_F32;
+  args[1].tensor.device.device_type = kDLCPU;
+  CHECK_OK(tj_call_bind(k, args, 3, &f));
+  args[1].tensor.dtype.bits = 16;
+  CHECK_STATUS(tj_call_bind(k, args, 3, &f), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("expected a pointer to float32, got a pointer to float16");
+  args[1].tensor.dtype = TJT_F32;
+  args[1].tensor.device.device_type = kDLCUDA;
+  CHECK_STATUS(tj_call_bind(k, args, 3, &f), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("expected a pointer to cpu memory, got one to cuda memory");
+  tj_arg_init(&args[1]);
   args[1].kind = TJ_ARG_INT;
   args[1].value.i = 0x2000;
   CHECK_OK(tj_call_bind(k, args, 3, &f));

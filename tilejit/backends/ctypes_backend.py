@@ -236,8 +236,10 @@ def _convert(obj, arg: TjArg, what: bytes, exchange: bool) -> None:
             arg.value.i = -1 if obj < 0 else (1 << 63) - 1
     elif isinstance(obj, float):
         arg.kind, arg.value.f = ARG_FLOAT, obj
-    elif cls is Pointer:  # tilejit.make_ptr
+    elif cls is Pointer:  # tilejit.make_ptr: an address that knows what it points to
         arg.kind, arg.value.p = ARG_ADDRESS, obj.address
+        arg.tensor.dtype.code, arg.tensor.dtype.bits, arg.tensor.dtype.lanes = obj.dlpack_dtype
+        arg.tensor.device.device_type = obj.dlpack_device_type
     elif exchange and _exchange_fill(cls)[0] is not None:
         try:
             _exchange[cls][0](obj, byref(arg.tensor))  # raises what the producer set

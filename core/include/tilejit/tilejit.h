@@ -116,7 +116,9 @@ typedef enum {
   TJ_ARG_INT = 2,     /* integer in value.i (Python int, bool excluded) */
   TJ_ARG_BOOL = 3,    /* bool in value.i (0 or 1) */
   TJ_ARG_FLOAT = 4,   /* float in value.f */
-  TJ_ARG_ADDRESS = 5, /* raw address in value.p (pointer params only) */
+  TJ_ARG_ADDRESS = 5, /* raw address in value.p (pointer params only); when
+                       * tensor.dtype.bits != 0, tensor.dtype and
+                       * tensor.device.device_type say what it points to */
   TJ_ARG_OTHER = 6,   /* anything else; type_name says what, for messages */
 } tj_arg_kind;
 
