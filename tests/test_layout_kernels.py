@@ -407,3 +407,14 @@ def test_implicit_conversion_errors():
         not_a_program(torch.rand(4))
     with pytest.raises(TypeError, match="unhashable"):
         make_twice()(torch.rand(2, 2), torch.rand(2, 2), factor=[2])
+
+
+def test_unnamed_like_buffers_are_named_after_their_parameter():
+    # Without name=, the symbols take the parameter's name in each kernel: the prototype
+    # (and so the disk-cache key) does not depend on what the process created before.
+    views = [from_dlpack(torch.rand(32, 8)).mark_compact_shape_dynamic(mode=0)
+             for _ in range(3)]
+    a, b = T.Buffer.like(views[1]), T.Buffer.like(views[2])
+    sig = lower(tilejit.Program("two", [a, b], ""), None, "cpu")
+    assert sig.c_prototype == ("void two(float *arg0, float *arg1, int64_t arg0_shape0, "
+                               "int64_t arg1_shape0)")

@@ -99,9 +99,9 @@ class Expr:
 class Symbol(Expr):
     """A dynamic dimension, bound at call time from the first tensor carrying it."""
 
-    __slots__ = ("divisibility", "name")
+    __slots__ = ("anonymous", "divisibility", "name")
 
-    def __init__(self, name: str, divisibility: int = 1):
+    def __init__(self, name: str, divisibility: int = 1, *, anonymous: bool = False):
         if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(f"symbol name must be a C identifier, got {name!r}")
         if isinstance(divisibility, bool) or not isinstance(divisibility, int) or divisibility < 1:
@@ -109,6 +109,10 @@ class Symbol(Expr):
                              f"got {divisibility!r}")
         self.name = name
         self.divisibility = divisibility
+        # Made by T.Buffer.like without a name: the kernel it ends up in names it after
+        # the parameter and mode (`arg0_shape1`), so the name, the prototype and the
+        # cache key do not depend on what else the process created first.
+        self.anonymous = anonymous
 
     def __str__(self) -> str:
         return self.name

@@ -158,7 +158,8 @@ def buffer_like(view, name=None, *, const=False, optional=False, implicit=False)
     """``T.Buffer.like``: the parameter a marked view describes. Static modes become ints,
     dynamic ones fresh symbols ``<name>_shape<d>`` / ``<name>_stride<d>`` carrying their
     divisibility; ``align`` is the view's ``assumed_align``. Without ``name`` the symbols
-    get a process-unique prefix (``view0_shape0``). ``implicit`` uses the layout of
+    get a process-unique prefix (``view0_shape0``) until a kernel names them after its
+    parameter (``arg0_shape0``). ``implicit`` uses the layout of
     implicit conversion (``tilejit.jit(layout="dynamic")``) instead of the view's marks.
     A ``T.Buffer`` given instead of a view is copied with the new name and flags.
     """
@@ -179,7 +180,10 @@ def buffer_like(view, name=None, *, const=False, optional=False, implicit=False)
     prefix = name if name is not None else _fresh_prefix()
     shape, strides = [], []
     for d, (extent, extent_div, stride, stride_div) in enumerate(view._modes(implicit)):
-        shape.append(Symbol(f"{prefix}_shape{d}", extent_div) if extent_div else extent)
-        strides.append(Symbol(f"{prefix}_stride{d}", stride_div) if stride_div else stride)
+        anonymous = name is None
+        shape.append(Symbol(f"{prefix}_shape{d}", extent_div, anonymous=anonymous)
+                     if extent_div else extent)
+        strides.append(Symbol(f"{prefix}_stride{d}", stride_div, anonymous=anonymous)
+                       if stride_div else stride)
     return Buffer(tuple(shape), dtype, strides=tuple(strides), name=name,
                   align=view.assumed_align, optional=optional, const=const)

@@ -80,6 +80,15 @@ def lower(program: Program, out_idx, target: str) -> Signature:
         if params[i].optional:
             raise ValueError(f"{kname}: output '{names[i]}' cannot be optional")
 
+    # Symbols T.Buffer.like made without a name take the parameter's: deterministic
+    # names, so the same program gets the same prototype and cache key in any process.
+    for i, p in enumerate(params):
+        if isinstance(p, Buffer):
+            for role, dims in (("shape", p.shape), ("stride", p.strides or ())):
+                for d, e in enumerate(dims):
+                    if isinstance(e, Symbol) and e.anonymous:
+                        e.name = f"{names[i]}_{role}{d}"
+
     # Symbols in order of first appearance: param by param, shape before strides.
     symbols: dict[Symbol, int] = {}
     for p in params:
