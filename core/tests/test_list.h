@@ -78,6 +78,7 @@
   X(launch_no_entry)                 \
   X(launch_cuda_skips_cpu_entry)     \
   X(launch_threads)                  \
+  X(call_objects_vec_add)            \
   /* test_cuda.c */                  \
   X(cuda_no_driver)                  \
   X(cuda_init_failure_is_retried)    \

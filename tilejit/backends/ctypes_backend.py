@@ -79,6 +79,7 @@ class TjFrame(Structure):
 _lock = threading.Lock()
 _core = None
 _core_gil = None
+_call_objects = None  # tj_call_objects, through _core_gil
 
 
 def core_library() -> ctypes.CDLL:
@@ -129,6 +130,11 @@ def core_library() -> ctypes.CDLL:
             fn = gil.tj_args_from_exchange
             fn.restype = c_int
             fn.argtypes = [c_void_p, POINTER(c_void_p), argp, c_int32, POINTER(c_int32)]
+            fn = gil.tj_call_objects
+            fn.restype = c_int
+            fn.argtypes = [c_void_p, c_void_p, c_void_p, c_void_p]
+            global _call_objects
+            _call_objects = fn
             _core_gil = gil
             _core = lib
     return _core
@@ -202,7 +208,28 @@ def _exchange_fill(cls):
             break
         address = api.prev_api
     _exchange[cls] = (fill, owner, current, fill_address)
+    if fill_address and api.managed_tensor_allocator and api.managed_tensor_to_py_object_no_sync:
+        _one_call[cls] = address
     return _exchange[cls]
+
+
+class _CallPlan(Structure):
+    """tj_call_plan: a kernel, a producer type's table, the GIL to drop around the kernel."""
+
+    _fields_ = [("kernel", c_void_p), ("api", c_void_p), ("unlock", c_void_p),
+                ("lock", c_void_p)]
+
+
+_SAVE_THREAD = ctypes.cast(_py.PyEval_SaveThread, c_void_p).value
+_RESTORE_THREAD = ctypes.cast(_py.PyEval_RestoreThread, c_void_p).value
+# type -> address of its exchange-API table, for the producer types whose whole calls
+# tj_call_objects can take.
+_one_call: dict = {}
+# Where a tuple's items start (PyTupleObject: object header, size, then the items), so the
+# core reads a call's argument handles straight from the tuple Python built for it.
+_TUPLE_ITEMS = 3 * ctypes.sizeof(c_void_p)
+_drop = ctypes.PyDLL(None).Py_DecRef
+_drop.restype, _drop.argtypes = None, [ctypes.py_object]
 
 
 def _import_dlpack(obj, arg: TjArg, what: bytes) -> None:
@@ -314,6 +341,8 @@ class CtypesKernel:
         self._nout = len(out_labels)
         self._ctypes_allocate = allocate
         self._out_order = None if out_order == tuple(range(len(out_order))) else out_order
+        self._plans = {}  # producer type -> byref(tj_call_plan) for tj_call_objects
+        self._plan_structs = []
 
     def __del__(self):
         if self._handle is not None and _core is not None:
@@ -329,6 +358,67 @@ class CtypesKernel:
             raise import_failure(what, exc) from exc
 
     def __call__(self, *args, stream=None):
+        # The whole call in one foreign call when every argument is a tensor of one
+        # producer type with the exchange API (all torch, say): each ctypes call costs
+        # about as much as the core's work for a call.
+        # A failed call goes the step-by-step way again, which reports the error with the
+        # argument it concerns.
+        if stream is None and len(args) == self._nargs and args:
+            cls = type(args[0])
+            plan = self._plans.get(cls)
+            if plan is None and cls in _one_call:
+                plan = self._plan(cls)
+            if plan is not None:
+                for a in args:
+                    if type(a) is not cls:
+                        break
+                else:
+                    if not self._nout:
+                        try:
+                            if not _call_objects(plan, id(args) + _TUPLE_ITEMS, None,
+                                                 None):
+                                return None
+                        except Exception:  # noqa: BLE001, S110 - reported below
+                            pass
+                    else:
+                        done = self._call_objects_with_outputs(plan, args)
+                        if done is not None:
+                            return done[0]
+        return self._call_args(args, stream)
+
+    def _plan(self, cls):
+        """This kernel's tj_call_plan for tensors of type ``cls`` (made once)."""
+        plan = _CallPlan(self._handle.value, _one_call[cls], _SAVE_THREAD, _RESTORE_THREAD)
+        self._plans[cls] = byref(plan)
+        self._plan_structs.append(plan)  # byref does not keep it alive
+        return self._plans[cls]
+
+    def _call_objects_with_outputs(self, plan, args):
+        """``(result,)``, or None when the call failed."""
+        # The core writes new references into these slots; ctypes does not own what C
+        # wrote, so each one read is dropped once (_drop) after reading adds ours.
+        outs = (ctypes.py_object * self._nout)()
+        try:
+            rc = _call_objects(plan, id(args) + _TUPLE_ITEMS, outs, None)
+        except Exception:  # noqa: BLE001 - a producer's error: reported by the other path
+            rc = -1
+        outputs = []
+        for i in range(self._nout):
+            try:
+                out = outs[i]
+            except ValueError:  # NULL: the call failed before making this output
+                continue
+            _drop(out)
+            outputs.append(out)
+        if rc:
+            return None
+        if len(outputs) == 1:
+            return (outputs[0],)
+        if self._out_order is not None:
+            return ([outputs[j] for j in self._out_order],)
+        return (outputs,)
+
+    def _call_args(self, args, stream):
         core = _core
         frame = TjFrame()
         nargs = len(args)

@@ -344,6 +344,33 @@ int tj_call_launch(tj_frame *frame);
  * Loads the driver if needed. */
 int tj_cuda_device_capability(int32_t device_id, int32_t *major, int32_t *minor);
 
+/* ---- One call from object handles (for bindings where calls are dear) ----- */
+
+/* A prepared call of one kernel on tensors of one producer type, for
+ * tj_call_objects: the kernel, that type's exchange-API table (its view,
+ * allocator, to-object and stream functions are used), and the lock to drop around
+ * the kernel (the GIL: PyEval_SaveThread/RestoreThread). Caller-owned; everything
+ * in it is borrowed and must outlive the calls made with it. */
+typedef struct tj_call_plan {
+  const tj_kernel *kernel;
+  const DLPackExchangeAPI *api;
+  void *(*unlock)(void); /* NULL: keep the lock while the kernel runs */
+  void (*lock)(void *);  /* given unlock's result */
+} tj_call_plan;
+
+/* The whole call in one: imports objects[0..ninputs) (handles of objects of the
+ * plan's producer type, kept alive by the caller, exactly as many as the kernel
+ * takes; every argument must be such a tensor) through the view function, binds,
+ * allocates each output with the producer's allocator and turns it into an object
+ * (new references into outputs[], in declaration order, which the caller owns even
+ * when the call fails; NULL when the kernel has no outputs), takes the stream from
+ * the producer for a non-CPU device, and launches with the lock dropped. The lock
+ * must be held on entry. Producer failures return TJ_EPYERR (the producer's error
+ * is set on its side) with *failed (when not NULL) = the argument index, or -1 - i
+ * for output i; core failures their code and message. */
+int tj_call_objects(const tj_call_plan *plan, void *const *objects, void **outputs,
+                    int32_t *failed);
+
 #ifdef __cplusplus
 }
 #endif

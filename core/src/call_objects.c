@@ -1,0 +1,72 @@
+/*
+ * tj_call_objects: import, bind, allocate, launch in one call, for bindings whose
+ * every foreign call is expensive (ctypes). It is the same sequence the Cython
+ * wrapper runs step by step, over the same core functions.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+static void set_alloc_error(void *ctx, const char *kind, const char *message) {
+  (void)kind;
+  const char *label = ctx;
+  tj_set_error(TJ_ERUNTIME, "%s: the producer could not allocate the output: %s", label,
+               message ? message : "unknown error");
+}
+
+int tj_call_objects(const tj_call_plan *plan, void *const *objects, void **outputs,
+                    int32_t *failed) {
+  const tj_kernel *k = plan->kernel;
+  const DLPackExchangeAPI *api = plan->api;
+  int32_t nargs = k->ninputs;
+  tj_arg args[TJ_MAX_PARAMS], outs[TJ_MAX_OUTPUTS];
+  tj_frame frame;
+  int rc;
+  int32_t failed_at = 0;
+  if (failed == NULL) failed = &failed_at;
+  *failed = 0;
+  for (int32_t o = 0; o < k->noutputs; ++o) outputs[o] = NULL;
+  if (api->dltensor_from_py_object_no_sync == NULL)
+    return tj_set_error(TJ_EVALUE, "%s: the producer has no DLTensor view function", k->name);
+  for (int32_t i = 0; i < nargs; ++i) tj_arg_init(&args[i]);
+  if ((rc = tj_args_from_exchange(api->dltensor_from_py_object_no_sync, objects, args, nargs,
+                                  failed)) != TJ_OK)
+    return rc;
+  if ((rc = tj_call_bind(k, args, nargs, &frame)) != TJ_OK) return rc;
+
+  for (int32_t o = 0; o < k->noutputs; ++o) {
+    char label[200];
+    tj__param_label(k, k->output_params[o], label, sizeof(label));
+    char context[240];
+    snprintf(context, sizeof(context), "%s: %s", k->name, label);
+    DLTensor proto;
+    memset(&proto, 0, sizeof(proto));
+    proto.device = frame.device;
+    proto.ndim = frame.out_ndim[o];
+    proto.dtype = frame.out_dtype[o];
+    proto.shape = frame.out_shape[o];
+    DLManagedTensorVersioned *managed = NULL;
+    if (api->managed_tensor_allocator(&proto, &managed, context, set_alloc_error) != 0)
+      return TJ_ERUNTIME;
+    /* The output object owns the tensor from here; the view in outs[o] stays valid
+     * while the caller holds that object. */
+    tj_arg_from_dltensor(&outs[o], &managed->dl_tensor, 0);
+    if (api->managed_tensor_to_py_object_no_sync(managed, &outputs[o]) != 0) {
+      *failed = -1 - o;
+      return TJ_EPYERR;
+    }
+    if ((rc = tj_call_set_output(&frame, o, &outs[o])) != TJ_OK) return rc;
+  }
+
+  if (frame.device.device_type != kDLCPU &&
+      api->current_work_stream(frame.device.device_type, frame.device.device_id, &frame.stream) !=
+          0) {
+    *failed = 0;
+    return TJ_EPYERR;
+  }
+  void *token = plan->unlock ? plan->unlock() : NULL;
+  rc = tj_call_launch(&frame);
+  if (plan->unlock) plan->lock(token);
+  return rc;
+}
