@@ -8,11 +8,19 @@
 
 #include "internal.h"
 
+/* The allocator's error callback; formats only when an allocation fails. */
+typedef struct {
+  const tj_kernel *kernel;
+  int32_t param;
+} alloc_context;
+
 static void set_alloc_error(void *ctx, const char *kind, const char *message) {
   (void)kind;
-  const char *label = ctx;
-  tj_set_error(TJ_ERUNTIME, "%s: the producer could not allocate the output: %s", label,
-               message ? message : "unknown error");
+  const alloc_context *c = ctx;
+  char label[200];
+  tj__param_label(c->kernel, c->param, label, sizeof(label));
+  tj_set_error(TJ_ERUNTIME, "%s: %s: the producer could not allocate the output: %s",
+               c->kernel->name, label, message ? message : "unknown error");
 }
 
 int tj_call_objects(const tj_call_plan *plan, void *const *objects, void **outputs,
@@ -36,10 +44,7 @@ int tj_call_objects(const tj_call_plan *plan, void *const *objects, void **outpu
   if ((rc = tj_call_bind(k, args, nargs, &frame)) != TJ_OK) return rc;
 
   for (int32_t o = 0; o < k->noutputs; ++o) {
-    char label[200];
-    tj__param_label(k, k->output_params[o], label, sizeof(label));
-    char context[240];
-    snprintf(context, sizeof(context), "%s: %s", k->name, label);
+    alloc_context context = {k, k->output_params[o]};
     DLTensor proto;
     memset(&proto, 0, sizeof(proto));
     proto.device = frame.device;
@@ -47,7 +52,7 @@ int tj_call_objects(const tj_call_plan *plan, void *const *objects, void **outpu
     proto.dtype = frame.out_dtype[o];
     proto.shape = frame.out_shape[o];
     DLManagedTensorVersioned *managed = NULL;
-    if (api->managed_tensor_allocator(&proto, &managed, context, set_alloc_error) != 0)
+    if (api->managed_tensor_allocator(&proto, &managed, &context, set_alloc_error) != 0)
       return TJ_ERUNTIME;
     /* The output object owns the tensor from here; the view in outs[o] stays valid
      * while the caller holds that object. */

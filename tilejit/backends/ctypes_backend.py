@@ -342,6 +342,7 @@ class CtypesKernel:
         self._ctypes_allocate = allocate
         self._out_order = None if out_order == tuple(range(len(out_order))) else out_order
         self._plans = {}  # producer type -> byref(tj_call_plan) for tj_call_objects
+        self._outs_type = ctypes.py_object * max(self._nout, 1)
         self._plan_structs = []
 
     def __del__(self):
@@ -381,27 +382,26 @@ class CtypesKernel:
                         except Exception:  # noqa: BLE001, S110 - reported below
                             pass
                     else:
-                        done = self._call_objects_with_outputs(plan, args)
-                        if done is not None:
-                            return done[0]
+                        # The core writes new references into these slots, which ctypes
+                        # does not own: each one read is dropped once after reading.
+                        outs = self._outs_type()
+                        try:
+                            rc = _call_objects(plan, id(args) + _TUPLE_ITEMS, outs, None)
+                        except Exception:  # noqa: BLE001 - reported below
+                            rc = -1
+                        if not rc and self._nout == 1:
+                            out = outs[0]
+                            _drop(out)
+                            return out
+                        outputs = self._collect(outs)
+                        if not rc:
+                            if self._out_order is not None:
+                                return [outputs[j] for j in self._out_order]
+                            return outputs
         return self._call_args(args, stream)
 
-    def _plan(self, cls):
-        """This kernel's tj_call_plan for tensors of type ``cls`` (made once)."""
-        plan = _CallPlan(self._handle.value, _one_call[cls], _SAVE_THREAD, _RESTORE_THREAD)
-        self._plans[cls] = byref(plan)
-        self._plan_structs.append(plan)  # byref does not keep it alive
-        return self._plans[cls]
-
-    def _call_objects_with_outputs(self, plan, args):
-        """``(result,)``, or None when the call failed."""
-        # The core writes new references into these slots; ctypes does not own what C
-        # wrote, so each one read is dropped once (_drop) after reading adds ours.
-        outs = (ctypes.py_object * self._nout)()
-        try:
-            rc = _call_objects(plan, id(args) + _TUPLE_ITEMS, outs, None)
-        except Exception:  # noqa: BLE001 - a producer's error: reported by the other path
-            rc = -1
+    def _collect(self, outs):
+        """The objects in a tj_call_objects output array (NULL slots skipped)."""
         outputs = []
         for i in range(self._nout):
             try:
@@ -410,13 +410,14 @@ class CtypesKernel:
                 continue
             _drop(out)
             outputs.append(out)
-        if rc:
-            return None
-        if len(outputs) == 1:
-            return (outputs[0],)
-        if self._out_order is not None:
-            return ([outputs[j] for j in self._out_order],)
-        return (outputs,)
+        return outputs
+
+    def _plan(self, cls):
+        """This kernel's tj_call_plan for tensors of type ``cls`` (made once)."""
+        plan = _CallPlan(self._handle.value, _one_call[cls], _SAVE_THREAD, _RESTORE_THREAD)
+        self._plans[cls] = byref(plan)
+        self._plan_structs.append(plan)  # byref does not keep it alive
+        return self._plans[cls]
 
     def _call_args(self, args, stream):
         core = _core
