@@ -23,23 +23,23 @@ static void set_alloc_error(void *ctx, const char *kind, const char *message) {
                c->kernel->name, label, message ? message : "unknown error");
 }
 
-int tj_call_objects(const tj_call_plan *plan, void *const *objects, void **outputs,
-                    int32_t *failed) {
+static _Thread_local int32_t last_failed;
+
+int32_t tj_call_objects_failed(void) { return last_failed; }
+
+int tj_call_objects(const tj_call_plan *plan, void *const *objects, void **outputs) {
   const tj_kernel *k = plan->kernel;
   const DLPackExchangeAPI *api = plan->api;
   int32_t nargs = k->ninputs;
   tj_arg args[TJ_MAX_PARAMS], outs[TJ_MAX_OUTPUTS];
   tj_frame frame;
   int rc;
-  int32_t failed_at = 0;
-  if (failed == NULL) failed = &failed_at;
-  *failed = 0;
   for (int32_t o = 0; o < k->noutputs; ++o) outputs[o] = NULL;
   if (api->dltensor_from_py_object_no_sync == NULL)
     return tj_set_error(TJ_EVALUE, "%s: the producer has no DLTensor view function", k->name);
   for (int32_t i = 0; i < nargs; ++i) tj_arg_init(&args[i]);
   if ((rc = tj_args_from_exchange(api->dltensor_from_py_object_no_sync, objects, args, nargs,
-                                  failed)) != TJ_OK)
+                                  &last_failed)) != TJ_OK)
     return rc;
   if ((rc = tj_call_bind(k, args, nargs, &frame)) != TJ_OK) return rc;
 
@@ -58,7 +58,7 @@ int tj_call_objects(const tj_call_plan *plan, void *const *objects, void **outpu
      * while the caller holds that object. */
     tj_arg_from_dltensor(&outs[o], &managed->dl_tensor, 0);
     if (api->managed_tensor_to_py_object_no_sync(managed, &outputs[o]) != 0) {
-      *failed = -1 - o;
+      last_failed = -1 - o;
       return TJ_EPYERR;
     }
     if ((rc = tj_call_set_output(&frame, o, &outs[o])) != TJ_OK) return rc;
@@ -67,7 +67,7 @@ int tj_call_objects(const tj_call_plan *plan, void *const *objects, void **outpu
   if (frame.device.device_type != kDLCPU &&
       api->current_work_stream(frame.device.device_type, frame.device.device_id, &frame.stream) !=
           0) {
-    *failed = 0;
+    last_failed = TJ_FAILED_STREAM;
     return TJ_EPYERR;
   }
   void *token = plan->unlock ? plan->unlock() : NULL;

@@ -432,9 +432,8 @@ TEST(call_objects_vec_add) {
   tjt_tensor_init(&tb, b, TJT_F32, 1, &n, NULL);
   void *objects[2] = {&ta, &tb};
   void *outputs[1] = {NULL};
-  int32_t failed = 99;
   fake_unlocks = fake_locks = 0;
-  CHECK_OK(tj_call_objects(&plan, objects, outputs, &failed));
+  CHECK_OK(tj_call_objects(&plan, objects, outputs));
   fake_output *c = outputs[0];
   CHECK(c != NULL);
   CHECK_EQ_INT(c->managed.dl_tensor.shape[0], 8);
@@ -445,7 +444,7 @@ TEST(call_objects_vec_add) {
 
   /* Validation is the usual one, with the usual message. */
   tjt_tensor_init(&tb, b, TJT_F32, 1, &m, NULL);
-  CHECK_STATUS(tj_call_objects(&plan, objects, outputs, NULL), TJ_EVALUE);
+  CHECK_STATUS(tj_call_objects(&plan, objects, outputs), TJ_EVALUE);
   CHECK_ERROR_CONTAINS(
       "vec_add: argument 1 'B': expected shape[0] == n (= 8, bound by "
       "argument 0 'A'), got 7");
@@ -454,13 +453,13 @@ TEST(call_objects_vec_add) {
 
   /* A producer refusing a view: its error, and which argument. */
   fake_fail_view = 1;
-  CHECK_STATUS(tj_call_objects(&plan, objects, outputs, &failed), TJ_EPYERR);
-  CHECK_EQ_INT(failed, 0);
+  CHECK_STATUS(tj_call_objects(&plan, objects, outputs), TJ_EPYERR);
+  CHECK_EQ_INT(tj_call_objects_failed(), 0);
   fake_fail_view = 0;
 
   /* An allocator failing: a runtime error naming the output. */
   fake_fail_alloc = 1;
-  CHECK_STATUS(tj_call_objects(&plan, objects, outputs, &failed), TJ_ERUNTIME);
+  CHECK_STATUS(tj_call_objects(&plan, objects, outputs), TJ_ERUNTIME);
   CHECK_ERROR_CONTAINS(
       "vec_add: output 'C': the producer could not allocate the output: "
       "no memory today");
@@ -469,7 +468,7 @@ TEST(call_objects_vec_add) {
   /* Without an unlock hook the lock is simply kept. */
   tj_call_plan keep = {k, &api, NULL, NULL};
   fake_unlocks = 0;
-  CHECK_OK(tj_call_objects(&keep, objects, outputs, NULL));
+  CHECK_OK(tj_call_objects(&keep, objects, outputs));
   CHECK_EQ_INT(fake_unlocks, 0);
   free(outputs[0]);
   tj_kernel_free(k);

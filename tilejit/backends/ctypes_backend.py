@@ -114,6 +114,7 @@ def core_library() -> ctypes.CDLL:
                 "tj_arg_from_versioned": (c_int, [argp, c_void_p, c_char_p]),
                 "tj_arg_from_legacy": (None, [argp, c_void_p]),
                 "tj_arg_release": (None, [argp]),
+                "tj_call_objects_failed": (c_int32, []),
                 "tj_call_bind": (c_int, [c_void_p, argp, c_int32, POINTER(TjFrame)]),
                 "tj_call_set_output": (c_int, [POINTER(TjFrame), c_int32, argp]),
                 "tj_call_launch": (c_int, [POINTER(TjFrame)]),
@@ -132,7 +133,7 @@ def core_library() -> ctypes.CDLL:
             fn.argtypes = [c_void_p, POINTER(c_void_p), argp, c_int32, POINTER(c_int32)]
             fn = gil.tj_call_objects
             fn.restype = c_int
-            fn.argtypes = [c_void_p, c_void_p, c_void_p, c_void_p]
+            fn.argtypes = [c_void_p, c_void_p, c_void_p]
             global _call_objects
             _call_objects = fn
             _core_gil = gil
@@ -165,6 +166,7 @@ _TP_NAME_OFFSET = 3 * ctypes.sizeof(c_void_p)
 
 _from_py = ctypes.PYFUNCTYPE(c_int, ctypes.py_object, POINTER(DLTensor))
 _work_stream = ctypes.PYFUNCTYPE(c_int, c_int32, c_int32, POINTER(c_void_p))
+_export = ctypes.PYFUNCTYPE(c_int, ctypes.py_object, POINTER(c_void_p))
 
 
 class DLPackExchangeAPI(Structure):
@@ -177,7 +179,8 @@ class DLPackExchangeAPI(Structure):
 
 
 # type -> (callable filling a DLTensor or None, the API's owner (keeps it alive),
-# current_work_stream callable or None, the fill function's address or 0)
+# current_work_stream callable or None, the fill function's address or 0, the owning
+# export callable when there is no view function, else None)
 _exchange: dict = {}
 
 
@@ -189,7 +192,7 @@ def _exchange_fill(cls):
         return _exchange[cls]
     except KeyError:
         pass
-    fill = current = None
+    fill = current = export = None
     fill_address = 0
     owner = getattr(cls, "__dlpack_c_exchange_api__", None)
     address = None
@@ -203,11 +206,13 @@ def _exchange_fill(cls):
             if api.dltensor_from_py_object_no_sync:
                 fill = _from_py(api.dltensor_from_py_object_no_sync)
                 fill_address = api.dltensor_from_py_object_no_sync
+            elif api.managed_tensor_from_py_object_no_sync:
+                export = _export(api.managed_tensor_from_py_object_no_sync)
             if api.current_work_stream:
                 current = _work_stream(api.current_work_stream)
             break
         address = api.prev_api
-    _exchange[cls] = (fill, owner, current, fill_address)
+    _exchange[cls] = (fill, owner, current, fill_address, export)
     if fill_address and api.managed_tensor_allocator and api.managed_tensor_to_py_object_no_sync:
         _one_call[cls] = address
     return _exchange[cls]
@@ -228,6 +233,7 @@ _one_call: dict = {}
 # Where a tuple's items start (PyTupleObject: object header, size, then the items), so the
 # core reads a call's argument handles straight from the tuple Python built for it.
 _TUPLE_ITEMS = 3 * ctypes.sizeof(c_void_p)
+_FAILED_STREAM = -1000  # TJ_FAILED_STREAM
 _drop = ctypes.PyDLL(None).Py_DecRef
 _drop.restype, _drop.argtypes = None, [ctypes.py_object]
 
@@ -273,6 +279,14 @@ def _convert(obj, arg: TjArg, what: bytes, exchange: bool) -> None:
         except (TypeError, ValueError, RuntimeError, BufferError) as exc:
             raise import_failure(what.decode(), exc) from exc
         arg.kind = ARG_TENSOR
+    elif exchange and _exchange_fill(cls)[4] is not None:
+        # A table without the view: an owning export, deleted when the call is done.
+        managed = c_void_p()
+        try:
+            _exchange[cls][4](obj, byref(managed))
+        except (TypeError, ValueError, RuntimeError, BufferError) as exc:
+            raise import_failure(what.decode(), exc) from exc
+        _check(_core.tj_arg_from_versioned(byref(arg), managed, None))
     elif getattr(cls, "_tilejit_view", False):  # tilejit.from_dlpack: its DLTensor as it is
         ctypes.memmove(byref(arg.tensor), obj._dltensor_address, ctypes.sizeof(DLTensor))
         arg.kind, arg.flags = ARG_TENSOR, obj._arg_flags
@@ -339,6 +353,7 @@ class CtypesKernel:
         self._labels = tuple(labels)
         self._nargs = len(labels)
         self._nout = len(out_labels)
+        self._out_names = tuple(out_labels)
         self._ctypes_allocate = allocate
         self._out_order = None if out_order == tuple(range(len(out_order))) else out_order
         self._plans = {}  # producer type -> byref(tj_call_plan) for tj_call_objects
@@ -362,8 +377,6 @@ class CtypesKernel:
         # The whole call in one foreign call when every argument is a tensor of one
         # producer type with the exchange API (all torch, say): each ctypes call costs
         # about as much as the core's work for a call.
-        # A failed call goes the step-by-step way again, which reports the error with the
-        # argument it concerns.
         if stream is None and len(args) == self._nargs and args:
             cls = type(args[0])
             plan = self._plans.get(cls)
@@ -374,31 +387,47 @@ class CtypesKernel:
                     if type(a) is not cls:
                         break
                 else:
-                    if not self._nout:
-                        try:
-                            if not _call_objects(plan, id(args) + _TUPLE_ITEMS, None,
-                                                 None):
-                                return None
-                        except Exception:  # noqa: BLE001, S110 - reported below
-                            pass
-                    else:
-                        # The core writes new references into these slots, which ctypes
-                        # does not own: each one read is dropped once after reading.
-                        outs = self._outs_type()
-                        try:
-                            rc = _call_objects(plan, id(args) + _TUPLE_ITEMS, outs, None)
-                        except Exception:  # noqa: BLE001 - reported below
-                            rc = -1
-                        if not rc and self._nout == 1:
-                            out = outs[0]
-                            _drop(out)
-                            return out
-                        outputs = self._collect(outs)
-                        if not rc:
-                            if self._out_order is not None:
-                                return [outputs[j] for j in self._out_order]
-                            return outputs
+                    return self._call_objects(plan, args)
         return self._call_args(args, stream)
+
+    def _call_objects(self, plan, args):
+        if not self._nout:
+            try:
+                rc = _call_objects(plan, id(args) + _TUPLE_ITEMS, None)
+            except Exception as exc:  # a producer's error, raised with its context
+                raise self._producer_failure(exc) from exc
+            if rc:
+                _check(rc)
+            return None
+        # The core writes new references into these slots, which ctypes does not own:
+        # each one read is dropped once after reading.
+        outs = self._outs_type()
+        try:
+            rc = _call_objects(plan, id(args) + _TUPLE_ITEMS, outs)
+        except Exception as exc:  # a producer's error, raised with its context
+            self._collect(outs)
+            raise self._producer_failure(exc) from exc
+        if not rc and self._nout == 1:
+            out = outs[0]
+            _drop(out)
+            return out
+        outputs = self._collect(outs)
+        if rc:
+            _check(rc)
+        if self._out_order is not None:
+            return [outputs[j] for j in self._out_order]
+        return outputs
+
+    def _producer_failure(self, exc):
+        """The error for a producer failing inside tj_call_objects, as the step-by-step
+        path (and the Cython wrapper) would raise it."""
+        where = _core.tj_call_objects_failed()
+        if where >= 0:
+            return import_failure(self._labels[where].decode(), exc)
+        if where == _FAILED_STREAM:
+            return type(exc)(f"{self.name}: the producer's current stream: {exc}")
+        label = f"{self.name}: output '{self._out_names[-1 - where]}'"
+        return type(exc)(f"{label}: the producer could not return the output: {exc}")
 
     def _collect(self, outs):
         """The objects in a tj_call_objects output array (NULL slots skipped)."""

@@ -366,10 +366,15 @@ typedef struct tj_call_plan {
  * when the call fails; NULL when the kernel has no outputs), takes the stream from
  * the producer for a non-CPU device, and launches with the lock dropped. The lock
  * must be held on entry. Producer failures return TJ_EPYERR (the producer's error
- * is set on its side) with *failed (when not NULL) = the argument index, or -1 - i
- * for output i; core failures their code and message. */
-int tj_call_objects(const tj_call_plan *plan, void *const *objects, void **outputs,
-                    int32_t *failed);
+ * is set on its side; tj_call_objects_failed says where); core failures their code
+ * and message. */
+int tj_call_objects(const tj_call_plan *plan, void *const *objects, void **outputs);
+
+/* Where this thread's last tj_call_objects met a producer failure: the argument
+ * index, -1 - i for output i, or TJ_FAILED_STREAM for the stream query. Like
+ * tj_last_error, thread-local and kept until the next failure. */
+#define TJ_FAILED_STREAM (-1000)
+int32_t tj_call_objects_failed(void);
 
 #ifdef __cplusplus
 }
