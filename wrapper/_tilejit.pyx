@@ -390,8 +390,8 @@ cdef class Kernel:
         cdef int32_t nargs = len(args)
         cdef int32_t i
         cdef int rc
-        cdef tj_arg argv[64]
-        cdef tj_arg outv[16]
+        cdef tj_arg argv[64]  # TJ_MAX_PARAMS: the core refuses larger kernels
+        cdef tj_arg outv[16]  # TJ_MAX_OUTPUTS
         cdef tj_frame frame
         cdef object like
         cdef const DLPackExchangeAPI *api
@@ -425,7 +425,7 @@ cdef class Kernel:
                 if api != NULL:
                     if api.current_work_stream(frame.device.device_type, frame.device.device_id,
                                                &frame.stream) != 0:
-                        return _raise(TJ_EPYERR)
+                        _pending()  # the producer's exception
                 elif like is not None:
                     frame.stream = <void *><uintptr_t>_framework_stream(
                         like, frame.device.device_type, frame.device.device_id)
