@@ -568,3 +568,15 @@ def test_kernel_attributes(vec_add, backend):
     assert torch.equal(other(a, a), a + a)
     with pytest.raises(ValueError, match="unknown execution_backend 'nope'"):
         vec_add.with_backend("nope")
+
+
+def test_wrapper_kernels_are_called_through_vectorcall(vec_add, backend):
+    # The wrapper's kernels take calls without an argument tuple (Py_TPFLAGS_HAVE_VECTORCALL,
+    # set by hand on the backend class: before 3.12 heap subclasses do not inherit it).
+    have_vectorcall = 1 << 11
+    assert bool(type(vec_add).__flags__ & have_vectorcall) == (backend != "ctypes")
+    a = torch.ones(3)
+    assert vec_add(a, a, stream=None).tolist() == [2.0] * 3
+    assert vec_add.__call__(a, a).tolist() == [2.0] * 3  # tp_call still works
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'streams'"):
+        vec_add(a, a, streams=0)

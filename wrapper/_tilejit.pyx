@@ -282,6 +282,43 @@ from tilejit.streams import framework_stream as _framework_stream
 from tilejit.streams import stream_handle as _stream_handle
 
 
+cdef extern from "Python.h":
+    PyObject **PySequence_Fast_ITEMS(object)
+    Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
+    unsigned long Py_TPFLAGS_HAVE_VECTORCALL
+    ctypedef struct PyTypeObject_vc "PyTypeObject":
+        Py_ssize_t tp_vectorcall_offset
+        unsigned long tp_flags
+
+
+cdef object _kernel_vectorcall(object self, PyObject **args, size_t nargsf,
+                               PyObject *kwnames):
+    """The vectorcall entry of kernels: ``kernel(a, b, c)`` from Python arrives here
+    with the arguments in place, no tuple, no keyword dict."""
+    cdef Py_ssize_t count = PyVectorcall_NARGS(nargsf)
+    stream = None
+    if kwnames != NULL:
+        names = <tuple>kwnames
+        for j in range(len(names)):
+            if names[j] != "stream":
+                raise TypeError(f"{(<Kernel>self)._name}() got an unexpected keyword argument "
+                                f"'{names[j]}'")
+            stream = <object>args[count + j]
+    return (<Kernel>self)._call(args, count, stream)
+
+
+def _enable_vectorcall(type cls):
+    """Turns on the vectorcall protocol for ``cls`` (Kernel or a subclass of it: CPython
+    before 3.12 does not pass the flag on to heap subclasses). Calls then skip building
+    an argument tuple."""
+    cdef Kernel probe = Kernel.__new__(Kernel)
+    cdef Py_ssize_t offset = <Py_ssize_t>(<char *>&probe._vectorcall - <char *><PyObject *>probe)
+    cdef PyTypeObject_vc *t = <PyTypeObject_vc *><PyObject *>cls
+    t.tp_vectorcall_offset = offset
+    t.tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL
+    PyType_Modified(cls)
+
+
 cdef class Kernel:
     """A finalized core kernel plus what the hot path needs to call it.
 
@@ -303,11 +340,13 @@ cdef class Kernel:
     cdef bint _exchange  # use producers' DLPack exchange API when they have one
     cdef tuple _out_order  # None when outputs return in declaration order
     cdef str _name
+    cdef void *_vectorcall  # _kernel_vectorcall; see _enable_vectorcall
 
     def __cinit__(self, *args, **kwargs):
         # Python subclasses (tilejit.JITKernel's backend classes) pass their own
         # constructor arguments through here; the kernel is built by _bind.
         self._k = NULL
+        self._vectorcall = <void *>_kernel_vectorcall
 
     def _bind(self, tuple spec, str library, str entry, object allocate, bint exchange_api,
               tuple out_order):
@@ -387,7 +426,12 @@ cdef class Kernel:
         tj_kernel_free(self._k)
 
     def __call__(self, *args, stream=None):
-        cdef int32_t nargs = len(args)
+        return self._call(PySequence_Fast_ITEMS(args), len(args), stream)
+
+    cdef object _call(self, PyObject **args, Py_ssize_t count, object stream):
+        """One call: ``args`` are ``count`` borrowed references (the caller's tuple
+        or vectorcall array, alive for the call)."""
+        cdef int32_t nargs = <int32_t>count if count < 0x7fffffff else 0x7fffffff
         cdef int32_t i
         cdef int rc
         cdef tj_arg argv[64]  # TJ_MAX_PARAMS: the core refuses larger kernels
@@ -406,10 +450,10 @@ cdef class Kernel:
             tj_arg_init(&outv[i])
         try:
             for i in range(nargs):
-                _convert(args[i], &argv[i], self._labels[i], self._exchange)
+                _convert(<object>args[i], &argv[i], self._labels[i], self._exchange)
             _check(tj_call_bind(self._k, argv, nargs, &frame))
             outputs = [] if self._nout else None
-            like = args[frame.first_tensor] if frame.first_tensor >= 0 else None
+            like = <object>args[frame.first_tensor] if frame.first_tensor >= 0 else None
             if type(like) is TensorView:  # outputs and streams follow the view's source
                 like = (<TensorView>like).source
             if not self._exchange:
@@ -460,6 +504,9 @@ cdef class Kernel:
     @property
     def name(self):
         return tj_kernel_name(self._k).decode()
+
+
+_enable_vectorcall(Kernel)
 
 
 def cuda_device_capability(int32_t device_id=-1):

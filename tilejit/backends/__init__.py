@@ -64,6 +64,9 @@ def kernel_class(base: type, name: str) -> type:
             impl = wrapper_module().Kernel
         cls = type(f"{name.capitalize()}JITKernel", (base, impl),
                    {"__module__": base.__module__, "__doc__": base.__doc__})
+        if name != "ctypes":
+            # Calls straight into the wrapper's vectorcall entry (no argument tuple).
+            wrapper_module()._enable_vectorcall(cls)
         _classes[name] = cls
     return cls
 
