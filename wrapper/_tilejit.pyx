@@ -7,7 +7,7 @@ calls the core, and maps core status codes to exceptions in one place
 """
 from cpython.bool cimport PyBool_Check
 from cpython.dict cimport PyDict_GetItem
-from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_Check
+from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
 from cpython.long cimport (PyLong_AsLongLongAndOverflow, PyLong_AsVoidPtr, PyLong_Check,
                            PyLong_FromVoidPtr)
 from cpython.object cimport PyObject
@@ -232,7 +232,9 @@ cdef int _convert(object obj, tj_arg *arg, bytes what, bint exchange) except -1:
         if overflow:
             arg.flags |= TJ_ARG_OUT_OF_RANGE
         return 0
-    if PyFloat_Check(obj):
+    # Exact: a subtype check costs a walk of the MRO for every tensor; float subclasses
+    # (numpy.float64) are taken by the __float__ branch below.
+    if PyFloat_CheckExact(obj):
         arg.kind = TJ_ARG_FLOAT
         arg.value.f = PyFloat_AS_DOUBLE(obj)
         return 0
@@ -489,10 +491,13 @@ cdef class Kernel:
                     rc = tj_call_launch(&frame)
             _check(rc)
         finally:
+            # Only owning imports owe a deleter call; views and scalars have none.
             for i in range(nargs):
-                tj_arg_release(&argv[i])
+                if argv[i].owner_kind != TJ_OWNER_NONE:
+                    tj_arg_release(&argv[i])
             for i in range(self._nout):
-                tj_arg_release(&outv[i])
+                if outv[i].owner_kind != TJ_OWNER_NONE:
+                    tj_arg_release(&outv[i])
         if self._nout == 0:
             return None
         if self._nout == 1:

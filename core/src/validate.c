@@ -162,7 +162,11 @@ static int check_buffer(binder *b, int32_t index, const tj_arg *arg) {
   const DLTensor *t = &arg->tensor;
   char msg[600], a[48], c[48];
   int rc;
-  if ((rc = check_device(b, index, &t->device))) return rc;
+  /* Same device as the tensor before it: nothing more to check. */
+  if (!(b->device_param >= 0 && t->device.device_type == b->frame->device.device_type &&
+        t->device.device_id == b->frame->device.device_id) &&
+      (rc = check_device(b, index, &t->device)))
+    return rc;
   if (t->dtype.code != p->dtype.code || t->dtype.bits != p->dtype.bits ||
       t->dtype.lanes != p->dtype.lanes) {
     tj_dtype_format(p->dtype, a, sizeof(a));
@@ -182,8 +186,16 @@ static int check_buffer(binder *b, int32_t index, const tj_arg *arg) {
     return fail(b, TJ_EVALUE, index,
                 "the tensor is read-only (DLPack READ_ONLY flag), but the parameter is not "
                 "declared const=True");
-  for (int32_t d = 0; d < p->ndim; ++d)
+  for (int32_t d = 0; d < p->ndim; ++d) {
+    /* The common case inline: a constant, or a symbol already bound, that matches.
+     * Binding and every mismatch go through check_direct. */
+    const tj__expr *e = &k->exprs[p->shape[d]];
+    if (e->is_const
+            ? t->shape[d] == e->cval
+            : e->sym >= 0 && b->bound_by[e->sym] != -1 && t->shape[d] == b->frame->symbols[e->sym])
+      continue;
     if ((rc = check_direct(b, index, "shape", d, p->shape[d], t->shape[d], 0))) return rc;
+  }
   int empty = numel(t) == 0;
   if (p->has_strides) {
     int64_t scratch[TJ_MAX_NDIM];
