@@ -1,32 +1,10 @@
 """Building the Cython wrapper and the C core for the running interpreter, with their cache.
 
 Installed as `tilejit._build_tools`; importable as `build_tools` from a checkout's root.
+The public names are those of `wrapper_build.__all__`.
 """
 
-from .wrapper_build import (
-    WRAPPER_MODULE,
-    abi_tag,
-    build_core_library,
-    build_wrapper,
-    cache_root,
-    core_library_path,
-    core_source_hash,
-    load_wrapper,
-    source_dirs,
-    source_hash,
-    wrapper_path,
-)
+from . import wrapper_build
+from .wrapper_build import *  # re-exports exactly wrapper_build.__all__
 
-__all__ = [
-    "WRAPPER_MODULE",
-    "abi_tag",
-    "build_core_library",
-    "build_wrapper",
-    "cache_root",
-    "core_library_path",
-    "core_source_hash",
-    "load_wrapper",
-    "source_dirs",
-    "source_hash",
-    "wrapper_path",
-]
+__all__ = list(wrapper_build.__all__)
