@@ -230,9 +230,20 @@ _RESTORE_THREAD = ctypes.cast(_py.PyEval_RestoreThread, c_void_p).value
 # type -> address of its exchange-API table, for the producer types whose whole calls
 # tj_call_objects can take.
 _one_call: dict = {}
-# Where a tuple's items start (PyTupleObject: object header, size, then the items), so the
-# core reads a call's argument handles straight from the tuple Python built for it.
-_TUPLE_ITEMS = 3 * ctypes.sizeof(c_void_p)
+def _tuple_items_offset() -> int:
+    """Where a tuple's item pointers start, past its header (object header and size, and
+    on newer CPythons a cached hash), found on a live tuple rather than assumed."""
+    items = tuple(object() for _ in range(8))
+    word = ctypes.sizeof(c_void_p)
+    for offset in range(2 * word, 6 * word, word):
+        if all(c_void_p.from_address(id(items) + offset + i * word).value == id(item)
+               for i, item in enumerate(items)):
+            return offset
+    raise RuntimeError("tilejit: cannot find the items of a tuple in this Python")
+
+
+# So the core reads a call's argument handles straight from the tuple Python built for it.
+_TUPLE_ITEMS = _tuple_items_offset()
 _FAILED_STREAM = -1000  # TJ_FAILED_STREAM
 _drop = ctypes.PyDLL(None).Py_DecRef
 _drop.restype, _drop.argtypes = None, [ctypes.py_object]
