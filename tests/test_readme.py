@@ -9,7 +9,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def test_readme_example_runs():
-    example = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)[0]
+    example = re.findall(r"```python\n(.*?)```", README.read_text(), re.DOTALL)[0]
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         exec(compile(example, "README.md example", "exec"), {})  # noqa: S102 - our own docs
