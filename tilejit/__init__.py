@@ -31,6 +31,8 @@ def empty(shape, dtype="float32", device="cpu"):
     from .dtypes import canonical
 
     return wrapper_module().empty(shape, canonical(dtype), device)
+
+
 __all__ = [
     "CompileError",
     "JITFunction",
