@@ -32,14 +32,14 @@ from ctypes import (
     c_int,
     c_int32,
     c_int64,
-    c_uint8,
-    c_uint16,
     c_uint32,
     c_uint64,
     c_void_p,
 )
 from pathlib import Path
 from typing import ClassVar
+
+from tilejit.backends.ctypes_backend import DLDataType, DLDevice, DLTensor
 
 HERE = Path(__file__).resolve().parent
 KDL_CUDA = 2
@@ -115,21 +115,7 @@ class FakeDriver:
         return self.records("cuLaunchKernel")
 
 
-# ---- DLPack structures -------------------------------------------------------------------
-
-
-class DLDevice(Structure):
-    _fields_ = [("device_type", c_int32), ("device_id", c_int32)]
-
-
-class DLDataType(Structure):
-    _fields_ = [("code", c_uint8), ("bits", c_uint8), ("lanes", c_uint16)]
-
-
-class DLTensor(Structure):
-    _fields_ = [("data", c_void_p), ("device", DLDevice), ("ndim", c_int32),
-                ("dtype", DLDataType), ("shape", POINTER(c_int64)),
-                ("strides", POINTER(c_int64)), ("byte_offset", c_uint64)]
+# ---- DLPack structures (the ctypes backend's mirrors, plus the managed wrapper) ----------
 
 
 class DLPackVersion(Structure):
