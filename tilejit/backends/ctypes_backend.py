@@ -27,6 +27,7 @@ from ctypes import (
     c_uint64,
     c_void_p,
 )
+from typing import NamedTuple
 
 from ..dlpack_import import dlpack_capsule, import_failure
 from ..layout import Pointer
@@ -178,44 +179,52 @@ class DLPackExchangeAPI(Structure):
                 ("current_work_stream", c_void_p)]
 
 
-# type -> (callable filling a DLTensor or None, the API's owner (keeps it alive),
-# current_work_stream callable or None, the fill function's address or 0, the owning
-# export callable when there is no view function, else None)
-_exchange: dict = {}
+class _Producer(NamedTuple):
+    """What a producer type's exchange-API table offers this backend, read once per type."""
+
+    fill: object         # dltensor_from_py_object_no_sync as a ctypes callable, or None
+    fill_address: int    # its address (tj_args_from_exchange takes it), or 0
+    export: object       # managed_tensor_from_py_object_no_sync, when there is no view
+    current: object      # current_work_stream as a ctypes callable, or None
+    call_api: int        # the table's address when tj_call_objects can take whole calls
+    owner: object        # the capsule or int that published the table (kept alive)
 
 
-def _exchange_fill(cls):
-    """The type's ``dltensor_from_py_object_no_sync`` as a ctypes callable, or None; read
-    once per type. Only the non-owning view is used here, as the Cython wrapper does when
-    a producer offers it; producers without it take the standard protocol."""
+_NO_PRODUCER = _Producer(None, 0, None, None, 0, None)
+_producers: dict = {}  # type -> _Producer; keeps each type alive
+
+
+def _producer(cls) -> _Producer:
+    """The exchange API of type ``cls``: the capsule attribute, else the older int-valued
+    one; walks prev_api to a major version we speak. Read once per type."""
     try:
-        return _exchange[cls]
+        return _producers[cls]
     except KeyError:
         pass
-    fill = current = export = None
-    fill_address = 0
     owner = getattr(cls, "__dlpack_c_exchange_api__", None)
     address = None
     if owner is not None and _capsule_valid(owner, b"dlpack_exchange_api"):
         address = _capsule_pointer(owner, b"dlpack_exchange_api")
     elif isinstance(getattr(cls, "__c_dlpack_exchange_api__", None), int):
-        address = cls.__c_dlpack_exchange_api__
+        owner = address = cls.__c_dlpack_exchange_api__
+    producer = _NO_PRODUCER
     while address:
         api = DLPackExchangeAPI.from_address(address)
         if api.major == 1:
-            if api.dltensor_from_py_object_no_sync:
-                fill = _from_py(api.dltensor_from_py_object_no_sync)
-                fill_address = api.dltensor_from_py_object_no_sync
-            elif api.managed_tensor_from_py_object_no_sync:
-                export = _export(api.managed_tensor_from_py_object_no_sync)
-            if api.current_work_stream:
-                current = _work_stream(api.current_work_stream)
+            view = api.dltensor_from_py_object_no_sync
+            whole = view and api.managed_tensor_allocator and \
+                api.managed_tensor_to_py_object_no_sync
+            producer = _Producer(
+                fill=_from_py(view) if view else None, fill_address=view or 0,
+                export=(_export(api.managed_tensor_from_py_object_no_sync)
+                        if not view and api.managed_tensor_from_py_object_no_sync else None),
+                current=(_work_stream(api.current_work_stream) if api.current_work_stream
+                         else None),
+                call_api=address if whole else 0, owner=owner)
             break
         address = api.prev_api
-    _exchange[cls] = (fill, owner, current, fill_address, export)
-    if fill_address and api.managed_tensor_allocator and api.managed_tensor_to_py_object_no_sync:
-        _one_call[cls] = address
-    return _exchange[cls]
+    _producers[cls] = producer
+    return producer
 
 
 class _CallPlan(Structure):
@@ -227,9 +236,6 @@ class _CallPlan(Structure):
 
 _SAVE_THREAD = ctypes.cast(_py.PyEval_SaveThread, c_void_p).value
 _RESTORE_THREAD = ctypes.cast(_py.PyEval_RestoreThread, c_void_p).value
-# type -> address of its exchange-API table, for the producer types whose whole calls
-# tj_call_objects can take.
-_one_call: dict = {}
 def _tuple_items_offset() -> int:
     """Where a tuple's item pointers start, past its header (object header and size, and
     on newer CPythons a cached hash), found on a live tuple rather than assumed."""
@@ -245,7 +251,7 @@ def _tuple_items_offset() -> int:
 # So the core reads a call's argument handles straight from the tuple Python built for it.
 _TUPLE_ITEMS = _tuple_items_offset()
 _FAILED_STREAM = -1000  # TJ_FAILED_STREAM
-_drop = ctypes.PyDLL(None).Py_DecRef
+_drop = _py.Py_DecRef
 _drop.restype, _drop.argtypes = None, [ctypes.py_object]
 
 
@@ -284,20 +290,20 @@ def _convert(obj, arg: TjArg, what: bytes, exchange: bool) -> None:
         arg.kind, arg.value.p = ARG_ADDRESS, obj.address
         arg.tensor.dtype.code, arg.tensor.dtype.bits, arg.tensor.dtype.lanes = obj.dlpack_dtype
         arg.tensor.device.device_type = obj.dlpack_device_type
-    elif exchange and _exchange_fill(cls)[0] is not None:
-        try:
-            _exchange[cls][0](obj, byref(arg.tensor))  # raises what the producer set
-        except (TypeError, ValueError, RuntimeError, BufferError) as exc:
-            raise import_failure(what.decode(), exc) from exc
-        arg.kind = ARG_TENSOR
-    elif exchange and _exchange_fill(cls)[4] is not None:
-        # A table without the view: an owning export, deleted when the call is done.
+    elif exchange and (_producer(cls).fill is not None or _producer(cls).export is not None):
+        producer = _producer(cls)
         managed = c_void_p()
         try:
-            _exchange[cls][4](obj, byref(managed))
+            if producer.fill is not None:
+                producer.fill(obj, byref(arg.tensor))  # raises what the producer set
+            else:  # a table without the view: an owning export, deleted after the call
+                producer.export(obj, byref(managed))
         except (TypeError, ValueError, RuntimeError, BufferError) as exc:
             raise import_failure(what.decode(), exc) from exc
-        _check(_core.tj_arg_from_versioned(byref(arg), managed, None))
+        if producer.fill is not None:
+            arg.kind = ARG_TENSOR
+        else:
+            _check(_core.tj_arg_from_versioned(byref(arg), managed, None))
     elif getattr(cls, "_tilejit_view", False):  # tilejit.from_dlpack: its DLTensor as it is
         ctypes.memmove(byref(arg.tensor), obj._dltensor_address, ctypes.sizeof(DLTensor))
         arg.kind, arg.flags = ARG_TENSOR, obj._arg_flags
@@ -369,7 +375,6 @@ class CtypesKernel:
         self._out_order = None if out_order == tuple(range(len(out_order))) else out_order
         self._plans = {}  # producer type -> byref(tj_call_plan) for tj_call_objects
         self._outs_type = ctypes.py_object * max(self._nout, 1)
-        self._plan_structs = []
 
     def __del__(self):
         if self._handle is not None and _core is not None:
@@ -391,7 +396,7 @@ class CtypesKernel:
         if stream is None and len(args) == self._nargs and args:
             cls = type(args[0])
             plan = self._plans.get(cls)
-            if plan is None and cls in _one_call:
+            if plan is None and _producer(cls).call_api:
                 plan = self._plan(cls)
             if plan is not None:
                 for a in args:
@@ -455,9 +460,9 @@ class CtypesKernel:
 
     def _plan(self, cls):
         """This kernel's tj_call_plan for tensors of type ``cls`` (made once)."""
-        plan = _CallPlan(self._handle.value, _one_call[cls], _SAVE_THREAD, _RESTORE_THREAD)
-        self._plans[cls] = byref(plan)
-        self._plan_structs.append(plan)  # byref does not keep it alive
+        plan = _CallPlan(self._handle.value, _producer(cls).call_api, _SAVE_THREAD,
+                         _RESTORE_THREAD)
+        self._plans[cls] = byref(plan)  # the byref object keeps the struct alive
         return self._plans[cls]
 
     def _call_args(self, args, stream):
@@ -474,10 +479,10 @@ class CtypesKernel:
             # by the core in one call; everything else goes through _convert.
             objects = fill = None
             for i, obj in enumerate(args):
-                entry = _exchange.get(type(obj)) or _exchange_fill(type(obj))
-                if entry[3] and (fill is None or entry[3] == fill):
+                address = _producer(type(obj)).fill_address
+                if address and (fill is None or address == fill):
                     if fill is None:
-                        fill, objects = entry[3], (c_void_p * nargs)()
+                        fill, objects = address, (c_void_p * nargs)()
                     objects[i] = id(obj)
                 else:
                     converted = True
@@ -493,7 +498,7 @@ class CtypesKernel:
             if stream is not None:
                 frame.stream = stream_handle(stream, self.name)
             elif frame.device.device_type != 1 and like is not None:
-                current = _exchange_fill(type(like))[2]
+                current = _producer(type(like)).current
                 if current is not None:
                     handle = c_void_p()
                     current(frame.device.device_type, frame.device.device_id, byref(handle))
