@@ -15,7 +15,6 @@ from cpython.ref cimport Py_DECREF
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName
 from libc.stdint cimport int32_t, int64_t, uintptr_t
 from libc.stdlib cimport free, malloc
-from libc.string cimport memset, strncpy
 
 from core cimport *
 from dlpack_abi cimport (DLDataType, DLManagedTensor, DLManagedTensorVersioned,
@@ -136,51 +135,23 @@ cdef int _import_exchange(object obj, tj_arg *arg, const DLPackExchangeAPI *api)
     return _check(tj_arg_from_versioned(arg, managed, NULL))
 
 
-cdef void _set_alloc_error(void *ctx, const char *kind, const char *message) noexcept nogil:
-    if message == NULL:
-        message = b"unknown error"
-    strncpy(<char *>ctx, message, 511)
-    (<char *>ctx)[511] = 0
-
-
-cdef int _to_py(const DLPackExchangeAPI *api, DLManagedTensorVersioned *managed,
-                void **result) except -1:
-    if api.managed_tensor_to_py_object_no_sync(managed, result) != 0:
-        return -1  # the producer set the exception
-    return 0
-
-
 cdef object _allocate_exchange(const DLPackExchangeAPI *api, tj_frame *frame, int32_t i,
                                tj_arg *out, object label):
-    """Allocates output ``i`` with the producer's own allocator and validates it.
-
-    Returns the new Python tensor; on failure ``out`` still owns what was
-    allocated, and the caller's tj_arg_release frees it."""
-    cdef DLTensor proto
-    cdef DLManagedTensorVersioned *managed = NULL
+    """Output ``i`` from the producer's own allocator, validated (tj_call_allocate_output);
+    returns the producer's new tensor object."""
     cdef void *result = NULL
-    cdef char error[512]
-    memset(&proto, 0, sizeof(proto))
-    error[0] = 0
-    proto.device = frame.device
-    proto.ndim = frame.out_ndim[i]
-    proto.dtype = frame.out_dtype[i]
-    proto.shape = frame.out_shape[i]
-    if api.managed_tensor_allocator(&proto, &managed, error, _set_alloc_error) != 0:
-        raise RuntimeError(f"{label}: the producer could not allocate the output: "
-                           f"{error.decode('utf-8', 'replace')}")
-    _check(tj_arg_from_versioned(out, managed, NULL))
-    _check(tj_call_set_output(frame, i, out))
-    # The Python object takes the managed tensor over; the view in `out` stays
-    # valid because we hold that object until the call returns.
-    out.owner_kind = TJ_OWNER_NONE
-    out.owner = NULL
-    try:
-        _to_py(api, managed, &result)
-    except Exception as exc:
-        raise type(exc)(f"{label}: the producer could not return the output: {exc}") from exc
-    tensor = <object>result
-    Py_DECREF(tensor)  # <object> took a reference; the producer gave us one already
+    cdef int rc = tj_call_allocate_output(frame, i, api, out, &result)
+    tensor = None
+    if result != NULL:
+        tensor = <object>result
+        Py_DECREF(tensor)  # <object> took a reference; the producer gave us one already
+    if rc == TJ_EPYERR:
+        try:
+            _pending()
+        except Exception as exc:
+            raise type(exc)(f"{label}: the producer could not return the output: {exc}") \
+                from exc
+    _check(rc)
     return tensor
 
 

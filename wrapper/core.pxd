@@ -3,7 +3,7 @@
 from libc.stdint cimport int32_t, int64_t, uint32_t
 
 from dlpack_abi cimport (DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned,
-                         DLPackDLTensorFromPyObjectNoSync, DLTensor)
+                         DLPackDLTensorFromPyObjectNoSync, DLPackExchangeAPI, DLTensor)
 
 
 cdef extern from "tilejit/tilejit.h" nogil:
@@ -150,5 +150,7 @@ cdef extern from "tilejit/tilejit.h" nogil:
     int tj_call_bind(const tj_kernel *kernel, tj_arg *args, int32_t nargs, tj_frame *frame)
     int tj_call_set_output(tj_frame *frame, int32_t i, tj_arg *arg)
     int tj_call_launch(tj_frame *frame)
+    int tj_call_allocate_output(tj_frame *frame, int32_t i, const DLPackExchangeAPI *api,
+                                tj_arg *out, void **object)
 
     int tj_cuda_device_capability(int32_t device_id, int32_t *major, int32_t *minor)

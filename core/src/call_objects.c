@@ -23,6 +23,33 @@ static void set_alloc_error(void *ctx, const char *kind, const char *message) {
                c->kernel->name, label, message ? message : "unknown error");
 }
 
+int tj_call_allocate_output(tj_frame *frame, int32_t i, const DLPackExchangeAPI *api, tj_arg *out,
+                            void **object) {
+  const tj_kernel *k = frame->kernel;
+  *object = NULL;
+  if (i < 0 || i >= k->noutputs)
+    return tj_set_error(TJ_EVALUE, "%s: output index %d out of range", k->name, i);
+  alloc_context context = {k, k->output_params[i]};
+  DLTensor proto;
+  memset(&proto, 0, sizeof(proto));
+  proto.device = frame->device;
+  proto.ndim = frame->out_ndim[i];
+  proto.dtype = frame->out_dtype[i];
+  proto.shape = frame->out_shape[i];
+  DLManagedTensorVersioned *managed = NULL;
+  if (api->managed_tensor_allocator(&proto, &managed, &context, set_alloc_error) != 0)
+    return TJ_ERUNTIME;
+  /* The object owns the tensor from here (to-object steals it, even on failure); the
+   * view in `out` stays valid while the caller holds that object. */
+  tj_arg_from_dltensor(out, &managed->dl_tensor, 0);
+  if (api->managed_tensor_to_py_object_no_sync(managed, object) != 0) {
+    *object = NULL;
+    tj_arg_init(out);
+    return TJ_EPYERR;
+  }
+  return tj_call_set_output(frame, i, out);
+}
+
 static _Thread_local int32_t last_failed;
 
 int32_t tj_call_objects_failed(void) { return last_failed; }
@@ -44,24 +71,9 @@ int tj_call_objects(const tj_call_plan *plan, void *const *objects, void **outpu
   if ((rc = tj_call_bind(k, args, nargs, &frame)) != TJ_OK) return rc;
 
   for (int32_t o = 0; o < k->noutputs; ++o) {
-    alloc_context context = {k, k->output_params[o]};
-    DLTensor proto;
-    memset(&proto, 0, sizeof(proto));
-    proto.device = frame.device;
-    proto.ndim = frame.out_ndim[o];
-    proto.dtype = frame.out_dtype[o];
-    proto.shape = frame.out_shape[o];
-    DLManagedTensorVersioned *managed = NULL;
-    if (api->managed_tensor_allocator(&proto, &managed, &context, set_alloc_error) != 0)
-      return TJ_ERUNTIME;
-    /* The output object owns the tensor from here; the view in outs[o] stays valid
-     * while the caller holds that object. */
-    tj_arg_from_dltensor(&outs[o], &managed->dl_tensor, 0);
-    if (api->managed_tensor_to_py_object_no_sync(managed, &outputs[o]) != 0) {
-      last_failed = -1 - o;
-      return TJ_EPYERR;
-    }
-    if ((rc = tj_call_set_output(&frame, o, &outs[o])) != TJ_OK) return rc;
+    rc = tj_call_allocate_output(&frame, o, api, &outs[o], &outputs[o]);
+    if (rc == TJ_EPYERR) last_failed = -1 - o;
+    if (rc != TJ_OK) return rc;
   }
 
   if (frame.device.device_type != kDLCPU &&

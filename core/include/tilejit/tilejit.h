@@ -344,6 +344,17 @@ int tj_call_launch(tj_frame *frame);
  * Loads the driver if needed. */
 int tj_cuda_device_capability(int32_t device_id, int32_t *major, int32_t *minor);
 
+/* Allocates output `i` of a bound frame with a producer's exchange-API allocator
+ * and hands it over as one of the producer's objects: *object receives a new
+ * reference (owned by the caller even when a later step fails; NULL if none was
+ * made), `out` a view of it, valid while that object lives, validated like an input
+ * (tj_call_set_output). The caller holds what the producer needs (the GIL).
+ * Returns TJ_ERUNTIME when the allocator refuses (its message in tj_last_error),
+ * TJ_EPYERR when turning the tensor into an object failed (the producer's error is
+ * set on its side), or the validation's code. */
+int tj_call_allocate_output(tj_frame *frame, int32_t i, const DLPackExchangeAPI *api, tj_arg *out,
+                            void **object);
+
 /* ---- One call from object handles (for bindings where calls are dear) ----- */
 
 /* A prepared call of one kernel on tensors of one producer type, for
