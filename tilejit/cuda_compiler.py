@@ -112,23 +112,8 @@ def _normalize_arch(item) -> str:
 def _device_capability() -> tuple[int, int] | None:
     """The current GPU's compute capability through the core's driver loader, or None when
     there is no driver or no device."""
-    try:
-        from .backends.cython_backend import wrapper_module
+    from .backends.core import cuda_device_capability as capability
 
-        capability = wrapper_module().cuda_device_capability
-    except Exception:  # noqa: BLE001 - no wrapper: the ctypes core asks the same driver
-        import ctypes
-
-        from .backends.ctypes_backend import core_library
-
-        lib = core_library()
-
-        def capability(device_id):
-            major, minor = ctypes.c_int32(), ctypes.c_int32()
-            if lib.tj_cuda_device_capability(device_id, ctypes.byref(major),
-                                             ctypes.byref(minor)):
-                raise RuntimeError(lib.tj_last_error().decode("utf-8", "replace"))
-            return major.value, minor.value
     try:
         return capability(-1)
     except RuntimeError:

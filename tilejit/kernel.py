@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import backends as _backends
-from .outputs import make_allocator
+from .backends.core import CoreKernel
 from .program import Program
 from .signature import Signature
 
@@ -33,12 +33,10 @@ class JITKernel:
         # The core numbers outputs in declaration order (that is the order the backend
         # allocates and returns them in); the caller gets them in out_idx order.
         outs = sorted(signature.out_idx)
-        params = program.params
-        self._allocate = make_allocator(program.name, [signature.names[i] for i in outs],
-                                        [params[i].dtype for i in outs])
         order = tuple(outs.index(i) for i in signature.out_idx)
-        _backends.bind(self, self.execution_backend, signature.spec, library_path,
-                       signature.entry, self._allocate, order)
+        # Each JITKernel has its own core kernel (and so its own CUDA modules).
+        self._core_kernel = CoreKernel(signature.spec, library_path, signature.entry)
+        _backends.bind(self, self.execution_backend, self._core_kernel, order)
 
     @property
     def params(self):

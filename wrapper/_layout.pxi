@@ -1,5 +1,5 @@
 # Layout views (SPEC section 4): the storage behind tilejit.from_dlpack. Included by
-# _tilejit.pyx, whose helpers (_check, _raise, _exchange_api, _import_dlpack) it uses.
+# _tilejit.pyx, whose helpers (_check, _pending, _producer_of) it uses.
 #
 # A TensorView imports its tensor once and keeps it: the managed tensor (its deleter runs
 # exactly once, when the view dies), a reference to the source object, and a DLTensor of
@@ -45,6 +45,9 @@ cdef class TensorView:
     cdef tj_layout _layout
     cdef int64_t _align
     cdef readonly object source  # the object the view was made from, kept alive
+    # The producers of the source's type (dlpack backend, exchange API): a kernel given
+    # the view allocates its outputs and finds its stream as for the source itself.
+    cdef const tj_producer *_sources[2]
 
     # Lets code without the compiled wrapper (the ctypes backend) recognise views.
     _tilejit_view = True
@@ -234,6 +237,22 @@ cdef tuple _layout_key(const tj_layout *layout, DLDataType dtype, int64_t align,
     return (_format_layout(&lay), dtype.code, dtype.bits, dtype.lanes, align)
 
 
+cdef int _view_import(const tj_producer *self, void *obj, tj_arg *arg) noexcept:
+    """The view producer: the view's own DLTensor as it is (imported once, by
+    from_dlpack), and its source's producer for outputs and streams."""
+    cdef TensorView view = <TensorView>obj
+    tj_arg_from_dltensor(arg, &view._tensor, view._flags)
+    arg.producer = view._sources[<intptr_t>self.context]
+    return TJ_OK
+
+
+for _mode in range(2):
+    _view_producers[_mode].import_ = _view_import
+    _view_producers[_mode].type = <void *>TensorView
+    _view_producers[_mode].context = <void *><intptr_t>_mode
+    _view_producers[_mode].host = &_host
+
+
 cdef tuple _lent_key(object tensor, const DLPackExchangeAPI *api, bint implicit):
     """The key of a tensor whose producer lends its DLTensor (exchange API): what
     ``from_dlpack(tensor)._jit_key(implicit)`` gives, without making the view."""
@@ -241,7 +260,7 @@ cdef tuple _lent_key(object tensor, const DLPackExchangeAPI *api, bint implicit)
     cdef tj_layout lay
     cdef int64_t align = 0
     if api.dltensor_from_py_object_no_sync(<void *>tensor, &t) != 0:
-        _raise(TJ_EPYERR)
+        _pending()
     if t.ndim < 0 or t.ndim > 16:
         raise ValueError(f"from_dlpack: a {t.ndim}-d tensor has too many dimensions "
                          "(at most 16)")
@@ -259,6 +278,7 @@ def _jit_arguments(object items, bint implicit):
     layout for tensors, a view's own marks); ``parts`` is the hashable key of the call,
     constants included as ``(name, type, value)``."""
     cdef list args = [], keys = [], parts = []
+    cdef const tj_producer *producer
     cdef const DLPackExchangeAPI *api
     for name, value in items:
         cls = type(value)
@@ -266,7 +286,8 @@ def _jit_arguments(object items, bint implicit):
             key = (<TensorView>value)._jit_key(False)
             args.append(value)
         else:
-            api = _exchange_api(cls)
+            producer = _producer_of(cls, True)
+            api = producer.api if producer != NULL else NULL
             if api != NULL and api.dltensor_from_py_object_no_sync != NULL:
                 key = _lent_key(value, api, implicit)
                 args.append(value)
@@ -290,16 +311,22 @@ def from_dlpack(object tensor, assumed_align=None):
     divide the base address.
     """
     cdef TensorView view = TensorView.__new__(TensorView)
-    cdef const DLPackExchangeAPI *api = _exchange_api(type(tensor))
+    cdef const tj_producer *producer = _producer_of(type(tensor), True)
     cdef DLManagedTensorVersioned *managed = NULL
-    if api != NULL:
-        if api.managed_tensor_from_py_object_no_sync(<void *>tensor, &managed) != 0:
-            return _raise(TJ_EPYERR)
-        _check(tj_arg_from_versioned(&view._owner, managed, b"from_dlpack"))
-    elif hasattr(type(tensor), "__dlpack__"):
-        _import_dlpack(tensor, &view._owner, b"from_dlpack")
-    else:
+    cdef int rc
+    if producer == NULL or type(tensor) is TensorView:
         raise TypeError(f"from_dlpack: expected a tensor supporting DLPack (__dlpack__), got "
                         f"{type(tensor).__name__}")
+    if producer.api != NULL:  # an owning export: the view outlives this call
+        if producer.api.managed_tensor_from_py_object_no_sync(<void *>tensor, &managed) != 0:
+            return _pending()
+        rc = tj_arg_from_versioned(&view._owner, managed, NULL)
+    else:
+        capsule = _hooks.dlpack_capsule(tensor)
+        rc = tj_arg_from_capsule(&view._owner, <void *>capsule, &_host)
+    if rc != TJ_OK:
+        raise _exception_class(rc)("from_dlpack: " + tj_last_error().decode("utf-8", "replace"))
+    view._sources[0] = _producer_of(type(tensor), False)
+    view._sources[1] = producer
     view._adopt(tensor, assumed_align)
     return view

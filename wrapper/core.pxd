@@ -1,17 +1,18 @@
 # Mirrors core/include/tilejit/tilejit.h. Keep the two in step: a declaration
 # added there is added here, in the same order.
-from libc.stdint cimport int32_t, int64_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, intptr_t, uint32_t, uintptr_t
 
 from dlpack_abi cimport (DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned,
-                         DLPackDLTensorFromPyObjectNoSync, DLPackExchangeAPI, DLTensor)
+                         DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor)
 
 
 cdef extern from "tilejit/tilejit.h" nogil:
     const char *TJ_VERSION
-    int TJ_MAX_PARAMS
-    int TJ_MAX_SYMBOLS
-    int TJ_MAX_NDIM
-    int TJ_MAX_OUTPUTS
+    enum:
+        TJ_MAX_PARAMS
+        TJ_MAX_SYMBOLS
+        TJ_MAX_NDIM
+        TJ_MAX_OUTPUTS
 
     ctypedef enum tj_status:
         TJ_OK
@@ -20,11 +21,27 @@ cdef extern from "tilejit/tilejit.h" nogil:
         TJ_ERUNTIME
         TJ_ENOMEM
         TJ_EPYERR
+        TJ_EDECLINED
 
     const char *tj_last_error()
     int tj_set_error(int code, const char *fmt, ...)
     const char *tj_status_name(int code)
     const char *tj_status_exception(int code)
+
+    ctypedef enum tj_producer_step:
+        TJ_PRODUCER_NONE
+        TJ_PRODUCER_IMPORT
+        TJ_PRODUCER_ALLOCATE
+        TJ_PRODUCER_STREAM
+
+    ctypedef struct tj_error_info:
+        int32_t code
+        int32_t argument
+        int32_t output
+        int32_t producer
+
+    const tj_error_info *tj_last_error_info()
+    int tj_error_at(int code, int32_t argument, int32_t output, int32_t producer)
 
     ctypedef enum tj_op:
         TJ_OP_CONST
@@ -52,6 +69,7 @@ cdef extern from "tilejit/tilejit.h" nogil:
         TJ_ARG_FLOAT
         TJ_ARG_ADDRESS
         TJ_ARG_OTHER
+        TJ_ARG_OBJECT
 
     uint32_t TJ_ARG_READ_ONLY
     uint32_t TJ_ARG_OUT_OF_RANGE
@@ -66,6 +84,8 @@ cdef extern from "tilejit/tilejit.h" nogil:
         double f
         void *p
 
+    ctypedef struct tj_producer
+
     ctypedef struct tj_arg:
         int32_t kind
         uint32_t flags
@@ -74,14 +94,13 @@ cdef extern from "tilejit/tilejit.h" nogil:
         const char *type_name
         int32_t owner_kind
         void *owner
+        const tj_producer *producer
 
     void tj_arg_init(tj_arg *arg)
     void tj_arg_from_legacy(tj_arg *arg, DLManagedTensor *managed)
     int tj_arg_from_versioned(tj_arg *arg, DLManagedTensorVersioned *managed, const char *what)
     void tj_arg_from_dltensor(tj_arg *arg, const DLTensor *tensor, uint32_t flags)
     void tj_arg_release(tj_arg *arg)
-    int tj_args_from_exchange(DLPackDLTensorFromPyObjectNoSync fill, void *const *objects,
-                              tj_arg *args, int32_t n, int32_t *failed)
 
     ctypedef enum tj_param_kind:
         TJ_PARAM_BUFFER
@@ -134,23 +153,67 @@ cdef extern from "tilejit/tilejit.h" nogil:
     int32_t tj_kernel_param_kind(const tj_kernel *kernel, int32_t index)
     const char *tj_kernel_param_name(const tj_kernel *kernel, int32_t index)
 
-    # Sized by TJ_MAX_* in C; Cython only needs the names.
     ctypedef struct tj_frame:
         const tj_kernel *kernel
-        tj_arg *params[64]
-        int64_t symbols[64]
+        tj_arg *params[TJ_MAX_PARAMS]
+        int64_t symbols[TJ_MAX_SYMBOLS]
         DLDevice device
         int32_t has_device
         int32_t first_tensor
-        int32_t out_ndim[16]
-        int64_t out_shape[16][16]
-        DLDataType out_dtype[16]
+        int32_t out_ndim[TJ_MAX_OUTPUTS]
+        int64_t out_shape[TJ_MAX_OUTPUTS][TJ_MAX_NDIM]
+        DLDataType out_dtype[TJ_MAX_OUTPUTS]
         void *stream
 
     int tj_call_bind(const tj_kernel *kernel, tj_arg *args, int32_t nargs, tj_frame *frame)
     int tj_call_set_output(tj_frame *frame, int32_t i, tj_arg *arg)
     int tj_call_launch(tj_frame *frame)
-    int tj_call_allocate_output(tj_frame *frame, int32_t i, const DLPackExchangeAPI *api,
-                                tj_arg *out, void **object)
 
     int tj_cuda_device_capability(int32_t device_id, int32_t *major, int32_t *minor)
+
+    ctypedef struct tj_host:
+        int (*capsule_is_valid)(void *capsule, const char *name) noexcept
+        void *(*capsule_pointer)(void *capsule, const char *name) noexcept
+        int (*capsule_set_name)(void *capsule, const char *name) noexcept
+        void *(*object_type)(void *object) noexcept
+        void (*release)(void *object) noexcept
+        intptr_t (*sequence_size)(void *sequence) noexcept
+        void *(*sequence_item)(void *sequence, intptr_t i) noexcept
+        void *(*unlock)() noexcept
+        void (*lock)(void *token) noexcept
+
+    ctypedef struct tj_producer:
+        int (*import_ "import")(const tj_producer *self, void *object, tj_arg *arg) noexcept
+        int (*allocate)(const tj_producer *self, const DLTensor *prototype, tj_arg *out,
+                        void **object) noexcept
+        int (*current_stream)(const tj_producer *self, int32_t device_type, int32_t device_id,
+                              void **stream) noexcept
+        const DLPackExchangeAPI *api
+        void *type
+        void *context
+        const tj_host *host
+
+    int tj_producer_from_exchange(tj_producer *producer, const DLPackExchangeAPIHeader *header,
+                                  void *type)
+    int tj_arg_from_capsule(tj_arg *arg, void *capsule, const tj_host *host)
+
+    ctypedef struct tj_call:
+        tj_arg *args
+        int32_t nargs
+        int32_t has_stream
+        void *stream
+        const tj_producer *fallback
+        const tj_host *host
+        void **outputs
+
+    int tj_call_run(const tj_kernel *kernel, tj_call *call)
+
+    ctypedef struct tj_call_plan:
+        const tj_kernel *kernel
+        const tj_host *host
+        const tj_producer *fallback
+        const tj_producer *const *producers
+        int32_t nproducers
+
+    int tj_call_sequence(const tj_call_plan *plan, void *sequence, const uintptr_t *stream,
+                         void **outputs)

@@ -53,16 +53,3 @@ void tj_arg_release(tj_arg *arg) {
     if (m->deleter) m->deleter(m);
   }
 }
-
-int tj_args_from_exchange(DLPackDLTensorFromPyObjectNoSync fill, void *const *objects, tj_arg *args,
-                          int32_t n, int32_t *failed) {
-  for (int32_t i = 0; i < n; ++i) {
-    if (objects[i] == NULL) continue;
-    if (fill(objects[i], &args[i].tensor) != 0) {
-      *failed = i;
-      return TJ_EPYERR;
-    }
-    args[i].kind = TJ_ARG_TENSOR;
-  }
-  return TJ_OK;
-}

@@ -1,4 +1,4 @@
-/* Thread-local error text and the status-code table. */
+/* Thread-local error record (message and where) and the status-code table. */
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -7,14 +7,44 @@
 #define TJ__ERROR_SIZE 2048
 
 static _Thread_local char tj__error[TJ__ERROR_SIZE];
+static _Thread_local tj_error_info tj__info = {0, -1, -1, TJ_PRODUCER_NONE};
 
 const char *tj_last_error(void) { return tj__error; }
+
+const tj_error_info *tj_last_error_info(void) { return &tj__info; }
 
 int tj_set_error(int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(tj__error, sizeof(tj__error), fmt, ap);
   va_end(ap);
+  tj__info.code = code;
+  tj__info.argument = -1;
+  tj__info.output = -1;
+  tj__info.producer = TJ_PRODUCER_NONE;
+  return code;
+}
+
+int tj_error_at(int code, int32_t argument, int32_t output, int32_t producer) {
+  tj__info.code = code;
+  if (argument >= 0) tj__info.argument = argument;
+  if (output >= 0) tj__info.output = output;
+  tj__info.producer = producer;
+  return code;
+}
+
+int tj__prefix_error(int code, const char *fmt, ...) {
+  char prefix[TJ__ERROR_SIZE / 2];
+  char previous[TJ__ERROR_SIZE];
+  tj_error_info info = tj__info;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(prefix, sizeof(prefix), fmt, ap);
+  va_end(ap);
+  snprintf(previous, sizeof(previous), "%s", tj__error);
+  tj_set_error(code, "%s%s", prefix, previous);
+  tj__info = info;
+  tj__info.code = code;
   return code;
 }
 

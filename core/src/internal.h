@@ -64,6 +64,14 @@ int64_t tj__dtype_bytes(DLDataType dtype);
 /* "argument 1 'B'" or "output 'C'" for messages. */
 void tj__param_label(const tj_kernel *k, int32_t index, char *buf, int32_t size);
 
+/* Puts a printf-style prefix before the current error message, keeping the
+ * record's argument/output/producer; returns `code`. */
+int tj__prefix_error(int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
 /* Formats an int64 array as "(2, 3, 4)". */
 void tj__format_tuple(const int64_t *v, int32_t n, char *buf, int32_t size);
 

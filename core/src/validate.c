@@ -24,7 +24,9 @@ typedef struct {
 static int fail(binder *b, int code, int32_t index, const char *what) {
   char label[160];
   LABEL(b, index, label);
-  return tj_set_error(code, "%s: %s: %s", b->k->name, label, what);
+  const tj__param *p = &b->k->params[index];
+  tj_set_error(code, "%s: %s: %s", b->k->name, label, what);
+  return tj_error_at(code, p->position, p->output, TJ_PRODUCER_NONE);
 }
 
 static int host_accessible(int32_t device_type) {

@@ -71,8 +71,8 @@ def kernel_class(base: type, name: str) -> type:
     return cls
 
 
-def bind(kernel, name: str, spec: tuple, library: str, entry: str, allocate,
-         out_order: tuple) -> None:
-    """Builds the backend's native side of ``kernel``. ``out_order[j]`` is the core's
-    number (declaration order) of the j-th returned output."""
-    kernel._bind(spec, library, entry, allocate, name == "cython", out_order)
+def bind(kernel, name: str, core_kernel, out_order: tuple) -> None:
+    """Attaches the built core kernel (``tilejit.backends.core.CoreKernel``) to the
+    backend's side of ``kernel``. ``out_order[j]`` is the core's number (declaration
+    order) of the j-th returned output."""
+    kernel._attach(core_kernel, name != "dlpack", out_order)

@@ -6,7 +6,8 @@ _module = None
 
 
 def wrapper_module():
-    """The wrapper extension for this interpreter, built and cached on first use."""
+    """The wrapper extension for this interpreter, built and cached on first use, and
+    handed the Python functions it calls back (``tilejit.host``)."""
     global _module
     if _module is None:
         try:
@@ -14,5 +15,13 @@ def wrapper_module():
         except ImportError:  # a source checkout on sys.path, not installed
             from build_tools import load_wrapper
 
-        _module = load_wrapper()
+        from .. import host
+        from ..layout import Pointer
+
+        module = load_wrapper()
+        module.configure(dlpack_capsule=host.dlpack_capsule, producer_error=host.producer_error,
+                         allocate=host.allocate, framework_stream=host.framework_stream,
+                         stream_handle=host.stream_handle, pointer_type=Pointer,
+                         type_name=host.type_name)
+        _module = module
     return _module

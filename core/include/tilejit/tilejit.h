@@ -10,15 +10,13 @@
  * - "borrows" means the callee keeps no reference past the call unless said;
  *   "takes ownership" means the callee frees or releases it.
  *
- * The per-call flow, each step in one place:
- *   wrapper fills tj_arg[] from Python objects (tj_arg_from_* for tensors)
- *   -> tj_call_bind()      validates every input, binds symbols, evaluates
- *                          output shapes
- *   -> wrapper allocates outputs of those shapes, imports them into the frame
- *   -> tj_call_check_outputs() validates them like inputs
- *   -> tj_call_launch()    packs arguments and runs the kernel (no Python;
- *                          the binding releases the GIL around it)
- *   -> tj_arg_release()    on every imported tensor, success or not.
+ * The per-call flow lives in one function, tj_call_run ("The call" below):
+ * the binding classifies each host object into a tj_arg (a scalar, or an
+ * object with the producer that can import it) and hands the call over; the
+ * core imports, validates and binds (tj_call_bind), picks the stream,
+ * allocates and checks outputs (tj_call_set_output), launches
+ * (tj_call_launch) and releases. The step functions stay public for
+ * embedders and tests.
  */
 #ifndef TILEJIT_TILEJIT_H_
 #define TILEJIT_TILEJIT_H_
@@ -42,13 +40,14 @@ extern "C" {
 /* ---- Status codes --------------------------------------------------------- */
 
 /* X(name, value, python exception class) */
-#define TJ_STATUS_MAP(X)                                          \
-  X(TJ_OK, 0, "")                                                 \
-  X(TJ_ETYPE, -1, "TypeError")       /* wrong kind of argument */ \
-  X(TJ_EVALUE, -2, "ValueError")     /* right kind, bad value */  \
-  X(TJ_ERUNTIME, -3, "RuntimeError") /* loader, driver, launch */ \
-  X(TJ_ENOMEM, -4, "MemoryError")                                 \
-  X(TJ_EPYERR, -5, "") /* a Python exception is already set */
+#define TJ_STATUS_MAP(X)                                               \
+  X(TJ_OK, 0, "")                                                      \
+  X(TJ_ETYPE, -1, "TypeError")       /* wrong kind of argument */      \
+  X(TJ_EVALUE, -2, "ValueError")     /* right kind, bad value */       \
+  X(TJ_ERUNTIME, -3, "RuntimeError") /* loader, driver, launch */      \
+  X(TJ_ENOMEM, -4, "MemoryError")                                      \
+  X(TJ_EPYERR, -5, "")    /* a producer's (Python) error is pending */ \
+  X(TJ_EDECLINED, -6, "") /* tj_call_sequence: not for it, nothing done */
 
 typedef enum {
 #define TJ__STATUS_ENUM(name, value, exc) name = value,
@@ -69,9 +68,38 @@ int tj_set_error(int code, const char *fmt, ...)
     ;
 
 /* Name of a status code ("TJ_EVALUE"), and the Python exception class name it
- * maps to ("ValueError"; "" for TJ_OK and TJ_EPYERR). Static strings. */
+ * maps to ("ValueError"; "" for codes that raise nothing of their own: TJ_OK,
+ * TJ_EPYERR, TJ_EDECLINED). Static strings. The one map from codes to
+ * exception classes: bindings raise what this names. */
 const char *tj_status_name(int code);
 const char *tj_status_exception(int code);
+
+/* Which step of a producer failed with TJ_EPYERR (tj_error_info.producer). */
+typedef enum {
+  TJ_PRODUCER_NONE = 0,
+  TJ_PRODUCER_IMPORT = 1,   /* turning an argument into a tensor */
+  TJ_PRODUCER_ALLOCATE = 2, /* making an output (allocator or to-object) */
+  TJ_PRODUCER_STREAM = 3,   /* asking for the current work stream */
+} tj_producer_step;
+
+/* Where the last failure on this thread happened, beside its message. With
+ * TJ_EPYERR the message is the prefix ("vec_add: argument 1 'B': cannot import
+ * the tensor through DLPack") that the binding joins to the producer's own
+ * error. */
+typedef struct tj_error_info {
+  int32_t code;     /* the status returned */
+  int32_t argument; /* the caller argument at fault, or -1 */
+  int32_t output;   /* the output at fault (output order), or -1 */
+  int32_t producer; /* tj_producer_step with TJ_EPYERR, else TJ_PRODUCER_NONE */
+} tj_error_info;
+
+/* This thread's record of its last failure (thread-local, like the message;
+ * every tj_set_error resets it to "no argument"). Borrowed. */
+const tj_error_info *tj_last_error_info(void);
+
+/* Marks the last failure as caused by caller argument `argument` and/or output
+ * `output` (-1: keep) and a producer step; returns the code unchanged. */
+int tj_error_at(int code, int32_t argument, int32_t output, int32_t producer);
 
 /* ---- Expressions ---------------------------------------------------------- */
 
@@ -120,6 +148,8 @@ typedef enum {
                        * tensor.dtype.bits != 0, tensor.dtype and
                        * tensor.device.device_type say what it points to */
   TJ_ARG_OTHER = 6,   /* anything else; type_name says what, for messages */
+  TJ_ARG_OBJECT = 7,  /* a host object in value.p that `producer` imports
+                       * (tj_call_run makes it a TENSOR) */
 } tj_arg_kind;
 
 /* tj_arg.flags */
@@ -147,6 +177,9 @@ typedef struct tj_arg {
   const char *type_name; /* kind == OTHER/any: borrowed, for messages; may be NULL */
   int32_t owner_kind;    /* tj_owner_kind */
   void *owner;           /* the managed tensor whose deleter is owed */
+  /* Kind OBJECT: imports it. Kind TENSOR: allocates outputs like it and gives
+   * its stream; NULL for tensors no producer stands behind. Borrowed. */
+  const struct tj_producer *producer;
 } tj_arg;
 
 /* Sets `arg` to an empty NONE argument. */
@@ -169,17 +202,6 @@ void tj_arg_from_dltensor(tj_arg *arg, const DLTensor *tensor, uint32_t flags);
 /* Calls the owed deleter, if any, exactly once; afterwards `arg` is NONE. Safe
  * to call repeatedly. */
 void tj_arg_release(tj_arg *arg);
-
-/* Imports many arguments at once through a producer's DLPack exchange API view
- * function: for every i with objects[i] != NULL, fill(objects[i], &args[i].tensor)
- * and args[i] becomes a TENSOR borrowing from that object (nothing to release);
- * other args are left as they are. The objects are opaque handles (PyObject* for
- * Python producers): the caller holds what the producer needs while this runs (the
- * GIL) and keeps the objects alive for the call. Returns TJ_OK, or TJ_EPYERR when
- * the producer failed (its error is set on its side) with the index in *failed.
- * One call for all arguments is what lets a ctypes binding afford the fast path. */
-int tj_args_from_exchange(DLPackDLTensorFromPyObjectNoSync fill, void *const *objects, tj_arg *args,
-                          int32_t n, int32_t *failed);
 
 /* ---- Kernel signatures ---------------------------------------------------- */
 
@@ -344,48 +366,135 @@ int tj_call_launch(tj_frame *frame);
  * Loads the driver if needed. */
 int tj_cuda_device_capability(int32_t device_id, int32_t *major, int32_t *minor);
 
-/* Allocates output `i` of a bound frame with a producer's exchange-API allocator
- * and hands it over as one of the producer's objects: *object receives a new
- * reference (owned by the caller even when a later step fails; NULL if none was
- * made), `out` a view of it, valid while that object lives, validated like an input
- * (tj_call_set_output). The caller holds what the producer needs (the GIL).
- * Returns TJ_ERUNTIME when the allocator refuses (its message in tj_last_error),
- * TJ_EPYERR when turning the tensor into an object failed (the producer's error is
- * set on its side), or the validation's code. */
-int tj_call_allocate_output(tj_frame *frame, int32_t i, const DLPackExchangeAPI *api, tj_arg *out,
-                            void **object);
+/* ---- Producers: how the core reads objects it cannot see into -------------- */
 
-/* ---- One call from object handles (for bindings where calls are dear) ----- */
+/* The core never looks inside a host object (a Python object, for the bindings
+ * shipped with tilejit): it holds opaque handles and calls function pointers
+ * over them, as the DLPack C exchange API does. A tj_host gives the few object
+ * operations of the host language the core needs; a tj_producer how one kind of
+ * object becomes a tensor, how outputs like it are made, and its stream.
+ *
+ * Producer functions return TJ_OK or a status. TJ_EPYERR means the producer's
+ * own error is pending on the host side (a Python exception); the core adds
+ * where it happened to the error record (tj_last_error_info) and the binding
+ * raises it. Every function is called with the host's lock (the GIL) held. */
 
-/* A prepared call of one kernel on tensors of one producer type, for
- * tj_call_objects: the kernel, that type's exchange-API table (its view,
- * allocator, to-object and stream functions are used), and the lock to drop around
- * the kernel (the GIL: PyEval_SaveThread/RestoreThread). Caller-owned; everything
- * in it is borrowed and must outlive the calls made with it. */
+/* The host's object operations, filled by the binding (for CPython: the
+ * functions named beside each). Caller-owned; borrowed by the core. */
+typedef struct tj_host {
+  /* PyCapsule_IsValid / PyCapsule_GetPointer / PyCapsule_SetName. */
+  int (*capsule_is_valid)(void *capsule, const char *name);
+  void *(*capsule_pointer)(void *capsule, const char *name);
+  int (*capsule_set_name)(void *capsule, const char *name);
+  /* PyObject_Type: a new reference to the object's exact type; Py_DecRef. */
+  void *(*object_type)(void *object);
+  void (*release)(void *object);
+  /* PyTuple_Size / PyTuple_GetItem (a borrowed reference). */
+  intptr_t (*sequence_size)(void *sequence);
+  void *(*sequence_item)(void *sequence, intptr_t i);
+  /* Drops the lock around the kernel and takes it back (PyEval_SaveThread /
+   * PyEval_RestoreThread). unlock may return NULL to say it kept the lock; lock
+   * is then not called. unlock NULL: the kernel runs with the lock held. */
+  void *(*unlock)(void);
+  void (*lock)(void *token);
+} tj_host;
+
+typedef struct tj_producer tj_producer;
+struct tj_producer {
+  /* Makes `arg` (initialised by the caller) a TENSOR from `object`: a borrowed
+   * view valid while the object lives (nothing to release) or an owning import
+   * (tj_arg_release deletes it). May set arg->producer to the producer that
+   * allocates outputs like this tensor (a layout view names its source's);
+   * the core sets it to this producer otherwise. */
+  int (*import)(const tj_producer *self, void *object, tj_arg *arg);
+  /* Allocates a tensor like `prototype` (device, dtype, ndim, shape; compact
+   * row-major) and hands it over as a host object: *object receives a new
+   * reference the caller owns (also on failure; NULL when none was made) and
+   * `out` a TENSOR view or import of it, valid while that object lives.
+   * TJ_ERUNTIME with the producer's message when it cannot allocate. */
+  int (*allocate)(const tj_producer *self, const DLTensor *prototype, tj_arg *out, void **object);
+  /* Writes the producer's current work stream on a device (NULL: none) to
+   * *stream. NULL function: the producer has no streams. */
+  int (*current_stream)(const tj_producer *self, int32_t device_type, int32_t device_id,
+                        void **stream);
+  const DLPackExchangeAPI *api; /* tj_producer_from_exchange: the table used */
+  void *type;                   /* the exact object type served (opaque), or NULL */
+  void *context;                /* the binding's own; the core never reads it */
+  const tj_host *host;          /* the host operations it may use, or NULL */
+};
+
+/* Makes `producer` the core's adapter over a DLPack exchange API table, given
+ * by the header a type publishes: walks prev_api to major TJ_DLPACK_MAJOR and
+ * requires every function the API says must not be NULL (allocator, owning
+ * export, to-object, current work stream); the view function is used when
+ * present, else the owning export. `type` is stored for tj_call_sequence.
+ * Returns TJ_OK, or TJ_EVALUE (message says why) when the table offers no
+ * usable version: the binding then reads such objects through __dlpack__. */
+int tj_producer_from_exchange(tj_producer *producer, const DLPackExchangeAPIHeader *header,
+                              void *type);
+
+/* Imports a DLPack capsule as __dlpack__ returns it ("dltensor_versioned" or
+ * legacy "dltensor"): `arg` takes ownership of the managed tensor and the
+ * capsule is renamed "used_*" so that its destructor leaves the tensor alone.
+ * Borrows the capsule. TJ_ETYPE when it is no such capsule, TJ_EVALUE for an
+ * unsupported DLPack major version (the tensor is deleted at once). */
+int tj_arg_from_capsule(tj_arg *arg, void *capsule, const tj_host *host);
+
+/* ---- The call ----------------------------------------------------------------- */
+
+/* Everything a binding hands over for one kernel call. Caller-owned, usually on
+ * the stack; everything in it is borrowed. */
+typedef struct tj_call {
+  /* The caller's arguments, `nargs` of them, each classified by the binding:
+   * TJ_ARG_OBJECT entries are imported by the core through their producer; the
+   * rest (scalars, addresses, None, tensors the binding already holds) are used
+   * as they are. tj_call_run releases every owning import before it returns. */
+  tj_arg *args;
+  int32_t nargs;
+  int32_t has_stream; /* 1: `stream` was given explicitly and wins */
+  void *stream;
+  /* Allocates outputs when no argument is a tensor; NULL: such a kernel's
+   * outputs cannot be allocated (TJ_ETYPE). */
+  const tj_producer *fallback;
+  const tj_host *host; /* its unlock/lock run around the kernel; may be NULL */
+  /* One slot per output, in declaration order: new references the caller owns,
+   * also when the call fails (NULL where no object was made). */
+  void **outputs;
+} tj_call;
+
+/* Runs one call, each step here and nowhere else:
+ *   1. the argument count;
+ *   2. imports each TJ_ARG_OBJECT argument with its producer;
+ *   3. validates every argument and binds the symbols (tj_call_bind);
+ *   4. the stream: explicit > the current work stream of the first tensor's
+ *      producer (devices other than the CPU) > none;
+ *   5. allocates each output with the first tensor's producer (or `fallback`)
+ *      and validates it (tj_call_set_output);
+ *   6. launches (tj_call_launch) with the host lock dropped;
+ *   7. releases every owning import, inputs and outputs, success or not.
+ * On failure the record (tj_last_error_info) says which argument or output. */
+int tj_call_run(const tj_kernel *kernel, tj_call *call);
+
+/* A prepared call for bindings where every foreign call is dear (ctypes): the
+ * kernel, the host, and the producers whose objects it recognises by exact
+ * type. Caller-owned; borrowed by tj_call_sequence. `producers` may grow
+ * between calls (set the new pointer first, then the count). */
 typedef struct tj_call_plan {
   const tj_kernel *kernel;
-  const DLPackExchangeAPI *api;
-  void *(*unlock)(void); /* NULL: keep the lock while the kernel runs */
-  void (*lock)(void *);  /* given unlock's result */
+  const tj_host *host;
+  const tj_producer *fallback;
+  const tj_producer *const *producers;
+  int32_t nproducers;
 } tj_call_plan;
 
-/* The whole call in one: imports objects[0..ninputs) (handles of objects of the
- * plan's producer type, kept alive by the caller, exactly as many as the kernel
- * takes; every argument must be such a tensor) through the view function, binds,
- * allocates each output with the producer's allocator and turns it into an object
- * (new references into outputs[], in declaration order, which the caller owns even
- * when the call fails; NULL when the kernel has no outputs), takes the stream from
- * the producer for a non-CPU device, and launches with the lock dropped. The lock
- * must be held on entry. Producer failures return TJ_EPYERR (the producer's error
- * is set on its side; tj_call_objects_failed says where); core failures their code
- * and message. */
-int tj_call_objects(const tj_call_plan *plan, void *const *objects, void **outputs);
-
-/* Where this thread's last tj_call_objects met a producer failure: the argument
- * index, -1 - i for output i, or TJ_FAILED_STREAM for the stream query. Like
- * tj_last_error, thread-local and kept until the next failure. */
-#define TJ_FAILED_STREAM (-1000)
-int32_t tj_call_objects_failed(void);
+/* Runs a call whose arguments are the items of `sequence` (a host tuple, read
+ * with host->sequence_size/sequence_item): when every item is an object of the
+ * exact type of one of the plan's producers, each is imported with it and the
+ * call goes on as tj_call_run (`stream` NULL: none given; else the explicit
+ * stream's handle). Otherwise nothing is done and TJ_EDECLINED is returned: the
+ * binding classifies the arguments itself and calls tj_call_run. */
+int tj_call_sequence(const tj_call_plan *plan, void *sequence, const uintptr_t *stream,
+                     void **outputs);
 
 #ifdef __cplusplus
 }

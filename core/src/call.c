@@ -1,0 +1,154 @@
+/*
+ * The call sequencer: every backend's kernel call runs through tj_call_run, so
+ * the order of import, validation, stream choice, output allocation, launch
+ * and release is written once.
+ */
+#include <string.h>
+
+#include "internal.h"
+
+/* The label of caller argument `position` ("argument 1 'B'"). */
+static const tj__param *input_param(const tj_kernel *k, int32_t position) {
+  for (int32_t i = 0; i < k->nparams; ++i)
+    if (k->params[i].position == position) return &k->params[i];
+  return NULL;
+}
+
+static int import_failed(const tj_kernel *k, int32_t position, int rc) {
+  const tj__param *p = input_param(k, position);
+  const char *name = p ? p->name : "?";
+  if (rc == TJ_EPYERR) {
+    tj_set_error(rc, "%s: argument %d '%s': cannot import the tensor through DLPack", k->name,
+                 position, name);
+    return tj_error_at(rc, position, -1, TJ_PRODUCER_IMPORT);
+  }
+  tj__prefix_error(rc, "%s: argument %d '%s': cannot import the tensor through DLPack: ", k->name,
+                   position, name);
+  return tj_error_at(rc, position, -1, TJ_PRODUCER_NONE);
+}
+
+static int output_failed(const tj_kernel *k, int32_t o, int rc) {
+  const char *name = k->params[k->output_params[o]].name;
+  if (rc == TJ_EPYERR) {
+    tj_set_error(rc, "%s: output '%s': the producer could not return the output", k->name, name);
+    return tj_error_at(rc, -1, o, TJ_PRODUCER_ALLOCATE);
+  }
+  tj__prefix_error(rc, "%s: output '%s': the producer could not allocate the output: ", k->name,
+                   name);
+  return tj_error_at(rc, -1, o, TJ_PRODUCER_NONE);
+}
+
+/* Imports the OBJECT arguments; each names its producer. */
+static int import_args(const tj_kernel *k, tj_arg *args, int32_t nargs) {
+  for (int32_t i = 0; i < nargs; ++i) {
+    tj_arg *arg = &args[i];
+    if (arg->kind != TJ_ARG_OBJECT) continue;
+    const tj_producer *producer = arg->producer;
+    void *object = arg->value.p;
+    tj_arg_init(arg);
+    int rc = producer->import(producer, object, arg);
+    if (arg->producer == NULL) arg->producer = producer;
+    if (rc != TJ_OK) return import_failed(k, i, rc);
+  }
+  return TJ_OK;
+}
+
+static int choose_stream(const tj_kernel *k, const tj_call *call, const tj_producer *like,
+                         tj_frame *frame) {
+  if (call->has_stream) {
+    frame->stream = call->stream;
+    return TJ_OK;
+  }
+  if (frame->device.device_type == kDLCPU || like == NULL || like->current_stream == NULL)
+    return TJ_OK;
+  int rc = like->current_stream(like, frame->device.device_type, frame->device.device_id,
+                                &frame->stream);
+  if (rc == TJ_EPYERR) {
+    tj_set_error(rc, "%s: the producer's current stream", k->name);
+    return tj_error_at(rc, -1, -1, TJ_PRODUCER_STREAM);
+  }
+  return rc;
+}
+
+static int allocate_outputs(const tj_kernel *k, const tj_call *call, const tj_producer *like,
+                            tj_frame *frame, tj_arg *outs) {
+  for (int32_t o = 0; o < k->noutputs; ++o) {
+    const char *name = k->params[k->output_params[o]].name;
+    if (like == NULL || like->allocate == NULL)
+      return tj_error_at(tj_set_error(TJ_ETYPE,
+                                      "%s: output '%s': no tensor argument to allocate it like, "
+                                      "and no default allocator",
+                                      k->name, name),
+                         -1, o, TJ_PRODUCER_NONE);
+    DLTensor proto;
+    memset(&proto, 0, sizeof(proto));
+    proto.device = frame->device;
+    proto.ndim = frame->out_ndim[o];
+    proto.dtype = frame->out_dtype[o];
+    proto.shape = frame->out_shape[o];
+    int rc = like->allocate(like, &proto, &outs[o], &call->outputs[o]);
+    if (rc != TJ_OK) return output_failed(k, o, rc);
+    if ((rc = tj_call_set_output(frame, o, &outs[o])) != TJ_OK) return rc;
+  }
+  return TJ_OK;
+}
+
+static int launch(const tj_call *call, tj_frame *frame) {
+  const tj_host *host = call->host;
+  void *token = host && host->unlock ? host->unlock() : NULL;
+  int rc = tj_call_launch(frame);
+  if (token != NULL) host->lock(token);
+  return rc;
+}
+
+int tj_call_run(const tj_kernel *k, tj_call *call) {
+  tj_arg outs[TJ_MAX_OUTPUTS];
+  tj_frame frame;
+  int rc;
+  for (int32_t o = 0; o < k->noutputs; ++o) {
+    call->outputs[o] = NULL;
+    tj_arg_init(&outs[o]);
+  }
+  if (call->nargs != k->ninputs) {
+    rc = tj_call_bind(k, NULL, call->nargs, &frame); /* reports the count */
+  } else if ((rc = import_args(k, call->args, call->nargs)) == TJ_OK &&
+             (rc = tj_call_bind(k, call->args, call->nargs, &frame)) == TJ_OK) {
+    const tj_producer *like =
+        frame.first_tensor >= 0 ? call->args[frame.first_tensor].producer : call->fallback;
+    if ((rc = choose_stream(k, call, like, &frame)) == TJ_OK &&
+        (rc = allocate_outputs(k, call, like, &frame, outs)) == TJ_OK)
+      rc = launch(call, &frame);
+  }
+  /* Only owning imports owe a deleter call; views and scalars have none. */
+  if (call->nargs == k->ninputs)
+    for (int32_t i = 0; i < call->nargs; ++i)
+      if (call->args[i].owner_kind != TJ_OWNER_NONE) tj_arg_release(&call->args[i]);
+  for (int32_t o = 0; o < k->noutputs; ++o)
+    if (outs[o].owner_kind != TJ_OWNER_NONE) tj_arg_release(&outs[o]);
+  return rc;
+}
+
+int tj_call_sequence(const tj_call_plan *plan, void *sequence, const uintptr_t *stream,
+                     void **outputs) {
+  const tj_kernel *k = plan->kernel;
+  const tj_host *host = plan->host;
+  tj_arg args[TJ_MAX_PARAMS];
+  intptr_t n = host->sequence_size(sequence);
+  if (n != k->ninputs || n > TJ_MAX_PARAMS) return TJ_EDECLINED;
+  for (int32_t i = 0; i < (int32_t)n; ++i) {
+    void *object = host->sequence_item(sequence, i);
+    void *type = host->object_type(object);
+    host->release(type); /* the object keeps its type alive */
+    const tj_producer *producer = NULL;
+    for (int32_t j = 0; j < plan->nproducers && producer == NULL; ++j)
+      if (plan->producers[j]->type == type) producer = plan->producers[j];
+    if (producer == NULL) return TJ_EDECLINED;
+    tj_arg_init(&args[i]);
+    args[i].kind = TJ_ARG_OBJECT;
+    args[i].value.p = object;
+    args[i].producer = producer;
+  }
+  tj_call call = {args,           (int32_t)n, stream != NULL, stream ? (void *)*stream : NULL,
+                  plan->fallback, host,       outputs};
+  return tj_call_run(k, &call);
+}

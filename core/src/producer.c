@@ -1,0 +1,93 @@
+/*
+ * Producers the core implements itself: the adapter over a DLPack C exchange
+ * API table, and the import of a __dlpack__ capsule. Both reach host objects
+ * only through function pointers (the table's, the tj_host's).
+ */
+#include <string.h>
+
+#include "internal.h"
+
+static int exchange_import(const tj_producer *self, void *object, tj_arg *arg) {
+  const DLPackExchangeAPI *api = self->api;
+  if (api->dltensor_from_py_object_no_sync != NULL) {
+    /* The view: the producer fills our DLTensor; nothing to release. */
+    if (api->dltensor_from_py_object_no_sync(object, &arg->tensor) != 0) return TJ_EPYERR;
+    arg->kind = TJ_ARG_TENSOR;
+    return TJ_OK;
+  }
+  DLManagedTensorVersioned *managed = NULL;
+  if (api->managed_tensor_from_py_object_no_sync(object, &managed) != 0) return TJ_EPYERR;
+  return tj_arg_from_versioned(arg, managed, NULL);
+}
+
+/* The allocator's error callback: keeps the producer's message for the caller
+ * to prefix with the output's label. */
+static void allocator_error(void *context, const char *kind, const char *message) {
+  (void)context;
+  (void)kind; /* an exception class name ("MemoryError"); the message says enough */
+  tj_set_error(TJ_ERUNTIME, "%s", message ? message : "unknown error");
+}
+
+static int exchange_allocate(const tj_producer *self, const DLTensor *prototype, tj_arg *out,
+                             void **object) {
+  const DLPackExchangeAPI *api = self->api;
+  DLTensor proto = *prototype;
+  DLManagedTensorVersioned *managed = NULL;
+  *object = NULL;
+  tj_set_error(TJ_ERUNTIME, "unknown error");
+  if (api->managed_tensor_allocator(&proto, &managed, NULL, allocator_error) != 0 ||
+      managed == NULL)
+    return TJ_ERUNTIME;
+  /* To-object takes the tensor over, also when it fails; the view in `out`
+   * stays valid while the caller holds the object. */
+  tj_arg_from_dltensor(out, &managed->dl_tensor, 0);
+  if (api->managed_tensor_to_py_object_no_sync(managed, object) != 0) {
+    *object = NULL;
+    tj_arg_init(out);
+    return TJ_EPYERR;
+  }
+  return TJ_OK;
+}
+
+static int exchange_stream(const tj_producer *self, int32_t device_type, int32_t device_id,
+                           void **stream) {
+  return self->api->current_work_stream(device_type, device_id, stream) != 0 ? TJ_EPYERR : TJ_OK;
+}
+
+int tj_producer_from_exchange(tj_producer *producer, const DLPackExchangeAPIHeader *header,
+                              void *type) {
+  memset(producer, 0, sizeof(*producer));
+  const DLPackExchangeAPIHeader *h = header;
+  while (h != NULL && h->version.major != TJ_DLPACK_MAJOR) h = h->prev_api;
+  if (h == NULL)
+    return tj_set_error(TJ_EVALUE, "the DLPack exchange API table offers no version %d.x",
+                        TJ_DLPACK_MAJOR);
+  const DLPackExchangeAPI *api = (const DLPackExchangeAPI *)h;
+  if (api->managed_tensor_allocator == NULL || api->managed_tensor_from_py_object_no_sync == NULL ||
+      api->managed_tensor_to_py_object_no_sync == NULL || api->current_work_stream == NULL)
+    return tj_set_error(TJ_EVALUE,
+                        "the DLPack exchange API table lacks a function the API requires "
+                        "(allocator, owning export, to-object, current work stream)");
+  producer->import = exchange_import;
+  producer->allocate = exchange_allocate;
+  producer->current_stream = exchange_stream;
+  producer->api = api;
+  producer->type = type;
+  return TJ_OK;
+}
+
+int tj_arg_from_capsule(tj_arg *arg, void *capsule, const tj_host *host) {
+  tj_arg_init(arg);
+  if (host->capsule_is_valid(capsule, "dltensor_versioned")) {
+    void *managed = host->capsule_pointer(capsule, "dltensor_versioned");
+    host->capsule_set_name(capsule, "used_dltensor_versioned");
+    return tj_arg_from_versioned(arg, managed, NULL);
+  }
+  if (host->capsule_is_valid(capsule, "dltensor")) {
+    void *managed = host->capsule_pointer(capsule, "dltensor");
+    host->capsule_set_name(capsule, "used_dltensor");
+    tj_arg_from_legacy(arg, managed);
+    return TJ_OK;
+  }
+  return tj_set_error(TJ_ETYPE, "__dlpack__ returned an object that is not a DLPack capsule");
+}

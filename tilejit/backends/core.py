@@ -1,0 +1,157 @@
+"""The C core as a shared library, through ctypes: loading it, the ctypes binding's one
+check function, and building a core kernel from a lowered signature.
+
+Every backend's kernel is built here, once, from ``Signature.spec``: the Cython binding
+attaches to the same ``tj_kernel`` (it links the same shared core), the ctypes backend
+calls it directly.
+"""
+
+from __future__ import annotations
+
+import builtins
+import ctypes
+import threading
+from ctypes import POINTER, byref, c_char_p, c_int, c_int32, c_int64, c_uint32, c_void_p
+
+from .ctypes_abi import DLDataType, TjArg, TjCall, TjErrorInfo
+
+_lock = threading.Lock()
+_core = None  # ctypes.CDLL: calls drop the GIL (the kernel build, tj_call_launch)
+_core_gil = None  # ctypes.PyDLL of the same file: calls keep the GIL, raise pending errors
+
+
+def core_library() -> ctypes.CDLL:
+    """The core (built and cached on first use), with prototypes set."""
+    global _core, _core_gil
+    with _lock:
+        if _core is None:
+            try:
+                from .._build_tools import build_core_library
+            except ImportError:  # a source checkout on sys.path, not installed
+                from build_tools import build_core_library
+            path = str(build_core_library())
+            lib = ctypes.CDLL(path)
+            gil = ctypes.PyDLL(path)
+            for handle, protos in ((lib, _PROTOTYPES), (gil, _GIL_PROTOTYPES)):
+                for name, (restype, argtypes) in protos.items():
+                    fn = getattr(handle, name)
+                    fn.restype, fn.argtypes = restype, argtypes
+            _core_gil = gil
+            _core = lib
+    return _core
+
+
+def core_library_gil() -> ctypes.PyDLL:
+    """The core through PyDLL: for calls that reach Python producers."""
+    core_library()
+    return _core_gil
+
+
+_PROTOTYPES = {
+    "tj_last_error": (c_char_p, []),
+    "tj_last_error_info": (POINTER(TjErrorInfo), []),
+    "tj_status_exception": (c_char_p, [c_int]),
+    "tj_kernel_create": (c_int, [c_char_p, c_int32, c_int32, POINTER(c_void_p)]),
+    "tj_kernel_free": (None, [c_void_p]),
+    "tj_kernel_add_symbol": (c_int, [c_void_p, c_char_p, c_int64]),
+    "tj_kernel_add_expr": (c_int, [c_void_p, POINTER(c_int64), c_int32, c_char_p,
+                                   POINTER(c_int32)]),
+    "tj_kernel_set_buffer": (c_int, [c_void_p, c_int32, c_char_p, DLDataType, c_int32,
+                                     POINTER(c_int32), POINTER(c_int32), c_int64, c_uint32]),
+    "tj_kernel_set_scalar": (c_int, [c_void_p, c_int32, c_char_p, DLDataType]),
+    "tj_kernel_set_pointer": (c_int, [c_void_p, c_int32, c_char_p, DLDataType, c_int64,
+                                      c_uint32]),
+    "tj_kernel_set_launch": (c_int, [c_void_p, POINTER(c_int32), POINTER(c_int32), c_int32]),
+    "tj_kernel_finalize": (c_int, [c_void_p]),
+    "tj_kernel_load": (c_int, [c_void_p, c_char_p, c_char_p]),
+    "tj_kernel_num_outputs": (c_int32, [c_void_p]),
+    "tj_cuda_device_capability": (c_int, [c_int32, POINTER(c_int32), POINTER(c_int32)]),
+    "tj_producer_from_exchange": (c_int, [c_void_p, c_void_p, c_void_p]),
+}
+# Called with the GIL held: they run producers, which are Python (or need the GIL).
+_GIL_PROTOTYPES = {
+    "tj_call_run": (c_int, [c_void_p, POINTER(TjCall)]),
+    "tj_call_sequence": (c_int, [c_void_p, ctypes.py_object, c_void_p, c_void_p]),
+    "tj_arg_from_capsule": (c_int, [POINTER(TjArg), ctypes.py_object, c_void_p]),
+}
+
+_classes: dict = {}
+
+
+def exception_class(rc: int) -> type:
+    """The exception class the core's status table names for a code."""
+    cls = _classes.get(rc)
+    if cls is None:
+        name = _core.tj_status_exception(rc).decode()
+        cls = _classes[rc] = getattr(builtins, name, RuntimeError) if name else RuntimeError
+    return cls
+
+
+def check(rc: int) -> None:
+    """Raises the exception for a failed core status (not TJ_EPYERR: see the ctypes
+    backend, where a producer's error arrives as a raised Python exception)."""
+    if rc:
+        raise exception_class(rc)(_core.tj_last_error().decode("utf-8", "replace"))
+
+
+def cuda_device_capability(device_id: int = -1) -> tuple[int, int]:
+    """``(major, minor)`` of CUDA device ``device_id`` (-1: the current context's device,
+    else 0); RuntimeError when there is no driver or no such device."""
+    core = core_library()
+    major, minor = c_int32(), c_int32()
+    check(core.tj_cuda_device_capability(device_id, byref(major), byref(minor)))
+    return major.value, minor.value
+
+
+class CoreKernel:
+    """A finalized, loaded ``tj_kernel`` built from a lowered signature (``spec``: see
+    ``tilejit.signature``); freed when the last backend kernel using it goes."""
+
+    def __init__(self, spec, library: str, entry: str):
+        core = core_library()
+        name, target, symbols, exprs, params, launch = spec
+        handle = c_void_p()
+        check(core.tj_kernel_create(name.encode(), len(params), target, byref(handle)))
+        self.address = handle.value
+        self.name = name
+        for sym_name, divisibility in symbols:
+            check(core.tj_kernel_add_symbol(handle, sym_name.encode(), divisibility))
+        expr_id = c_int32()
+        for code, text in exprs:
+            buf = (c_int64 * max(len(code), 1))(*code)
+            check(core.tj_kernel_add_expr(handle, buf, len(code) // 2, text.encode(),
+                                          byref(expr_id)))
+        for index, (kind, pname, dtype_t, shape_ids, stride_ids, align, flags) in \
+                enumerate(params):
+            dtype = DLDataType(*dtype_t)
+            bname = pname.encode()
+            if kind == _PARAM_SCALAR:
+                check(core.tj_kernel_set_scalar(handle, index, bname, dtype))
+            elif kind == _PARAM_POINTER:
+                check(core.tj_kernel_set_pointer(handle, index, bname, dtype, align, flags))
+            else:
+                shape = (c_int32 * max(len(shape_ids), 1))(*shape_ids)
+                strides = None if stride_ids is None else \
+                    (c_int32 * max(len(stride_ids), 1))(*stride_ids)
+                check(core.tj_kernel_set_buffer(handle, index, bname, dtype, len(shape_ids),
+                                                shape, strides, align, flags))
+        if launch is not None:  # a CUDA kernel: grid, block, shared memory expression ids
+            check(core.tj_kernel_set_launch(handle, (c_int32 * 3)(*launch[0]),
+                                            (c_int32 * 3)(*launch[1]), launch[2]))
+        check(core.tj_kernel_finalize(handle))
+        self.num_outputs = core.tj_kernel_num_outputs(handle)
+        self.num_inputs = len(params) - self.num_outputs
+        self.input_names = tuple(p[1] for p in params if not p[6] & _BUF_OUTPUT
+                                 or p[0] != _PARAM_BUFFER)
+        if library:
+            check(core.tj_kernel_load(handle, library.encode(), entry.encode()))
+
+    def __del__(self):
+        if getattr(self, "address", None) and _core is not None:
+            _core.tj_kernel_free(self.address)
+            self.address = None
+
+
+# tj_param_kind and TJ_BUF_OUTPUT (tilejit.h).
+_PARAM_BUFFER, _PARAM_SCALAR, _PARAM_POINTER = 1, 2, 3
+_BUF_OUTPUT = 4

@@ -1,0 +1,133 @@
+"""ctypes mirrors of the core's public C structures (core/include/tilejit/*.h).
+
+Each class names its C type in ``_c_name_``; a test compiles the headers and checks
+every size and field offset here against the C compiler's, so a mirror cannot drift.
+"""
+
+from __future__ import annotations
+
+from ctypes import (
+    CFUNCTYPE,
+    POINTER,
+    Structure,
+    Union,
+    c_char_p,
+    c_double,
+    c_int,
+    c_int32,
+    c_int64,
+    c_uint8,
+    c_uint16,
+    c_uint32,
+    c_uint64,
+    c_void_p,
+)
+
+# ---- dlpack_abi.h -------------------------------------------------------------------
+
+
+class DLDevice(Structure):
+    _c_name_ = "DLDevice"
+    _fields_ = [("device_type", c_int32), ("device_id", c_int32)]
+
+
+class DLDataType(Structure):
+    _c_name_ = "DLDataType"
+    _fields_ = [("code", c_uint8), ("bits", c_uint8), ("lanes", c_uint16)]
+
+
+class DLTensor(Structure):
+    _c_name_ = "DLTensor"
+    _fields_ = [("data", c_void_p), ("device", DLDevice), ("ndim", c_int32),
+                ("dtype", DLDataType), ("shape", POINTER(c_int64)),
+                ("strides", POINTER(c_int64)), ("byte_offset", c_uint64)]
+
+
+class DLPackVersion(Structure):
+    _c_name_ = "DLPackVersion"
+    _fields_ = [("major", c_uint32), ("minor", c_uint32)]
+
+
+class DLManagedTensorVersioned(Structure):
+    _c_name_ = "DLManagedTensorVersioned"
+    _fields_ = [("version", DLPackVersion), ("manager_ctx", c_void_p), ("deleter", c_void_p),
+                ("flags", c_uint64), ("dl_tensor", DLTensor)]
+
+
+class DLPackExchangeAPIHeader(Structure):
+    _c_name_ = "DLPackExchangeAPIHeader"
+    _fields_ = [("version", DLPackVersion), ("prev_api", c_void_p)]
+
+
+class DLPackExchangeAPI(Structure):
+    _c_name_ = "DLPackExchangeAPI"
+    _fields_ = [("header", DLPackExchangeAPIHeader),
+                ("managed_tensor_allocator", c_void_p),
+                ("managed_tensor_from_py_object_no_sync", c_void_p),
+                ("managed_tensor_to_py_object_no_sync", c_void_p),
+                ("dltensor_from_py_object_no_sync", c_void_p),
+                ("current_work_stream", c_void_p)]
+
+
+# ---- tilejit.h ----------------------------------------------------------------------
+
+
+class TjValue(Union):
+    _c_name_ = "union tj_value"
+    _fields_ = [("p", c_void_p), ("i", c_int64), ("f", c_double)]
+
+
+class _ArgValue(Union):
+    _fields_ = [("i", c_int64), ("f", c_double), ("p", c_void_p)]
+
+
+class TjArg(Structure):
+    _c_name_ = "tj_arg"
+    _fields_ = [("kind", c_int32), ("flags", c_uint32), ("tensor", DLTensor),
+                ("value", _ArgValue), ("type_name", c_char_p), ("owner_kind", c_int32),
+                ("owner", c_void_p), ("producer", c_void_p)]
+
+
+class TjErrorInfo(Structure):
+    _c_name_ = "tj_error_info"
+    _fields_ = [("code", c_int32), ("argument", c_int32), ("output", c_int32),
+                ("producer", c_int32)]
+
+
+class TjHost(Structure):
+    _c_name_ = "tj_host"
+    _fields_ = [("capsule_is_valid", c_void_p), ("capsule_pointer", c_void_p),
+                ("capsule_set_name", c_void_p), ("object_type", c_void_p),
+                ("release", c_void_p), ("sequence_size", c_void_p),
+                ("sequence_item", c_void_p), ("unlock", c_void_p), ("lock", c_void_p)]
+
+
+class TjProducer(Structure):
+    _c_name_ = "tj_producer"
+    _fields_ = [("import_", c_void_p), ("allocate", c_void_p), ("current_stream", c_void_p),
+                ("api", c_void_p), ("type", c_void_p), ("context", c_void_p),
+                ("host", c_void_p)]
+
+
+class TjCall(Structure):
+    _c_name_ = "tj_call"
+    _fields_ = [("args", POINTER(TjArg)), ("nargs", c_int32), ("has_stream", c_int32),
+                ("stream", c_void_p), ("fallback", c_void_p), ("host", c_void_p),
+                ("outputs", c_void_p)]
+
+
+class TjCallPlan(Structure):
+    _c_name_ = "tj_call_plan"
+    _fields_ = [("kernel", c_void_p), ("host", c_void_p), ("fallback", c_void_p),
+                ("producers", POINTER(c_void_p)), ("nproducers", c_int32)]
+
+
+# The producer function types, for producers written in Python (the ctypes backend's
+# __dlpack__ producer). CFUNCTYPE: the core calls them with the GIL held, through a
+# PyDLL call, and ctypes takes the GIL it already holds.
+IMPORT_FN = CFUNCTYPE(c_int, POINTER(TjProducer), c_void_p, POINTER(TjArg))
+ALLOCATE_FN = CFUNCTYPE(c_int, POINTER(TjProducer), POINTER(DLTensor), POINTER(TjArg),
+                        POINTER(c_void_p))
+STREAM_FN = CFUNCTYPE(c_int, POINTER(TjProducer), c_int32, c_int32, POINTER(c_void_p))
+
+__all__ = [name for name in dir() if name[0].isupper() and not name.startswith("_")]

@@ -1,0 +1,187 @@
+"""What the bindings call back into Python for.
+
+The C core reads tensors through producers: the DLPack C exchange API of a type
+(torch, ``tilejit.Array``) needs nothing from here. Objects without it (NumPy,
+``__dlpack__``-only producers, every object under the ``dlpack`` backend) are
+served by a producer the binding builds around the functions below: asking for
+the capsule, allocating an output with the object's framework, asking that
+framework for its current stream. Both bindings (the Cython wrapper, which is
+handed this module by ``tilejit.backends.cython_backend``, and the ctypes
+backend) use these same functions, so the rules are written once.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from . import dtypes as _dtypes
+
+MAX_VERSION = (1, 3)
+
+# DLPack device types with their own memory (core/include/tilejit/dlpack_abi.h).
+_CUDA_DEVICES = (2, 13)  # kDLCUDA, kDLCUDAManaged
+
+
+def dlpack_capsule(obj):
+    """``obj.__dlpack__()`` as a DLPack 1.3 consumer asks for it.
+
+    A producer older than DLPack 1.0 takes no ``max_version``. A torch tensor that
+    requires grad refuses to export, but a kernel reads and writes its storage as it
+    would through the exchange API, so its detached alias (same storage) is exported.
+    """
+    try:
+        return obj.__dlpack__(max_version=MAX_VERSION)
+    except TypeError:
+        return obj.__dlpack__()
+    except BufferError:
+        if getattr(obj, "requires_grad", False) and hasattr(obj, "detach"):
+            return dlpack_capsule(obj.detach())
+        raise
+
+
+# tj_producer_step (core/include/tilejit/tilejit.h): which producer step failed.
+PRODUCER_IMPORT = 1
+
+
+def producer_error(prefix: str, step: int, exc: BaseException) -> BaseException:
+    """The exception for a producer that failed inside a call, formatted once for every
+    binding: the core's prefix (kernel, argument or output, what failed) and the
+    producer's text. An import keeps TypeError for a wrong kind of object and makes any
+    other refusal (BufferError, RuntimeError, ...) a ValueError, with only the first line
+    of the producer's message (torch appends a C++ backtrace); other steps keep the
+    producer's exception class.
+    """
+    if step == PRODUCER_IMPORT:
+        lines = str(exc).strip().splitlines()
+        text = lines[0] if lines else type(exc).__name__
+        cls = TypeError if isinstance(exc, TypeError) else ValueError
+        return cls(f"{prefix}: {text}")
+    try:
+        return type(exc)(f"{prefix}: {exc}")
+    except Exception:  # noqa: BLE001 - an exception class with another constructor
+        return RuntimeError(f"{prefix}: {exc}")
+
+
+def framework_of(cls: type) -> str:
+    """``"torch"``, ``"tilejit"`` or ``"numpy"``: whose allocator makes outputs for
+    arguments of type ``cls``. Subclasses follow their base (a ``torch.Tensor``
+    subclass gets torch outputs); anything else gets NumPy; ``NoneType`` (a call with no
+    tensor argument) gets ``tilejit.Array``."""
+    if cls is type(None):
+        return "tilejit"
+    for base in getattr(cls, "__mro__", (cls,)):
+        module = (getattr(base, "__module__", "") or "").split(".")[0]
+        if module in ("torch", "tilejit"):
+            return module
+    return "numpy"
+
+
+_DTYPE_NAMES = {d.dlpack: d.name for d in _dtypes.DTYPES.values()}
+_lock = threading.Lock()
+_allocators: dict = {}
+
+
+def _torch_allocator(dtype: str, device: tuple[int, int]):
+    import torch
+
+    tdtype = getattr(torch, dtype)
+    where = torch.device("cuda", device[1]) if device[0] in _CUDA_DEVICES else torch.device("cpu")
+    empty = torch.empty
+    return lambda shape: empty(shape, dtype=tdtype, device=where)
+
+
+def _numpy_allocator(dtype: str, device: tuple[int, int]):
+    import numpy
+
+    try:
+        ndtype = numpy.dtype(dtype)
+    except TypeError:
+        ndtype = None
+    if ndtype is None or ndtype.name != dtype:
+        message = f"NumPy has no dtype {dtype}: pass torch tensors to allocate a {dtype} output"
+
+        def refuse(shape):
+            raise TypeError(message)
+
+        return refuse
+    empty = numpy.empty
+    return lambda shape: empty(shape, dtype=ndtype)
+
+
+def _tilejit_allocator(dtype: str, device: tuple[int, int]):
+    """tilejit's own Array when the wrapper is there (no framework needed), else NumPy."""
+    from .backends.cython_backend import wrapper_module
+
+    try:
+        empty = wrapper_module().empty
+    except Exception:  # noqa: BLE001 - no wrapper: NumPy is the next best host allocator
+        return _numpy_allocator(dtype, device)
+    return lambda shape: empty(shape, dtype)
+
+
+_FRAMEWORK_ALLOCATORS = {"torch": _torch_allocator, "numpy": _numpy_allocator,
+                         "tilejit": _tilejit_allocator}
+
+
+def allocate(cls: type, shape: tuple, dtype: tuple[int, int, int], device: tuple[int, int]):
+    """A new output of ``shape``, DLPack ``dtype`` ``(code, bits, lanes)`` on DLPack
+    ``device``, made by the framework of argument type ``cls`` (``framework_of``). The
+    choice is made once per (type, dtype, device)."""
+    key = (cls, dtype, device)
+    fn = _allocators.get(key)
+    if fn is None:
+        name = _DTYPE_NAMES.get(dtype)
+        if name is None:
+            raise TypeError(f"no framework dtype for DLPack dtype {dtype}")
+        with _lock:
+            fn = _allocators.setdefault(
+                key, _FRAMEWORK_ALLOCATORS[framework_of(cls)](name, device))
+    return fn(shape)
+
+
+def framework_stream(cls: type, device_type: int, device_id: int) -> int:
+    """The current stream of the framework of ``cls`` on a device, for producers without
+    the exchange API; 0 (none) when the framework has no notion of one."""
+    if framework_of(cls) == "torch" and device_type in _CUDA_DEVICES:
+        import torch
+
+        return torch.cuda.current_stream(device_id).cuda_stream
+    return 0
+
+
+def stream_handle(stream, kernel: str) -> int:
+    """A raw stream handle (``CUstream`` as an int) from what a caller passes as
+    ``stream=``: an int, a ``torch.cuda.Stream`` (``.cuda_stream``) or any object
+    implementing ``__cuda_stream__``."""
+    if isinstance(stream, bool):
+        raise TypeError(f"{kernel}: stream must be a stream handle, got bool")
+    if isinstance(stream, int):
+        handle = stream
+    elif hasattr(stream, "__cuda_stream__"):
+        handle = stream.__cuda_stream__()[1]
+    elif hasattr(stream, "cuda_stream"):
+        handle = stream.cuda_stream
+    else:
+        raise TypeError(f"{kernel}: stream must be an int handle, a torch.cuda.Stream or an "
+                        f"object with __cuda_stream__, got {type(stream).__name__}")
+    if not isinstance(handle, int) or not 0 <= handle < (1 << 64):
+        raise ValueError(f"{kernel}: stream handle must be a non-negative int, got {handle!r}")
+    return handle
+
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE
+_type_names: dict = {}
+
+
+def type_name(cls: type) -> bytes:
+    """How a message names an object's type, as CPython's ``tp_name`` spells it: the
+    bare name for builtins and classes defined in Python, ``module.Name`` for types of C
+    extensions. The bytes stay alive (the core borrows them for the call's messages)."""
+    name = _type_names.get(cls)
+    if name is None:
+        module = getattr(cls, "__module__", "builtins")
+        text = cls.__name__
+        if not getattr(cls, "__flags__", 0) & _HEAPTYPE and module not in ("builtins", None):
+            text = f"{module}.{text}"
+        name = _type_names.setdefault(cls, text.encode())
+    return name

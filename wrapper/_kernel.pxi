@@ -1,0 +1,178 @@
+# The kernel object and its call. Included by _tilejit.pyx.
+
+cdef extern from "Python.h":
+    PyObject **PySequence_Fast_ITEMS(object)
+    Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
+    unsigned long Py_TPFLAGS_HAVE_VECTORCALL
+    ctypedef struct PyTypeObject_vc "PyTypeObject":
+        Py_ssize_t tp_vectorcall_offset
+        unsigned long tp_flags
+
+
+cdef int _convert(object obj, tj_arg *arg, bint exchange) except -1:
+    """Classifies one Python argument; the core imports tensors and decides whether each
+    argument fits its parameter."""
+    cdef int overflow = 0
+    cdef const tj_producer *producer
+    if obj is None:
+        return 0
+    if PyBool_Check(obj):
+        arg.kind = TJ_ARG_BOOL
+        arg.value.i = 1 if obj is True else 0
+        return 0
+    if PyLong_Check(obj):
+        arg.kind = TJ_ARG_INT
+        arg.value.i = PyLong_AsLongLongAndOverflow(obj, &overflow)
+        if overflow:
+            arg.flags |= TJ_ARG_OUT_OF_RANGE
+        return 0
+    # Exact: a subtype check costs a walk of the MRO for every tensor; float subclasses
+    # (numpy.float64) are taken by the __float__ branch below.
+    if PyFloat_CheckExact(obj):
+        arg.kind = TJ_ARG_FLOAT
+        arg.value.f = PyFloat_AS_DOUBLE(obj)
+        return 0
+    cls = type(obj)
+    producer = _producer_of(cls, exchange)
+    if producer != NULL:  # a tensor: the core imports it through its producer
+        arg.kind = TJ_ARG_OBJECT
+        arg.value.p = <void *>obj
+        arg.producer = producer
+        return 0
+    if cls is _hooks.pointer_type:  # tilejit.make_ptr: an address that knows its target
+        arg.kind = TJ_ARG_ADDRESS
+        arg.value.p = PyLong_AsVoidPtr(obj.address)
+        arg.tensor.dtype.code, arg.tensor.dtype.bits, arg.tensor.dtype.lanes = obj.dlpack_dtype
+        arg.tensor.device.device_type = obj.dlpack_device_type
+        return 0
+    # NumPy and other scalar types: integers first, so 3 never becomes 3.0.
+    if cls.__name__ in ("bool", "bool_"):
+        arg.kind = TJ_ARG_BOOL
+        arg.value.i = 1 if obj else 0
+    elif hasattr(cls, "__index__"):
+        return _convert(obj.__index__(), arg, exchange)
+    elif hasattr(cls, "__float__") and not hasattr(cls, "__len__"):
+        arg.kind = TJ_ARG_FLOAT
+        arg.value.f = float(obj)
+    else:
+        arg.kind = TJ_ARG_OTHER
+        name = _hooks.type_name(cls)  # cached there: alive for the call
+        arg.type_name = <bytes>name
+    return 0
+
+
+cdef object _kernel_vectorcall(object self, PyObject **args, size_t nargsf,
+                               PyObject *kwnames):
+    """The vectorcall entry of kernels: ``kernel(a, b, c)`` from Python arrives here
+    with the arguments in place, no tuple, no keyword dict."""
+    cdef Py_ssize_t count = PyVectorcall_NARGS(nargsf)
+    stream = None
+    if kwnames != NULL:
+        names = <tuple>kwnames
+        for j in range(len(names)):
+            if names[j] != "stream":
+                raise TypeError(f"{(<Kernel>self)._name}() got an unexpected keyword argument "
+                                f"'{names[j]}'")
+            stream = <object>args[count + j]
+    return (<Kernel>self)._call(args, count, stream)
+
+
+def _enable_vectorcall(type cls):
+    """Turns on the vectorcall protocol for ``cls`` (Kernel or a subclass of it: CPython
+    before 3.12 does not pass the flag on to heap subclasses). Calls then skip building
+    an argument tuple. Cython declares no vectorcall slot for a cdef class's __call__, so
+    the type's public tp_vectorcall_offset/tp_flags are set here."""
+    cdef Kernel probe = Kernel.__new__(Kernel)
+    cdef Py_ssize_t offset = <Py_ssize_t>(<char *>&probe._vectorcall - <char *><PyObject *>probe)
+    cdef PyTypeObject_vc *t = <PyTypeObject_vc *><PyObject *>cls
+    t.tp_vectorcall_offset = offset
+    t.tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL
+    PyType_Modified(cls)
+
+
+cdef class Kernel:
+    """A core kernel plus what a call needs: its name, how many arguments and outputs
+    it has, the order outputs are returned in, and whether producers' DLPack exchange
+    API is used (``cython``) or every tensor goes through ``__dlpack__`` (``dlpack``).
+    """
+    cdef const tj_kernel *_k
+    cdef object _owner  # keeps the core kernel alive (tilejit.core_kernel.CoreKernel)
+    cdef int32_t _nargs
+    cdef int32_t _nout
+    cdef bint _exchange
+    cdef tuple _out_order  # None when outputs return in declaration order
+    cdef str _name
+    cdef void *_vectorcall  # _kernel_vectorcall; see _enable_vectorcall
+
+    def __cinit__(self, *args, **kwargs):
+        # Python subclasses (tilejit.JITKernel's backend classes) pass their own
+        # constructor arguments through here; the kernel is attached by _attach.
+        self._k = NULL
+        self._vectorcall = <void *>_kernel_vectorcall
+
+    def _attach(self, object core_kernel, bint exchange_api, tuple out_order):
+        """Attaches a built and loaded core kernel (tilejit.core_kernel.CoreKernel: its
+        ``address`` and counts); once. ``out_order[j]`` is the core output number
+        returned in position j."""
+        if self._k != NULL:
+            raise RuntimeError("kernel already bound")
+        self._owner = core_kernel
+        self._k = <const tj_kernel *><uintptr_t>core_kernel.address
+        self._name = core_kernel.name
+        self._nargs = core_kernel.num_inputs
+        self._nout = core_kernel.num_outputs
+        self._exchange = exchange_api
+        self._out_order = None if out_order == tuple(range(len(out_order))) else out_order
+
+    def __call__(self, *args, stream=None):
+        return self._call(PySequence_Fast_ITEMS(args), len(args), stream)
+
+    cdef object _call(self, PyObject **args, Py_ssize_t count, object stream):
+        """One call: ``args`` are ``count`` borrowed references (the caller's tuple
+        or vectorcall array, alive for the call)."""
+        cdef tj_arg argv[TJ_MAX_PARAMS]
+        cdef void *outv[TJ_MAX_OUTPUTS]
+        cdef tj_call call
+        cdef int32_t i
+        cdef int rc
+        if self._k == NULL:
+            raise RuntimeError("kernel is not bound")
+        call.nargs = <int32_t>count if count < 0x7fffffff else 0x7fffffff
+        call.args = argv
+        call.has_stream = 0
+        call.stream = NULL
+        call.fallback = &_array_producers[1 if self._exchange else 0]
+        call.host = &_host
+        call.outputs = outv
+        if call.nargs == self._nargs:  # else the core reports the count, reading none
+            for i in range(call.nargs):
+                tj_arg_init(&argv[i])
+                _convert(<object>args[i], &argv[i], self._exchange)
+        if stream is not None:
+            call.has_stream = 1
+            call.stream = <void *><uintptr_t>_hooks.stream_handle(stream, self._name)
+        rc = tj_call_run(self._k, &call)
+        if self._nout == 0:
+            if rc != TJ_OK:
+                _raise(rc)
+            return None
+        outputs = []
+        for i in range(self._nout):  # new references, ours even when the call failed
+            if outv[i] != NULL:
+                out = <object>outv[i]
+                Py_DECREF(out)  # <object> took a reference; the core gave us one already
+                outputs.append(out)
+        if rc != TJ_OK:
+            _raise(rc)
+        if self._nout == 1:
+            return outputs[0]
+        if self._out_order is not None:
+            return [outputs[j] for j in self._out_order]
+        return outputs
+
+    @property
+    def name(self):
+        return self._name
+
+
+_enable_vectorcall(Kernel)
