@@ -25,7 +25,7 @@ from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName
 from libc.stdint cimport int32_t, int64_t, intptr_t, uintptr_t
-from libc.stdlib cimport calloc, free, malloc
+from libc.stdlib cimport calloc, free
 
 from core cimport *
 from dlpack_abi cimport (DLDataType, DLManagedTensor, DLManagedTensorVersioned,
@@ -68,4 +68,3 @@ include "_producers.pxi"
 include "_array.pxi"
 include "_layout.pxi"
 include "_kernel.pxi"
-

@@ -358,7 +358,7 @@ TEST(launch_threads) {
   tj_kernel_free(k);
 }
 
-/* ---- tj_call_objects over a fake producer ------------------------------------
+/* ---- tj_call_run over an exchange-API table ----------------------------------
  * Objects are tjt_tensor*; the producer's allocator mallocs a managed tensor with
  * its own storage, and "to object" hands back that managed tensor as the object. */
 typedef struct {
@@ -399,6 +399,12 @@ static int fake_to_object(DLManagedTensorVersioned *managed, void **out) {
   return 0;
 }
 
+static int fake_export(void *object, DLManagedTensorVersioned **out) {
+  (void)object;
+  (void)out;
+  return -1; /* required by the API; the view is used instead */
+}
+
 static int fake_stream(DLDeviceType type, int32_t id, void **out) {
   (void)type;
   (void)id;
@@ -416,11 +422,30 @@ static void fake_lock(void *token) {
   ++fake_locks;
 }
 
-TEST(call_objects_vec_add) {
+/* The objects of one call: both arguments imported by the producer. */
+static int run_objects(const tj_kernel *k, const tj_producer *producer, const tj_host *host,
+                       void **objects, void **outputs) {
+  tj_arg args[2];
+  for (int i = 0; i < 2; ++i) {
+    tj_arg_init(&args[i]);
+    args[i].kind = TJ_ARG_OBJECT;
+    args[i].value.p = objects[i];
+    args[i].producer = producer;
+  }
+  tj_call call = {args, 2, 0, NULL, NULL, host, outputs};
+  return tj_call_run(k, &call);
+}
+
+TEST(call_run_exchange_vec_add) {
   tj_kernel *k = load_vec_add();
-  DLPackExchangeAPI api = {{{1, 3}, NULL}, fake_alloc, NULL,
+  DLPackExchangeAPI api = {{{1, 3}, NULL}, fake_alloc, fake_export,
                            fake_to_object, fake_view,  fake_stream};
-  tj_call_plan plan = {k, &api, fake_unlock, fake_lock};
+  tj_producer producer;
+  CHECK_OK(tj_producer_from_exchange(&producer, &api.header, NULL));
+  tj_host host;
+  memset(&host, 0, sizeof(host));
+  host.unlock = fake_unlock;
+  host.lock = fake_lock;
   float a[8], b[8];
   for (int i = 0; i < 8; ++i) {
     a[i] = (float)i;
@@ -433,7 +458,7 @@ TEST(call_objects_vec_add) {
   void *objects[2] = {&ta, &tb};
   void *outputs[1] = {NULL};
   fake_unlocks = fake_locks = 0;
-  CHECK_OK(tj_call_objects(&plan, objects, outputs));
+  CHECK_OK(run_objects(k, &producer, &host, objects, outputs));
   fake_output *c = outputs[0];
   CHECK(c != NULL);
   CHECK_EQ_INT(c->managed.dl_tensor.shape[0], 8);
@@ -444,7 +469,7 @@ TEST(call_objects_vec_add) {
 
   /* Validation is the usual one, with the usual message. */
   tjt_tensor_init(&tb, b, TJT_F32, 1, &m, NULL);
-  CHECK_STATUS(tj_call_objects(&plan, objects, outputs), TJ_EVALUE);
+  CHECK_STATUS(run_objects(k, &producer, &host, objects, outputs), TJ_EVALUE);
   CHECK_ERROR_CONTAINS(
       "vec_add: argument 1 'B': expected shape[0] == n (= 8, bound by "
       "argument 0 'A'), got 7");
@@ -453,22 +478,22 @@ TEST(call_objects_vec_add) {
 
   /* A producer refusing a view: its error, and which argument. */
   fake_fail_view = 1;
-  CHECK_STATUS(tj_call_objects(&plan, objects, outputs), TJ_EPYERR);
-  CHECK_EQ_INT(tj_call_objects_failed(), 0);
+  CHECK_STATUS(run_objects(k, &producer, &host, objects, outputs), TJ_EPYERR);
+  CHECK_EQ_INT(tj_last_error_info()->argument, 0);
+  CHECK_EQ_INT(tj_last_error_info()->producer, TJ_PRODUCER_IMPORT);
   fake_fail_view = 0;
 
   /* An allocator failing: a runtime error naming the output. */
   fake_fail_alloc = 1;
-  CHECK_STATUS(tj_call_objects(&plan, objects, outputs), TJ_ERUNTIME);
+  CHECK_STATUS(run_objects(k, &producer, &host, objects, outputs), TJ_ERUNTIME);
   CHECK_ERROR_CONTAINS(
       "vec_add: output 'C': the producer could not allocate the output: "
       "no memory today");
   fake_fail_alloc = 0;
 
   /* Without an unlock hook the lock is simply kept. */
-  tj_call_plan keep = {k, &api, NULL, NULL};
   fake_unlocks = 0;
-  CHECK_OK(tj_call_objects(&keep, objects, outputs));
+  CHECK_OK(run_objects(k, &producer, NULL, objects, outputs));
   CHECK_EQ_INT(fake_unlocks, 0);
   free(outputs[0]);
   tj_kernel_free(k);

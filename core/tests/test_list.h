@@ -6,107 +6,120 @@
 #ifndef TILEJIT_TESTS_TEST_LIST_H_
 #define TILEJIT_TESTS_TEST_LIST_H_
 
-#define TJT_TEST_LIST(X)             \
-  /* test_abi.c */                   \
-  X(abi_published_layout)            \
-  X(abi_enum_values)                 \
-  X(abi_reference)                   \
-  X(names_status)                    \
-  X(names_device)                    \
-  X(names_dtype)                     \
-  /* test_expr.c */                  \
-  X(expr_arithmetic)                 \
-  X(expr_floor_semantics)            \
-  X(expr_symbols)                    \
-  X(expr_division_by_zero)           \
-  X(expr_overflow)                   \
-  X(expr_eval_malformed)             \
-  X(expr_add_rejects_malformed)      \
-  X(expr_add_after_finalize)         \
-  /* test_arg.c */                   \
-  X(arg_init_is_none)                \
-  X(arg_legacy_import)               \
-  X(arg_legacy_null_deleter)         \
-  X(arg_versioned_import)            \
-  X(arg_versioned_newer_minor)       \
-  X(arg_versioned_read_only)         \
-  X(arg_versioned_major_rejected)    \
-  X(arg_from_dltensor)               \
-  X(arg_from_exchange_batch)         \
-  /* test_validate.c */              \
-  X(validate_ok)                     \
-  X(validate_wrong_arg_count)        \
-  X(validate_non_tensor)             \
-  X(validate_none_not_optional)      \
-  X(validate_optional_none)          \
-  X(validate_dtype)                  \
-  X(validate_ndim)                   \
-  X(validate_static_dim)             \
-  X(validate_symbol_conflict)        \
-  X(validate_expression_mismatch)    \
-  X(validate_divisibility)           \
-  X(validate_non_compact)            \
-  X(validate_stride_mismatch)        \
-  X(validate_symbols_from_strides)   \
-  X(validate_misaligned)             \
-  X(validate_wrong_device_type)      \
-  X(validate_different_devices)      \
-  X(validate_read_only)              \
-  X(validate_negative_stride)        \
-  X(validate_null_strides_compact)   \
-  X(validate_size1_strides_ignored)  \
-  X(validate_zero_size)              \
-  X(validate_scalar_int_range)       \
-  X(validate_scalar_kinds)           \
-  X(validate_pointer)                \
-  X(validate_message_format)         \
-  X(validate_output_shapes)          \
-  X(validate_output_eval_error)      \
-  X(validate_set_output)             \
-  X(validate_output_only_tensor)     \
-  X(validate_not_finalized)          \
-  X(finalize_rejects_unbound_symbol) \
-  X(kernel_construction_errors)      \
-  X(kernel_introspection)            \
-  /* test_launch.c */                \
-  X(launch_fixture_vec_add)          \
-  X(launch_packing)                  \
-  X(launch_missing_library)          \
-  X(launch_missing_symbol)           \
-  X(launch_load_twice)               \
-  X(launch_output_not_set)           \
-  X(launch_no_entry)                 \
-  X(launch_cuda_skips_cpu_entry)     \
-  X(launch_threads)                  \
-  X(call_objects_vec_add)            \
-  /* test_cuda.c */                  \
-  X(cuda_no_driver)                  \
-  X(cuda_init_failure_is_retried)    \
-  X(cuda_launch_records_everything)  \
-  X(cuda_module_once_per_context)    \
-  X(cuda_current_context_used)       \
-  X(cuda_dynamic_shared_memory)      \
-  X(cuda_launch_error_message)       \
-  X(cuda_missing_function)           \
-  X(cuda_empty_grid_no_launch)       \
-  X(cuda_bad_launch_configuration)   \
-  X(cuda_kernel_setup_errors)        \
-  X(cuda_image_file)                 \
-  X(cuda_device_capability)          \
-  X(cuda_threads)                    \
-  /* test_layout.c */                \
-  X(layout_init_and_format)          \
-  X(layout_init_errors)              \
-  X(layout_format_limits)            \
-  X(layout_ref_mark_dynamic)         \
-  X(layout_mark_dynamic_rules)       \
-  X(layout_implicit_leading_dim)     \
-  X(layout_ref_stride_order)         \
-  X(layout_ref_mark_compact)         \
-  X(layout_mark_compact_rules)       \
-  X(layout_names)                    \
-  X(layout_assumed_align)            \
-  X(layout_random_compact)           \
+#define TJT_TEST_LIST(X)              \
+  /* test_abi.c */                    \
+  X(abi_published_layout)             \
+  X(abi_enum_values)                  \
+  X(abi_reference)                    \
+  X(names_status)                     \
+  X(names_device)                     \
+  X(names_dtype)                      \
+  /* test_expr.c */                   \
+  X(expr_arithmetic)                  \
+  X(expr_floor_semantics)             \
+  X(expr_symbols)                     \
+  X(expr_division_by_zero)            \
+  X(expr_overflow)                    \
+  X(expr_eval_malformed)              \
+  X(expr_add_rejects_malformed)       \
+  X(expr_add_after_finalize)          \
+  /* test_arg.c */                    \
+  X(arg_init_is_none)                 \
+  X(arg_legacy_import)                \
+  X(arg_legacy_null_deleter)          \
+  X(arg_versioned_import)             \
+  X(arg_versioned_newer_minor)        \
+  X(arg_versioned_read_only)          \
+  X(arg_versioned_major_rejected)     \
+  X(arg_from_dltensor)                \
+  /* test_call.c */                   \
+  X(call_run_imports_binds_allocates) \
+  X(call_run_count_first)             \
+  X(call_run_import_failure)          \
+  X(call_run_validation_failure)      \
+  X(call_run_allocation_failure)      \
+  X(call_run_producer_error_pending)  \
+  X(call_run_streams)                 \
+  X(call_run_releases_owned_imports)  \
+  X(call_run_no_tensor_fallback)      \
+  X(call_sequence_dispatch)           \
+  X(producer_from_exchange_versions)  \
+  X(producer_exchange_view_or_export) \
+  X(arg_from_capsule)                 \
+  /* test_validate.c */               \
+  X(validate_ok)                      \
+  X(validate_wrong_arg_count)         \
+  X(validate_non_tensor)              \
+  X(validate_none_not_optional)       \
+  X(validate_optional_none)           \
+  X(validate_dtype)                   \
+  X(validate_ndim)                    \
+  X(validate_static_dim)              \
+  X(validate_symbol_conflict)         \
+  X(validate_expression_mismatch)     \
+  X(validate_divisibility)            \
+  X(validate_non_compact)             \
+  X(validate_stride_mismatch)         \
+  X(validate_symbols_from_strides)    \
+  X(validate_misaligned)              \
+  X(validate_wrong_device_type)       \
+  X(validate_different_devices)       \
+  X(validate_read_only)               \
+  X(validate_negative_stride)         \
+  X(validate_null_strides_compact)    \
+  X(validate_size1_strides_ignored)   \
+  X(validate_zero_size)               \
+  X(validate_scalar_int_range)        \
+  X(validate_scalar_kinds)            \
+  X(validate_pointer)                 \
+  X(validate_message_format)          \
+  X(validate_output_shapes)           \
+  X(validate_output_eval_error)       \
+  X(validate_set_output)              \
+  X(validate_output_only_tensor)      \
+  X(validate_not_finalized)           \
+  X(finalize_rejects_unbound_symbol)  \
+  X(kernel_construction_errors)       \
+  X(kernel_introspection)             \
+  /* test_launch.c */                 \
+  X(launch_fixture_vec_add)           \
+  X(launch_packing)                   \
+  X(launch_missing_library)           \
+  X(launch_missing_symbol)            \
+  X(launch_load_twice)                \
+  X(launch_output_not_set)            \
+  X(launch_no_entry)                  \
+  X(launch_cuda_skips_cpu_entry)      \
+  X(launch_threads)                   \
+  X(call_run_exchange_vec_add)        \
+  /* test_cuda.c */                   \
+  X(cuda_no_driver)                   \
+  X(cuda_init_failure_is_retried)     \
+  X(cuda_launch_records_everything)   \
+  X(cuda_module_once_per_context)     \
+  X(cuda_current_context_used)        \
+  X(cuda_dynamic_shared_memory)       \
+  X(cuda_launch_error_message)        \
+  X(cuda_missing_function)            \
+  X(cuda_empty_grid_no_launch)        \
+  X(cuda_bad_launch_configuration)    \
+  X(cuda_kernel_setup_errors)         \
+  X(cuda_image_file)                  \
+  X(cuda_device_capability)           \
+  X(cuda_threads)                     \
+  /* test_layout.c */                 \
+  X(layout_init_and_format)           \
+  X(layout_init_errors)               \
+  X(layout_format_limits)             \
+  X(layout_ref_mark_dynamic)          \
+  X(layout_mark_dynamic_rules)        \
+  X(layout_implicit_leading_dim)      \
+  X(layout_ref_stride_order)          \
+  X(layout_ref_mark_compact)          \
+  X(layout_mark_compact_rules)        \
+  X(layout_names)                     \
+  X(layout_assumed_align)             \
+  X(layout_random_compact)            \
   X(layout_random_mark_dynamic)
 
 #endif /* TILEJIT_TESTS_TEST_LIST_H_ */

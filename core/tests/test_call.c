@@ -1,0 +1,505 @@
+/*
+ * The call sequencer (tj_call_run, tj_call_sequence) over producers written
+ * here in C: objects are tjt_object records, "types" are addresses of type
+ * markers, and every producer call is counted so the order and the release
+ * of owned imports can be asserted. Also the exchange-API adapter and the
+ * capsule import, against tables and a host built here.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "builders.h"
+
+/* ---- A fake host and its objects ------------------------------------------ */
+
+static char type_tensor, type_other; /* addresses stand for types */
+
+typedef struct {
+  void *type;
+  tjt_tensor tensor; /* what the object holds */
+  int refs;          /* references the core handed out (allocations) */
+  int fail_import;   /* import returns this status when non-zero */
+} tjt_object;
+
+typedef struct {
+  int imports, allocations, streams, deletes;
+  int fail_allocate; /* allocate returns this status when non-zero */
+  int epyerr_allocate;
+  int own;      /* imports are owning (a versioned managed tensor) */
+  void *stream; /* what current_stream reports */
+  float out_data[4][64];
+  tjt_object outs[4];
+} tjt_record;
+
+static tjt_record rec;
+
+static void object_tensor(tjt_object *o, float *data, int64_t n) {
+  memset(o, 0, sizeof(*o));
+  o->type = &type_tensor;
+  tjt_tensor_1d(&o->tensor, data, TJT_F32, n);
+}
+
+static void managed_deleter(DLManagedTensorVersioned *m) {
+  rec.deletes++;
+  free(m);
+}
+
+static int fake_import(const tj_producer *self, void *object, tj_arg *arg) {
+  (void)self;
+  tjt_object *o = object;
+  rec.imports++;
+  if (o->fail_import) {
+    if (o->fail_import == TJ_EPYERR) return TJ_EPYERR;
+    return tj_set_error(o->fail_import, "refused");
+  }
+  if (!rec.own) {
+    tj_arg_from_dltensor(arg, &o->tensor.t, 0);
+    return TJ_OK;
+  }
+  DLManagedTensorVersioned *m = calloc(1, sizeof(*m));
+  m->version.major = TJ_DLPACK_MAJOR;
+  m->dl_tensor = o->tensor.t;
+  m->deleter = managed_deleter;
+  return tj_arg_from_versioned(arg, m, NULL);
+}
+
+static int fake_allocate(const tj_producer *self, const DLTensor *proto, tj_arg *out,
+                         void **object) {
+  (void)self;
+  int i = rec.allocations++;
+  if (rec.epyerr_allocate) return TJ_EPYERR;
+  if (rec.fail_allocate) return tj_set_error(rec.fail_allocate, "out of fake memory");
+  tjt_object *o = &rec.outs[i];
+  object_tensor(o, rec.out_data[i], proto->shape[0]);
+  o->tensor.t.dtype = proto->dtype;
+  o->refs = 1;
+  *object = o;
+  tj_arg_from_dltensor(out, &o->tensor.t, 0);
+  return TJ_OK;
+}
+
+static int fake_stream(const tj_producer *self, int32_t device_type, int32_t device_id,
+                       void **stream) {
+  (void)self, (void)device_type, (void)device_id;
+  rec.streams++;
+  *stream = rec.stream;
+  return TJ_OK;
+}
+
+static tj_producer fake_producer = {fake_import,  fake_allocate, fake_stream, NULL,
+                                    &type_tensor, NULL,          NULL};
+
+/* A kernel entry adding A and B into C (C is argument 2, n argument 3). */
+static void add_entry(const tj_value *args) {
+  const float *a = args[0].p, *b = args[1].p;
+  float *c = args[2].p;
+  for (int64_t i = 0; i < args[3].i; ++i) c[i] = a[i] + b[i];
+}
+
+static tj_kernel *adder(uint32_t c_flags) {
+  tj_kernel *k = tjt_vec_add(c_flags, 1);
+  CHECK_OK(tj_kernel_set_entry(k, add_entry));
+  return k;
+}
+
+static void object_arg(tj_arg *arg, tjt_object *o) {
+  tj_arg_init(arg);
+  arg->kind = TJ_ARG_OBJECT;
+  arg->value.p = o;
+  arg->producer = &fake_producer;
+}
+
+static float a_data[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b_data[8] = {10, 20, 30, 40, 50, 60, 70, 80};
+
+/* ---- tj_call_run ------------------------------------------------------------ */
+
+TEST(call_run_imports_binds_allocates) {
+  memset(&rec, 0, sizeof(rec));
+  tj_kernel *k = adder(TJ_BUF_OUTPUT);
+  tjt_object a, b;
+  object_tensor(&a, a_data, 8);
+  object_tensor(&b, b_data, 8);
+  tj_arg args[2];
+  object_arg(&args[0], &a);
+  object_arg(&args[1], &b);
+  void *outputs[1] = {(void *)1};
+  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs};
+  CHECK_OK(tj_call_run(k, &call));
+  CHECK_EQ_INT(rec.imports, 2);
+  CHECK_EQ_INT(rec.allocations, 1);
+  CHECK_EQ_INT(rec.streams, 0); /* a CPU call asks no producer for a stream */
+  CHECK(outputs[0] == &rec.outs[0]);
+  CHECK(rec.out_data[0][7] == 88.0f);
+  CHECK_EQ_INT(args[0].kind, TJ_ARG_TENSOR);
+  CHECK(args[0].producer == &fake_producer);
+  tj_kernel_free(k);
+}
+
+TEST(call_run_count_first) {
+  memset(&rec, 0, sizeof(rec));
+  tj_kernel *k = adder(TJ_BUF_OUTPUT);
+  tjt_object a;
+  object_tensor(&a, a_data, 8);
+  tj_arg args[3];
+  for (int i = 0; i < 3; ++i) object_arg(&args[i], &a);
+  void *outputs[1];
+  tj_call call = {args, 3, 0, NULL, NULL, NULL, outputs};
+  CHECK_STATUS(tj_call_run(k, &call), TJ_ETYPE);
+  CHECK_EQ_STR(tj_last_error(), "vec_add: expected 2 arguments (A, B), got 3");
+  CHECK_EQ_INT(rec.imports, 0); /* nothing is imported before the count is right */
+  CHECK(outputs[0] == NULL);
+  tj_kernel_free(k);
+}
+
+TEST(call_run_import_failure) {
+  memset(&rec, 0, sizeof(rec));
+  rec.own = 1;
+  tj_kernel *k = adder(TJ_BUF_OUTPUT);
+  tjt_object a, b;
+  object_tensor(&a, a_data, 8);
+  object_tensor(&b, b_data, 8);
+  b.fail_import = TJ_EVALUE;
+  tj_arg args[2];
+  object_arg(&args[0], &a);
+  object_arg(&args[1], &b);
+  void *outputs[1];
+  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs};
+  CHECK_STATUS(tj_call_run(k, &call), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(),
+               "vec_add: argument 1 'B': cannot import the tensor through DLPack: refused");
+  CHECK_EQ_INT(tj_last_error_info()->argument, 1);
+  CHECK_EQ_INT(tj_last_error_info()->output, -1);
+  CHECK_EQ_INT(rec.deletes, 1); /* A's owned import was released */
+  CHECK_EQ_INT(rec.allocations, 0);
+  tj_kernel_free(k);
+}
+
+TEST(call_run_validation_failure) {
+  memset(&rec, 0, sizeof(rec));
+  rec.own = 1;
+  tj_kernel *k = adder(TJ_BUF_OUTPUT);
+  tjt_object a, b;
+  object_tensor(&a, a_data, 8);
+  object_tensor(&b, b_data, 7);
+  tj_arg args[2];
+  object_arg(&args[0], &a);
+  object_arg(&args[1], &b);
+  void *outputs[1];
+  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs};
+  CHECK_STATUS(tj_call_run(k, &call), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(),
+               "vec_add: argument 1 'B': expected shape[0] == n (= 8, bound by "
+               "argument 0 'A'), got 7");
+  CHECK_EQ_INT(tj_last_error_info()->argument, 1);
+  CHECK_EQ_INT(tj_last_error_info()->producer, TJ_PRODUCER_NONE);
+  CHECK_EQ_INT(rec.deletes, 2);
+  tj_kernel_free(k);
+}
+
+TEST(call_run_allocation_failure) {
+  memset(&rec, 0, sizeof(rec));
+  rec.fail_allocate = TJ_ERUNTIME;
+  tj_kernel *k = adder(TJ_BUF_OUTPUT);
+  tjt_object a, b;
+  object_tensor(&a, a_data, 8);
+  object_tensor(&b, b_data, 8);
+  tj_arg args[2];
+  object_arg(&args[0], &a);
+  object_arg(&args[1], &b);
+  void *outputs[1];
+  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs};
+  CHECK_STATUS(tj_call_run(k, &call), TJ_ERUNTIME);
+  CHECK_EQ_STR(tj_last_error(),
+               "vec_add: output 'C': the producer could not allocate the "
+               "output: out of fake memory");
+  CHECK_EQ_INT(tj_last_error_info()->output, 0);
+  CHECK_EQ_INT(tj_last_error_info()->argument, -1);
+  tj_kernel_free(k);
+}
+
+TEST(call_run_producer_error_pending) {
+  /* TJ_EPYERR: the producer's own error is pending; the core gives the prefix and says
+   * which step, for the binding to join them. */
+  memset(&rec, 0, sizeof(rec));
+  tj_kernel *k = adder(TJ_BUF_OUTPUT);
+  tjt_object a, b;
+  object_tensor(&a, a_data, 8);
+  object_tensor(&b, b_data, 8);
+  a.fail_import = TJ_EPYERR;
+  tj_arg args[2];
+  object_arg(&args[0], &a);
+  object_arg(&args[1], &b);
+  void *outputs[1];
+  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs};
+  CHECK_STATUS(tj_call_run(k, &call), TJ_EPYERR);
+  CHECK_EQ_STR(tj_last_error(), "vec_add: argument 0 'A': cannot import the tensor through DLPack");
+  CHECK_EQ_INT(tj_last_error_info()->producer, TJ_PRODUCER_IMPORT);
+  CHECK_EQ_INT(tj_last_error_info()->argument, 0);
+
+  a.fail_import = 0;
+  object_arg(&args[0], &a);
+  object_arg(&args[1], &b);
+  rec.epyerr_allocate = 1;
+  CHECK_STATUS(tj_call_run(k, &call), TJ_EPYERR);
+  CHECK_EQ_STR(tj_last_error(), "vec_add: output 'C': the producer could not return the output");
+  CHECK_EQ_INT(tj_last_error_info()->producer, TJ_PRODUCER_ALLOCATE);
+  CHECK_EQ_INT(tj_last_error_info()->output, 0);
+  tj_kernel_free(k);
+}
+
+TEST(call_run_streams) {
+  memset(&rec, 0, sizeof(rec));
+  tj_kernel *k = adder(0);
+  tjt_object a, b, c;
+  object_tensor(&a, a_data, 8);
+  object_tensor(&b, b_data, 8);
+  object_tensor(&c, rec.out_data[0], 8);
+  tj_arg args[3];
+  object_arg(&args[0], &a);
+  object_arg(&args[1], &b);
+  object_arg(&args[2], &c);
+  tj_call call = {args, 3, 1, (void *)0x1234, NULL, NULL, NULL};
+  /* An explicit stream wins, and a CPU kernel refuses a non-zero one. */
+  CHECK_STATUS(tj_call_run(k, &call), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("a stream was given to a cpu kernel");
+  for (int i = 0; i < 3; ++i) object_arg(&args[i], i == 0 ? &a : i == 1 ? &b : &c);
+  call.stream = NULL; /* stream=0 */
+  CHECK_OK(tj_call_run(k, &call));
+  CHECK_EQ_INT(rec.streams, 0);
+  tj_kernel_free(k);
+}
+
+TEST(call_run_releases_owned_imports) {
+  memset(&rec, 0, sizeof(rec));
+  rec.own = 1;
+  tj_kernel *k = adder(TJ_BUF_OUTPUT);
+  tjt_object a, b;
+  object_tensor(&a, a_data, 8);
+  object_tensor(&b, b_data, 8);
+  tj_arg args[2];
+  void *outputs[1];
+  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs};
+  for (int round = 0; round < 3; ++round) {
+    object_arg(&args[0], &a);
+    object_arg(&args[1], &b);
+    CHECK_OK(tj_call_run(k, &call));
+    CHECK_EQ_INT(args[0].owner_kind, TJ_OWNER_NONE);
+    rec.allocations = 0;
+  }
+  CHECK_EQ_INT(rec.deletes, 6); /* each owned import deleted exactly once */
+  tj_kernel_free(k);
+}
+
+TEST(call_run_no_tensor_fallback) {
+  /* A kernel whose only tensor is its output allocates with the fallback; without one
+   * it says so. */
+  memset(&rec, 0, sizeof(rec));
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("fill", 2, TJ_TARGET_CPU, &k));
+  int32_t four = tjt_const(k, 4);
+  tjt_buffer(k, 0, "out", TJT_F32, 1, &four, NULL, 0, TJ_BUF_OUTPUT);
+  CHECK_OK(tj_kernel_set_scalar(k, 1, "value", TJT_F32));
+  CHECK_OK(tj_kernel_finalize(k));
+  CHECK_OK(tj_kernel_set_entry(k, add_entry));
+  tj_arg args[1];
+  tj_arg_init(&args[0]);
+  args[0].kind = TJ_ARG_FLOAT;
+  void *outputs[1];
+  tj_call call = {args, 1, 0, NULL, NULL, NULL, outputs};
+  CHECK_STATUS(tj_call_run(k, &call), TJ_ETYPE);
+  CHECK_EQ_STR(tj_last_error(),
+               "fill: output 'out': no tensor argument to allocate it like, and "
+               "no default allocator");
+  tj_kernel_free(k);
+}
+
+/* ---- tj_call_sequence over a fake host --------------------------------------- */
+
+typedef struct {
+  intptr_t n;
+  void *items[4];
+} tjt_sequence;
+
+static int type_releases;
+static void *fake_object_type(void *object) { return ((tjt_object *)object)->type; }
+static void fake_release(void *object) {
+  (void)object;
+  type_releases++;
+}
+static intptr_t fake_size(void *seq) { return ((tjt_sequence *)seq)->n; }
+static void *fake_item(void *seq, intptr_t i) { return ((tjt_sequence *)seq)->items[i]; }
+
+TEST(call_sequence_dispatch) {
+  memset(&rec, 0, sizeof(rec));
+  tj_host host;
+  memset(&host, 0, sizeof(host));
+  host.object_type = fake_object_type;
+  host.release = fake_release;
+  host.sequence_size = fake_size;
+  host.sequence_item = fake_item;
+  tj_kernel *k = adder(TJ_BUF_OUTPUT);
+  const tj_producer *producers[1] = {&fake_producer};
+  tj_call_plan plan = {k, &host, NULL, producers, 1};
+  tjt_object a, b, other;
+  object_tensor(&a, a_data, 8);
+  object_tensor(&b, b_data, 8);
+  object_tensor(&other, b_data, 8);
+  other.type = &type_other;
+  void *outputs[1];
+
+  tjt_sequence seq = {2, {&a, &b}};
+  CHECK_OK(tj_call_sequence(&plan, &seq, NULL, outputs));
+  CHECK(outputs[0] == &rec.outs[0]);
+  CHECK_EQ_INT(type_releases, 2); /* every type reference given back */
+
+  /* An object of another type, or another count: declined, nothing done. */
+  memset(&rec, 0, sizeof(rec));
+  tjt_sequence mixed = {2, {&a, &other}};
+  CHECK_STATUS(tj_call_sequence(&plan, &mixed, NULL, outputs), TJ_EDECLINED);
+  tjt_sequence short_seq = {1, {&a}};
+  CHECK_STATUS(tj_call_sequence(&plan, &short_seq, NULL, outputs), TJ_EDECLINED);
+  CHECK_EQ_INT(rec.imports, 0);
+
+  /* An explicit stream reaches the launch (a CPU kernel refuses a non-zero one). */
+  uintptr_t stream = 0x99;
+  CHECK_STATUS(tj_call_sequence(&plan, &seq, &stream, outputs), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("a stream was given to a cpu kernel");
+  tj_kernel_free(k);
+}
+
+/* ---- The exchange-API adapter ------------------------------------------------- */
+
+static int x_alloc(DLTensor *proto, DLManagedTensorVersioned **out, void *ctx,
+                   void (*set_error)(void *, const char *, const char *)) {
+  (void)proto, (void)out;
+  set_error(ctx, "MemoryError", "the table's allocator refuses");
+  return -1;
+}
+static int x_export(void *obj, DLManagedTensorVersioned **out) {
+  tjt_object *o = obj;
+  DLManagedTensorVersioned *m = calloc(1, sizeof(*m));
+  m->version.major = TJ_DLPACK_MAJOR;
+  m->dl_tensor = o->tensor.t;
+  m->deleter = managed_deleter;
+  *out = m;
+  return 0;
+}
+static int x_to_object(DLManagedTensorVersioned *m, void **out) {
+  (void)m, (void)out;
+  return -1;
+}
+static int x_view(void *obj, DLTensor *out) {
+  *out = ((tjt_object *)obj)->tensor.t;
+  return 0;
+}
+static int x_stream(DLDeviceType type, int32_t id, void **out) {
+  (void)type, (void)id;
+  *out = (void *)0x5;
+  return 0;
+}
+
+TEST(producer_from_exchange_versions) {
+  DLPackExchangeAPI v1;
+  memset(&v1, 0, sizeof(v1));
+  v1.header.version.major = TJ_DLPACK_MAJOR;
+  v1.managed_tensor_allocator = x_alloc;
+  v1.managed_tensor_from_py_object_no_sync = x_export;
+  v1.managed_tensor_to_py_object_no_sync = x_to_object;
+  v1.current_work_stream = x_stream;
+  DLPackExchangeAPI v2 = v1;
+  v2.header.version.major = TJ_DLPACK_MAJOR + 1;
+  v2.header.prev_api = &v1.header; /* a newer table chains to the one we speak */
+  tj_producer p;
+  CHECK_OK(tj_producer_from_exchange(&p, &v2.header, &type_tensor));
+  CHECK(p.api == &v1);
+  CHECK(p.type == &type_tensor);
+  void *stream = NULL;
+  CHECK_OK(p.current_stream(&p, kDLCUDA, 0, &stream));
+  CHECK(stream == (void *)0x5);
+
+  v2.header.prev_api = NULL;
+  CHECK_STATUS(tj_producer_from_exchange(&p, &v2.header, NULL), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("offers no version 1.x");
+  v1.current_work_stream = NULL; /* the API requires it */
+  CHECK_STATUS(tj_producer_from_exchange(&p, &v1.header, NULL), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("lacks a function the API requires");
+}
+
+TEST(producer_exchange_view_or_export) {
+  memset(&rec, 0, sizeof(rec));
+  DLPackExchangeAPI api;
+  memset(&api, 0, sizeof(api));
+  api.header.version.major = TJ_DLPACK_MAJOR;
+  api.managed_tensor_allocator = x_alloc;
+  api.managed_tensor_from_py_object_no_sync = x_export;
+  api.managed_tensor_to_py_object_no_sync = x_to_object;
+  api.current_work_stream = x_stream;
+  tj_producer p;
+  CHECK_OK(tj_producer_from_exchange(&p, &api.header, NULL));
+  tjt_object a;
+  object_tensor(&a, a_data, 8);
+  tj_arg arg;
+  tj_arg_init(&arg);
+  CHECK_OK(p.import(&p, &a, &arg)); /* no view function: the owning export */
+  CHECK_EQ_INT(arg.owner_kind, TJ_OWNER_VERSIONED);
+  tj_arg_release(&arg);
+  CHECK_EQ_INT(rec.deletes, 1);
+  api.dltensor_from_py_object_no_sync = x_view;
+  CHECK_OK(tj_producer_from_exchange(&p, &api.header, NULL));
+  tj_arg_init(&arg);
+  CHECK_OK(p.import(&p, &a, &arg)); /* the view: nothing to release */
+  CHECK_EQ_INT(arg.owner_kind, TJ_OWNER_NONE);
+  CHECK(arg.tensor.data == a_data);
+
+  /* The allocator's refusal keeps its message for the caller's prefix. */
+  DLTensor proto;
+  memset(&proto, 0, sizeof(proto));
+  void *object = (void *)1;
+  CHECK_STATUS(p.allocate(&p, &proto, &arg, &object), TJ_ERUNTIME);
+  CHECK_EQ_STR(tj_last_error(), "the table's allocator refuses");
+  CHECK(object == NULL);
+}
+
+/* ---- Capsules ----------------------------------------------------------------- */
+
+typedef struct {
+  const char *name;
+  void *pointer;
+} tjt_capsule;
+
+static int cap_valid(void *c, const char *name) {
+  return strcmp(((tjt_capsule *)c)->name, name) == 0;
+}
+static void *cap_pointer(void *c, const char *name) {
+  (void)name;
+  return ((tjt_capsule *)c)->pointer;
+}
+static int cap_rename(void *c, const char *name) {
+  ((tjt_capsule *)c)->name = name;
+  return 0;
+}
+
+TEST(arg_from_capsule) {
+  memset(&rec, 0, sizeof(rec));
+  tj_host host;
+  memset(&host, 0, sizeof(host));
+  host.capsule_is_valid = cap_valid;
+  host.capsule_pointer = cap_pointer;
+  host.capsule_set_name = cap_rename;
+  tjt_object a;
+  object_tensor(&a, a_data, 8);
+  DLManagedTensorVersioned *m = NULL;
+  CHECK(x_export(&a, &m) == 0);
+  tjt_capsule capsule = {"dltensor_versioned", m};
+  tj_arg arg;
+  CHECK_OK(tj_arg_from_capsule(&arg, &capsule, &host));
+  CHECK_EQ_STR(capsule.name, "used_dltensor_versioned"); /* consumed exactly once */
+  CHECK_EQ_INT(arg.owner_kind, TJ_OWNER_VERSIONED);
+  tj_arg_release(&arg);
+  CHECK_EQ_INT(rec.deletes, 1);
+
+  tjt_capsule used = {"used_dltensor_versioned", m};
+  CHECK_STATUS(tj_arg_from_capsule(&arg, &used, &host), TJ_ETYPE);
+  CHECK_EQ_STR(tj_last_error(), "__dlpack__ returned an object that is not a DLPack capsule");
+  CHECK_EQ_INT(rec.deletes, 1);
+}
