@@ -2,6 +2,7 @@
 
 cdef extern from "Python.h":
     PyObject **PySequence_Fast_ITEMS(object)
+    void *_type_of "Py_TYPE"(object)  # borrowed: the object keeps its type alive
     Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
     unsigned long Py_TPFLAGS_HAVE_VECTORCALL
     ctypedef struct PyTypeObject_vc "PyTypeObject":
@@ -9,11 +10,31 @@ cdef extern from "Python.h":
         unsigned long tp_flags
 
 
+cdef inline void _object_arg(tj_arg *arg, object obj, const tj_producer *producer) noexcept:
+    """An object the core imports through its producer: the fields tj_arg_init would
+    clear that the import does not fill, without clearing the whole record."""
+    arg.kind = TJ_ARG_OBJECT
+    arg.flags = 0
+    arg.value.p = <void *>obj
+    arg.owner_kind = TJ_OWNER_NONE
+    arg.owner = NULL
+    arg.type_name = NULL
+    arg.producer = producer
+
+
 cdef int _convert(object obj, tj_arg *arg, bint exchange) except -1:
     """Classifies one Python argument; the core imports tensors and decides whether each
     argument fits its parameter."""
     cdef int overflow = 0
     cdef const tj_producer *producer
+    cdef PyObject *cls = <PyObject *>_type_of(obj)
+    # The hot path first: an object of the type the last call's tensors had.
+    if cls == _memo_type[exchange]:
+        producer = _memo_producer[exchange]
+        if producer != NULL:
+            _object_arg(arg, obj, producer)
+            return 0
+    tj_arg_init(arg)
     if obj is None:
         return 0
     if PyBool_Check(obj):
@@ -32,31 +53,29 @@ cdef int _convert(object obj, tj_arg *arg, bint exchange) except -1:
         arg.kind = TJ_ARG_FLOAT
         arg.value.f = PyFloat_AS_DOUBLE(obj)
         return 0
-    cls = type(obj)
-    producer = _producer_of(cls, exchange)
+    producer = _producer_of(<object>cls, exchange)
     if producer != NULL:  # a tensor: the core imports it through its producer
-        arg.kind = TJ_ARG_OBJECT
-        arg.value.p = <void *>obj
-        arg.producer = producer
+        _object_arg(arg, obj, producer)
         return 0
-    if cls is _hooks.pointer_type:  # tilejit.make_ptr: an address that knows its target
+    if <object>cls is _hooks.pointer_type:  # tilejit.make_ptr: an address that knows its target
         arg.kind = TJ_ARG_ADDRESS
         arg.value.p = PyLong_AsVoidPtr(obj.address)
         arg.tensor.dtype.code, arg.tensor.dtype.bits, arg.tensor.dtype.lanes = obj.dlpack_dtype
         arg.tensor.device.device_type = obj.dlpack_device_type
         return 0
     # NumPy and other scalar types: integers first, so 3 never becomes 3.0.
-    if cls.__name__ in ("bool", "bool_"):
+    kind = <object>cls
+    if kind.__name__ in ("bool", "bool_"):
         arg.kind = TJ_ARG_BOOL
         arg.value.i = 1 if obj else 0
-    elif hasattr(cls, "__index__"):
+    elif hasattr(kind, "__index__"):
         return _convert(obj.__index__(), arg, exchange)
-    elif hasattr(cls, "__float__") and not hasattr(cls, "__len__"):
+    elif hasattr(kind, "__float__") and not hasattr(kind, "__len__"):
         arg.kind = TJ_ARG_FLOAT
         arg.value.f = float(obj)
     else:
         arg.kind = TJ_ARG_OTHER
-        name = _hooks.type_name(cls)  # cached there: alive for the call
+        name = _hooks.type_name(kind)  # cached there: alive for the call
         arg.type_name = <bytes>name
     return 0
 
@@ -146,7 +165,6 @@ cdef class Kernel:
         call.outputs = outv
         if call.nargs == self._nargs:  # else the core reports the count, reading none
             for i in range(call.nargs):
-                tj_arg_init(&argv[i])
                 _convert(<object>args[i], &argv[i], self._exchange)
         if stream is not None:
             call.has_stream = 1

@@ -43,9 +43,12 @@ static int import_args(const tj_kernel *k, tj_arg *args, int32_t nargs) {
   for (int32_t i = 0; i < nargs; ++i) {
     tj_arg *arg = &args[i];
     if (arg->kind != TJ_ARG_OBJECT) continue;
+    /* The binding initialised the record (tj_arg_init) before classifying it, so
+     * only what names the object is cleared: the import fills the rest. */
     const tj_producer *producer = arg->producer;
     void *object = arg->value.p;
-    tj_arg_init(arg);
+    arg->kind = TJ_ARG_NONE;
+    arg->producer = NULL;
     int rc = producer->import(producer, object, arg);
     if (arg->producer == NULL) arg->producer = producer;
     if (rc != TJ_OK) return import_failed(k, i, rc);

@@ -446,7 +446,8 @@ int tj_arg_from_capsule(tj_arg *arg, void *capsule, const tj_host *host);
  * the stack; everything in it is borrowed. */
 typedef struct tj_call {
   /* The caller's arguments, `nargs` of them, each classified by the binding:
-   * TJ_ARG_OBJECT entries are imported by the core through their producer; the
+   * TJ_ARG_OBJECT entries (initialised with tj_arg_init, then kind, value.p and
+   * producer set) are imported by the core through their producer; the
    * rest (scalars, addresses, None, tensors the binding already holds) are used
    * as they are. tj_call_run releases every owning import before it returns. */
   tj_arg *args;
