@@ -19,6 +19,7 @@ cdef extern from "Python.h":
     void Py_DecRef(PyObject *)
     Py_ssize_t PyTuple_Size(PyObject *)
     PyObject *PyTuple_GetItem(PyObject *, Py_ssize_t)
+    int PyList_Append(PyObject *, PyObject *)
     void PyType_Modified(object)
 
 
@@ -52,6 +53,10 @@ cdef void *_h_sequence_item(void *seq, intptr_t i) noexcept:
     return <void *>PyTuple_GetItem(<PyObject *>seq, i)
 
 
+cdef int _h_list_append(void *items, void *item) noexcept:
+    return PyList_Append(<PyObject *>items, <PyObject *>item)
+
+
 cdef void *_h_unlock() noexcept:
     """Drops the GIL around a kernel, unless this is the interpreter's only thread:
     then no Python thread can be waiting for it, and handing it over and back (a mutex
@@ -74,6 +79,7 @@ _host.object_type = _h_object_type
 _host.release = _h_release
 _host.sequence_size = _h_sequence_size
 _host.sequence_item = _h_sequence_item
+_host.list_append = _h_list_append
 _host.unlock = _h_unlock
 _host.lock = _h_lock
 

@@ -179,6 +179,7 @@ cdef extern from "tilejit/tilejit.h" nogil:
         void (*release)(void *object) noexcept
         intptr_t (*sequence_size)(void *sequence) noexcept
         void *(*sequence_item)(void *sequence, intptr_t i) noexcept
+        int (*list_append)(void *list, void *item) noexcept
         void *(*unlock)() noexcept
         void (*lock)(void *token) noexcept
 
@@ -216,4 +217,4 @@ cdef extern from "tilejit/tilejit.h" nogil:
         int32_t nproducers
 
     int tj_call_sequence(const tj_call_plan *plan, void *sequence, const uintptr_t *stream,
-                         void **outputs)
+                         void *outputs)

@@ -132,7 +132,7 @@ int tj_call_run(const tj_kernel *k, tj_call *call) {
 }
 
 int tj_call_sequence(const tj_call_plan *plan, void *sequence, const uintptr_t *stream,
-                     void **outputs) {
+                     void *outputs) {
   const tj_kernel *k = plan->kernel;
   const tj_host *host = plan->host;
   tj_arg args[TJ_MAX_PARAMS];
@@ -151,7 +151,15 @@ int tj_call_sequence(const tj_call_plan *plan, void *sequence, const uintptr_t *
     args[i].value.p = object;
     args[i].producer = producer;
   }
-  tj_call call = {args,           (int32_t)n, stream != NULL, stream ? (void *)*stream : NULL,
-                  plan->fallback, host,       outputs};
-  return tj_call_run(k, &call);
+  void *made[TJ_MAX_OUTPUTS];
+  tj_call call = {args, (int32_t)n, stream != NULL, stream ? (void *)*stream : NULL, plan->fallback,
+                  host, made};
+  int rc = tj_call_run(k, &call);
+  for (int32_t o = 0; o < k->noutputs; ++o) {
+    if (made[o] == NULL) continue;
+    if (outputs != NULL && host->list_append(outputs, made[o]) != 0 && rc == TJ_OK)
+      rc = tj_set_error(TJ_EPYERR, "%s: cannot return the outputs", k->name);
+    host->release(made[o]);
+  }
+  return rc;
 }

@@ -323,11 +323,17 @@ typedef struct {
 static int type_releases;
 static void *fake_object_type(void *object) { return ((tjt_object *)object)->type; }
 static void fake_release(void *object) {
-  (void)object;
+  if (object == &rec.outs[0]) rec.outs[0].refs--;
   type_releases++;
 }
 static intptr_t fake_size(void *seq) { return ((tjt_sequence *)seq)->n; }
 static void *fake_item(void *seq, intptr_t i) { return ((tjt_sequence *)seq)->items[i]; }
+static int fake_append(void *list, void *item) {
+  tjt_sequence *l = list;
+  ((tjt_object *)item)->refs++;
+  l->items[l->n++] = item;
+  return 0;
+}
 
 TEST(call_sequence_dispatch) {
   memset(&rec, 0, sizeof(rec));
@@ -337,6 +343,7 @@ TEST(call_sequence_dispatch) {
   host.release = fake_release;
   host.sequence_size = fake_size;
   host.sequence_item = fake_item;
+  host.list_append = fake_append;
   tj_kernel *k = adder(TJ_BUF_OUTPUT);
   const tj_producer *producers[1] = {&fake_producer};
   tj_call_plan plan = {k, &host, NULL, producers, 1};
@@ -345,24 +352,26 @@ TEST(call_sequence_dispatch) {
   object_tensor(&b, b_data, 8);
   object_tensor(&other, b_data, 8);
   other.type = &type_other;
-  void *outputs[1];
+  tjt_sequence outputs = {0, {NULL}};
 
   tjt_sequence seq = {2, {&a, &b}};
-  CHECK_OK(tj_call_sequence(&plan, &seq, NULL, outputs));
-  CHECK(outputs[0] == &rec.outs[0]);
-  CHECK_EQ_INT(type_releases, 2); /* every type reference given back */
+  CHECK_OK(tj_call_sequence(&plan, &seq, NULL, &outputs));
+  CHECK_EQ_INT(outputs.n, 1);
+  CHECK(outputs.items[0] == &rec.outs[0]);
+  CHECK_EQ_INT(rec.outs[0].refs, 1); /* the list's reference; the core dropped its own */
+  CHECK_EQ_INT(type_releases, 3);    /* two types, one output reference given back */
 
   /* An object of another type, or another count: declined, nothing done. */
   memset(&rec, 0, sizeof(rec));
   tjt_sequence mixed = {2, {&a, &other}};
-  CHECK_STATUS(tj_call_sequence(&plan, &mixed, NULL, outputs), TJ_EDECLINED);
+  CHECK_STATUS(tj_call_sequence(&plan, &mixed, NULL, &outputs), TJ_EDECLINED);
   tjt_sequence short_seq = {1, {&a}};
-  CHECK_STATUS(tj_call_sequence(&plan, &short_seq, NULL, outputs), TJ_EDECLINED);
+  CHECK_STATUS(tj_call_sequence(&plan, &short_seq, NULL, &outputs), TJ_EDECLINED);
   CHECK_EQ_INT(rec.imports, 0);
 
   /* An explicit stream reaches the launch (a CPU kernel refuses a non-zero one). */
   uintptr_t stream = 0x99;
-  CHECK_STATUS(tj_call_sequence(&plan, &seq, &stream, outputs), TJ_EVALUE);
+  CHECK_STATUS(tj_call_sequence(&plan, &seq, &stream, &outputs), TJ_EVALUE);
   CHECK_ERROR_CONTAINS("a stream was given to a cpu kernel");
   tj_kernel_free(k);
 }

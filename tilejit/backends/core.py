@@ -71,7 +71,7 @@ _PROTOTYPES = {
 # Called with the GIL held: they run producers, which are Python (or need the GIL).
 _GIL_PROTOTYPES = {
     "tj_call_run": (c_int, [c_void_p, POINTER(TjCall)]),
-    "tj_call_sequence": (c_int, [c_void_p, ctypes.py_object, c_void_p, c_void_p]),
+    "tj_call_sequence": (c_int, [c_void_p, ctypes.py_object, c_void_p, ctypes.py_object]),
     "tj_arg_from_capsule": (c_int, [POINTER(TjArg), ctypes.py_object, c_void_p]),
 }
 

@@ -99,7 +99,8 @@ class TjHost(Structure):
     _fields_ = [("capsule_is_valid", c_void_p), ("capsule_pointer", c_void_p),
                 ("capsule_set_name", c_void_p), ("object_type", c_void_p),
                 ("release", c_void_p), ("sequence_size", c_void_p),
-                ("sequence_item", c_void_p), ("unlock", c_void_p), ("lock", c_void_p)]
+                ("sequence_item", c_void_p), ("list_append", c_void_p), ("unlock", c_void_p),
+                ("lock", c_void_p)]
 
 
 class TjProducer(Structure):

@@ -51,6 +51,7 @@ _HOST = TjHost(
     release=_c_function("Py_DecRef"),
     sequence_size=_c_function("PyTuple_Size"),
     sequence_item=_c_function("PyTuple_GetItem"),
+    list_append=_c_function("PyList_Append"),
     unlock=_c_function("PyEval_SaveThread"),
     lock=_c_function("PyEval_RestoreThread"))
 _HOST_ADDRESS = addressof(_HOST)
@@ -247,7 +248,7 @@ class CtypesKernel:
                                 fallback=addressof(self._fallback),
                                 producers=ctypes.cast(self._known, POINTER(c_void_p)),
                                 nproducers=0)
-        self._plan_ref = byref(self._plan)
+        self._plan_address = addressof(self._plan)
         self._outs_type = py_object * max(self._nout, 1)
 
     def _learn(self, producer) -> None:
@@ -262,35 +263,27 @@ class CtypesKernel:
     def __call__(self, *args, **keywords):
         # **keywords rather than stream=None: an unknown keyword is then reported with
         # the kernel's name, as the other backends do (about 10 ns a call).
-        handle = by_ref = stream = None
+        handle = by_ref = None
         if keywords:
-            stream = self._stream_keyword(keywords)
-        if stream is not None:  # the explicit stream's handle, passed by pointer
-            handle = host.stream_handle(stream, self.name)
-            by_ref = byref(c_uint64(handle))
-        if self._nout == 0:
-            try:
-                rc = _sequence(self._plan_ref, args, by_ref, None)
-            except BaseException as exc:
-                raise _failure(exc) from exc
-            if rc == 0:
-                return None
-            if rc != EDECLINED:
-                _check(rc)
-            return self._call_args(args, handle, None)
-        outs = self._outs_type()
+            handle = self._stream_keyword(keywords)
+            if handle is not None:  # the explicit stream's handle, passed by pointer
+                handle = host.stream_handle(handle, self.name)
+                by_ref = byref(c_uint64(handle))
+        outs = [] if self._nout else None  # the core appends the outputs
         try:
-            rc = _sequence(self._plan_ref, args, by_ref, outs)
+            rc = _sequence(self._plan_address, args, by_ref, outs)
         except BaseException as exc:
-            self._collect(outs)
             raise _failure(exc) from exc
+        if rc == 0:
+            if outs is None:
+                return None
+            if self._nout == 1:
+                return outs[0]
+            return self._ordered(outs)
         if rc == EDECLINED:
-            return self._call_args(args, handle, outs)
-        if rc == 0 and self._nout == 1:
-            out = outs[0]
-            _decref(out)
-            return out
-        return self._finish(rc, outs)
+            return self._call_args(args, handle)
+        _check(rc)
+        return None  # unreachable: _check raised
 
     def _stream_keyword(self, keywords):
         for key in keywords:
@@ -298,7 +291,7 @@ class CtypesKernel:
                 raise TypeError(f"{self.name}() got an unexpected keyword argument '{key}'")
         return keywords["stream"]
 
-    def _call_args(self, args, stream, outs):
+    def _call_args(self, args, stream):
         """The call classified here, then run by the core's sequencer; ``stream`` is
         the explicit stream's handle or None."""
         nargs = len(args)
@@ -306,28 +299,27 @@ class CtypesKernel:
         if nargs == self._nargs:
             for i, obj in enumerate(args):
                 _classify(obj, argv[i], self)
+        outs = self._outs_type()
         call = TjCall(args=argv, nargs=nargs, has_stream=stream is not None,
                       stream=stream or None, fallback=addressof(self._fallback),
-                      host=_HOST_ADDRESS, outputs=addressof(outs) if outs is not None else None)
+                      host=_HOST_ADDRESS, outputs=addressof(outs))
         try:
             rc = _run(self._core_kernel.address, byref(call))
         except BaseException as exc:
-            if outs is not None:
-                self._collect(outs)
+            self._collect(outs)
             raise _failure(exc) from exc
-        if outs is None:
-            _check(rc)
-            return None
-        return self._finish(rc, outs)
-
-    def _finish(self, rc, outs):
         outputs = self._collect(outs)
         _check(rc)
+        if self._nout == 0:
+            return None
         if self._nout == 1:
             return outputs[0]
-        if self._out_order is not None:
-            return [outputs[j] for j in self._out_order]
-        return outputs
+        return self._ordered(outputs)
+
+    def _ordered(self, outputs):
+        if self._out_order is None:
+            return outputs
+        return [outputs[j] for j in self._out_order]
 
     def _collect(self, outs):
         """The objects in an output array (NULL slots skipped); the core's references
@@ -341,4 +333,3 @@ class CtypesKernel:
             _decref(out)
             outputs.append(out)
         return outputs
-

@@ -392,6 +392,8 @@ typedef struct tj_host {
   /* PyTuple_Size / PyTuple_GetItem (a borrowed reference). */
   intptr_t (*sequence_size)(void *sequence);
   void *(*sequence_item)(void *sequence, intptr_t i);
+  /* PyList_Append: adds a reference to `item` to the list; 0 on success. */
+  int (*list_append)(void *list, void *item);
   /* Drops the lock around the kernel and takes it back (PyEval_SaveThread /
    * PyEval_RestoreThread). unlock may return NULL to say it kept the lock; lock
    * is then not called. unlock NULL: the kernel runs with the lock held. */
@@ -492,10 +494,13 @@ typedef struct tj_call_plan {
  * with host->sequence_size/sequence_item): when every item is an object of the
  * exact type of one of the plan's producers, each is imported with it and the
  * call goes on as tj_call_run (`stream` NULL: none given; else the explicit
- * stream's handle). Otherwise nothing is done and TJ_EDECLINED is returned: the
- * binding classifies the arguments itself and calls tj_call_run. */
+ * stream's handle). The outputs made, in declaration order, are appended to the
+ * host list `outputs` (host->list_append; the core drops its own references),
+ * also when the call fails after making some; NULL: the kernel has none.
+ * Otherwise nothing is done and TJ_EDECLINED is returned: the binding
+ * classifies the arguments itself and calls tj_call_run. */
 int tj_call_sequence(const tj_call_plan *plan, void *sequence, const uintptr_t *stream,
-                     void **outputs);
+                     void *outputs);
 
 #ifdef __cplusplus
 }
