@@ -33,7 +33,19 @@ _EXPORTS = {
     "cache_root": "disk_cache",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [  # the keys of _EXPORTS
+    "WRAPPER_MODULE",
+    "abi_tag",
+    "build_core_library",
+    "build_wrapper",
+    "cache_root",
+    "core_library_path",
+    "core_source_hash",
+    "load_wrapper",
+    "source_dirs",
+    "source_hash",
+    "wrapper_path",
+]
 
 
 def __getattr__(name: str) -> object:

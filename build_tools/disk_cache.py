@@ -24,13 +24,14 @@ core), and `tilejit` uses it from above.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 __all__ = [
@@ -150,26 +151,23 @@ def reset_memo() -> None:
         _verified.clear()
 
 
-class _EntryLock:
-    """flock() on `<parent>/<name>.lock`: excludes other processes and other threads alike
-    (each open() is its own lock holder). Lock files are never deleted: removing one while
-    another process waits on it would split the lock in two."""
-
-    def __init__(self, entry: Path) -> None:
-        try:
-            entry.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(entry.parent / f"{entry.name}.lock",
-                               os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            raise CacheUnusableError(exc.errno, f"cannot lock {entry}: {exc}") from exc
-
-    def __enter__(self) -> _EntryLock:
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
+@contextlib.contextmanager
+def _entry_lock(entry: Path) -> Iterator[None]:
+    """Hold flock() on `<parent>/<name>.lock`: it excludes other processes and other
+    threads alike (each open() is its own lock holder). Lock files are never deleted:
+    removing one while another process waits on it would split the lock in two."""
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(entry.parent / f"{entry.name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                     0o644)
+    except OSError as exc:
+        raise CacheUnusableError(exc.errno, f"cannot lock {entry}: {exc}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
         # Closing the descriptor releases the lock.
-        os.close(self._fd)
+        os.close(fd)
 
 
 def get_or_build(
@@ -200,7 +198,7 @@ def get_or_build(
     meta_path = os.path.join(entry, _META_NAME)
     if not force and _valid(artifact, meta_path, entry.name):
         return Path(artifact)
-    with _EntryLock(entry):
+    with _entry_lock(entry):
         # Another process may have published the entry while this one waited.
         if not force and _valid(artifact, meta_path, entry.name):
             if log is not None:
@@ -226,7 +224,7 @@ def discard(artifact: Path, seen: os.stat_result | None, log: Callable[[str], No
     published is kept.
     """
     entry = Path(artifact).parent
-    with _EntryLock(entry):
+    with _entry_lock(entry):
         try:
             current = os.stat(artifact)
         except FileNotFoundError:

@@ -36,6 +36,7 @@ from pathlib import Path
 from . import cache as _cache
 from ._build import toolchain
 from .compiler import CompileError, _safe_file_stem
+from .version import VERSION
 
 __all__ = ["DEFAULT_ARCH", "compile_program", "cuda_source", "resolve_arch", "resolve_compiler"]
 
@@ -411,8 +412,6 @@ def compile_program(program, signature, flags: list[str], arch=None, compiler=No
     >>> path.name
     'kernel.cubin'
     """
-    from .jit import VERSION
-
     start = time.perf_counter()
     archs = resolve_arch(arch)
     compiler = resolve_compiler(compiler)

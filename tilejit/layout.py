@@ -2,7 +2,8 @@
 
 ``from_dlpack`` makes a zero-copy view of any DLPack producer with a static layout that
 ``mark_layout_dynamic`` / ``mark_compact_shape_dynamic`` make (partly) dynamic;
-``T.Buffer.like(view)`` turns the marked layout into a kernel parameter, and the view
+``T.Buffer.like(view)`` (``tilejit.lang.buffer_like``) turns the marked layout into a
+kernel parameter, and the view
 itself can be passed to kernels without being imported again. ``make_ptr`` wraps a raw
 address for ``T.Pointer`` parameters. The layout algebra is the C core's
 (``core/src/layout.c``); the view's storage is the Cython wrapper's ``TensorView``.
@@ -17,12 +18,9 @@ Buffer((A_shape0, 4, 16, 2), float32, strides=(2, A_stride1, A_stride2, 1), name
 
 from __future__ import annotations
 
-import itertools
-import threading
-
 from . import dtypes as _dtypes
 
-__all__ = ["Pointer", "buffer_like", "from_dlpack", "make_ptr"]
+__all__ = ["Pointer", "from_dlpack", "is_view", "make_ptr"]
 
 MEMSPACES = ("generic", "gmem")
 
@@ -143,47 +141,3 @@ def make_ptr(dtype, address, memspace="generic", assumed_align=None) -> Pointer:
         raise ValueError(f"make_ptr: address 0x{address:016x} is not divisible by "
                          f"assumed_align ({assumed_align} bytes)")
     return Pointer(name, address, memspace, assumed_align)
-
-
-_prefixes = itertools.count()
-_prefix_lock = threading.Lock()
-
-
-def _fresh_prefix() -> str:
-    with _prefix_lock:
-        return f"view{next(_prefixes)}"
-
-
-def buffer_like(view, name=None, *, const=False, optional=False, implicit=False):
-    """``T.Buffer.like``: the parameter a marked view describes. Static modes become ints,
-    dynamic ones fresh symbols ``<name>_shape<d>`` / ``<name>_stride<d>`` carrying their
-    divisibility; ``align`` is the view's ``assumed_align``. Without ``name`` the symbols
-    get a process-unique prefix (``view0_shape0``) until a kernel names them after its
-    parameter (``arg0_shape0``). ``implicit`` uses the layout of
-    implicit conversion (``tilejit.jit(layout="dynamic")``) instead of the view's marks.
-    A ``T.Buffer`` given instead of a view is copied with the new name and flags.
-    """
-    from .lang import Buffer, Symbol
-
-    if isinstance(view, Buffer):
-        return Buffer(view.shape, view.dtype, strides=view.strides,
-                      name=view.name if name is None else name, align=view.align,
-                      optional=optional, const=const)
-    if not is_view(view):
-        raise TypeError(f"T.Buffer.like expects a view made by tilejit.from_dlpack (or a "
-                        f"T.Buffer), got {type(view).__name__}")
-    if name is not None and (not isinstance(name, str) or not name.isidentifier()):
-        raise ValueError(f"T.Buffer.like: name must be a C identifier, got {name!r}")
-    dtype = view.dtype
-    if dtype not in _dtypes.DTYPES:
-        raise ValueError(f"T.Buffer.like: tilejit kernels do not take {dtype} tensors")
-    prefix = name if name is not None else _fresh_prefix()
-    shape, strides = [], []
-    for d, (extent, extent_div, stride, stride_div) in enumerate(view._modes(implicit)):
-        anonymous = name is None
-        shape.append(Symbol(f"{prefix}_shape{d}", extent_div, anonymous=anonymous)
-                     if extent_div else extent)
-        strides.append(Symbol(f"{prefix}_stride{d}", stride_div, anonymous=anonymous)
-                       if stride_div else stride)
-    return Buffer(tuple(shape), dtype, strides=tuple(strides), name=name,
-                  align=view.assumed_align, optional=optional, const=const)
