@@ -15,7 +15,8 @@ from .compiler import CompileError
 from .jit import JITFunction, jit
 from .kernel import JITKernel
 from .lang import T
-from .layout import Pointer, from_dlpack, make_ptr
+from .layout import from_dlpack
+from .pointer import Pointer, make_ptr
 from .program import Program
 from .version import VERSION as __version__
 
