@@ -13,7 +13,6 @@ from typing import Any
 
 from . import cache as _cache
 from . import compiler as _compiler
-from .cuda_compiler import compile_program
 from .kernel import JITKernel
 from .program import Program
 from .signature import host_source, lower
@@ -83,6 +82,9 @@ def compile(program: Program, out_idx=None, target=None, execution_backend=None,
     start = time.perf_counter()
     sig = lower(program, out_idx, target)
     if target == "cuda":
+        # Imported here: a process that only compiles CPU kernels never pays for it.
+        from .cuda_compiler import compile_program
+
         path, source = compile_program(program, sig, flags, arch, compiler, verbose)
         return JITKernel(program, sig, str(path), source, execution_backend)
     if arch is not None or compiler is not None:
