@@ -1,10 +1,55 @@
-"""Building the Cython wrapper and the C core for the running interpreter, with their cache.
+"""Building the C core and the Cython wrapper for the running interpreter, with their cache.
 
 Installed as `tilejit._build_tools`; importable as `build_tools` from a checkout's root.
-The public names are those of `wrapper_build.__all__`.
+Dependencies run one way: `wrapper_build` -> `core_build` -> `toolchain`, `disk_cache`;
+nothing here imports `tilejit`.
+
+- `disk_cache`: the one on-disk cache (locking, atomic publish, validation), also used
+  by tilejit for kernels and the benchmark;
+- `toolchain`: finding and running the C compiler (`find_executable`, `c_compiler`);
+- `core_build`: the core as a shared library, the one every backend uses;
+- `wrapper_build`: the Cython extension, linked against that library, and its import.
+
+The names of `core_build.__all__` and `wrapper_build.__all__` are importable from here.
+Submodules are imported on first use, so `tilejit.compiler` can ask `toolchain` for the
+compiler without importing the wrapper build.
 """
 
-from . import wrapper_build
-from .wrapper_build import *  # re-exports exactly wrapper_build.__all__
+from __future__ import annotations
 
-__all__ = list(wrapper_build.__all__)
+import importlib
+
+_EXPORTS = {
+    "build_core_library": "core_build",
+    "core_library_path": "core_build",
+    "core_source_hash": "core_build",
+    "source_dirs": "core_build",
+    "WRAPPER_MODULE": "wrapper_build",
+    "abi_tag": "wrapper_build",
+    "build_wrapper": "wrapper_build",
+    "load_wrapper": "wrapper_build",
+    "source_hash": "wrapper_build",
+    "wrapper_path": "wrapper_build",
+    "cache_root": "disk_cache",
+}
+
+__all__ = [  # the keys of _EXPORTS
+    "WRAPPER_MODULE",
+    "abi_tag",
+    "build_core_library",
+    "build_wrapper",
+    "cache_root",
+    "core_library_path",
+    "core_source_hash",
+    "load_wrapper",
+    "source_dirs",
+    "source_hash",
+    "wrapper_path",
+]
+
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .wrapper_build import build_core_library, build_wrapper
+from .core_build import build_core_library
+from .wrapper_build import build_wrapper
 
 
 def main(argv: list[str] | None = None) -> int:

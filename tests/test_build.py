@@ -37,10 +37,12 @@ def _import_build_tools():
         package = importlib.util.module_from_spec(spec)
         sys.modules["build_tools"] = package
         spec.loader.exec_module(package)
-    return sys.modules["build_tools.wrapper_build"]
+    return importlib.import_module("build_tools.core_build"), importlib.import_module(
+        "build_tools.wrapper_build"
+    )
 
 
-wrapper_build = _import_build_tools()
+core_build, wrapper_build = _import_build_tools()
 
 FIXTURE_HEADER = """\
 #ifndef TILEJIT_FIXTURE_H_
@@ -137,8 +139,8 @@ def test_second_build_reuses_cached_module(cache, tree):
     assert first.parent.parent.parent == cache / "wrapper"
     assert first.parent.parent.name == wrapper_build.abi_tag()
     assert first.parent.name == wrapper_build.source_hash(*tree)
-    # The entry holds the module and nothing else: no temporaries, no lock, no C output.
-    assert [p.name for p in first.parent.iterdir()] == [first.name]
+    # The entry holds the module and its checksum: no temporaries, no lock, no C output.
+    assert sorted(p.name for p in first.parent.iterdir()) == sorted([first.name, "meta.json"])
     assert first.parent.with_name(first.parent.name + ".lock").exists()
     # The build must not write into the source trees (read-only when installed).
     assert sorted(p.name for p in tree[1].iterdir()) == [
@@ -156,10 +158,14 @@ def test_only_the_module_init_is_exported(cache, tree):
     done = subprocess.run(
         [nm, "-D", "--defined-only", str(module)], capture_output=True, text=True, check=True
     )
-    # Hidden visibility keeps the core private to the wrapper, but CPython must still
-    # find PyInit__tilejit.
+    # The core is not in the wrapper (it is the shared core library), and hidden visibility
+    # keeps the Cython code private, but CPython must still find PyInit__tilejit.
     assert "PyInit__tilejit" in done.stdout
     assert "tj_fixture_add" not in done.stdout
+    undefined = subprocess.run(
+        [nm, "-D", "--undefined-only", str(module)], capture_output=True, text=True, check=True
+    )
+    assert "tj_fixture_add" in undefined.stdout
 
 
 def test_changed_source_gives_new_hash_and_rebuild(cache, tree, tmp_path):
@@ -203,10 +209,12 @@ def test_concurrent_first_builds_build_once(cache, tree):
     assert len(loaded) == 1
     path, value = loaded.pop()
     assert value == 5
-    # Exactly one process compiled; the others waited on the lock and found its module.
-    builders = [done for done in results if "tilejit: building " in done.stderr]
-    assert len(builders) == 1, [done.stderr for done in results]
-    assert [p.name for p in path.parent.iterdir()] == [path.name]
+    # The core and the wrapper were each compiled by exactly one process; the others waited
+    # on the lock and found its file.
+    for built in (path, core_build.core_library_path(tree[0])):
+        builders = [done for done in results if f"tilejit: building {built}" in done.stderr]
+        assert len(builders) == 1, [done.stderr for done in results]
+    assert sorted(p.name for p in path.parent.iterdir()) == sorted([path.name, "meta.json"])
 
 
 def test_corrupt_cached_module_is_rebuilt_on_load(cache, tree):
@@ -225,8 +233,10 @@ def test_compiler_failure_reports_command_and_output(cache, tree):
     message = str(excinfo.value)
     assert "broken.c" in message and " -c " in message  # the failing command
     assert "error" in message  # the compiler's own diagnostic
-    entry = wrapper_build.wrapper_path(*tree).parent
-    assert not any(entry.iterdir())  # nothing published, no temporaries left
+    # Nothing published, no temporaries left.
+    core_entry = core_build.core_library_path(tree[0]).parent
+    assert not core_entry.exists()
+    assert not [p for p in core_entry.parent.iterdir() if p.name.startswith(".tmp-")]
 
 
 def test_cython_failure_reports_its_messages(cache, tree):
@@ -273,7 +283,7 @@ def test_real_sources_build_and_load(cache):
     assert done.returncode == 0, done.stderr
     paths = dict(line.split(": ", 1) for line in done.stdout.splitlines())
     assert Path(paths["wrapper"]) == wrapper_build.wrapper_path()
-    assert Path(paths["core"]) == wrapper_build.core_library_path()
+    assert Path(paths["core"]) == core_build.core_library_path()
 
     check = textwrap.dedent(
         """\

@@ -123,8 +123,9 @@ def logging_cc(tmp_path_factory):
 
 
 def _compiles(log: Path, kernel: str) -> list[str]:
-    """The logged compiler runs that built `kernel` (not `--version` probes)."""
-    return [line for line in log.read_text().splitlines() if f"/{kernel}.c" in line]
+    """The logged compiler runs that built `kernel` (not `--version` probes, nor a link
+    whose output is named `<kernel>.cpython-...so`)."""
+    return [line for line in log.read_text().splitlines() if f"/{kernel}.c " in f"{line} "]
 
 
 def test_prototype_conflict_is_a_compile_error():

@@ -10,14 +10,15 @@
 >>> c = kernel(a, b)
 """
 
+from .compilation import compile
 from .compiler import CompileError
-from .jit import JITFunction, compile, jit
+from .jit import JITFunction, jit
 from .kernel import JITKernel
 from .lang import T
-from .layout import Pointer, from_dlpack, make_ptr
+from .layout import from_dlpack
+from .pointer import Pointer, make_ptr
 from .program import Program
-
-__version__ = "0.1.0"
+from .version import VERSION as __version__
 
 
 def empty(shape, dtype="float32", device="cpu"):

@@ -6,14 +6,6 @@ import argparse
 import sys
 
 
-def _build_tools():
-    try:
-        from . import _build_tools
-    except ImportError:  # a source checkout on sys.path, not installed
-        import build_tools as _build_tools
-    return _build_tools
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tilejit")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -34,7 +26,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "build":
-        tools = _build_tools()
+        from ._build import build_tools as tools
+
         print(f"wrapper: {tools.build_wrapper(force=args.force, verbose=True)}")
         print(f"core:    {tools.build_core_library(force=args.force)}")
         return 0

@@ -36,11 +36,12 @@ import statistics
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from ._build import build_tools, disk_cache, toolchain
 
 N = 16
 """Elements per tensor."""
@@ -163,18 +164,8 @@ def _failed(name: str, exc: BaseException, required: bool = False) -> Row:
 # ---- building and caching -------------------------------------------------------------
 
 
-def _build_tools():
-    try:
-        from . import _build_tools
-    except ImportError:  # a source checkout on sys.path, not installed
-        import build_tools as _build_tools
-    return _build_tools
-
-
 def _bench_dir() -> Path:
-    from .cache import cache_dir
-
-    return cache_dir() / "bench"
+    return disk_cache.cache_root() / "bench"
 
 
 def _key(*parts: str) -> str:
@@ -187,27 +178,23 @@ def _key(*parts: str) -> str:
 
 def _cached_so(stem: str, source: str, flags: list[str], suffix: str = ".so") -> Path:
     """Compiles ``source`` (C) into a shared object, once per source, flags, compiler and
-    interpreter; returns its path. Published with a rename, so a concurrent or killed
-    build never leaves a half-written file under the final name."""
+    interpreter; returns its path. Cached like kernels (`build_tools/disk_cache.py`):
+    locked, published atomically and checked against its recorded hash."""
     from . import compiler
 
     cc = compiler.find_cc()
-    key = _key(source, *flags, *cc, compiler.compiler_identity(cc), _build_tools().abi_tag())
-    target = _bench_dir() / f"{stem}-{key}" / f"{stem}{suffix}"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".tmp-") as work:
-        c_file = Path(work) / f"{stem}.c"
+    key = _key(source, *flags, *cc, compiler.compiler_identity(cc), build_tools.abi_tag())
+
+    def build(output: Path) -> None:
+        c_file = output.with_name(f"{stem}.c")
         c_file.write_text(source)
-        partial = Path(work) / target.name
-        command = [*cc, "-O2", "-fPIC", "-shared", *flags, str(c_file), "-o", str(partial)]
+        command = [*cc, "-O2", "-fPIC", "-shared", *flags, str(c_file), "-o", str(output)]
         done = subprocess.run(command, capture_output=True, text=True, check=False,
-                              env={**os.environ, "LC_ALL": "C"})
+                              env=toolchain.compiler_env())
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(command)}\n{done.stderr.strip()}")
-        os.replace(partial, target)
-    return target
+
+    return disk_cache.get_or_build(_bench_dir() / f"{stem}-{key}", f"{stem}{suffix}", build)
 
 
 def _load_extension(name: str, path: Path):
@@ -282,7 +269,7 @@ def _tilejit_rows(a, b, c) -> tuple[list[Row], list[Row], Callable | None]:
 def _floor_row(a, b, c) -> Row:
     name = "floor: C extension, exchange API only"
     try:
-        include = _build_tools().source_dirs()[0] / "include"
+        include = build_tools.source_dirs()[0] / "include"
         path = _cached_so(_FLOOR_MODULE, _FLOOR_SOURCE, [*_python_includes(), f"-I{include}"],
                           suffix=sysconfig.get_config_var("EXT_SUFFIX") or ".so")
         module = _load_extension(_FLOOR_MODULE, path)
@@ -326,7 +313,7 @@ def _tvm_ffi_row(a, b, c) -> Row:
     except ImportError:
         return _missing(name, "not installed: `pip install apache-tvm-ffi`")
     try:
-        key = _key(_TVM_FFI_SOURCE, tvm_ffi.__version__, _build_tools().abi_tag())
+        key = _key(_TVM_FFI_SOURCE, tvm_ffi.__version__, build_tools.abi_tag())
         module = tvm_ffi.cpp.load_inline(name="tilejit_bench_noop", cpp_sources=_TVM_FFI_SOURCE,
                                          functions="noop",
                                          build_directory=str(_bench_dir() / f"tvm-ffi-{key}"))
@@ -343,7 +330,7 @@ def _pybind_row(a, b, c, quick: bool) -> Row:
         import torch
         from torch.utils import cpp_extension
 
-        key = _key(_PYBIND_SOURCE, torch.__version__, _build_tools().abi_tag())
+        key = _key(_PYBIND_SOURCE, torch.__version__, build_tools.abi_tag())
         directory = _bench_dir() / f"pybind-{key}"
         directory.mkdir(parents=True, exist_ok=True)
         if not any(directory.glob("*.so")):

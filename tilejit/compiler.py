@@ -7,7 +7,8 @@ so a typo is found without reading a page of compiler output.
 
 The module imports nothing heavy at import time: a warm-cache compile in a new process
 only needs `find_cc` and `compiler_identity` (for the cache key), and the budget for the
-whole warm path is a few milliseconds.
+whole warm path is a few milliseconds. Which compiler runs is decided by
+`build_tools.toolchain`, the one finder of executables tilejit has.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import os
 import re
 import threading
 from pathlib import Path
+
+from ._build import toolchain
 
 __all__ = ["CompileError", "compile_cpu", "compiler_identity", "find_cc"]
 
@@ -169,30 +172,12 @@ def _source_line(source: str, file: str, lineno: int) -> str | None:
     return None
 
 
-def _which(name: str) -> str | None:
-    """Return the executable `name` resolves to on PATH, or None.
-
-    This avoids importing shutil, which is slow to import and would be paid on every
-    warm-cache compile.
-    """
-
-    def runnable(path: str) -> bool:
-        return os.path.isfile(path) and os.access(path, os.X_OK)
-
-    if os.sep in name:
-        return name if runnable(name) else None
-    for directory in os.environ.get("PATH", os.defpath).split(os.pathsep):
-        candidate = os.path.join(directory or ".", name)
-        if runnable(candidate):
-            return candidate
-    return None
-
-
 def find_cc() -> list[str]:
     """Return the C compiler command: `$TILEJIT_CC` (shell-split), else `cc`, else `gcc`.
 
     Raises `CompileError` when the chosen compiler cannot be found; an explicitly set
-    `TILEJIT_CC` is never silently replaced by another compiler.
+    `TILEJIT_CC` is never silently replaced by another compiler. The rule is
+    `build_tools.toolchain.c_compiler`'s, which also builds the core and the wrapper.
 
     Example:
         >>> find_cc()
@@ -200,21 +185,10 @@ def find_cc() -> list[str]:
         >>> os.environ["TILEJIT_CC"] = "clang -fcolor-diagnostics"; find_cc()
         ['clang', '-fcolor-diagnostics']
     """
-    configured = os.environ.get("TILEJIT_CC", "").strip()
-    if configured:
-        import shlex
-
-        command = shlex.split(configured)
-        if _which(command[0]) is None:
-            raise CompileError(
-                reason=f"no C compiler found: TILEJIT_CC={configured!r} names {command[0]!r},"
-                " which is not an executable file (set TILEJIT_CC to a working compiler)"
-            )
-        return command
-    for name in ("cc", "gcc"):
-        if _which(name) is not None:
-            return [name]
-    raise CompileError(reason="no C compiler found: set TILEJIT_CC (neither cc nor gcc is on PATH)")
+    try:
+        return toolchain.c_compiler()
+    except toolchain.ToolNotFoundError as exc:
+        raise CompileError(reason=str(exc)) from None
 
 
 _identity_lock = threading.Lock()
@@ -246,7 +220,7 @@ def compiler_identity(cc: list[str]) -> str:
             text=True,
             errors="replace",
             timeout=60,
-            env=_c_locale_env(),
+            env=toolchain.compiler_env(),
         )
         text = done.stdout if done.stdout.strip() else done.stderr
         lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -262,19 +236,11 @@ def compiler_identity(cc: list[str]) -> str:
 
 
 def _binary_fingerprint(cc: list[str]) -> str:
-    resolved = _which(cc[0])
+    resolved = toolchain.find_executable(cc[0])
     if resolved is None:
         return f"unknown {' '.join(cc)}"
     info = os.stat(resolved)
     return f"unknown {os.path.realpath(resolved)} {info.st_size} {info.st_mtime_ns}"
-
-
-def _c_locale_env() -> dict[str, str]:
-    # Translated diagnostics ("Fehler:") would defeat the error parsing, and the C locale
-    # also keeps quotes in the log plain ASCII.
-    env = dict(os.environ)
-    env["LC_ALL"] = "C"
-    return env
 
 
 def _safe_file_stem(kernel_name: str) -> str:
@@ -333,7 +299,7 @@ def compile_cpu(
                 text=True,
                 errors="replace",
                 timeout=timeout,
-                env=_c_locale_env(),
+                env=toolchain.compiler_env(),
                 stdin=subprocess.DEVNULL,
             )
         except subprocess.TimeoutExpired as exc:

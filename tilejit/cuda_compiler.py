@@ -34,7 +34,9 @@ import time
 from pathlib import Path
 
 from . import cache as _cache
-from .compiler import CompileError, _c_locale_env, _safe_file_stem, _which
+from ._build import toolchain
+from .compiler import CompileError, _safe_file_stem
+from .version import VERSION
 
 __all__ = ["DEFAULT_ARCH", "compile_program", "cuda_source", "resolve_arch", "resolve_compiler"]
 
@@ -162,16 +164,16 @@ def find_nvcc() -> str | None:
     """TILEJIT_NVCC, else nvcc on PATH, else the toolkit's; None when there is none."""
     configured = os.environ.get("TILEJIT_NVCC", "").strip()
     if configured:
-        if _which(configured) is None:
+        if toolchain.find_executable(configured) is None:
             raise CompileError(reason=f"TILEJIT_NVCC={configured!r} is not an executable file")
         return configured
-    found = _which("nvcc")
+    found = toolchain.find_executable("nvcc")
     if found is not None:
         return found
     for home in _cuda_homes():
-        candidate = home / "bin" / "nvcc"
-        if _which(str(candidate)) is not None:
-            return str(candidate)
+        candidate = toolchain.find_executable(str(home / "bin" / "nvcc"))
+        if candidate is not None:
+            return candidate
     return None
 
 
@@ -188,7 +190,7 @@ def nvcc_identity(nvcc: str) -> str:
 
     try:
         done = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False,
-                              timeout=60, env=_c_locale_env(), errors="replace")
+                              timeout=60, env=toolchain.compiler_env(), errors="replace")
         lines = [ln.strip() for ln in done.stdout.splitlines()
                  if ln.startswith(("Cuda compilation tools", "Build "))]
         identity = "nvcc " + "; ".join(lines) if done.returncode == 0 and lines else None
@@ -382,7 +384,7 @@ def _run_nvcc(nvcc: str, source: str, name: str, archs: tuple[str, ...], flags: 
         try:
             done = subprocess.run(command, check=False, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True, errors="replace",
-                                  timeout=_COMPILE_TIMEOUT_S, env=_c_locale_env(),
+                                  timeout=_COMPILE_TIMEOUT_S, env=toolchain.compiler_env(),
                                   stdin=subprocess.DEVNULL, cwd=workdir)
         except subprocess.TimeoutExpired:
             raise CompileError(name, "", command, source,
@@ -410,8 +412,6 @@ def compile_program(program, signature, flags: list[str], arch=None, compiler=No
     >>> path.name
     'kernel.cubin'
     """
-    from .jit import VERSION
-
     start = time.perf_counter()
     archs = resolve_arch(arch)
     compiler = resolve_compiler(compiler)

@@ -108,13 +108,21 @@ def _numpy_allocator(dtype: str, device: tuple[int, int]):
     return lambda shape: empty(shape, dtype=ndtype)
 
 
-def _tilejit_allocator(dtype: str, device: tuple[int, int]):
-    """tilejit's own Array when the wrapper is there (no framework needed), else NumPy."""
-    from .backends.cython_backend import wrapper_module
+# The wrapper's `empty` (tilejit.Array), handed over by the cython backend when it loads
+# the wrapper: host sits below the backends and never imports them.
+_array_empty = None
 
-    try:
-        empty = wrapper_module().empty
-    except Exception:  # noqa: BLE001 - no wrapper: NumPy is the next best host allocator
+
+def use_array_empty(empty) -> None:
+    """Make ``empty(shape, dtype)`` the allocator of outputs for ``tilejit.Array`` inputs."""
+    global _array_empty
+    _array_empty = empty
+
+
+def _tilejit_allocator(dtype: str, device: tuple[int, int]):
+    """tilejit's own Array when the wrapper is loaded (no framework needed), else NumPy."""
+    empty = _array_empty
+    if empty is None:  # no wrapper: NumPy is the next best host allocator
         return _numpy_allocator(dtype, device)
     return lambda shape: empty(shape, dtype)
 

@@ -31,7 +31,10 @@ import inspect
 import itertools
 import threading
 
-from .layout import buffer_like, from_dlpack, is_view
+from .compilation import CompileOptions, compile
+from .lang import buffer_like
+from .layout import from_dlpack, is_view
+from .program import Program
 
 LAYOUTS = ("dynamic", "static")
 _NO_NAMES = itertools.repeat(None)
@@ -40,8 +43,7 @@ class LayoutJITFunction:
     """A kernel factory specialised from the tensors it is called with (see the module
     docstring); made by ``tilejit.jit(layout="dynamic" | "static")``."""
 
-    def __init__(self, func, layout, out_idx, target, execution_backend, compile_flags,
-                 verbose):
+    def __init__(self, func, layout, options: CompileOptions):
         if layout not in LAYOUTS:
             raise ValueError(f"jit: layout must be None, 'dynamic' or 'static', got {layout!r}")
         self.func = func
@@ -54,9 +56,7 @@ class LayoutJITFunction:
                             "not *args or **kwargs")
         self._names = [p.name for p in params]
         self._takes_stream = "stream" in self._names
-        self._options = {"out_idx": out_idx, "target": target,
-                         "execution_backend": execution_backend,
-                         "compile_flags": compile_flags, "verbose": verbose}
+        self.options = options  # every option of jit(), as JITFunction keeps them
         self._kernels: dict = {}  # canonical key -> (kernel, argument names in kernel order)
         self._calls: dict = {}  # raw call key -> (kernel, view indices in kernel order)
         self._lock = threading.Lock()
@@ -112,9 +112,6 @@ class LayoutJITFunction:
         return kernel, order
 
     def _compile(self, bound, index_of, views):
-        from .jit import compile
-        from .program import Program
-
         fname = self.func.__name__
         buffers = {}
         for name, index in index_of.items():
@@ -128,7 +125,7 @@ class LayoutJITFunction:
         if not isinstance(program, Program):
             raise TypeError(f"{fname}: a jit(layout={self.layout!r}) function must return a "
                             f"tilejit.Program, got {type(program).__name__}")
-        kernel = compile(program, **self._options)
+        kernel = compile(program, **self.options.as_kwargs())
         outputs = set(kernel.out_idx)
         by_id = {id(buffer): name for name, buffer in buffers.items()}
         names = []

@@ -9,11 +9,14 @@
 
 from __future__ import annotations
 
+import itertools
 import operator
+import threading
 from collections.abc import Iterator
 from typing import Union
 
 from . import dtypes as _dtypes
+from .layout import is_view
 
 IntLike = Union[int, "Expr"]
 
@@ -210,14 +213,12 @@ class Buffer(Param):
     def like(cls, view, name=None, *, const=False, optional=False) -> Buffer:
         """The parameter a layout view describes (``tilejit.from_dlpack(x)``, marked or
         not): static modes become ints, dynamic modes symbols with their divisibility,
-        the view's ``assumed_align`` the ``align``. See ``tilejit.layout.buffer_like``.
+        the view's ``assumed_align`` the ``align``. See ``buffer_like``.
 
         >>> v = tilejit.from_dlpack(x).mark_compact_shape_dynamic(mode=0, divisibility=16)
         >>> T.Buffer.like(v, name="A")
         Buffer((A_shape0, 8), float32, strides=(8, 1), name='A', align=4)
         """
-        from .layout import buffer_like
-
         return buffer_like(view, name, const=const, optional=optional)
 
     def __repr__(self) -> str:
@@ -250,8 +251,9 @@ class Scalar(Param):
         return f"Scalar({self.dtype}" + (f", name={self.name!r})" if self.name else ")")
 
 
-class Pointer(Param):
-    """A raw pointer parameter: accepts a tensor (its data pointer), an int address or None.
+class PointerParam(Param):
+    """A raw pointer parameter, spelled ``T.Pointer``: accepts a tensor (its data pointer),
+    a ``tilejit.Pointer`` (``tilejit.make_ptr``), an int address or None.
 
     ``const=True`` promises the kernel only reads through it (a ``const`` pointer in the
     prototype); only then are read-only tensors accepted.
@@ -273,6 +275,48 @@ class Pointer(Param):
         return f"Pointer({self.dtype}" + (f", name={self.name!r})" if self.name else ")")
 
 
+_prefixes = itertools.count()
+_prefix_lock = threading.Lock()
+
+
+def _fresh_prefix() -> str:
+    with _prefix_lock:
+        return f"view{next(_prefixes)}"
+
+
+def buffer_like(view, name=None, *, const=False, optional=False, implicit=False):
+    """``T.Buffer.like``: the parameter a marked view describes. Static modes become ints,
+    dynamic ones fresh symbols ``<name>_shape<d>`` / ``<name>_stride<d>`` carrying their
+    divisibility; ``align`` is the view's ``assumed_align``. Without ``name`` the symbols
+    get a process-unique prefix (``view0_shape0``) until a kernel names them after its
+    parameter (``arg0_shape0``). ``implicit`` uses the layout of
+    implicit conversion (``tilejit.jit(layout="dynamic")``) instead of the view's marks.
+    A ``T.Buffer`` given instead of a view is copied with the new name and flags.
+    """
+    if isinstance(view, Buffer):
+        return Buffer(view.shape, view.dtype, strides=view.strides,
+                      name=view.name if name is None else name, align=view.align,
+                      optional=optional, const=const)
+    if not is_view(view):
+        raise TypeError(f"T.Buffer.like expects a view made by tilejit.from_dlpack (or a "
+                        f"T.Buffer), got {type(view).__name__}")
+    if name is not None and (not isinstance(name, str) or not name.isidentifier()):
+        raise ValueError(f"T.Buffer.like: name must be a C identifier, got {name!r}")
+    dtype = view.dtype
+    if dtype not in _dtypes.DTYPES:
+        raise ValueError(f"T.Buffer.like: tilejit kernels do not take {dtype} tensors")
+    prefix = name if name is not None else _fresh_prefix()
+    shape, strides = [], []
+    for d, (extent, extent_div, stride, stride_div) in enumerate(view._modes(implicit)):
+        anonymous = name is None
+        shape.append(Symbol(f"{prefix}_shape{d}", extent_div, anonymous=anonymous)
+                     if extent_div else extent)
+        strides.append(Symbol(f"{prefix}_stride{d}", stride_div, anonymous=anonymous)
+                       if stride_div else stride)
+    return Buffer(tuple(shape), dtype, strides=tuple(strides), name=name,
+                  align=view.assumed_align, optional=optional, const=const)
+
+
 class _T:
     """The namespace exported as ``tilejit.T``."""
 
@@ -280,7 +324,7 @@ class _T:
     ceildiv = staticmethod(ceildiv)
     Buffer = Buffer
     Scalar = Scalar
-    Pointer = Pointer
+    Pointer = PointerParam
     Symbol = Symbol
     Expr = Expr
 

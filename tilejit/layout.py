@@ -1,10 +1,11 @@
-"""Layout views and raw pointers (SPEC section 4, after the CuTe DSL's framework page).
+"""Layout views (SPEC section 4, after the CuTe DSL's framework page).
 
 ``from_dlpack`` makes a zero-copy view of any DLPack producer with a static layout that
 ``mark_layout_dynamic`` / ``mark_compact_shape_dynamic`` make (partly) dynamic;
-``T.Buffer.like(view)`` turns the marked layout into a kernel parameter, and the view
-itself can be passed to kernels without being imported again. ``make_ptr`` wraps a raw
-address for ``T.Pointer`` parameters. The layout algebra is the C core's
+``T.Buffer.like(view)`` (``tilejit.lang.buffer_like``) turns the marked layout into a
+kernel parameter, and the view
+itself can be passed to kernels without being imported again. (``make_ptr``, the raw
+address for ``T.Pointer`` parameters, is ``tilejit.pointer``.) The layout algebra is the C core's
 (``core/src/layout.c``); the view's storage is the Cython wrapper's ``TensorView``.
 
 >>> x = torch.empty(16, 4, 8, 2).permute(2, 1, 0, 3)
@@ -17,14 +18,7 @@ Buffer((A_shape0, 4, 16, 2), float32, strides=(2, A_stride1, A_stride2, 1), name
 
 from __future__ import annotations
 
-import itertools
-import threading
-
-from . import dtypes as _dtypes
-
-__all__ = ["Pointer", "buffer_like", "from_dlpack", "make_ptr"]
-
-MEMSPACES = ("generic", "gmem")
+__all__ = ["from_dlpack", "is_view"]
 
 
 def _wrapper():
@@ -71,119 +65,3 @@ _from_dlpack = None  # the wrapper's, once loaded
 def is_view(obj) -> bool:
     """Whether ``obj`` is a view made by ``from_dlpack``."""
     return getattr(type(obj), "_tilejit_view", False) is True
-
-
-_ELEMENT_TYPES = {"bool": "Boolean", "bfloat16": "BFloat16", "float8_e4m3fn": "Float8E4M3FN",
-                  "float8_e5m2": "Float8E5M2"}
-
-
-def element_type_name(dtype: str) -> str:
-    """CuTe's name of a tilejit dtype (``"float16"`` -> ``"Float16"``)."""
-    return _ELEMENT_TYPES.get(dtype) or dtype[0].upper() + dtype[1:]
-
-
-class Pointer:
-    """A raw address with an element type, memory space and known alignment, made by
-    ``tilejit.make_ptr``; ``T.Pointer`` parameters take it as the address it holds."""
-
-    __slots__ = ("address", "assumed_align", "dtype", "memspace")
-
-    def __init__(self, dtype: str, address: int, memspace: str, assumed_align: int):
-        self.dtype = dtype
-        self.address = address
-        self.memspace = memspace
-        self.assumed_align = assumed_align
-
-    @property
-    def element_type(self) -> str:
-        return element_type_name(self.dtype)
-
-    @property
-    def dlpack_dtype(self) -> tuple[int, int, int]:
-        """(code, bits, lanes) of the element type, for the core's pointer checks."""
-        return _dtypes.DTYPES[self.dtype].dlpack
-
-    @property
-    def dlpack_device_type(self) -> int:
-        """The DLPack device type of the memory: kDLCPU for generic, kDLCUDA for gmem."""
-        return 2 if self.memspace == "gmem" else 1
-
-    def __int__(self) -> int:
-        return self.address
-
-    def __repr__(self) -> str:
-        return (f"Pointer<0x{self.address:016x}@{self.memspace}, {self.element_type}, "
-                f"align={self.assumed_align}>")
-
-
-def make_ptr(dtype, address, memspace="generic", assumed_align=None) -> Pointer:
-    """A ``tilejit.Pointer`` to ``address``: the reference's "bypass DLPack" path, for
-    ``T.Pointer`` parameters. ``assumed_align`` (bytes, default the element size) must be
-    a power of two dividing ``address``, else ``ValueError``.
-
-    >>> p = tilejit.make_ptr("float16", x.data_ptr(), memspace="gmem", assumed_align=32)
-    >>> kernel(p, m, n)
-    """
-    name = _dtypes.canonical(dtype)
-    if isinstance(address, bool) or not hasattr(type(address), "__index__"):
-        raise TypeError(f"make_ptr: address must be an int, got {type(address).__name__}")
-    address = address.__index__()
-    if not 0 <= address < (1 << 64):
-        raise ValueError(f"make_ptr: address must be in [0, 2**64), got {address}")
-    if memspace not in MEMSPACES:
-        raise ValueError(f"make_ptr: memspace must be one of {', '.join(MEMSPACES)}, got "
-                         f"{memspace!r}")
-    if assumed_align is None:
-        assumed_align = _dtypes.DTYPES[name].itemsize
-    if (isinstance(assumed_align, bool) or not isinstance(assumed_align, int)
-            or assumed_align < 1 or assumed_align & (assumed_align - 1)):
-        raise ValueError(f"make_ptr: assumed_align must be a positive power of two, got "
-                         f"{assumed_align!r}")
-    if address % assumed_align:
-        raise ValueError(f"make_ptr: address 0x{address:016x} is not divisible by "
-                         f"assumed_align ({assumed_align} bytes)")
-    return Pointer(name, address, memspace, assumed_align)
-
-
-_prefixes = itertools.count()
-_prefix_lock = threading.Lock()
-
-
-def _fresh_prefix() -> str:
-    with _prefix_lock:
-        return f"view{next(_prefixes)}"
-
-
-def buffer_like(view, name=None, *, const=False, optional=False, implicit=False):
-    """``T.Buffer.like``: the parameter a marked view describes. Static modes become ints,
-    dynamic ones fresh symbols ``<name>_shape<d>`` / ``<name>_stride<d>`` carrying their
-    divisibility; ``align`` is the view's ``assumed_align``. Without ``name`` the symbols
-    get a process-unique prefix (``view0_shape0``) until a kernel names them after its
-    parameter (``arg0_shape0``). ``implicit`` uses the layout of
-    implicit conversion (``tilejit.jit(layout="dynamic")``) instead of the view's marks.
-    A ``T.Buffer`` given instead of a view is copied with the new name and flags.
-    """
-    from .lang import Buffer, Symbol
-
-    if isinstance(view, Buffer):
-        return Buffer(view.shape, view.dtype, strides=view.strides,
-                      name=view.name if name is None else name, align=view.align,
-                      optional=optional, const=const)
-    if not is_view(view):
-        raise TypeError(f"T.Buffer.like expects a view made by tilejit.from_dlpack (or a "
-                        f"T.Buffer), got {type(view).__name__}")
-    if name is not None and (not isinstance(name, str) or not name.isidentifier()):
-        raise ValueError(f"T.Buffer.like: name must be a C identifier, got {name!r}")
-    dtype = view.dtype
-    if dtype not in _dtypes.DTYPES:
-        raise ValueError(f"T.Buffer.like: tilejit kernels do not take {dtype} tensors")
-    prefix = name if name is not None else _fresh_prefix()
-    shape, strides = [], []
-    for d, (extent, extent_div, stride, stride_div) in enumerate(view._modes(implicit)):
-        anonymous = name is None
-        shape.append(Symbol(f"{prefix}_shape{d}", extent_div, anonymous=anonymous)
-                     if extent_div else extent)
-        strides.append(Symbol(f"{prefix}_stride{d}", stride_div, anonymous=anonymous)
-                       if stride_div else stride)
-    return Buffer(tuple(shape), dtype, strides=tuple(strides), name=name,
-                  align=view.assumed_align, optional=optional, const=const)

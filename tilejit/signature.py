@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import dtypes as _dtypes
-from .lang import Buffer, Expr, Pointer, Scalar, Symbol, lower_expr
+from .lang import Buffer, Expr, PointerParam, Scalar, Symbol, lower_expr
 from .program import Program
 
 # Core constants (core/include/tilejit/tilejit.h).
@@ -148,7 +148,7 @@ def lower(program: Program, out_idx, target: str) -> Signature:
             c_params.append(_c_param(p.dtype, False, False, names[i]))
             field = "f" if p.dtype.startswith("float") else "i"
             casts.append(f"({dt.c_type})a[{i}].{field}")
-        elif isinstance(p, Pointer):
+        elif isinstance(p, PointerParam):
             spec_params.append((3, names[i], dt.dlpack, (), None, p.align or 0,
                                 BUF_CONST if p.const else 0))
             c_params.append(_c_param(p.dtype, p.const, True, names[i]))

@@ -1,6 +1,8 @@
 /*
- * The CUDA target: module images, launch configuration, and launches through
- * the CUDA driver API.
+ * The CUDA target's driver side: loading the driver, retaining contexts,
+ * loading a kernel's module image into each context, and launches through the
+ * CUDA driver API. The image and launch configuration are set where the rest
+ * of the kernel is built (kernel.c).
  *
  * The driver is opened with dlopen at the first CUDA use (TILEJIT_LIBCUDA,
  * else libcuda.so.1), never at load time: a process that only runs CPU
@@ -13,7 +15,6 @@
  * finds its entry without a lock, and only a miss takes the kernel's mutex.
  */
 #include <dlfcn.h>
-#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -110,10 +111,8 @@ typedef struct {
   _Atomic int64_t smem_allowed; /* dynamic shared memory opted in so far */
 } ctx_entry;
 
-struct tj__cuda_image {
-  unsigned char *image; /* size bytes plus a NUL, so PTX text is terminated */
-  int64_t size;
-  char *symbol; /* the __global__ function's name */
+/* The kernel's module image loaded in each context it ran in. */
+struct tj__cuda_modules {
   pthread_mutex_t lock;
   _Atomic int32_t count; /* entries[0, count) are complete */
   ctx_entry entries[MAX_CONTEXTS];
@@ -244,87 +243,18 @@ int tj_cuda_device_capability(int32_t device_id, int32_t *major, int32_t *minor)
   return TJ_OK;
 }
 
-/* ---- Module images and launch configuration -------------------------------- */
+/* ---- Module cache ---------------------------------------------------------- */
 
-static int check_cuda_kernel(const tj_kernel *k, const char *what) {
-  if (k->target != TJ_TARGET_CUDA)
-    return tj_set_error(TJ_EVALUE, "%s: %s is only for cuda kernels", k->name, what);
-  return TJ_OK;
-}
-
-int tj_kernel_set_image(tj_kernel *k, const void *image, int64_t size, const char *symbol) {
-  int rc = check_cuda_kernel(k, "a module image");
-  if (rc) return rc;
-  if (k->cuda != NULL)
-    return tj_set_error(TJ_EVALUE, "%s: a module image is already loaded", k->name);
-  if (image == NULL || size <= 0)
-    return tj_set_error(TJ_EVALUE, "%s: the module image is empty", k->name);
-  if (symbol == NULL || *symbol == 0)
-    return tj_set_error(TJ_EVALUE, "%s: no kernel function name given", k->name);
-  tj__cuda_image *m = calloc(1, sizeof(*m));
-  size_t nsym = strlen(symbol) + 1;
-  if (m == NULL || (m->image = malloc((size_t)size + 1)) == NULL ||
-      (m->symbol = malloc(nsym)) == NULL) {
-    if (m) free(m->image);
-    free(m);
-    return tj_set_error(TJ_ENOMEM, "out of memory");
-  }
-  memcpy(m->image, image, (size_t)size);
-  m->image[size] = 0;
-  m->size = size;
-  memcpy(m->symbol, symbol, nsym);
+int tj__cuda_modules_create(tj_kernel *k) {
+  tj__cuda_modules *m = calloc(1, sizeof(*m));
+  if (m == NULL) return tj_set_error(TJ_ENOMEM, "out of memory");
   pthread_mutex_init(&m->lock, NULL);
   k->cuda = m;
   return TJ_OK;
 }
 
-int tj__cuda_load_file(tj_kernel *k, const char *path, const char *symbol) {
-  if (k->cuda != NULL)
-    return tj_set_error(TJ_EVALUE, "%s: a module image is already loaded", k->name);
-  FILE *file = fopen(path, "rb");
-  if (file == NULL)
-    return tj_set_error(TJ_ERUNTIME, "%s: cannot open CUDA module image %s: %s", k->name, path,
-                        strerror(errno));
-  char *data = NULL;
-  long size = -1;
-  if (fseek(file, 0, SEEK_END) == 0 && (size = ftell(file)) > 0 && fseek(file, 0, SEEK_SET) == 0 &&
-      (data = malloc((size_t)size)) != NULL && fread(data, 1, (size_t)size, file) != (size_t)size) {
-    free(data);
-    data = NULL;
-  }
-  int err = errno;
-  fclose(file);
-  int rc;
-  if (size == 0)
-    rc = tj_set_error(TJ_ERUNTIME, "%s: CUDA module image %s is empty", k->name, path);
-  else if (data == NULL)
-    rc = tj_set_error(TJ_ERUNTIME, "%s: cannot read CUDA module image %s: %s", k->name, path,
-                      strerror(err ? err : EIO));
-  else
-    rc = tj_kernel_set_image(k, data, size, symbol);
-  free(data);
-  return rc;
-}
-
-int tj_kernel_set_launch(tj_kernel *k, const int32_t grid_ids[3], const int32_t block_ids[3],
-                         int32_t shared_mem_id) {
-  int rc = check_cuda_kernel(k, "a launch configuration");
-  if (rc) return rc;
-  if (k->finalized)
-    return tj_set_error(TJ_EVALUE, "%s: the kernel is finalized and cannot change", k->name);
-  int32_t ids[7] = {grid_ids[0],  grid_ids[1],  grid_ids[2],  block_ids[0],
-                    block_ids[1], block_ids[2], shared_mem_id};
-  for (int i = 0; i < 7; ++i)
-    if (ids[i] < 0 || ids[i] >= k->nexprs)
-      return tj_set_error(TJ_EVALUE, "%s: launch configuration: unknown expression id %d", k->name,
-                          ids[i]);
-  memcpy(k->launch, ids, sizeof(ids));
-  k->has_launch = 1;
-  return TJ_OK;
-}
-
 void tj__cuda_free(tj_kernel *k) {
-  tj__cuda_image *m = k->cuda;
+  tj__cuda_modules *m = k->cuda;
   if (m == NULL) return;
   const driver *d = atomic_load_explicit(&g_driver, memory_order_acquire);
   int32_t n = atomic_load(&m->count);
@@ -337,15 +267,13 @@ void tj__cuda_free(tj_kernel *k) {
     d->cuCtxPopCurrent(&popped);
   }
   pthread_mutex_destroy(&m->lock);
-  free(m->image);
-  free(m->symbol);
   free(m);
   k->cuda = NULL;
 }
 
 /* ---- Launch ------------------------------------------------------------------ */
 
-static ctx_entry *find_entry(tj__cuda_image *m, CUcontext ctx) {
+static ctx_entry *find_entry(tj__cuda_modules *m, CUcontext ctx) {
   int32_t n = atomic_load_explicit(&m->count, memory_order_acquire);
   for (int32_t i = 0; i < n; ++i)
     if (m->entries[i].ctx == ctx) return &m->entries[i];
@@ -355,7 +283,7 @@ static ctx_entry *find_entry(tj__cuda_image *m, CUcontext ctx) {
 /* Loads the module into `ctx`, which is current, and finds the function. */
 static int load_entry(const driver *d, const tj_kernel *k, CUcontext ctx, CUdevice device,
                       ctx_entry **out) {
-  tj__cuda_image *m = k->cuda;
+  tj__cuda_modules *m = k->cuda;
   int status = TJ_OK;
   pthread_mutex_lock(&m->lock);
   ctx_entry *e = find_entry(m, ctx);
@@ -366,12 +294,12 @@ static int load_entry(const driver *d, const tj_kernel *k, CUcontext ctx, CUdevi
   } else if (e == NULL) {
     CUmodule module = NULL;
     CUfunction function = NULL;
-    CUresult rc = d->cuModuleLoadData(&module, m->image);
+    CUresult rc = d->cuModuleLoadData(&module, k->image);
     if (rc != 0) {
       status = driver_error(d, k->name, "cuModuleLoadData", rc);
-    } else if ((rc = d->cuModuleGetFunction(&function, module, m->symbol)) != 0) {
+    } else if ((rc = d->cuModuleGetFunction(&function, module, k->image_symbol)) != 0) {
       char call[300];
-      snprintf(call, sizeof(call), "cuModuleGetFunction(\"%s\")", m->symbol);
+      snprintf(call, sizeof(call), "cuModuleGetFunction(\"%s\")", k->image_symbol);
       driver_error(d, k->name, call, rc);
       char msg[600];
       snprintf(msg, sizeof(msg),

@@ -50,12 +50,17 @@ struct tj_kernel {
   int32_t finalized;
   void *library; /* dlopen handle, owned */
   tj_cpu_entry entry;
-  /* CUDA target (cuda.c): launch configuration as expression ids (grid[3],
-   * block[3], shared memory) once has_launch, and the module image with its
-   * per-context cache, owned. */
+  /* CUDA target: launch configuration as expression ids (grid[3], block[3],
+   * shared memory) once has_launch; the module image (image_size bytes plus a
+   * NUL, so PTX text is terminated) and its __global__ function's name, owned,
+   * set by tj_kernel_set_image; the image loaded per context (cuda.c), owned,
+   * made with the image. */
   int32_t has_launch;
   int32_t launch[7];
-  struct tj__cuda_image *cuda;
+  unsigned char *image;
+  int64_t image_size;
+  char *image_symbol;
+  struct tj__cuda_modules *cuda;
 };
 
 /* Bytes per element (at least 1 for sub-byte types). */
@@ -76,12 +81,12 @@ int tj__prefix_error(int code, const char *fmt, ...)
 void tj__format_tuple(const int64_t *v, int32_t n, char *buf, int32_t size);
 
 /* CUDA target (cuda.c). */
-typedef struct tj__cuda_image tj__cuda_image;
-/* tj_kernel_load for a CUDA kernel: reads the module image at `path`. */
-int tj__cuda_load_file(tj_kernel *k, const char *path, const char *symbol);
+typedef struct tj__cuda_modules tj__cuda_modules;
+/* Makes the kernel's (empty) per-context module cache, k->cuda. */
+int tj__cuda_modules_create(tj_kernel *k);
 /* Launches a bound CUDA frame (tj_call_launch checked the outputs). */
 int tj__cuda_launch(const tj_frame *f);
-/* Unloads the kernel's modules from their contexts and frees its image. */
+/* Unloads the kernel's modules from their contexts and frees k->cuda. */
 void tj__cuda_free(tj_kernel *k);
 /* Closes the driver and forgets the retained primary contexts, so that the
  * next CUDA call loads a driver afresh (TILEJIT_LIBCUDA read again). For

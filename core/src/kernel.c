@@ -1,5 +1,7 @@
-/* Kernel signatures: construction, consistency checks, loading. */
+/* Kernels as built: signatures, consistency checks, loading the CPU library
+ * or the CUDA module image, and the CUDA launch configuration. */
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +44,8 @@ void tj_kernel_free(tj_kernel *k) {
   free(k->exprs);
   if (k->library) dlclose(k->library);
   tj__cuda_free(k);
+  free(k->image);
+  free(k->image_symbol);
   free(k->name);
   free(k);
 }
@@ -251,8 +255,91 @@ int tj_kernel_finalize(tj_kernel *k) {
   return TJ_OK;
 }
 
+/* ---- CUDA module image and launch configuration ----------------------------- */
+
+static int check_cuda_kernel(const tj_kernel *k, const char *what) {
+  if (k->target != TJ_TARGET_CUDA)
+    return tj_set_error(TJ_EVALUE, "%s: %s is only for cuda kernels", k->name, what);
+  return TJ_OK;
+}
+
+int tj_kernel_set_image(tj_kernel *k, const void *image, int64_t size, const char *symbol) {
+  int rc = check_cuda_kernel(k, "a module image");
+  if (rc) return rc;
+  if (k->image != NULL)
+    return tj_set_error(TJ_EVALUE, "%s: a module image is already loaded", k->name);
+  if (image == NULL || size <= 0)
+    return tj_set_error(TJ_EVALUE, "%s: the module image is empty", k->name);
+  if (symbol == NULL || *symbol == 0)
+    return tj_set_error(TJ_EVALUE, "%s: no kernel function name given", k->name);
+  unsigned char *copy = malloc((size_t)size + 1);
+  char *name = copy_string(symbol);
+  if (copy == NULL || name == NULL) {
+    free(copy);
+    free(name);
+    return tj_set_error(TJ_ENOMEM, "out of memory");
+  }
+  if ((rc = tj__cuda_modules_create(k)) != TJ_OK) {
+    free(copy);
+    free(name);
+    return rc;
+  }
+  memcpy(copy, image, (size_t)size);
+  copy[size] = 0;
+  k->image = copy;
+  k->image_size = size;
+  k->image_symbol = name;
+  return TJ_OK;
+}
+
+/* tj_kernel_load for a CUDA kernel: reads the module image at `path`. */
+static int load_image_file(tj_kernel *k, const char *path, const char *symbol) {
+  if (k->image != NULL)
+    return tj_set_error(TJ_EVALUE, "%s: a module image is already loaded", k->name);
+  FILE *file = fopen(path, "rb");
+  if (file == NULL)
+    return tj_set_error(TJ_ERUNTIME, "%s: cannot open CUDA module image %s: %s", k->name, path,
+                        strerror(errno));
+  char *data = NULL;
+  long size = -1;
+  if (fseek(file, 0, SEEK_END) == 0 && (size = ftell(file)) > 0 && fseek(file, 0, SEEK_SET) == 0 &&
+      (data = malloc((size_t)size)) != NULL && fread(data, 1, (size_t)size, file) != (size_t)size) {
+    free(data);
+    data = NULL;
+  }
+  int err = errno;
+  fclose(file);
+  int rc;
+  if (size == 0)
+    rc = tj_set_error(TJ_ERUNTIME, "%s: CUDA module image %s is empty", k->name, path);
+  else if (data == NULL)
+    rc = tj_set_error(TJ_ERUNTIME, "%s: cannot read CUDA module image %s: %s", k->name, path,
+                      strerror(err ? err : EIO));
+  else
+    rc = tj_kernel_set_image(k, data, size, symbol);
+  free(data);
+  return rc;
+}
+
+int tj_kernel_set_launch(tj_kernel *k, const int32_t grid_ids[3], const int32_t block_ids[3],
+                         int32_t shared_mem_id) {
+  int rc = check_cuda_kernel(k, "a launch configuration");
+  if (rc) return rc;
+  if (k->finalized)
+    return tj_set_error(TJ_EVALUE, "%s: the kernel is finalized and cannot change", k->name);
+  int32_t ids[7] = {grid_ids[0],  grid_ids[1],  grid_ids[2],  block_ids[0],
+                    block_ids[1], block_ids[2], shared_mem_id};
+  for (int i = 0; i < 7; ++i)
+    if (ids[i] < 0 || ids[i] >= k->nexprs)
+      return tj_set_error(TJ_EVALUE, "%s: launch configuration: unknown expression id %d", k->name,
+                          ids[i]);
+  memcpy(k->launch, ids, sizeof(ids));
+  k->has_launch = 1;
+  return TJ_OK;
+}
+
 int tj_kernel_load(tj_kernel *k, const char *path, const char *symbol) {
-  if (k->target == TJ_TARGET_CUDA) return tj__cuda_load_file(k, path, symbol);
+  if (k->target == TJ_TARGET_CUDA) return load_image_file(k, path, symbol);
   if (k->library) return tj_set_error(TJ_EVALUE, "%s: a library is already loaded", k->name);
   void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL)

@@ -17,7 +17,7 @@ import threading
 from ctypes import POINTER, addressof, byref, c_int, c_uint64, c_void_p, py_object
 
 from .. import host
-from ..layout import Pointer
+from ..pointer import Pointer
 from .core import check, core_library, core_library_gil
 from .ctypes_abi import (
     ALLOCATE_FN,

@@ -16,12 +16,13 @@ def wrapper_module():
             from build_tools import load_wrapper
 
         from .. import host
-        from ..layout import Pointer
+        from ..pointer import Pointer
 
         module = load_wrapper()
         module.configure(dlpack_capsule=host.dlpack_capsule, producer_error=host.producer_error,
                          allocate=host.allocate, framework_stream=host.framework_stream,
                          stream_handle=host.stream_handle, pointer_type=Pointer,
                          type_name=host.type_name)
+        host.use_array_empty(module.empty)
         _module = module
     return _module

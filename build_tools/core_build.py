@@ -1,0 +1,158 @@
+"""Building the C core as a shared library, cached on disk: the one core of a process.
+
+Cache layout under `cache_root()` (entries as `disk_cache` makes them)::
+
+    core/<core hash>/libtilejit_core-<core hash>.so   the core library
+    core/<core hash>/meta.json
+    core/<core hash>.lock
+
+Every backend uses this very file: the ctypes backend opens it with ctypes, and the
+wrapper extension is linked against it (see `wrapper_build`), so a process holds one core,
+one error buffer and one CUDA driver state whichever backends it uses. The library needs
+no Python.
+
+This module imports nothing from `tilejit`, so it also works as `build_tools.core_build`
+with only the repository root on `sys.path`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from . import disk_cache, toolchain
+
+__all__ = [
+    "build_core_library",
+    "core_library_name",
+    "core_library_path",
+    "core_source_hash",
+    "source_dirs",
+    "tree_files",
+]
+
+# The files that make up the core's source tree. The package data in setup.cfg must list
+# the same patterns, or an installed tilejit would hash and compile a different set than a
+# checkout.
+CORE_PATTERNS = ("include/tilejit/*.h", "src/*.c", "src/*.h")
+
+# -DNDEBUG matches how setuptools builds extensions: without it CPython's own inline
+# accessors (PyTuple_GET_ITEM and friends) keep their assert()s on the per-call path.
+CFLAGS = ("-O2", "-fPIC", "-pthread", "-std=gnu11", "-DNDEBUG")
+# The core's public tj_ functions keep the default visibility: the ctypes backend looks
+# them up and the wrapper links against them. -Bsymbolic binds the core's calls to its own
+# functions inside the library, so they skip the PLT and no other library can interpose
+# them, as when the core was compiled into the wrapper.
+_CORE_LINK_ARGS = ("-Wl,-Bsymbolic",)
+
+
+def source_dirs() -> tuple[Path, Path]:
+    """Return `(core_dir, wrapper_dir)`, the C core and Cython wrapper source trees.
+
+    Installed, this file is `<site>/tilejit/_build_tools/core_build.py` and the trees are
+    its siblings `tilejit/_core` and `tilejit/_wrapper`. In a checkout (editable install, or
+    the repository root on `sys.path`) it is `<root>/build_tools/core_build.py` and they
+    are `<root>/core` and `<root>/wrapper`.
+
+    Example:
+        >>> source_dirs()
+        (PosixPath('/src/tilejit/core'), PosixPath('/src/tilejit/wrapper'))
+    """
+    parent = Path(__file__).resolve().parent.parent
+    candidates = ((parent / "_core", parent / "_wrapper"), (parent / "core", parent / "wrapper"))
+    for core_dir, wrapper_dir in candidates:
+        if (core_dir / "include" / "tilejit").is_dir() and wrapper_dir.is_dir():
+            return core_dir, wrapper_dir
+    tried = ", ".join(f"{core} + {wrapper}" for core, wrapper in candidates)
+    raise RuntimeError(f"tilejit: cannot find the core and wrapper sources (tried {tried})")
+
+
+def tree_files(root: Path, label: str, patterns: tuple[str, ...]) -> list[tuple[str, Path]]:
+    """Return `(name, path)` for each file of `root` matching `patterns`, sorted by name.
+
+    Names are relative to the tree and prefixed by its role, so a checkout, an installed
+    copy and a test's private copy of the same sources hash alike.
+    """
+    found = {}
+    for pattern in patterns:
+        for path in root.glob(pattern):
+            if path.is_file():
+                found[f"{label}/{path.relative_to(root).as_posix()}"] = path
+    return sorted(found.items())
+
+
+def build_tools_files() -> list[tuple[str, Path]]:
+    """The `build_tools` sources: they hold the flags and recipes, so changing them must
+    give new cache entries."""
+    return tree_files(Path(__file__).resolve().parent, "build_tools", ("*.py",))
+
+
+def core_source_hash(core_dir: Path | None = None) -> str:
+    """Return the core library's cache key: 16 hex digits of a sha256.
+
+    It covers every `core/include/tilejit/*.h`, `core/src/*.c` and `core/src/*.h`, the
+    `build_tools` sources and `$TILEJIT_CC`; not Cython nor the wrapper, so the ctypes
+    backend keeps working where Cython is missing or the wrapper does not build.
+
+    Example:
+        >>> core_source_hash()
+        '0b61d2e7a9f4c318'
+    """
+    if core_dir is None:
+        core_dir = source_dirs()[0]
+    files = [*tree_files(Path(core_dir), "core", CORE_PATTERNS), *build_tools_files()]
+    return disk_cache.hash_files("tilejit-core", (toolchain.configured_cc(),), files)
+
+
+def core_library_name(key: str) -> str:
+    """The core library's file name (and soname) for cache key `key`."""
+    return f"libtilejit_core-{key}.so"
+
+
+def core_library_path(core_dir: Path | None = None) -> Path:
+    """Return where the core shared library for these sources is (or will be) cached.
+
+    Example:
+        >>> core_library_path()
+        PosixPath('~/.cache/tilejit/core/0b61d2e7a9f4c318/libtilejit_core-0b61d2e7a9f4c318.so')
+    """
+    key = core_source_hash(core_dir)
+    return disk_cache.cache_root() / "core" / key / core_library_name(key)
+
+
+def log(verbose: bool, message: str) -> None:
+    if verbose:
+        print(f"tilejit: {message}", file=sys.stderr, flush=True)
+
+
+def build_core_library(
+    force: bool = False, verbose: bool = False, *, core_dir: Path | None = None
+) -> Path:
+    """Return the path of the core built as a shared library, building it if needed.
+
+    Compiles every `core/src/*.c` with `$TILEJIT_CC` (else `cc`). `force=True` rebuilds
+    even when cached; `verbose=True` prints the commands and compiler output to stderr.
+    `core_dir` replaces the source tree (tests). Raises `RuntimeError` with the failing
+    command and its full output when the compiler fails.
+
+    Example:
+        >>> lib = ctypes.CDLL(str(build_core_library()))
+    """
+    core_dir = source_dirs()[0] if core_dir is None else Path(core_dir)
+    sources = sorted((core_dir / "src").glob("*.c"))
+    if not sources:
+        raise RuntimeError(f"tilejit: no C sources in {core_dir / 'src'}")
+    target = core_library_path(core_dir)
+
+    def build(output: Path) -> None:
+        include_dirs = [core_dir / "include", core_dir / "src"]
+        # The soname is the file's own name: the wrapper records it as its dependency, and
+        # the loader then knows the library ctypes opened by path as the same one.
+        link_args = (*_CORE_LINK_ARGS, f"-Wl,-soname,{target.name}")
+        # The object files go beside the output, into the cache's private build directory.
+        toolchain.compile_and_link(sources, include_dirs, CFLAGS, output, output.parent,
+                                   verbose, link_args)
+
+    return disk_cache.get_or_build(target.parent, target.name, build, force=force,
+                                   log=lambda message: log(verbose, message))
+

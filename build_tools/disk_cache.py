@@ -1,0 +1,302 @@
+"""The one on-disk cache of built files: kernels, the wrapper, the core and the benchmark's
+peer extensions all publish through `get_or_build`.
+
+An entry is a directory holding one artifact and its `meta.json`::
+
+    <parent>/<name>/<artifact>    the built file (a .so, a .cubin, ...)
+    <parent>/<name>/meta.json     its size and sha256, written after it
+    <parent>/<name>.lock          flock()ed while the entry is being built
+    <tmp_dir>/.tmp-*/             private build directories
+
+An entry is valid only when `meta.json` exists and matches the artifact's size and hash.
+Because the artifact is renamed into place before `meta.json` is, a reader never trusts a
+half-published entry, and a crash at any point leaves either nothing or an entry that the
+next lookup sees as corrupt and rebuilds. No fsync is needed for the same reason: a file
+truncated by a power loss fails the hash check.
+
+Only the slow path (a miss or a corrupt entry) takes the lock, and it checks again once it
+holds it, so many processes racing on an empty cache build once. A hit costs a stat, a
+small JSON read and one hash of the artifact per process.
+
+This module imports nothing from `tilejit`: it serves `build_tools` (the wrapper and the
+core), and `tilejit` uses it from above.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+__all__ = [
+    "CacheUnusableError",
+    "cache_root",
+    "discard",
+    "get_or_build",
+    "hash_files",
+    "reset_memo",
+]
+
+# Bumped whenever the entry layout or meta.json changes, so an old entry is rebuilt rather
+# than misread.
+_FORMAT = 1
+_META_NAME = "meta.json"
+TMP_PREFIX = ".tmp-"
+# Build directories left behind by a killed process are removed once they are this old;
+# no live build (compilers time out after five minutes) runs anywhere near this long.
+_STALE_TMP_AGE_S = 24 * 3600.0
+
+# Artifacts verified by this process, with the (inode, size, mtime) they had then. A hit
+# on a verified path costs one stat; a replaced or truncated file fails the comparison and
+# is verified again.
+_verified_lock = threading.Lock()
+_verified: dict[str, tuple[int, int, int]] = {}
+
+
+class CacheUnusableError(OSError):
+    """The cache directory cannot hold the entry (read-only, full, or not a directory)."""
+
+
+def cache_root() -> Path:
+    """Return the cache root: `$TILEJIT_CACHE_DIR`, else `~/.cache/tilejit`.
+
+    Example:
+        >>> os.environ["TILEJIT_CACHE_DIR"] = "/tmp/tj"; cache_root()
+        PosixPath('/tmp/tj')
+    """
+    configured = os.environ.get("TILEJIT_CACHE_DIR", "").strip()
+    return Path(configured or "~/.cache/tilejit").expanduser()
+
+
+def hash_files(kind: str, extra: Iterable[str], files: Iterable[tuple[str, Path]]) -> str:
+    """Return 16 hex digits of a sha256 over `kind`, the `extra` strings and each named file.
+
+    Names, not paths, enter the hash, so two copies of the same sources hash alike.
+
+    Example:
+        >>> hash_files("tilejit-core", ["cc"], [("core/src/a.c", Path("core/src/a.c"))])
+        '0b61d2e7a9f4c318'
+    """
+    digest = hashlib.sha256()
+
+    def feed(data: bytes) -> None:
+        # Length prefixes keep ("ab", "c") and ("a", "bc") from hashing alike.
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+
+    feed(kind.encode())
+    for value in extra:
+        feed(value.encode())
+    for name, path in files:
+        feed(name.encode())
+        feed(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _sha256_file(path: str) -> str:
+    # hashlib.file_digest() would do, but it only exists from Python 3.11 on.
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fingerprint(info: os.stat_result) -> tuple[int, int, int]:
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def _valid(artifact: str, meta_path: str, name: str) -> bool:
+    """Return True when `artifact` exists and matches its meta.json (cheap when known)."""
+    try:
+        info = os.stat(artifact)
+    except OSError:
+        return False
+    fingerprint = _fingerprint(info)
+    with _verified_lock:
+        if _verified.get(artifact) == fingerprint:
+            return True
+    try:
+        with open(meta_path, "rb") as handle:
+            meta = json.loads(handle.read())
+        valid = (
+            isinstance(meta, dict)
+            and meta.get("format") == _FORMAT
+            and meta.get("key") == name
+            and meta.get("size") == info.st_size
+            and meta.get("sha256") == _sha256_file(artifact)
+        )
+    except (OSError, ValueError):
+        valid = False
+    if valid:
+        with _verified_lock:
+            _verified[artifact] = fingerprint
+    return valid
+
+
+def _forget(artifact: str) -> None:
+    with _verified_lock:
+        _verified.pop(artifact, None)
+
+
+def reset_memo() -> None:
+    """Forget every verified artifact, as a new process would (for tests)."""
+    with _verified_lock:
+        _verified.clear()
+
+
+@contextlib.contextmanager
+def _entry_lock(entry: Path) -> Iterator[None]:
+    """Hold flock() on `<parent>/<name>.lock`: it excludes other processes and other
+    threads alike (each open() is its own lock holder). Lock files are never deleted:
+    removing one while another process waits on it would split the lock in two."""
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(entry.parent / f"{entry.name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                     0o644)
+    except OSError as exc:
+        raise CacheUnusableError(exc.errno, f"cannot lock {entry}: {exc}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        # Closing the descriptor releases the lock.
+        os.close(fd)
+
+
+def get_or_build(
+    entry: Path,
+    artifact_name: str,
+    build: Callable[[Path], None],
+    *,
+    tmp_dir: Path | None = None,
+    force: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> Path:
+    """Return `entry / artifact_name`, a valid artifact, calling `build(path)` on a miss.
+
+    `build` must write the artifact to the path it is given (a fresh file in a private
+    directory under `tmp_dir`, default `entry.parent`, on the cache's filesystem). What it
+    writes is published atomically; concurrent callers in any thread or process wait for
+    one build. If `build` raises, nothing is published and the exception propagates, so a
+    failure is retried next time rather than cached. A corrupt entry (missing meta.json,
+    size or hash mismatch) is deleted and rebuilt; `force=True` rebuilds a valid one too.
+    `log` receives one line per build. Raises `CacheUnusableError` when the directory
+    cannot hold the entry.
+
+    Example:
+        >>> so = get_or_build(cache_root() / "core" / key, "libtilejit_core.so", compile_core)
+    """
+    entry = Path(entry)
+    artifact = os.path.join(entry, artifact_name)
+    meta_path = os.path.join(entry, _META_NAME)
+    if not force and _valid(artifact, meta_path, entry.name):
+        return Path(artifact)
+    with _entry_lock(entry):
+        # Another process may have published the entry while this one waited.
+        if not force and _valid(artifact, meta_path, entry.name):
+            if log is not None:
+                log(f"using {artifact}, built by another process")
+            return Path(artifact)
+        if log is not None:
+            damaged = os.path.exists(artifact) and not force
+            log(f"{artifact} is damaged; rebuilding it" if damaged else f"building {artifact}")
+        _forget(artifact)
+        _remove_entry(entry)
+        scratch = Path(tmp_dir) if tmp_dir is not None else entry.parent
+        _remove_stale_tmp_dirs(scratch)
+        _build_and_publish(scratch, entry, artifact_name, build)
+        return Path(artifact)
+
+
+def discard(artifact: Path, seen: os.stat_result | None, log: Callable[[str], None] | None = None
+            ) -> None:
+    """Delete the entry of `artifact` if it is still the file `seen` (its stat before use).
+
+    For a valid-looking artifact its user cannot use (a library the loader rejects): only
+    the very file that failed is removed, so a fresh build another process already
+    published is kept.
+    """
+    entry = Path(artifact).parent
+    with _entry_lock(entry):
+        try:
+            current = os.stat(artifact)
+        except FileNotFoundError:
+            return
+        if seen is None or _fingerprint(current) == _fingerprint(seen):
+            if log is not None:
+                log(f"removing unusable {artifact}")
+            _forget(str(artifact))
+            _remove_entry(entry)
+
+
+def _build_and_publish(scratch: Path, entry: Path, artifact_name: str,
+                       build: Callable[[Path], None]) -> None:
+    """Build into a temp dir on the cache's filesystem, then rename into `entry`."""
+    import tempfile
+
+    scratch.mkdir(parents=True, exist_ok=True)
+    # Same filesystem as the entry, so os.replace() is an atomic rename, never a copy.
+    workdir = tempfile.mkdtemp(prefix=TMP_PREFIX, dir=scratch)
+    try:
+        built = os.path.join(workdir, artifact_name)
+        build(Path(built))
+        if not os.path.isfile(built):
+            raise RuntimeError(f"the build function did not write {built}")
+        info = os.stat(built)
+        meta = {
+            "format": _FORMAT,
+            "key": entry.name,
+            "size": info.st_size,
+            "sha256": _sha256_file(built),
+            "created": time.time(),
+        }
+        # mkdtemp() makes private 0700 directories; a cache entry is readable like any
+        # other file its owner creates.
+        entry.mkdir(mode=0o755, exist_ok=True)
+        os.replace(built, os.path.join(entry, artifact_name))
+        # meta.json goes last: its presence is what marks the entry as complete.
+        meta_tmp = os.path.join(workdir, _META_NAME)
+        with open(meta_tmp, "w", encoding="utf-8") as handle:
+            json.dump(meta, handle, sort_keys=True)
+        os.replace(meta_tmp, os.path.join(entry, _META_NAME))
+    finally:
+        _rmtree(workdir)
+
+
+def _remove_entry(entry: Path) -> None:
+    # Called under the entry's lock, so no other process is publishing into it; readers
+    # that raced with the removal fail validation and come to the lock themselves.
+    if entry.is_dir() and not entry.is_symlink():
+        _rmtree(str(entry))
+    elif os.path.lexists(entry):
+        os.unlink(entry)
+
+
+def _remove_stale_tmp_dirs(scratch: Path) -> None:
+    now = time.time()
+    try:
+        names = os.listdir(scratch)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(TMP_PREFIX):
+            continue
+        path = os.path.join(scratch, name)
+        try:
+            if now - os.stat(path).st_mtime > _STALE_TMP_AGE_S:
+                _rmtree(path)
+        except OSError:
+            pass
+
+
+def _rmtree(path: str) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

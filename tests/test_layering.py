@@ -1,0 +1,258 @@
+"""Layering you can see: no import cycles inside tilejit, build_tools never imports tilejit,
+one core per process whichever backends run, and one options record for every jit.
+
+The import graph is read from the sources (module-level and function-level imports alike),
+not from what happens to be imported, so a cycle hidden in a function body fails too.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tilejit
+from tilejit import T
+from tilejit.signature import lower
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "tilejit"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The modules of `known` that `name` imports anywhere in its source."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, *filter(None, [base])])
+            # `from . import x` imports the submodule x when there is one, else a name of
+            # the package itself.
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+                       for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            # `import a.b.c` names a.b.c; the edge goes to the deepest module we know.
+            while target and target not in known:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in sorted(graph[node]):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycles_in_tilejit():
+    modules = _modules()
+    known = set(modules)
+    graph = {name: _imports(name, path, known) for name, path in modules.items()}
+    # Every module imports the package's __init__ implicitly (Python runs it first); only
+    # the imports a module writes count, so edges into the package itself are dropped.
+    for targets in graph.values():
+        targets.discard("tilejit")
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_sees_function_level_imports(tmp_path):
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+    source = tmp_path / "m.py"
+    source.write_text("def f():\n    from .lang import T\n    import tilejit.layout\n")
+    assert _imports("tilejit.m", source, {"tilejit.lang", "tilejit.layout"}) == {
+        "tilejit.lang", "tilejit.layout"}
+
+
+def test_build_tools_never_imports_tilejit():
+    for path in sorted((REPO / "build_tools").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            assert not [n for n in names if n.split(".")[0] == "tilejit"], (path, names)
+
+
+# --- one core per process ------------------------------------------------------------------
+
+ONE_CORE_SCRIPT = """\
+import json, sys
+import numpy as np
+import torch
+import tilejit
+from tilejit import T
+from tilejit.signature import lower
+
+n = T.symbol("n")
+params = [T.Buffer((n,), "float32", name="A"), T.Buffer((n,), "float32", name="B")]
+src = "void twice(float *A, float *B, int64_t n) { for (int64_t i = 0; i < n; ++i) B[i] = 2 * A[i]; }"
+results = {}
+for backend in ("cython", "dlpack", "ctypes"):
+    kernel = tilejit.compile(tilejit.Program("twice", params, src), out_idx=-1,
+                             target="cpu", execution_backend=backend)
+    results[backend] = kernel(torch.arange(4, dtype=torch.float32)).tolist()
+    # A failing call sets the core's error: every backend reads the one error buffer.
+    try:
+        kernel(torch.zeros(4, dtype=torch.float64))
+    except (TypeError, ValueError) as exc:
+        results[backend + "-error"] = str(exc)
+maps = sorted({line.split()[-1] for line in open("/proc/self/maps")
+               if "libtilejit_core" in line})
+wrapper = sys.modules["tilejit._tilejit"].__file__
+print(json.dumps({"results": results, "maps": maps, "wrapper": wrapper}))
+"""
+
+
+def _dynamic_symbols(path: Path) -> dict[str, bool]:
+    """The ELF64 little-endian file's dynamic symbols: name -> defined (st_shndx != 0)."""
+    data = path.read_bytes()
+    assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1, "expected ELF64 LE"
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize)
+                for i in range(shnum)]
+    symbols = {}
+    for _name, kind, _flags, _addr, offset, size, link, _info, _align, entsize in sections:
+        if kind != 11:  # SHT_DYNSYM
+            continue
+        strtab = sections[link]
+        for at in range(offset, offset + size, entsize):
+            st_name, _st_info, _st_other, st_shndx = struct.unpack_from("<IBBH", data, at)
+            start = strtab[4] + st_name
+            name = data[start:data.index(b"\0", start)].decode()
+            if name:
+                symbols[name] = st_shndx != 0
+    return symbols
+
+
+def test_every_backend_uses_one_core(tmp_path):
+    pytest.importorskip("torch")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env.pop("LD_LIBRARY_PATH", None)  # the wrapper must find the core by itself
+    done = subprocess.run([sys.executable, "-c", ONE_CORE_SCRIPT], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    report = json.loads(done.stdout.splitlines()[-1])
+    results = report["results"]
+    assert results["cython"] == results["dlpack"] == results["ctypes"] == [0.0, 2.0, 4.0, 6.0]
+    assert results["cython-error"] == results["dlpack-error"] == results["ctypes-error"]
+    # One core library file mapped, however many segments it has.
+    assert len(report["maps"]) == 1, report["maps"]
+    # The wrapper holds no copy of the core: it defines no tj_ symbol and takes every one
+    # it calls from the core library.
+    symbols = _dynamic_symbols(Path(report["wrapper"]))
+    assert symbols.get("PyInit__tilejit") is True
+    core_calls = {name for name, defined in symbols.items() if name.startswith("tj_")}
+    assert {"tj_call_run", "tj_last_error"} <= core_calls
+    assert not [name for name in core_calls if symbols[name]]
+    core = _dynamic_symbols(Path(report["maps"][0]))
+    assert all(core.get(name) is True for name in core_calls)
+
+
+# --- one options record for jit and jit(layout=) -------------------------------------------
+
+def _copy_factory(A, B):
+    """B = A + TJ_OFFSET (a -D of compile_flags) for 1-d tensors, static or dynamic."""
+    proto = lower(tilejit.Program(name="copy", params=[A, B], source=""), None,
+                  "cpu").c_prototype
+    source = f"""{proto} {{
+  for (int64_t i = 0; i < {A.shape[0]}; ++i) B[i] = A[i] + TJ_OFFSET;
+}}
+"""
+    return tilejit.Program(name="copy", params=[A, B], source=source)
+
+
+@pytest.mark.parametrize("layout", [None, "dynamic", "static"])
+def test_jit_options_reach_every_compile(layout, capsys):
+    torch = pytest.importorskip("torch")
+    options = {"target": "cpu", "compile_flags": ["-DTJ_OFFSET=3"], "verbose": True,
+               "execution_backend": "cython"}
+    if layout is None:
+        n = T.symbol("n")
+
+        @tilejit.jit(**options)
+        def factory():
+            return _copy_factory(T.Buffer((n,), "float32", name="A"),
+                                 T.Buffer((n,), "float32", name="B"))
+
+        kernel = factory()
+    else:
+        factory = tilejit.jit(layout=layout, **options)(_copy_factory)
+    assert factory.options == tilejit.jit(**options)(_copy_factory).options
+    a, b = torch.arange(4, dtype=torch.float32), torch.empty(4)
+    if layout is None:
+        kernel(a, b)
+    else:
+        factory(a, b)
+    assert b.tolist() == [3.0, 4.0, 5.0, 6.0]  # compile_flags reached the compiler
+    assert "tilejit: copy: " in capsys.readouterr().err  # and verbose did
+
+
+@pytest.mark.parametrize("layout", ["dynamic", "static"])
+def test_layout_jit_keeps_arch_and_compiler(layout):
+    torch = pytest.importorskip("torch")
+    factory = tilejit.jit(layout=layout, target="cpu", arch="sm_90", compiler="nvrtc")(
+        _copy_factory)
+    assert (factory.options.arch, factory.options.compiler) == ("sm_90", "nvrtc")
+    # They reach the compile: a CPU target refuses them (silently dropped, it would not).
+    with pytest.raises(ValueError, match=r"copy: arch= and compiler= are for target='cuda'"):
+        factory(torch.zeros(4), torch.zeros(4))

@@ -1,0 +1,113 @@
+"""``tilejit.compile``: a Program to a JITKernel, through the compiler drivers and the
+artifact cache, and ``CompileOptions``, the one record of the options ``compile`` and
+``@tilejit.jit`` take (plain or ``layout=``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import sys
+import time
+from typing import Any
+
+from . import cache as _cache
+from . import compiler as _compiler
+from .kernel import JITKernel
+from .program import Program
+from .signature import host_source, lower
+from .version import VERSION
+
+__all__ = ["CompileOptions", "compile"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileOptions:
+    """The options of ``tilejit.compile``, as ``@tilejit.jit`` keeps them for every kernel
+    it compiles. Options left None fall back to the environment at compile time (see
+    ``compile``).
+
+    >>> opts = CompileOptions(out_idx=-1, target="cuda", arch="sm_90", compiler="nvrtc")
+    >>> kernel = tilejit.compile(prog, **opts.as_kwargs())
+    """
+
+    out_idx: Any = None
+    target: str | None = None
+    execution_backend: str | None = None
+    compile_flags: Any = None
+    verbose: bool | None = None
+    arch: Any = None
+    compiler: str | None = None
+
+    def as_kwargs(self) -> dict[str, Any]:
+        """The options as keyword arguments of ``tilejit.compile``."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _options(target, execution_backend, compile_flags, verbose):
+    """Options left None fall back to TILEJIT_* environment variables."""
+    if target is None:
+        target = os.environ.get("TILEJIT_TARGET", "cpu")
+    if execution_backend is None:
+        execution_backend = os.environ.get("TILEJIT_EXECUTION_BACKEND", "auto")
+    if compile_flags is None:
+        compile_flags = shlex.split(os.environ.get("TILEJIT_COMPILE_FLAGS", ""))
+    elif isinstance(compile_flags, str):
+        compile_flags = shlex.split(compile_flags)
+    if verbose is None:
+        verbose = _env_flag("TILEJIT_VERBOSE")
+    return target, execution_backend, list(compile_flags), bool(verbose)
+
+
+def compile(program: Program, out_idx=None, target=None, execution_backend=None,
+            compile_flags=None, verbose=None, arch=None, compiler=None) -> JITKernel:
+    """Compiles ``program`` (or fetches it from the disk cache) and returns a JITKernel.
+
+    ``arch`` and ``compiler`` ("nvcc" or "nvrtc") are for ``target="cuda"``; left None
+    they come from TILEJIT_CUDA_ARCH / TILEJIT_CUDA_COMPILER, the GPU and what is
+    installed (see `tilejit.cuda_compiler`).
+
+    >>> kernel = tilejit.compile(prog, out_idx=-1, target="cpu")
+    >>> c = kernel(a, b)
+    """
+    if not isinstance(program, Program):
+        raise TypeError(f"tilejit.compile expects a tilejit.Program, got "
+                        f"{type(program).__name__}")
+    target, execution_backend, flags, verbose = _options(target, execution_backend,
+                                                         compile_flags, verbose)
+    start = time.perf_counter()
+    sig = lower(program, out_idx, target)
+    if target == "cuda":
+        # Imported here: a process that only compiles CPU kernels never pays for it.
+        from .cuda_compiler import compile_program
+
+        path, source = compile_program(program, sig, flags, arch, compiler, verbose)
+        return JITKernel(program, sig, str(path), source, execution_backend)
+    if arch is not None or compiler is not None:
+        raise ValueError(f"{program.name}: arch= and compiler= are for target='cuda', not "
+                         f"{target!r}")
+    source = host_source(program, sig)
+    # Hidden visibility binds the kernel's functions inside its own library: exported, a
+    # kernel named like an already loaded function (`write`, `exp`, a BLAS routine) would
+    # be interposed by that one. The glue exports the packed entry explicitly. In `flags`,
+    # so it is part of the cache key, and first, so the user's flags can still override it.
+    flags = ["-fvisibility=hidden", *flags]
+    cc = _compiler.find_cc()
+    key = _cache.artifact_key(source=source, target=target, flags=flags, compiler=cc,
+                              default_flags=_compiler._CPU_DEFAULT_FLAGS,
+                              compiler_identity=_compiler.compiler_identity(cc),
+                              tilejit=VERSION)
+
+    def build(out_path):
+        _compiler.compile_cpu(source, program.name, flags, out_path)
+
+    path = _cache.get_or_build(key, build)
+    kernel = JITKernel(program, sig, str(path), source, execution_backend)
+    if verbose:
+        print(f"tilejit: {program.name}: {kernel.c_prototype} -> {path} "
+              f"({(time.perf_counter() - start) * 1e3:.1f} ms)", file=sys.stderr)
+    return kernel
