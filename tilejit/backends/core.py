@@ -25,11 +25,9 @@ def core_library() -> ctypes.CDLL:
     global _core, _core_gil
     with _lock:
         if _core is None:
-            try:
-                from .._build_tools import build_core_library
-            except ImportError:  # a source checkout on sys.path, not installed
-                from build_tools import build_core_library
-            path = str(build_core_library())
+            from .._build import build_tools
+
+            path = str(build_tools.build_core_library())
             lib = ctypes.CDLL(path)
             gil = ctypes.PyDLL(path)
             for handle, protos in ((lib, _PROTOTYPES), (gil, _GIL_PROTOTYPES)):

@@ -10,15 +10,11 @@ def wrapper_module():
     handed the Python functions it calls back (``tilejit.host``)."""
     global _module
     if _module is None:
-        try:
-            from .._build_tools import load_wrapper
-        except ImportError:  # a source checkout on sys.path, not installed
-            from build_tools import load_wrapper
-
         from .. import host
+        from .._build import build_tools
         from ..pointer import Pointer
 
-        module = load_wrapper()
+        module = build_tools.load_wrapper()
         module.configure(dlpack_capsule=host.dlpack_capsule, producer_error=host.producer_error,
                          allocate=host.allocate, framework_stream=host.framework_stream,
                          stream_handle=host.stream_handle, pointer_type=Pointer,
