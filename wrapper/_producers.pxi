@@ -20,6 +20,8 @@ cdef extern from "Python.h":
     Py_ssize_t PyTuple_Size(PyObject *)
     PyObject *PyTuple_GetItem(PyObject *, Py_ssize_t)
     int PyList_Append(PyObject *, PyObject *)
+    PyObject *PyList_New(Py_ssize_t)
+    void Py_IncRef(PyObject *)
     void PyType_Modified(object)
 
 
@@ -53,6 +55,14 @@ cdef void *_h_sequence_item(void *seq, intptr_t i) noexcept:
     return <void *>PyTuple_GetItem(<PyObject *>seq, i)
 
 
+cdef void _h_retain(void *obj) noexcept:
+    Py_IncRef(<PyObject *>obj)
+
+
+cdef void *_h_list_new() noexcept:
+    return <void *>PyList_New(0)
+
+
 cdef int _h_list_append(void *items, void *item) noexcept:
     return PyList_Append(<PyObject *>items, <PyObject *>item)
 
@@ -79,6 +89,8 @@ _host.object_type = _h_object_type
 _host.release = _h_release
 _host.sequence_size = _h_sequence_size
 _host.sequence_item = _h_sequence_item
+_host.retain = _h_retain
+_host.list_new = _h_list_new
 _host.list_append = _h_list_append
 _host.unlock = _h_unlock
 _host.lock = _h_lock

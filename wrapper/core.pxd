@@ -179,6 +179,8 @@ cdef extern from "tilejit/tilejit.h" nogil:
         void (*release)(void *object) noexcept
         intptr_t (*sequence_size)(void *sequence) noexcept
         void *(*sequence_item)(void *sequence, intptr_t i) noexcept
+        void (*retain)(void *object) noexcept
+        void *(*list_new)() noexcept
         int (*list_append)(void *list, void *item) noexcept
         void *(*unlock)() noexcept
         void (*lock)(void *token) noexcept
@@ -215,6 +217,8 @@ cdef extern from "tilejit/tilejit.h" nogil:
         const tj_producer *fallback
         const tj_producer *const *producers
         int32_t nproducers
+        void *none
+        void *failed
 
-    int tj_call_sequence(const tj_call_plan *plan, void *sequence, const uintptr_t *stream,
-                         void *outputs)
+    void *tj_call_sequence(const tj_call_plan *plan, void *sequence)
+    void *tj_call_sequence_on(const tj_call_plan *plan, void *sequence, uintptr_t stream)

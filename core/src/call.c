@@ -131,13 +131,47 @@ int tj_call_run(const tj_kernel *k, tj_call *call) {
   return rc;
 }
 
-int tj_call_sequence(const tj_call_plan *plan, void *sequence, const uintptr_t *stream,
-                     void *outputs) {
+/* The "no result" object, retained: the record says why. */
+static void *declined(const tj_call_plan *plan) {
+  plan->host->retain(plan->failed);
+  return plan->failed;
+}
+
+/* The result of a call as one host reference (see tj_call_sequence). */
+static void *result_object(const tj_call_plan *plan, void **made, int32_t n, int rc) {
+  const tj_host *host = plan->host;
+  void *result = NULL;
+  if (rc == TJ_OK && n == 0) {
+    host->retain(plan->none);
+    result = plan->none;
+  } else if (rc == TJ_OK && n == 1) {
+    return made[0];
+  } else if (rc == TJ_OK) {
+    result = host->list_new();
+    for (int32_t o = 0; o < n && result != NULL; ++o)
+      if (host->list_append(result, made[o]) != 0) {
+        host->release(result);
+        result = NULL;
+      }
+    if (result == NULL)
+      tj_error_at(tj_set_error(TJ_EPYERR, "%s: cannot return the outputs", plan->kernel->name), -1,
+                  -1, TJ_PRODUCER_ALLOCATE);
+  }
+  for (int32_t o = 0; o < n; ++o)
+    if (made[o] != NULL) host->release(made[o]);
+  return result != NULL ? result : declined(plan);
+}
+
+static void *call_sequence(const tj_call_plan *plan, void *sequence, int32_t has_stream,
+                           uintptr_t stream) {
   const tj_kernel *k = plan->kernel;
   const tj_host *host = plan->host;
   tj_arg args[TJ_MAX_PARAMS];
   intptr_t n = host->sequence_size(sequence);
-  if (n != k->ninputs || n > TJ_MAX_PARAMS) return TJ_EDECLINED;
+  if (n != k->ninputs || n > TJ_MAX_PARAMS) {
+    tj_set_error(TJ_EDECLINED, "%s: the call is not for tj_call_sequence", k->name);
+    return declined(plan);
+  }
   for (int32_t i = 0; i < (int32_t)n; ++i) {
     void *object = host->sequence_item(sequence, i);
     void *type = host->object_type(object);
@@ -145,21 +179,24 @@ int tj_call_sequence(const tj_call_plan *plan, void *sequence, const uintptr_t *
     const tj_producer *producer = NULL;
     for (int32_t j = 0; j < plan->nproducers && producer == NULL; ++j)
       if (plan->producers[j]->type == type) producer = plan->producers[j];
-    if (producer == NULL) return TJ_EDECLINED;
+    if (producer == NULL) {
+      tj_set_error(TJ_EDECLINED, "%s: the call is not for tj_call_sequence", k->name);
+      return declined(plan);
+    }
     tj_arg_init(&args[i]);
     args[i].kind = TJ_ARG_OBJECT;
     args[i].value.p = object;
     args[i].producer = producer;
   }
   void *made[TJ_MAX_OUTPUTS];
-  tj_call call = {args, (int32_t)n, stream != NULL, stream ? (void *)*stream : NULL, plan->fallback,
-                  host, made};
-  int rc = tj_call_run(k, &call);
-  for (int32_t o = 0; o < k->noutputs; ++o) {
-    if (made[o] == NULL) continue;
-    if (outputs != NULL && host->list_append(outputs, made[o]) != 0 && rc == TJ_OK)
-      rc = tj_set_error(TJ_EPYERR, "%s: cannot return the outputs", k->name);
-    host->release(made[o]);
-  }
-  return rc;
+  tj_call call = {args, (int32_t)n, has_stream, (void *)stream, plan->fallback, host, made};
+  return result_object(plan, made, k->noutputs, tj_call_run(k, &call));
+}
+
+void *tj_call_sequence(const tj_call_plan *plan, void *sequence) {
+  return call_sequence(plan, sequence, 0, 0);
+}
+
+void *tj_call_sequence_on(const tj_call_plan *plan, void *sequence, uintptr_t stream) {
+  return call_sequence(plan, sequence, 1, stream);
 }

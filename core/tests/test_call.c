@@ -320,17 +320,26 @@ typedef struct {
   void *items[4];
 } tjt_sequence;
 
-static int type_releases;
+static int type_releases, retains;
+static tjt_sequence the_list;
+static char none_object, failed_object;
 static void *fake_object_type(void *object) { return ((tjt_object *)object)->type; }
 static void fake_release(void *object) {
   if (object == &rec.outs[0]) rec.outs[0].refs--;
   type_releases++;
 }
+static void fake_retain(void *object) {
+  (void)object;
+  retains++;
+}
 static intptr_t fake_size(void *seq) { return ((tjt_sequence *)seq)->n; }
 static void *fake_item(void *seq, intptr_t i) { return ((tjt_sequence *)seq)->items[i]; }
+static void *fake_list_new(void) {
+  the_list.n = 0;
+  return &the_list;
+}
 static int fake_append(void *list, void *item) {
   tjt_sequence *l = list;
-  ((tjt_object *)item)->refs++;
   l->items[l->n++] = item;
   return 0;
 }
@@ -341,39 +350,55 @@ TEST(call_sequence_dispatch) {
   memset(&host, 0, sizeof(host));
   host.object_type = fake_object_type;
   host.release = fake_release;
+  host.retain = fake_retain;
   host.sequence_size = fake_size;
   host.sequence_item = fake_item;
+  host.list_new = fake_list_new;
   host.list_append = fake_append;
   tj_kernel *k = adder(TJ_BUF_OUTPUT);
   const tj_producer *producers[1] = {&fake_producer};
-  tj_call_plan plan = {k, &host, NULL, producers, 1};
+  tj_call_plan plan = {k, &host, NULL, producers, 1, &none_object, &failed_object};
   tjt_object a, b, other;
   object_tensor(&a, a_data, 8);
   object_tensor(&b, b_data, 8);
   object_tensor(&other, b_data, 8);
   other.type = &type_other;
-  tjt_sequence outputs = {0, {NULL}};
 
+  /* One output: the output itself, the core's reference handed over. */
   tjt_sequence seq = {2, {&a, &b}};
-  CHECK_OK(tj_call_sequence(&plan, &seq, NULL, &outputs));
-  CHECK_EQ_INT(outputs.n, 1);
-  CHECK(outputs.items[0] == &rec.outs[0]);
-  CHECK_EQ_INT(rec.outs[0].refs, 1); /* the list's reference; the core dropped its own */
-  CHECK_EQ_INT(type_releases, 3);    /* two types, one output reference given back */
+  CHECK(tj_call_sequence(&plan, &seq) == &rec.outs[0]);
+  CHECK_EQ_INT(rec.outs[0].refs, 1);
+  CHECK_EQ_INT(type_releases, 2); /* every type reference given back */
 
   /* An object of another type, or another count: declined, nothing done. */
   memset(&rec, 0, sizeof(rec));
   tjt_sequence mixed = {2, {&a, &other}};
-  CHECK_STATUS(tj_call_sequence(&plan, &mixed, NULL, &outputs), TJ_EDECLINED);
+  CHECK(tj_call_sequence(&plan, &mixed) == &failed_object);
+  CHECK_EQ_INT(tj_last_error_info()->code, TJ_EDECLINED);
   tjt_sequence short_seq = {1, {&a}};
-  CHECK_STATUS(tj_call_sequence(&plan, &short_seq, NULL, &outputs), TJ_EDECLINED);
+  CHECK(tj_call_sequence(&plan, &short_seq) == &failed_object);
+  CHECK_EQ_INT(tj_last_error_info()->code, TJ_EDECLINED);
   CHECK_EQ_INT(rec.imports, 0);
 
-  /* An explicit stream reaches the launch (a CPU kernel refuses a non-zero one). */
-  uintptr_t stream = 0x99;
-  CHECK_STATUS(tj_call_sequence(&plan, &seq, &stream, &outputs), TJ_EVALUE);
+  /* An explicit stream reaches the launch (a CPU kernel refuses a non-zero one); the
+   * output made before the failure is released. */
+  CHECK(tj_call_sequence_on(&plan, &seq, 0x99) == &failed_object);
+  CHECK_EQ_INT(tj_last_error_info()->code, TJ_EVALUE);
   CHECK_ERROR_CONTAINS("a stream was given to a cpu kernel");
+  CHECK_EQ_INT(rec.outs[0].refs, 0);
   tj_kernel_free(k);
+
+  /* No outputs: the host's none, retained; several: a list in declaration order. */
+  tj_kernel *k3 = adder(0);
+  plan.kernel = k3;
+  tjt_object c;
+  object_tensor(&c, rec.out_data[1], 8);
+  tjt_sequence three = {3, {&a, &b, &c}};
+  retains = 0;
+  CHECK(tj_call_sequence(&plan, &three) == &none_object);
+  CHECK_EQ_INT(retains, 1);
+  CHECK(rec.out_data[1][0] == 11.0f);
+  tj_kernel_free(k3);
 }
 
 /* ---- The exchange-API adapter ------------------------------------------------- */

@@ -99,8 +99,8 @@ class TjHost(Structure):
     _fields_ = [("capsule_is_valid", c_void_p), ("capsule_pointer", c_void_p),
                 ("capsule_set_name", c_void_p), ("object_type", c_void_p),
                 ("release", c_void_p), ("sequence_size", c_void_p),
-                ("sequence_item", c_void_p), ("list_append", c_void_p), ("unlock", c_void_p),
-                ("lock", c_void_p)]
+                ("sequence_item", c_void_p), ("retain", c_void_p), ("list_new", c_void_p),
+                ("list_append", c_void_p), ("unlock", c_void_p), ("lock", c_void_p)]
 
 
 class TjProducer(Structure):
@@ -120,7 +120,8 @@ class TjCall(Structure):
 class TjCallPlan(Structure):
     _c_name_ = "tj_call_plan"
     _fields_ = [("kernel", c_void_p), ("host", c_void_p), ("fallback", c_void_p),
-                ("producers", POINTER(c_void_p)), ("nproducers", c_int32)]
+                ("producers", POINTER(c_void_p)), ("nproducers", c_int32),
+                ("none", c_void_p), ("failed", c_void_p)]
 
 
 # The producer function types, for producers written in Python (the ctypes backend's

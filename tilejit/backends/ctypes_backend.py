@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from ctypes import POINTER, addressof, byref, c_int, c_uint64, c_void_p, py_object
+from ctypes import POINTER, addressof, byref, c_int, c_void_p, py_object
 
 from .. import host
 from ..pointer import Pointer
@@ -43,6 +43,17 @@ def _c_function(name: str) -> int:
     return ctypes.cast(getattr(ctypes.pythonapi, name), c_void_p).value
 
 
+# tj_host.list_new takes no argument; PyList_New takes the length: a C shim is not at
+# hand without a compiler, so a ctypes callback makes the (rare: several outputs) list.
+_LIST_NEW = ctypes.PYFUNCTYPE(py_object)(lambda: _new_list())
+
+
+def _new_list():
+    items = []
+    _incref(items)  # the callback's result is borrowed by ctypes; the core owns one more
+    return items
+
+
 _HOST = TjHost(
     capsule_is_valid=_c_function("PyCapsule_IsValid"),
     capsule_pointer=_c_function("PyCapsule_GetPointer"),
@@ -51,6 +62,8 @@ _HOST = TjHost(
     release=_c_function("Py_DecRef"),
     sequence_size=_c_function("PyTuple_Size"),
     sequence_item=_c_function("PyTuple_GetItem"),
+    retain=_c_function("Py_IncRef"),
+    list_new=ctypes.cast(_LIST_NEW, c_void_p).value,
     list_append=_c_function("PyList_Append"),
     unlock=_c_function("PyEval_SaveThread"),
     lock=_c_function("PyEval_RestoreThread"))
@@ -119,11 +132,15 @@ _capsule_valid.restype, _capsule_valid.argtypes = c_int, [py_object, ctypes.c_ch
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_pointer.restype, _capsule_pointer.argtypes = c_void_p, [py_object, ctypes.c_char_p]
 
+# What the core returns from a one-call entry that has no result (see tj_call_sequence).
+_FAILED = object()
+
 _lock = threading.Lock()
 _registry: dict = {}  # type -> TjProducer (kept alive), or None: no tensors
 _from_capsule = None  # tj_arg_from_capsule, set with the core
 _run = None           # tj_call_run
 _sequence = None      # tj_call_sequence
+_sequence_on = None   # tj_call_sequence_on
 
 
 def _exchange_header(cls) -> int:
@@ -205,11 +222,11 @@ def _classify(obj, arg: TjArg, kernel) -> None:
 
 
 def _init_core() -> None:
-    global _from_capsule, _run, _sequence
+    global _from_capsule, _run, _sequence, _sequence_on
     if _run is None:
         gil = core_library_gil()
-        _from_capsule, _run, _sequence = (gil.tj_arg_from_capsule, gil.tj_call_run,
-                                          gil.tj_call_sequence)
+        _from_capsule, _run = gil.tj_arg_from_capsule, gil.tj_call_run
+        _sequence, _sequence_on = gil.tj_call_sequence, gil.tj_call_sequence_on
 
 
 def _failure(exc: BaseException) -> BaseException:
@@ -247,7 +264,8 @@ class CtypesKernel:
         self._plan = TjCallPlan(kernel=core_kernel.address, host=_HOST_ADDRESS,
                                 fallback=addressof(self._fallback),
                                 producers=ctypes.cast(self._known, POINTER(c_void_p)),
-                                nproducers=0)
+                                nproducers=0, none=id(None), failed=id(_FAILED))
+        self._multiple = self._nout > 1
         self._plan_address = addressof(self._plan)
         self._outs_type = py_object * max(self._nout, 1)
 
@@ -263,27 +281,42 @@ class CtypesKernel:
     def __call__(self, *args, **keywords):
         # **keywords rather than stream=None: an unknown keyword is then reported with
         # the kernel's name, as the other backends do (about 10 ns a call).
-        handle = by_ref = None
         if keywords:
-            handle = self._stream_keyword(keywords)
-            if handle is not None:  # the explicit stream's handle, passed by pointer
-                handle = host.stream_handle(handle, self.name)
-                by_ref = byref(c_uint64(handle))
-        outs = [] if self._nout else None  # the core appends the outputs
+            return self._call_on(args, self._stream_keyword(keywords))
         try:
-            rc = _sequence(self._plan_address, args, by_ref, outs)
-        except BaseException as exc:
+            result = _sequence(self._plan_address, args)
+        except BaseException as exc:  # noqa: BLE001 - a producer's error: see where
+            return self._failed(exc, args, None)
+        if result is _FAILED:
+            return self._failed(None, args, None)
+        return self._ordered(result) if self._multiple else result
+
+    def _call_on(self, args, stream):
+        if stream is None:
+            return self(*args)
+        handle = host.stream_handle(stream, self.name)
+        try:
+            result = _sequence_on(self._plan_address, args, handle)
+        except BaseException as exc:  # noqa: BLE001
+            return self._failed(exc, args, handle)
+        if result is _FAILED:
+            return self._failed(None, args, handle)
+        return self._ordered(result) if self._multiple else result
+
+    def _failed(self, exc, args, stream):
+        """The one-call entry failed: ``exc`` is the producer's error ctypes raised, or
+        None when the core returned its "no result" sentinel. The record says why."""
+        info = core_library().tj_last_error_info().contents
+        if info.code == EDECLINED:
+            return self._call_args(args, stream)
+        if info.code == EPYERR:
+            parked = getattr(_parked, "exc", None)
+            _parked.exc = None
+            if parked is not None:
+                exc = parked
             raise _failure(exc) from exc
-        if rc == 0:
-            if outs is None:
-                return None
-            if self._nout == 1:
-                return outs[0]
-            return self._ordered(outs)
-        if rc == EDECLINED:
-            return self._call_args(args, handle)
-        _check(rc)
-        return None  # unreachable: _check raised
+        check(info.code)
+        raise exc if exc is not None else RuntimeError(f"{self.name}: the call failed")
 
     def _stream_keyword(self, keywords):
         for key in keywords:
@@ -317,6 +350,7 @@ class CtypesKernel:
         return self._ordered(outputs)
 
     def _ordered(self, outputs):
+        """Outputs made in declaration order, returned in out_idx order."""
         if self._out_order is None:
             return outputs
         return [outputs[j] for j in self._out_order]

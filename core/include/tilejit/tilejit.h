@@ -392,7 +392,10 @@ typedef struct tj_host {
   /* PyTuple_Size / PyTuple_GetItem (a borrowed reference). */
   intptr_t (*sequence_size)(void *sequence);
   void *(*sequence_item)(void *sequence, intptr_t i);
-  /* PyList_Append: adds a reference to `item` to the list; 0 on success. */
+  /* Py_IncRef; PyList_New(0) (a new reference, NULL on failure); PyList_Append
+   * (adds its own reference to `item`; 0 on success). */
+  void (*retain)(void *object);
+  void *(*list_new)(void);
   int (*list_append)(void *list, void *item);
   /* Drops the lock around the kernel and takes it back (PyEval_SaveThread /
    * PyEval_RestoreThread). unlock may return NULL to say it kept the lock; lock
@@ -488,19 +491,25 @@ typedef struct tj_call_plan {
   const tj_producer *fallback;
   const tj_producer *const *producers;
   int32_t nproducers;
+  void *none;   /* the host's "no value" object (Py_None), returned for no outputs */
+  void *failed; /* a host object that stands for "no result" (a sentinel) */
 } tj_call_plan;
 
 /* Runs a call whose arguments are the items of `sequence` (a host tuple, read
- * with host->sequence_size/sequence_item): when every item is an object of the
- * exact type of one of the plan's producers, each is imported with it and the
- * call goes on as tj_call_run (`stream` NULL: none given; else the explicit
- * stream's handle). The outputs made, in declaration order, are appended to the
- * host list `outputs` (host->list_append; the core drops its own references),
- * also when the call fails after making some; NULL: the kernel has none.
- * Otherwise nothing is done and TJ_EDECLINED is returned: the binding
- * classifies the arguments itself and calls tj_call_run. */
-int tj_call_sequence(const tj_call_plan *plan, void *sequence, const uintptr_t *stream,
-                     void *outputs);
+ * with host->sequence_size/sequence_item) and returns its result as one new
+ * host reference: `none` for a kernel without outputs, the output itself for
+ * one, a host list of them in declaration order for several. Every item must be
+ * an object of the exact type of one of the plan's producers; each is imported
+ * with it and the call goes on as tj_call_run.
+ *
+ * `failed` (retained; never NULL, which a ctypes binding cannot take back as
+ * an object) on failure, with the record (tj_last_error_info) saying why: TJ_EDECLINED
+ * when some item is of no plan producer's type (nothing was done: the binding
+ * classifies the arguments itself and calls tj_call_run), else the call's
+ * status and message. Two entries, so that the common call passes two
+ * arguments: tj_call_sequence_on adds the explicit stream's handle. */
+void *tj_call_sequence(const tj_call_plan *plan, void *sequence);
+void *tj_call_sequence_on(const tj_call_plan *plan, void *sequence, uintptr_t stream);
 
 #ifdef __cplusplus
 }
