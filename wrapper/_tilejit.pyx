@@ -13,6 +13,7 @@ formatting of producer errors) it is handed once by ``configure`` (tilejit.host)
 Files, by concern: ``_errors.pxi`` (status codes to exceptions),
 ``_producers.pxi`` (the host table and the producer of each Python type),
 ``_array.pxi`` (``tilejit.Array``), ``_layout.pxi`` (layout views),
+``_jit_keys.pxi`` (keys of ``jit(layout=...)`` calls),
 ``_kernel.pxi`` (the kernel object and its call).
 """
 from cpython.bool cimport PyBool_Check
@@ -67,4 +68,5 @@ include "_errors.pxi"
 include "_producers.pxi"
 include "_array.pxi"
 include "_layout.pxi"
+include "_jit_keys.pxi"
 include "_kernel.pxi"
