@@ -140,8 +140,6 @@ class CoreKernel:
         check(core.tj_kernel_finalize(handle))
         self.num_outputs = core.tj_kernel_num_outputs(handle)
         self.num_inputs = len(params) - self.num_outputs
-        self.input_names = tuple(p[1] for p in params if not p[6] & _BUF_OUTPUT
-                                 or p[0] != _PARAM_BUFFER)
         if library:
             check(core.tj_kernel_load(handle, library.encode(), entry.encode()))
 
@@ -151,6 +149,5 @@ class CoreKernel:
             self.address = None
 
 
-# tj_param_kind and TJ_BUF_OUTPUT (tilejit.h).
-_PARAM_BUFFER, _PARAM_SCALAR, _PARAM_POINTER = 1, 2, 3
-_BUF_OUTPUT = 4
+# tj_param_kind (tilejit.h).
+_PARAM_SCALAR, _PARAM_POINTER = 2, 3
