@@ -13,7 +13,9 @@ from libc.string cimport memcpy
 from dlpack_abi cimport (DLPackCurrentWorkStream, DLPackDLTensorFromPyObjectNoSync,
                          DLPackManagedTensorAllocator, DLPackManagedTensorFromPyObjectNoSync,
                          DLPackManagedTensorToPyObjectNoSync, DLPackVersion,
-                         DLPACK_FLAG_BITMASK_READ_ONLY, DLDeviceType)
+                         DLPACK_FLAG_BITMASK_READ_ONLY, DLDeviceType, TJ_DLPACK_MINOR,
+                         kDLBfloat, kDLBool, kDLComplex, kDLFloat, kDLFloat8_e4m3fn,
+                         kDLFloat8_e5m2, kDLInt, kDLUInt)
 
 
 cdef extern from "stdlib.h" nogil:
@@ -31,7 +33,7 @@ cdef int64_t _ARRAY_ALIGN = 64
 # the consumer's view stays valid whatever happens to the Array's Python attributes.
 ctypedef struct _Export:
     DLManagedTensorVersioned managed
-    int64_t dims[2 * 16]
+    int64_t dims[2 * TJ_MAX_NDIM]
 
 
 # Consumers may delete from any thread, with or without the GIL: `with gil` takes it.
@@ -59,11 +61,12 @@ cdef void _capsule_destructor(object capsule) noexcept:
 
 
 _ARRAY_DTYPES = {
-    "bool": (6, 8), "int8": (0, 8), "int16": (0, 16), "int32": (0, 32), "int64": (0, 64),
-    "uint8": (1, 8), "uint16": (1, 16), "uint32": (1, 32), "uint64": (1, 64),
-    "float16": (2, 16), "bfloat16": (4, 16), "float32": (2, 32), "float64": (2, 64),
-    "float8_e4m3fn": (10, 8), "float8_e5m2": (12, 8), "complex64": (5, 64),
-    "complex128": (5, 128),
+    "bool": (kDLBool, 8), "int8": (kDLInt, 8), "int16": (kDLInt, 16), "int32": (kDLInt, 32),
+    "int64": (kDLInt, 64), "uint8": (kDLUInt, 8), "uint16": (kDLUInt, 16),
+    "uint32": (kDLUInt, 32), "uint64": (kDLUInt, 64), "float16": (kDLFloat, 16),
+    "bfloat16": (kDLBfloat, 16), "float32": (kDLFloat, 32), "float64": (kDLFloat, 64),
+    "float8_e4m3fn": (kDLFloat8_e4m3fn, 8), "float8_e5m2": (kDLFloat8_e5m2, 8),
+    "complex64": (kDLComplex, 64), "complex128": (kDLComplex, 128),
 }
 _ARRAY_NAMES = {value: name for name, value in _ARRAY_DTYPES.items()}
 
@@ -76,7 +79,7 @@ cdef class Array:
     torch.Size([2, 3])
     """
     cdef DLTensor _t
-    cdef int64_t _dims[2 * 16]
+    cdef int64_t _dims[2 * TJ_MAX_NDIM]
     cdef void *_data  # owned allocation, or NULL when wrapping
     cdef DLManagedTensorVersioned *_wrapped  # owned foreign tensor, or NULL
     cdef bint _read_only
@@ -147,11 +150,11 @@ cdef DLManagedTensorVersioned *_export(Array array) except NULL:
     if e == NULL:
         raise MemoryError()
     e.managed.version.major = TJ_DLPACK_MAJOR
-    e.managed.version.minor = 3
+    e.managed.version.minor = TJ_DLPACK_MINOR
     e.managed.dl_tensor = array._t
     memcpy(e.dims, array._dims, sizeof(e.dims))
     e.managed.dl_tensor.shape = e.dims
-    e.managed.dl_tensor.strides = e.dims + 16
+    e.managed.dl_tensor.strides = e.dims + TJ_MAX_NDIM
     e.managed.flags = DLPACK_FLAG_BITMASK_READ_ONLY if array._read_only else 0
     Py_INCREF(array)
     e.managed.manager_ctx = <void *>array
@@ -161,7 +164,7 @@ cdef DLManagedTensorVersioned *_export(Array array) except NULL:
 
 ctypedef struct _LegacyExport:
     DLManagedTensor managed
-    int64_t dims[2 * 16]
+    int64_t dims[2 * TJ_MAX_NDIM]
 
 
 cdef DLManagedTensor *_export_legacy(Array array) except NULL:
@@ -171,7 +174,7 @@ cdef DLManagedTensor *_export_legacy(Array array) except NULL:
     e.managed.dl_tensor = array._t
     memcpy(e.dims, array._dims, sizeof(e.dims))
     e.managed.dl_tensor.shape = e.dims
-    e.managed.dl_tensor.strides = e.dims + 16
+    e.managed.dl_tensor.strides = e.dims + TJ_MAX_NDIM
     Py_INCREF(array)
     e.managed.manager_ctx = <void *>array
     e.managed.deleter = _legacy_deleter
@@ -180,8 +183,8 @@ cdef DLManagedTensor *_export_legacy(Array array) except NULL:
 
 cdef Array _new_array(tuple shape, int code, int bits):
     """A compact, uninitialised host Array."""
-    if len(shape) > 16:
-        raise ValueError(f"tilejit.empty: at most 16 dimensions, got {len(shape)}")
+    if len(shape) > TJ_MAX_NDIM:
+        raise ValueError(f"tilejit.empty: at most {TJ_MAX_NDIM} dimensions, got {len(shape)}")
     cdef Array a = Array.__new__(Array)
     cdef int64_t n = 1
     cdef int32_t d
@@ -193,7 +196,7 @@ cdef Array _new_array(tuple shape, int code, int bits):
         n *= shape[d]
     cdef int64_t stride = 1
     for d in range(a._t.ndim - 1, -1, -1):
-        a._dims[16 + d] = stride
+        a._dims[TJ_MAX_NDIM + d] = stride
         stride *= a._dims[d]
     cdef int64_t nbytes = n * ((bits + 7) // 8)
     # Round up so aligned_alloc's size is a multiple of the alignment; never 0.
@@ -208,7 +211,7 @@ cdef Array _new_array(tuple shape, int code, int bits):
     a._t.dtype.bits = bits
     a._t.dtype.lanes = 1
     a._t.shape = a._dims
-    a._t.strides = a._dims + 16
+    a._t.strides = a._dims + TJ_MAX_NDIM
     a._t.byte_offset = 0
     return a
 
@@ -264,21 +267,21 @@ cdef int _array_to_py(DLManagedTensorVersioned *tensor, void **out) noexcept wit
             out[0] = <void *>a
             tensor.deleter(tensor)
             return 0
-        if tensor.dl_tensor.ndim > 16:
-            raise ValueError("tilejit.Array holds at most 16 dimensions")
+        if tensor.dl_tensor.ndim > TJ_MAX_NDIM:
+            raise ValueError(f"tilejit.Array holds at most {TJ_MAX_NDIM} dimensions")
         a = Array.__new__(Array)
         a._t = tensor.dl_tensor
         for d in range(a._t.ndim):
             a._dims[d] = tensor.dl_tensor.shape[d]
-            a._dims[16 + d] = (tensor.dl_tensor.strides[d] if tensor.dl_tensor.strides != NULL
-                               else 0)
+            a._dims[TJ_MAX_NDIM + d] = (tensor.dl_tensor.strides[d]
+                                        if tensor.dl_tensor.strides != NULL else 0)
         if tensor.dl_tensor.strides == NULL:
             stride = 1
             for d in range(a._t.ndim - 1, -1, -1):
-                a._dims[16 + d] = stride
+                a._dims[TJ_MAX_NDIM + d] = stride
                 stride *= a._dims[d]
         a._t.shape = a._dims
-        a._t.strides = a._dims + 16
+        a._t.strides = a._dims + TJ_MAX_NDIM
         a._read_only = (tensor.flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0
         a._wrapped = tensor
         Py_INCREF(a)
@@ -300,7 +303,7 @@ cdef int _array_stream(DLDeviceType device_type, int32_t device_id, void **out) 
 
 cdef DLPackExchangeAPI _array_api
 _array_api.header.version.major = TJ_DLPACK_MAJOR
-_array_api.header.version.minor = 3
+_array_api.header.version.minor = TJ_DLPACK_MINOR
 _array_api.header.prev_api = NULL
 _array_api.managed_tensor_allocator = <DLPackManagedTensorAllocator>_array_allocator
 _array_api.managed_tensor_from_py_object_no_sync = (

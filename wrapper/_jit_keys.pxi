@@ -38,9 +38,9 @@ cdef tuple _lent_key(object tensor, const DLPackExchangeAPI *api, bint implicit)
     cdef int64_t align = 0
     if api.dltensor_from_py_object_no_sync(<void *>tensor, &t) != 0:
         _pending()
-    if t.ndim < 0 or t.ndim > 16:
+    if t.ndim < 0 or t.ndim > TJ_MAX_NDIM:
         raise ValueError(f"from_dlpack: a {t.ndim}-d tensor has too many dimensions "
-                         "(at most 16)")
+                         f"(at most {TJ_MAX_NDIM})")
     _check(tj_layout_init(&lay, t.ndim, t.shape, t.strides))
     _check(tj_check_assumed_align(<uint64_t><uintptr_t>t.data + t.byte_offset, t.dtype, 0,
                                   &align))

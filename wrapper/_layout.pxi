@@ -38,8 +38,8 @@ cdef class TensorView:
     tensor again; it keeps ``source`` alive.
     """
     cdef DLTensor _tensor
-    cdef int64_t _shape[16]
-    cdef int64_t _strides[16]
+    cdef int64_t _shape[TJ_MAX_NDIM]
+    cdef int64_t _strides[TJ_MAX_NDIM]
     cdef uint32_t _flags
     cdef tj_arg _owner
     cdef tj_layout _layout
@@ -66,9 +66,9 @@ cdef class TensorView:
         cdef const DLTensor *t = &self._owner.tensor
         cdef int64_t align = 0
         cdef int32_t d
-        if t.ndim < 0 or t.ndim > 16:
+        if t.ndim < 0 or t.ndim > TJ_MAX_NDIM:
             raise ValueError(f"from_dlpack: a {t.ndim}-d tensor has too many dimensions "
-                             "(at most 16)")
+                             f"(at most {TJ_MAX_NDIM})")
         _check(tj_layout_init(&self._layout, t.ndim, t.shape, t.strides))
         self._tensor = t[0]
         for d in range(t.ndim):
@@ -110,7 +110,7 @@ cdef class TensorView:
         >>> tilejit.from_dlpack(x).mark_compact_shape_dynamic(mode=0, divisibility=2).layout
         '(?{div=2},4,16,2):(2,?{div=4},?{div=16},1)'
         """
-        cdef int64_t order[16]
+        cdef int64_t order[TJ_MAX_NDIM]
         cdef int32_t n = 0
         cdef int64_t m = _layout_int(mode, "mode")
         cdef int64_t div = _layout_int(divisibility, "divisibility")
@@ -121,9 +121,9 @@ cdef class TensorView:
         if len(items) > (1 << 30):
             raise ValueError("stride_order is too long")
         n = len(items)
-        # The core reads the order only when its length equals ndim (<= 16); longer
-        # ones are reported by length, so only the first 16 entries are needed.
-        for i, item in enumerate(items[:16]):
+        # The core reads the order only when its length equals ndim (<= TJ_MAX_NDIM);
+        # longer ones are reported by length, so only the first entries are needed.
+        for i, item in enumerate(items[:TJ_MAX_NDIM]):
             if isinstance(item, bool) or not hasattr(type(item), "__index__"):
                 raise TypeError(f"stride_order entries must be ints, got "
                                 f"{type(item).__name__}")

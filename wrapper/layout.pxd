@@ -2,22 +2,23 @@
 # added there is added here, in the same order.
 from libc.stdint cimport int32_t, int64_t, uint64_t
 
+from core cimport TJ_MAX_NDIM
+
 from dlpack_abi cimport DLDataType
 
 
 cdef extern from "tilejit/layout.h" nogil:
     enum: TJ_LAYOUT_FORMAT_SIZE
 
-    # Sized by TJ_MAX_NDIM (16) in C; Cython only needs the names.
     ctypedef struct tj_layout:
         int32_t ndim
         int32_t has_stride_order
-        int64_t shape[16]
-        int64_t stride[16]
-        int64_t shape_div[16]
-        int64_t stride_div[16]
-        int64_t tensor_stride[16]
-        int32_t stride_order[16]
+        int64_t shape[TJ_MAX_NDIM]
+        int64_t stride[TJ_MAX_NDIM]
+        int64_t shape_div[TJ_MAX_NDIM]
+        int64_t stride_div[TJ_MAX_NDIM]
+        int64_t tensor_stride[TJ_MAX_NDIM]
+        int32_t stride_order[TJ_MAX_NDIM]
 
     int tj_layout_init(tj_layout *layout, int32_t ndim, const int64_t *shape,
                        const int64_t *strides)

@@ -73,7 +73,7 @@ class DLPackExchangeAPI(Structure):
 
 
 class TjValue(Union):
-    _c_name_ = "union tj_value"
+    _c_name_ = "tj_value"
     _fields_ = [("p", c_void_p), ("i", c_int64), ("f", c_double)]
 
 
