@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-# DLPack dtype codes (core/include/tilejit/dlpack_abi.h).
-_INT, _UINT, _FLOAT, _BFLOAT, _COMPLEX, _BOOL = 0, 1, 2, 4, 5, 6
-_F8_E4M3FN, _F8_E5M2 = 10, 12
+from . import abi
+
+_INT, _UINT, _FLOAT, _BFLOAT, _COMPLEX, _BOOL = (abi.kDLInt, abi.kDLUInt, abi.kDLFloat,
+                                                  abi.kDLBfloat, abi.kDLComplex, abi.kDLBool)
+_F8_E4M3FN, _F8_E5M2 = abi.kDLFloat8_e4m3fn, abi.kDLFloat8_e5m2
 
 
 class DType(NamedTuple):

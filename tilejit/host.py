@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import threading
 
+from . import abi
 from . import dtypes as _dtypes
 
-MAX_VERSION = (1, 3)
+MAX_VERSION = (abi.TJ_DLPACK_MAJOR, abi.TJ_DLPACK_MINOR)
 
-# DLPack device types with their own memory (core/include/tilejit/dlpack_abi.h).
-_CUDA_DEVICES = (2, 13)  # kDLCUDA, kDLCUDAManaged
+# DLPack device types with their own memory.
+_CUDA_DEVICES = (abi.kDLCUDA, abi.kDLCUDAManaged)
 
 
 def dlpack_capsule(obj):
@@ -39,8 +40,7 @@ def dlpack_capsule(obj):
         raise
 
 
-# tj_producer_step (core/include/tilejit/tilejit.h): which producer step failed.
-PRODUCER_IMPORT = 1
+PRODUCER_IMPORT = abi.TJ_PRODUCER_IMPORT  # tj_producer_step: which producer step failed
 
 
 def producer_error(prefix: str, step: int, exc: BaseException) -> BaseException:

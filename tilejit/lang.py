@@ -15,13 +15,15 @@ import threading
 from collections.abc import Iterator
 from typing import Union
 
+from . import abi
 from . import dtypes as _dtypes
 from .layout import is_view
 
 IntLike = Union[int, "Expr"]
 
-# Core opcodes (core/include/tilejit/tilejit.h, tj_op).
-OP_CONST, OP_SYM, OP_ADD, OP_SUB, OP_MUL, OP_FLOORDIV, OP_MOD, OP_CEILDIV = 1, 2, 3, 4, 5, 6, 7, 8
+OP_CONST, OP_SYM, OP_ADD, OP_SUB = abi.TJ_OP_CONST, abi.TJ_OP_SYM, abi.TJ_OP_ADD, abi.TJ_OP_SUB
+OP_MUL, OP_FLOORDIV, OP_MOD, OP_CEILDIV = (abi.TJ_OP_MUL, abi.TJ_OP_FLOORDIV, abi.TJ_OP_MOD,
+                                           abi.TJ_OP_CEILDIV)
 
 _BINARY = {
     "+": (OP_ADD, operator.add),
@@ -175,7 +177,7 @@ class Param:
     """Base of kernel parameters."""
 
     __slots__ = ("name",)
-    kind = 0
+    kind = 0  # tj_param_kind; set by each parameter class
 
 
 class Buffer(Param):
@@ -187,7 +189,7 @@ class Buffer(Param):
     """
 
     __slots__ = ("align", "const", "dtype", "optional", "shape", "strides")
-    kind = 1
+    kind = abi.TJ_PARAM_BUFFER
 
     def __init__(self, shape, dtype, strides=None, name=None, align=None, optional=False,
                  const=False):
@@ -237,7 +239,7 @@ class Scalar(Param):
     """A scalar parameter (int, uint, float32/64 or bool), passed by value."""
 
     __slots__ = ("dtype",)
-    kind = 2
+    kind = abi.TJ_PARAM_SCALAR
 
     def __init__(self, dtype, name=None):
         self.dtype = _dtypes.canonical(dtype)
@@ -260,7 +262,7 @@ class PointerParam(Param):
     """
 
     __slots__ = ("align", "const", "dtype")
-    kind = 3
+    kind = abi.TJ_PARAM_POINTER
 
     def __init__(self, dtype, align=None, name=None, const=False):
         self.const = bool(const)

@@ -10,6 +10,7 @@ but the dtype table.
 
 from __future__ import annotations
 
+from . import abi
 from . import dtypes as _dtypes
 
 __all__ = ["MEMSPACES", "Pointer", "element_type_name", "make_ptr"]
@@ -49,7 +50,7 @@ class Pointer:
     @property
     def dlpack_device_type(self) -> int:
         """The DLPack device type of the memory: kDLCPU for generic, kDLCUDA for gmem."""
-        return 2 if self.memspace == "gmem" else 1
+        return abi.kDLCUDA if self.memspace == "gmem" else abi.kDLCPU
 
     def __int__(self) -> int:
         return self.address

@@ -9,15 +9,48 @@ to it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
+from . import abi
 from . import dtypes as _dtypes
 from .lang import Buffer, Expr, PointerParam, Scalar, Symbol, lower_expr
 from .program import Program
 
-# Core constants (core/include/tilejit/tilejit.h).
-TARGETS = {"cpu": 1, "cuda": 2}
-BUF_OPTIONAL, BUF_CONST, BUF_OUTPUT = 1, 2, 4
+TARGETS = {"cpu": abi.TJ_TARGET_CPU, "cuda": abi.TJ_TARGET_CUDA}
+BUF_OPTIONAL, BUF_CONST, BUF_OUTPUT = abi.TJ_BUF_OPTIONAL, abi.TJ_BUF_CONST, abi.TJ_BUF_OUTPUT
 ENTRY_SYMBOL = "tilejit_packed_entry"
+
+
+class ParamSpec(NamedTuple):
+    """One kernel parameter as the core is told it (``tj_kernel_set_*``)."""
+
+    kind: int                    # abi.TJ_PARAM_BUFFER / _SCALAR / _POINTER
+    name: str
+    dtype: tuple[int, int, int]  # DLPack (code, bits, lanes)
+    shape: tuple[int, ...]       # expression ids, one per dimension (buffers)
+    strides: tuple[int, ...] | None  # expression ids, or None for compact row-major
+    align: int                   # bytes; 0 = the element size
+    flags: int                   # abi.TJ_BUF_* bits
+
+
+class LaunchSpec(NamedTuple):
+    """A CUDA kernel's launch shape, as expression ids."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_memory: int
+
+
+class CoreSpec(NamedTuple):
+    """The lowered signature: everything ``tj_kernel_create`` .. ``tj_kernel_finalize`` take.
+    Built here only (`lower`); read only by ``tilejit.backends.core.CoreKernel``."""
+
+    name: str
+    target: int                              # abi.TJ_TARGET_*
+    symbols: tuple[tuple[str, int], ...]     # (name, divisibility), ABI order
+    exprs: tuple[tuple[tuple[int, ...], str], ...]  # (opcode pairs, text)
+    params: tuple[ParamSpec, ...]
+    launch: LaunchSpec | None           # CUDA only
 
 
 @dataclass(frozen=True)
@@ -27,7 +60,7 @@ class Signature:
     names: tuple[str, ...]        # parameter names, declaration order
     out_idx: tuple[int, ...]      # normalized, in the order outputs are returned
     symbols: tuple[Symbol, ...]   # ABI order
-    spec: tuple                   # the description wrapper Kernel objects take
+    spec: CoreSpec                # what the core kernel is built from
     c_prototype: str
     glue: str                     # C appended to the user's source (CPU)
     entry: str = ENTRY_SYMBOL     # what tj_kernel_load resolves: the glue's entry, or the
@@ -139,18 +172,18 @@ def lower(program: Program, out_idx, target: str) -> Signature:
                      | (BUF_OUTPUT if i in outs else 0))
             shape_ids = tuple(expr_id(e) for e in p.shape)
             stride_ids = None if p.strides is None else tuple(expr_id(e) for e in p.strides)
-            spec_params.append((1, names[i], dt.dlpack, shape_ids, stride_ids, p.align or 0,
-                                flags))
+            spec_params.append(ParamSpec(abi.TJ_PARAM_BUFFER, names[i], dt.dlpack, shape_ids,
+                                         stride_ids, p.align or 0, flags))
             c_params.append(_c_param(p.dtype, p.const, True, names[i]))
             casts.append(f"({_c_param(p.dtype, p.const, True, '').strip()})a[{i}].p")
         elif isinstance(p, Scalar):
-            spec_params.append((2, names[i], dt.dlpack, (), None, 0, 0))
+            spec_params.append(ParamSpec(abi.TJ_PARAM_SCALAR, names[i], dt.dlpack, (), None, 0, 0))
             c_params.append(_c_param(p.dtype, False, False, names[i]))
             field = "f" if p.dtype.startswith("float") else "i"
             casts.append(f"({dt.c_type})a[{i}].{field}")
         elif isinstance(p, PointerParam):
-            spec_params.append((3, names[i], dt.dlpack, (), None, p.align or 0,
-                                BUF_CONST if p.const else 0))
+            spec_params.append(ParamSpec(abi.TJ_PARAM_POINTER, names[i], dt.dlpack, (), None,
+                                         p.align or 0, BUF_CONST if p.const else 0))
             c_params.append(_c_param(p.dtype, p.const, True, names[i]))
             casts.append(f"({_c_param(p.dtype, p.const, True, '').strip()})a[{i}].p")
     for j, s in enumerate(symbols):
@@ -159,8 +192,8 @@ def lower(program: Program, out_idx, target: str) -> Signature:
 
     target_id = TARGETS[target]
     launch = _lower_launch(program, symbols, expr_id) if target == "cuda" else None
-    spec = (kname, target_id, tuple((s.name, s.divisibility) for s in symbols), tuple(exprs),
-            tuple(spec_params), launch)
+    spec = CoreSpec(kname, target_id, tuple((s.name, s.divisibility) for s in symbols),
+                    tuple(exprs), tuple(spec_params), launch)
     prototype = f"void {kname}({', '.join(c_params) or 'void'})"
     if target == "cuda":
         prototype = f'extern "C" __global__ {prototype}'
@@ -175,7 +208,7 @@ def lower(program: Program, out_idx, target: str) -> Signature:
     return Signature(kname, target, tuple(names), outs, tuple(symbols), spec, prototype, glue)
 
 
-def _lower_launch(program: Program, symbols: dict, expr_id) -> tuple:
+def _lower_launch(program: Program, symbols: dict, expr_id) -> LaunchSpec:
     """A CUDA program's grid, block (padded to 3 with 1) and shared memory as expression
     ids; every symbol they use must be one the parameters bind."""
     kname = program.name
@@ -205,7 +238,7 @@ def _lower_launch(program: Program, symbols: dict, expr_id) -> tuple:
     ids = [expr_id(value) for _, value, _ in entries]
     grid = ids[:len(program.grid)] + [expr_id(1)] * (3 - len(program.grid))
     block = ids[len(program.grid):-1] + [expr_id(1)] * (3 - len(program.block))
-    return (tuple(grid), tuple(block), ids[-1])
+    return LaunchSpec(tuple(grid), tuple(block), ids[-1])
 
 
 def _buffer_symbols(p) -> set:

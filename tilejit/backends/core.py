@@ -13,6 +13,7 @@ import ctypes
 import threading
 from ctypes import POINTER, byref, c_char_p, c_int, c_int32, c_int64, c_uint32, c_void_p
 
+from .. import abi
 from .ctypes_abi import DLDataType, TjArg, TjCall, TjErrorInfo
 
 _lock = threading.Lock()
@@ -108,35 +109,35 @@ class CoreKernel:
 
     def __init__(self, spec, library: str, entry: str):
         core = core_library()
-        name, target, symbols, exprs, params, launch = spec
+        params = spec.params
         handle = c_void_p()
-        check(core.tj_kernel_create(name.encode(), len(params), target, byref(handle)))
+        check(core.tj_kernel_create(spec.name.encode(), len(params), spec.target, byref(handle)))
         self.address = handle.value
-        self.name = name
-        for sym_name, divisibility in symbols:
+        self.name = spec.name
+        for sym_name, divisibility in spec.symbols:
             check(core.tj_kernel_add_symbol(handle, sym_name.encode(), divisibility))
         expr_id = c_int32()
-        for code, text in exprs:
+        for code, text in spec.exprs:
             buf = (c_int64 * max(len(code), 1))(*code)
             check(core.tj_kernel_add_expr(handle, buf, len(code) // 2, text.encode(),
                                           byref(expr_id)))
-        for index, (kind, pname, dtype_t, shape_ids, stride_ids, align, flags) in \
-                enumerate(params):
-            dtype = DLDataType(*dtype_t)
-            bname = pname.encode()
-            if kind == _PARAM_SCALAR:
+        for index, p in enumerate(params):
+            dtype = DLDataType(*p.dtype)
+            bname = p.name.encode()
+            if p.kind == abi.TJ_PARAM_SCALAR:
                 check(core.tj_kernel_set_scalar(handle, index, bname, dtype))
-            elif kind == _PARAM_POINTER:
-                check(core.tj_kernel_set_pointer(handle, index, bname, dtype, align, flags))
+            elif p.kind == abi.TJ_PARAM_POINTER:
+                check(core.tj_kernel_set_pointer(handle, index, bname, dtype, p.align, p.flags))
             else:
-                shape = (c_int32 * max(len(shape_ids), 1))(*shape_ids)
-                strides = None if stride_ids is None else \
-                    (c_int32 * max(len(stride_ids), 1))(*stride_ids)
-                check(core.tj_kernel_set_buffer(handle, index, bname, dtype, len(shape_ids),
-                                                shape, strides, align, flags))
+                shape = (c_int32 * max(len(p.shape), 1))(*p.shape)
+                strides = None if p.strides is None else \
+                    (c_int32 * max(len(p.strides), 1))(*p.strides)
+                check(core.tj_kernel_set_buffer(handle, index, bname, dtype, len(p.shape),
+                                                shape, strides, p.align, p.flags))
+        launch = spec.launch
         if launch is not None:  # a CUDA kernel: grid, block, shared memory expression ids
-            check(core.tj_kernel_set_launch(handle, (c_int32 * 3)(*launch[0]),
-                                            (c_int32 * 3)(*launch[1]), launch[2]))
+            check(core.tj_kernel_set_launch(handle, (c_int32 * 3)(*launch.grid),
+                                            (c_int32 * 3)(*launch.block), launch.shared_memory))
         check(core.tj_kernel_finalize(handle))
         self.num_outputs = core.tj_kernel_num_outputs(handle)
         self.num_inputs = len(params) - self.num_outputs
@@ -149,5 +150,3 @@ class CoreKernel:
             self.address = None
 
 
-# tj_param_kind (tilejit.h).
-_PARAM_SCALAR, _PARAM_POINTER = 2, 3

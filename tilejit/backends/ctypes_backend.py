@@ -16,7 +16,7 @@ import ctypes
 import threading
 from ctypes import POINTER, addressof, byref, c_int, c_void_p, py_object
 
-from .. import host
+from .. import abi, host
 from ..pointer import Pointer
 from .core import check, core_library, core_library_gil
 from .ctypes_abi import (
@@ -30,11 +30,12 @@ from .ctypes_abi import (
     TjProducer,
 )
 
-# tilejit.h: arg kinds and flags, status codes.
-ARG_TENSOR, ARG_INT, ARG_BOOL, ARG_FLOAT, ARG_ADDRESS, ARG_OTHER, ARG_OBJECT = 1, 2, 3, 4, 5, 6, 7
-ARG_OUT_OF_RANGE = 2
-EPYERR, EDECLINED = -5, -6
-MAX_OUTPUTS = 16
+ARG_TENSOR, ARG_INT, ARG_BOOL, ARG_FLOAT = (abi.TJ_ARG_TENSOR, abi.TJ_ARG_INT, abi.TJ_ARG_BOOL,
+                                            abi.TJ_ARG_FLOAT)
+ARG_ADDRESS, ARG_OTHER, ARG_OBJECT = abi.TJ_ARG_ADDRESS, abi.TJ_ARG_OTHER, abi.TJ_ARG_OBJECT
+ARG_OUT_OF_RANGE = abi.TJ_ARG_OUT_OF_RANGE
+EPYERR, EDECLINED = abi.TJ_EPYERR, abi.TJ_EDECLINED
+MAX_OUTPUTS = abi.TJ_MAX_OUTPUTS
 
 
 # ---- The host table: CPython's C API functions, by address --------------------------
