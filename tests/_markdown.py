@@ -1,0 +1,155 @@
+"""Reading the project's Markdown (README.md, docs/*.md) for the tests that keep it true:
+its ```python blocks, its relative links and the anchors its headings make, and running a
+block with its expected output checked.
+
+Conventions a block may use, both on lines that start at column 0:
+
+- ``print(x)  # text``: the line must print exactly ``text``;
+- a statement followed by a comment line ``# SomeError: message``: the statement must
+  raise ``SomeError`` with that message.
+
+In expected text, ``...`` stands for any characters (an address, a path). A block
+preceded by ``<!-- no-run -->`` (it needs a GPU) is only compiled.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import io
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+NO_RUN = "<!-- no-run -->"
+
+_FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
+_LINK = re.compile(r"(?<!!)\[[^\]\n]*\]\(([^)\s]+)\)")
+_HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t]*#*[ \t]*$", re.MULTILINE)
+_PRINT = re.compile(r"^(print\(.*\))[ \t]+# (.*)$")
+_RAISES = re.compile(r"^# ([A-Za-z_][A-Za-z0-9_.]*(?:Error|Exception|Warning)): (.*)$")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced code block: its language, its code, the line its code starts on and
+    whether it is marked ``<!-- no-run -->``."""
+
+    language: str
+    code: str
+    line: int
+    no_run: bool
+
+
+def code_blocks(text: str, language: str = "python") -> list[Block]:
+    """The fenced blocks of ``text`` in ``language``, in order."""
+    blocks = []
+    for match in _FENCE.finditer(text):
+        if match.group(1) != language:
+            continue
+        before = text[:match.start()].rstrip().splitlines()
+        no_run = bool(before) and before[-1].strip() == NO_RUN
+        line = text.count("\n", 0, match.start(2)) + 1
+        blocks.append(Block(language, match.group(2), line, no_run))
+    return blocks
+
+
+def _without_code(text: str) -> str:
+    """``text`` with fenced blocks and inline code blanked (they hold no links)."""
+    text = _FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    return re.sub(r"`[^`\n]*`", "``", text)
+
+
+def links(text: str) -> list[str]:
+    """Every link target of ``text`` outside code."""
+    return _LINK.findall(_without_code(text))
+
+
+def anchor(heading: str) -> str:
+    """The anchor GitHub makes for a heading: lower case, punctuation dropped, spaces to
+    hyphens (``## Streams and devices`` -> ``streams-and-devices``)."""
+    heading = re.sub(r"`([^`]*)`", r"\1", heading)
+    heading = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading)
+    slug = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return slug.replace(" ", "-")
+
+
+def anchors(text: str) -> set[str]:
+    """The anchors of every heading of ``text`` (repeats numbered as GitHub does)."""
+    seen: dict[str, int] = {}
+    result = set()
+    for heading in _HEADING.findall(_without_code(text)):
+        slug = anchor(heading)
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        result.add(slug if count == 0 else f"{slug}-{count}")
+    return result
+
+
+def broken_links(path: Path) -> list[str]:
+    """The relative links of the Markdown file ``path`` whose file or anchor is missing."""
+    problems = []
+    for target in links(path.read_text()):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
+            continue
+        file_part, _, fragment = target.partition("#")
+        linked = (path.parent / file_part).resolve() if file_part else path
+        if not linked.exists():
+            problems.append(f"{path.name}: {target}: no file {linked}")
+            continue
+        if fragment and linked.suffix == ".md" and fragment not in anchors(linked.read_text()):
+            problems.append(f"{path.name}: {target}: no heading #{fragment} in {linked.name}")
+    return problems
+
+
+def _pattern(expected: str) -> re.Pattern:
+    return re.compile(".*?".join(map(re.escape, expected.split("..."))), re.DOTALL)
+
+
+@contextlib.contextmanager
+def _prints(expected: str):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        yield
+    got = out.getvalue().rstrip("\n")
+    assert _pattern(expected).fullmatch(got), f"printed {got!r}, the text says {expected!r}"
+
+
+@contextlib.contextmanager
+def _raises(name: str, expected: str):
+    try:
+        yield
+    except Exception as exc:  # noqa: BLE001 - compared below
+        got = f"{type(exc).__name__}: {exc}"
+        cls = getattr(builtins, name, None)
+        kind_ok = isinstance(exc, cls) if isinstance(cls, type) else type(exc).__name__ == name
+        assert kind_ok and _pattern(f"{name}: {expected}").fullmatch(got), (
+            f"raised {got!r}, the text says {name}: {expected!r}")
+    else:
+        raise AssertionError(f"did not raise; the text says {name}: {expected}")
+
+
+def checked_source(code: str) -> str:
+    """``code`` with its expected outputs turned into checks, line numbers kept."""
+    lines = code.splitlines()
+    for i, line in enumerate(lines):
+        printed = _PRINT.match(line)
+        if printed:
+            lines[i] = f"with _md_prints({printed.group(2)!r}): {printed.group(1)}"
+            continue
+        raised = _RAISES.match(lines[i + 1]) if i + 1 < len(lines) else None
+        if raised and line and not line[0].isspace() and not line.startswith("#"):
+            lines[i] = f"with _md_raises({raised.group(1)!r}, {raised.group(2)!r}): {line}"
+    return "\n".join(lines) + "\n"
+
+
+def run_block(block: Block, where: str, namespace: dict) -> None:
+    """Runs ``block`` in ``namespace`` with its expected outputs checked; a ``no-run``
+    block is only compiled."""
+    filename = f"{where}, line {block.line}"
+    if block.no_run:
+        compile(block.code, filename, "exec")
+        return
+    namespace.setdefault("_md_prints", _prints)
+    namespace.setdefault("_md_raises", _raises)
+    exec(compile(checked_source(block.code), filename, "exec"), namespace)  # noqa: S102
