@@ -73,21 +73,32 @@ def c_compiler() -> list[str]:
         >>> os.environ["TILEJIT_CC"] = "clang -fcolor-diagnostics"; c_compiler()
         ['clang', '-fcolor-diagnostics']
     """
-    configured = configured_cc()
+    return _compiler("TILEJIT_CC", "C", ("cc", "gcc"))
+
+
+def cxx_compiler() -> list[str]:
+    """Return the C++ compiler command for C++ CPU kernels: `$TILEJIT_CXX` (shell-split),
+    else `c++`, `g++` or `clang++`; the same rules as `c_compiler`."""
+    return _compiler("TILEJIT_CXX", "C++", ("c++", "g++", "clang++"))
+
+
+def _compiler(variable: str, language: str, defaults: tuple[str, ...]) -> list[str]:
+    configured = os.environ.get(variable, "").strip()
     if configured:
         import shlex
 
         command = shlex.split(configured)
         if find_executable(command[0]) is None:
             raise ToolNotFoundError(
-                f"no C compiler found: TILEJIT_CC={configured!r} names {command[0]!r}, which"
-                " is not an executable file (set TILEJIT_CC to a working compiler)"
+                f"no {language} compiler found: {variable}={configured!r} names {command[0]!r},"
+                f" which is not an executable file (set {variable} to a working compiler)"
             )
         return command
-    for name in ("cc", "gcc"):
+    for name in defaults:
         if find_executable(name) is not None:
             return [name]
-    raise ToolNotFoundError("no C compiler found: set TILEJIT_CC (neither cc nor gcc is on PATH)")
+    raise ToolNotFoundError(f"no {language} compiler found: set {variable} (none of "
+                            f"{', '.join(defaults)} is on PATH)")
 
 
 def compiler_env() -> dict[str, str]:

@@ -5,6 +5,7 @@ artifact cache, and ``CompileOptions``, the one record of the options ``compile`
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import shlex
 import sys
@@ -13,9 +14,10 @@ from typing import Any
 
 from . import cache as _cache
 from . import compiler as _compiler
+from . import glue as _glue
 from .kernel import JITKernel
 from .program import Program
-from .signature import host_source, lower
+from .signature import lower
 from .version import VERSION
 
 __all__ = ["CompileOptions", "compile"]
@@ -83,31 +85,56 @@ def compile(program: Program, out_idx=None, target=None, execution_backend=None,
     sig = lower(program, out_idx, target)
     if target == "cuda":
         # Imported here: a process that only compiles CPU kernels never pays for it.
-        from .cuda_compiler import compile_program
+        from .cuda_compiler import compile_program, load_binary
 
+        if program.binary is not None:
+            if arch is not None or compiler is not None:
+                raise ValueError(f"{program.name}: arch= and compiler= compile a source; "
+                                 "a prebuilt binary= is loaded as it is")
+            path = load_binary(program, sig)
+            return JITKernel(program, sig, str(path), "", execution_backend)
         path, source = compile_program(program, sig, flags, arch, compiler, verbose)
         return JITKernel(program, sig, str(path), source, execution_backend)
     if arch is not None or compiler is not None:
         raise ValueError(f"{program.name}: arch= and compiler= are for target='cuda', not "
                          f"{target!r}")
-    source = host_source(program, sig)
+    language = program.language_for(target, flags)
+    if language == "cuda":
+        raise ValueError(f"{program.name}: language='cuda' is for target='cuda'")
     # Hidden visibility binds the kernel's functions inside its own library: exported, a
     # kernel named like an already loaded function (`write`, `exp`, a BLAS routine) would
     # be interposed by that one. The glue exports the packed entry explicitly. In `flags`,
     # so it is part of the cache key, and first, so the user's flags can still override it.
     flags = ["-fvisibility=hidden", *flags]
-    cc = _compiler.find_cc()
+    prebuilt = None
+    if program.binary is not None:
+        prebuilt = _stored_binary(program)
+        source, language = _glue.prebuilt_glue_source(program, sig), "c"
+    else:
+        source = _glue.host_source(program, sig, language)
+    cc = _compiler.find_cxx() if language == "c++" else _compiler.find_cc()
     key = _cache.artifact_key(source=source, target=target, flags=flags, compiler=cc,
-                              default_flags=_compiler._CPU_DEFAULT_FLAGS,
+                              default_flags=_compiler.default_flags(language),
                               compiler_identity=_compiler.compiler_identity(cc),
                               tilejit=VERSION)
 
     def build(out_path):
-        _compiler.compile_cpu(source, program.name, flags, out_path)
+        _compiler.compile_cpu(source, program.name, flags, out_path, cc=cc, language=language)
 
     path = _cache.get_or_build(key, build)
-    kernel = JITKernel(program, sig, str(path), source, execution_backend)
+    kernel = JITKernel(program, sig, str(path), source, execution_backend, prebuilt=prebuilt)
     if verbose:
         print(f"tilejit: {program.name}: {kernel.c_prototype} -> {path} "
               f"({(time.perf_counter() - start) * 1e3:.1f} ms)", file=sys.stderr)
     return kernel
+
+
+def _stored_binary(program: Program):
+    """A prebuilt CPU library, copied into the artifact cache under its content hash: the
+    kernel loads that copy, which no later change to the user's file can alter."""
+    data = program.binary_bytes()
+    if not data.startswith(b"\x7fELF"):
+        raise ValueError(f"{program.name}: binary= for target='cpu' must be a shared library "
+                         f"(ELF), got {len(data)} bytes starting {data[:8]!r}")
+    key = _cache.artifact_key(prebuilt=hashlib.sha256(data).hexdigest(), tilejit=VERSION)
+    return _cache.get_or_build(key, lambda out: out.write_bytes(data))

@@ -20,11 +20,13 @@ from pathlib import Path
 
 from ._build import toolchain
 
-__all__ = ["CompileError", "compile_cpu", "compiler_identity", "find_cc"]
+__all__ = ["CompileError", "compile_cpu", "compiler_identity", "default_flags", "find_cc",
+           "find_cxx"]
 
 # The defaults come before the user's flags: with gcc and clang the last occurrence of an
 # option wins, so a user's `-O3` or `-std=c17` overrides ours without any flag parsing.
 _CPU_DEFAULT_FLAGS = ("-shared", "-fPIC", "-O2", "-std=gnu11")
+_CXX_DEFAULT_FLAGS = ("-shared", "-fPIC", "-O2", "-std=gnu++17")
 
 # A compile that has not finished in five minutes is stuck (a pathological template or a
 # compiler waiting on a license server), and hanging the caller forever helps nobody.
@@ -191,6 +193,19 @@ def find_cc() -> list[str]:
         raise CompileError(reason=str(exc)) from None
 
 
+def find_cxx() -> list[str]:
+    """The C++ compiler for C++ kernels: `$TILEJIT_CXX`, else `c++`, `g++`, `clang++`."""
+    try:
+        return toolchain.cxx_compiler()
+    except toolchain.ToolNotFoundError as exc:
+        raise CompileError(reason=str(exc)) from None
+
+
+def default_flags(language: str) -> tuple[str, ...]:
+    """The flags before the user's for a CPU kernel in `language` ("c" or "c++")."""
+    return _CXX_DEFAULT_FLAGS if language == "c++" else _CPU_DEFAULT_FLAGS
+
+
 _identity_lock = threading.Lock()
 _identities: dict[tuple[str, ...], str] = {}
 
@@ -256,6 +271,7 @@ def compile_cpu(
     *,
     cc: list[str] | None = None,
     timeout: float = _COMPILE_TIMEOUT_S,
+    language: str = "c",
 ) -> None:
     """Compile C `source` into the shared library `out_path`.
 
@@ -275,15 +291,19 @@ def compile_cpu(
     import subprocess
     import tempfile
 
-    command_prefix = list(cc) if cc is not None else find_cc()
+    if cc is not None:
+        command_prefix = list(cc)
+    else:
+        command_prefix = find_cxx() if language == "c++" else find_cc()
     out_path = Path(out_path).absolute()
     with tempfile.TemporaryDirectory(prefix="tilejit-cc-") as workdir:
-        src_path = os.path.join(workdir, _safe_file_stem(kernel_name) + ".c")
+        suffix = ".cc" if language == "c++" else ".c"
+        src_path = os.path.join(workdir, _safe_file_stem(kernel_name) + suffix)
         with open(src_path, "w", encoding="utf-8") as handle:
             handle.write(source)
         command = [
             *command_prefix,
-            *_CPU_DEFAULT_FLAGS,
+            *default_flags(language),
             *(flags or ()),
             src_path,
             "-o",

@@ -78,7 +78,9 @@ typedef unsigned long long uint64_t;
 
 
 def cuda_source(program, signature) -> str:
-    """The complete CUDA file compiled for `program`: prelude, declaration, user source.
+    """The complete CUDA file compiled for `program`: prelude and the user's source, its
+    kernel's definition checked against the signature and given C linkage (tilejit's
+    declaration goes first only when no definition reads as one).
 
     >>> print(cuda_source(prog, sig))  # doctest: +SKIP
     #if defined(__CUDACC_RTC__) ...
@@ -95,8 +97,10 @@ def cuda_source(program, signature) -> str:
             typedefs.append(typedef)
     prelude = "\n".join([_INT_PRELUDE.rstrip("\n"), *includes, *typedefs,
                          "typedef float2 tj_complex64;", "typedef double2 tj_complex128;"])
-    return (f"{prelude}\n{signature.c_prototype};\n#line 1 \"{program.name}.cu\"\n"
-            f"{program.source}\n")
+    from .glue import cuda_source_body
+
+    declaration, source = cuda_source_body(program, signature)
+    return f"{prelude}\n{declaration}#line 1 \"{program.name}.cu\"\n{source}\n"
 
 
 # ---- Architectures --------------------------------------------------------------------------
@@ -396,6 +400,9 @@ def _run_nvcc(nvcc: str, source: str, name: str, archs: tuple[str, ...], flags: 
         raise CompileError(name, done.stdout, command, source, done.returncode)
 
 
+_FATBIN_MAGIC = bytes.fromhex("50ed55ba")  # 0xBA55ED50, little-endian
+
+
 def _defines_kernel(image: bytes, name: str, kind: str) -> bool:
     if kind == "ptx":
         return re.search(rb"\.entry\s+" + re.escape(name.encode()) + rb"\s*\(", image) is not None
@@ -444,8 +451,7 @@ def compile_program(program, signature, flags: list[str], arch=None, compiler=No
         if not _defines_kernel(out_path.read_bytes(), name, kind):
             raise CompileError(name, "", [compiler], source, reason=(
                 f"the compiled module defines no kernel '{name}': the source must define "
-                f"{signature.c_prototype} (a definition with other parameter types is a C++ "
-                "overload, not this kernel)"))
+                f"a __global__ function {name} compatible with {signature.c_prototype}"))
 
     path = _cache.get_or_build(key, build, suffix=f".{kind}")
     if verbose:
@@ -455,3 +461,28 @@ def compile_program(program, signature, flags: list[str], arch=None, compiler=No
               f"{', '.join(archs)}, {(time.perf_counter() - start) * 1e3:.1f} ms)",
               file=sys.stderr)
     return path, source
+
+
+def load_binary(program, signature) -> Path:
+    """A prebuilt CUDA kernel (``Program.binary``: cubin, fatbin or PTX) stored in the
+    artifact cache under its content hash; the core loads it like a compiled one."""
+    import hashlib
+
+    data = program.binary_bytes()
+    name = program.name
+    if data.startswith(b"\x7fELF"):
+        kind = "cubin"
+    elif data[:4] == _FATBIN_MAGIC:
+        kind = "fatbin"
+    elif b".entry" in data or b".version" in data:
+        kind = "ptx"
+    else:
+        raise ValueError(f"{name}: binary= for target='cuda' must be a cubin, fatbin or PTX, "
+                         f"got {len(data)} bytes starting {data[:8]!r}")
+    if kind != "fatbin" and not _defines_kernel(data, name, kind):
+        raise ValueError(f"{name}: the {kind} given as binary= defines no kernel '{name}' "
+                         "(an extern \"C\" __global__ function of that name)")
+    key = _cache.artifact_key(prebuilt=hashlib.sha256(data).hexdigest(), target="cuda",
+                              tilejit=VERSION)
+    return _cache.get_or_build(key, lambda out: out.write_bytes(data), suffix=f".{kind}")
+

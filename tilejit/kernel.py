@@ -17,15 +17,17 @@ class JITKernel:
     'void vec_add(float *A, float *B, float *C, int64_t n)'
     """
 
-    def __new__(cls, program, signature, library_path, host_source, execution_backend="auto"):
+    def __new__(cls, program, signature, library_path, host_source, execution_backend="auto",
+                prebuilt=None):
         # The instance is of the backend's subclass, whose __call__ is the backend's own:
         # no Python frame between the caller and the wrapper.
         impl = _backends.kernel_class(JITKernel, _backends.resolve(execution_backend))
         return super(JITKernel, impl).__new__(impl)
 
     def __init__(self, program: Program, signature: Signature, library_path: str,
-                 host_source: str, execution_backend: str = "auto"):
+                 host_source: str, execution_backend: str = "auto", prebuilt=None):
         self.program = program
+        self._prebuilt = prebuilt  # a prebuilt CPU library, called through library_path
         self._sig = signature
         self.library_path = library_path
         self._host_source = host_source
@@ -35,7 +37,7 @@ class JITKernel:
         outs = sorted(signature.out_idx)
         order = tuple(outs.index(i) for i in signature.out_idx)
         # Each JITKernel has its own core kernel (and so its own CUDA modules).
-        self._core_kernel = CoreKernel(signature.spec, library_path, signature.entry)
+        self._core_kernel = CoreKernel(signature.spec, library_path, signature.entry, prebuilt)
         _backends.bind(self, self.execution_backend, self._core_kernel, order)
 
     @property
@@ -58,12 +60,14 @@ class JITKernel:
 
     @property
     def symbols(self):
-        """The dynamic symbols in ABI order (the trailing int64_t arguments)."""
+        """The dynamic symbols, in the order they are declared (first appearance)."""
         return self._sig.symbols
 
     @property
     def c_prototype(self) -> str:
-        """The exact prototype the kernel source must define."""
+        """The prototype tilejit declares for the kernel function: its arguments in order,
+        with tilejit's types. A definition may spell them differently as long as each is
+        ABI-compatible (docs/kernel-abi.md)."""
         return self._sig.c_prototype
 
     def get_kernel_source(self) -> str:
@@ -77,7 +81,8 @@ class JITKernel:
 
     def with_backend(self, name: str) -> JITKernel:
         """The same compiled library behind another execution backend; no recompilation."""
-        return JITKernel(self.program, self._sig, self.library_path, self._host_source, name)
+        return JITKernel(self.program, self._sig, self.library_path, self._host_source, name,
+                         self._prebuilt)
 
     def __repr__(self) -> str:
         return (f"<JITKernel {self.c_prototype} target={self.target} "

@@ -21,6 +21,9 @@ from .layout import is_view
 
 IntLike = Union[int, "Expr"]
 
+# The integer types a symbol can reach the kernel as.
+SYMBOL_DTYPES = ("int64", "int32", "uint64", "uint32")
+
 OP_CONST, OP_SYM, OP_ADD, OP_SUB = abi.TJ_OP_CONST, abi.TJ_OP_SYM, abi.TJ_OP_ADD, abi.TJ_OP_SUB
 OP_MUL, OP_FLOORDIV, OP_MOD, OP_CEILDIV = (abi.TJ_OP_MUL, abi.TJ_OP_FLOORDIV, abi.TJ_OP_MOD,
                                            abi.TJ_OP_CEILDIV)
@@ -104,16 +107,26 @@ class Expr:
 class Symbol(Expr):
     """A dynamic dimension, bound at call time from the first tensor carrying it."""
 
-    __slots__ = ("anonymous", "divisibility", "name")
+    __slots__ = ("anonymous", "divisibility", "dtype", "name")
 
-    def __init__(self, name: str, divisibility: int = 1, *, anonymous: bool = False):
+    def __init__(self, name: str, divisibility: int = 1, *, anonymous: bool = False,
+                 dtype: str = "int64"):
         if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(f"symbol name must be a C identifier, got {name!r}")
+        name = str(name)
+        try:
+            dtype = _dtypes.canonical(dtype)  # "int", torch.int32, numpy.int32 ...
+        except (TypeError, ValueError, KeyError):
+            pass
+        if dtype not in SYMBOL_DTYPES:
+            raise ValueError(f"symbol {name!r}: dtype must be one of {', '.join(SYMBOL_DTYPES)}, "
+                             f"got {dtype!r}")
         if isinstance(divisibility, bool) or not isinstance(divisibility, int) or divisibility < 1:
             raise ValueError(f"symbol {name!r}: divisibility must be an int >= 1, "
                              f"got {divisibility!r}")
         self.name = name
         self.divisibility = divisibility
+        self.dtype = dtype  # the integer type the kernel receives it as
         # Made by T.Buffer.like without a name: the kernel it ends up in names it after
         # the parameter and mode (`arg0_shape1`), so the name, the prototype and the
         # cache key do not depend on what else the process created first.
@@ -163,9 +176,12 @@ def lower_expr(expr: Expr | int, symbol_ids: dict[Symbol, int]) -> tuple[int, ..
             + (_BINARY[expr.op][0], 0))
 
 
-def symbol(name: str, divisibility: int = 1) -> Symbol:
-    """A dynamic integer. ``T.symbol("n", divisibility=16)`` accepts only multiples of 16."""
-    return Symbol(name, divisibility)
+def symbol(name: str, divisibility: int = 1, dtype: str = "int64") -> Symbol:
+    """A dynamic integer. ``T.symbol("n", divisibility=16)`` accepts only multiples of 16;
+    ``dtype`` (int64, int32, uint64, uint32) is the integer type the kernel receives it
+    as: ``T.symbol("n", dtype="int32")`` reaches an ``int n`` parameter, and a bound value
+    that does not fit is a ValueError."""
+    return Symbol(name, divisibility, dtype=dtype)
 
 
 def ceildiv(a: IntLike, b: IntLike) -> Expr | int:

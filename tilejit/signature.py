@@ -1,9 +1,10 @@
 """Lowering a Program to what the core and the compiler need.
 
-One pass produces, consistently: the parameter names, the ABI order of the
-symbols, the core's signature description (``spec``), the exact C prototype
-the user's kernel must have, and the packed-entry glue tilejit compiles next
-to it.
+One pass produces, consistently: the parameter names, the order of the
+symbols, the core's signature description (``spec``), the arguments the
+kernel function receives (``kernel_args``) and the C prototype tilejit
+declares for it; `tilejit.glue` checks the kernel's own definition against
+that and writes the packed entry.
 """
 
 from __future__ import annotations
@@ -41,16 +42,44 @@ class LaunchSpec(NamedTuple):
     shared_memory: int
 
 
+class AbiSpec(NamedTuple):
+    """One argument of the kernel function (``tj_kernel_set_abi``)."""
+
+    source: int                  # abi.TJ_ABI_PARAM / _SYMBOL / _EXPR
+    index: int
+    dtype: tuple[int, int, int]  # expressions: the integer type passed
+
+
+class KernelArg(NamedTuple):
+    """One argument the kernel function receives, as tilejit declares it."""
+
+    name: str
+    source: int                  # abi.TJ_ABI_*
+    index: int                   # parameter, symbol or expression id
+    dtype: str                   # element type (pointers) or value type
+    pointer: bool
+    const: bool                  # a pointer declared const=True
+    param: int | None            # the parameter index, for parameters
+
+    @property
+    def c_decl(self) -> str:
+        c_type = _dtypes.DTYPES[self.dtype].c_type
+        if self.pointer:
+            return f"{'const ' if self.const else ''}{c_type} *{self.name}"
+        return f"{c_type} {self.name}"
+
+
 class CoreSpec(NamedTuple):
     """The lowered signature: everything ``tj_kernel_create`` .. ``tj_kernel_finalize`` take.
     Built here only (`lower`); read only by ``tilejit.backends.core.CoreKernel``."""
 
     name: str
     target: int                              # abi.TJ_TARGET_*
-    symbols: tuple[tuple[str, int], ...]     # (name, divisibility), ABI order
+    symbols: tuple[tuple[str, int, tuple], ...]  # (name, divisibility, dtype)
     exprs: tuple[tuple[tuple[int, ...], str], ...]  # (opcode pairs, text)
     params: tuple[ParamSpec, ...]
     launch: LaunchSpec | None           # CUDA only
+    abi: tuple[AbiSpec, ...] | None     # None: every parameter, then every symbol
 
 
 @dataclass(frozen=True)
@@ -59,10 +88,10 @@ class Signature:
     target: str
     names: tuple[str, ...]        # parameter names, declaration order
     out_idx: tuple[int, ...]      # normalized, in the order outputs are returned
-    symbols: tuple[Symbol, ...]   # ABI order
+    symbols: tuple[Symbol, ...]   # in order of first appearance
     spec: CoreSpec                # what the core kernel is built from
     c_prototype: str
-    glue: str                     # C appended to the user's source (CPU)
+    kernel_args: tuple[KernelArg, ...]  # what the kernel function receives, in order
     entry: str = ENTRY_SYMBOL     # what tj_kernel_load resolves: the glue's entry, or the
                                   # CUDA kernel itself
 
@@ -83,13 +112,6 @@ def normalize_out_idx(out_idx, nparams: int, kernel: str) -> tuple[int, ...]:
             raise ValueError(f"{kernel}: out_idx names parameter {index} twice")
         result.append(index)
     return tuple(result)
-
-
-def _c_param(dtype: str, const: bool, pointer: bool, name: str) -> str:
-    c_type = _dtypes.DTYPES[dtype].c_type
-    if not pointer:
-        return f"{c_type} {name}"
-    return f"{'const ' if const else ''}{c_type} *{name}"
 
 
 def lower(program: Program, out_idx, target: str) -> Signature:
@@ -163,8 +185,6 @@ def lower(program: Program, out_idx, target: str) -> Signature:
         return expr_ids[key]
 
     spec_params = []
-    c_params = []
-    casts = []
     for i, p in enumerate(params):
         dt = _dtypes.DTYPES[p.dtype]
         if isinstance(p, Buffer):
@@ -174,38 +194,79 @@ def lower(program: Program, out_idx, target: str) -> Signature:
             stride_ids = None if p.strides is None else tuple(expr_id(e) for e in p.strides)
             spec_params.append(ParamSpec(abi.TJ_PARAM_BUFFER, names[i], dt.dlpack, shape_ids,
                                          stride_ids, p.align or 0, flags))
-            c_params.append(_c_param(p.dtype, p.const, True, names[i]))
-            casts.append(f"({_c_param(p.dtype, p.const, True, '').strip()})a[{i}].p")
         elif isinstance(p, Scalar):
             spec_params.append(ParamSpec(abi.TJ_PARAM_SCALAR, names[i], dt.dlpack, (), None, 0, 0))
-            c_params.append(_c_param(p.dtype, False, False, names[i]))
-            field = "f" if p.dtype.startswith("float") else "i"
-            casts.append(f"({dt.c_type})a[{i}].{field}")
         elif isinstance(p, PointerParam):
             spec_params.append(ParamSpec(abi.TJ_PARAM_POINTER, names[i], dt.dlpack, (), None,
                                          p.align or 0, BUF_CONST if p.const else 0))
-            c_params.append(_c_param(p.dtype, p.const, True, names[i]))
-            casts.append(f"({_c_param(p.dtype, p.const, True, '').strip()})a[{i}].p")
-    for j, s in enumerate(symbols):
-        c_params.append(f"int64_t {s.name}")
-        casts.append(f"a[{len(params) + j}].i")
 
+    kargs = _kernel_args(program, names, symbols, expr_id)
     target_id = TARGETS[target]
     launch = _lower_launch(program, symbols, expr_id) if target == "cuda" else None
-    spec = CoreSpec(kname, target_id, tuple((s.name, s.divisibility) for s in symbols),
-                    tuple(exprs), tuple(spec_params), launch)
-    prototype = f"void {kname}({', '.join(c_params) or 'void'})"
+    abi_spec = None if program.kernel_args is None else tuple(
+        AbiSpec(a.source, a.index, _dtypes.DTYPES[a.dtype].dlpack) for a in kargs)
+    spec = CoreSpec(kname, target_id,
+                    tuple((s.name, s.divisibility, _dtypes.DTYPES[s.dtype].dlpack)
+                          for s in symbols),
+                    tuple(exprs), tuple(spec_params), launch, abi_spec)
+    returns = "int32_t" if program.returns in ("int", "int32") else "void"
+    prototype = f"{returns} {kname}({', '.join(a.c_decl for a in kargs) or 'void'})"
     if target == "cuda":
-        prototype = f'extern "C" __global__ {prototype}'
-        return Signature(kname, target, tuple(names), outs, tuple(symbols), spec, prototype, "",
-                         kname)
-    glue = (
-        f"{prototype};\n"
-        "typedef union { void *p; int64_t i; double f; } tilejit_value;\n"
-        f"__attribute__((visibility(\"default\"))) void {ENTRY_SYMBOL}(const tilejit_value *a) {{\n"
-        f"  (void)a;\n  {kname}({', '.join(casts)});\n}}\n"
-    )
-    return Signature(kname, target, tuple(names), outs, tuple(symbols), spec, prototype, glue)
+        return Signature(kname, target, tuple(names), outs, tuple(symbols), spec,
+                         f'extern "C" __global__ {prototype}', kargs, kname)
+    return Signature(kname, target, tuple(names), outs, tuple(symbols), spec, prototype, kargs)
+
+
+def _kernel_args(program: Program, names: list[str], symbols: dict, expr_id) -> tuple:
+    """The arguments the kernel function receives, in its order (``Program.kernel_args``,
+    or every parameter then every symbol)."""
+    kname, params = program.name, program.params
+    items = program.kernel_args
+    if items is None:
+        items = (*params, *symbols)
+    by_name = {n: i for i, n in enumerate(names)}
+    result = []
+    for position, item in enumerate(items):
+        if isinstance(item, str):
+            if item not in by_name:
+                raise ValueError(f"{kname}: kernel_args[{position}] = {item!r} names no "
+                                 f"parameter (parameters: {', '.join(names)})")
+            item = params[by_name[item]]
+        if isinstance(item, (Buffer, Scalar, PointerParam)):
+            index = next((i for i, p in enumerate(params) if p is item), None)
+            if index is None:
+                raise ValueError(f"{kname}: kernel_args[{position}] is a parameter that is not "
+                                 "in params")
+            p = item
+            pointer = not isinstance(p, Scalar)
+            const = pointer and p.const
+            result.append(KernelArg(names[index], abi.TJ_ABI_PARAM, index, p.dtype, pointer,
+                                    const, index))
+            continue
+        if isinstance(item, Symbol) and item in symbols:
+            result.append(KernelArg(item.name, abi.TJ_ABI_SYMBOL, symbols[item], item.dtype,
+                                    False, False, None))
+            continue
+        if isinstance(item, Expr):
+            for s in item.symbols():
+                if s not in symbols:
+                    raise ValueError(f"{kname}: kernel_args[{position}] = {item} uses symbol "
+                                     f"'{s.name}', which no parameter's shape or strides carry")
+        # An expression (or an int constant): as wide as its widest symbol.
+        used = list(item.symbols()) if isinstance(item, Expr) else []
+        dtype = "int32" if used and all(s.dtype == "int32" for s in used) else "int64"
+        result.append(KernelArg(f"arg{position}", abi.TJ_ABI_EXPR, expr_id(item), dtype, False,
+                                False, None))
+    seen = set()
+    for a in result:
+        if a.param is not None:
+            if a.param in seen:
+                raise ValueError(f"{kname}: kernel_args passes parameter '{a.name}' twice")
+            seen.add(a.param)
+    if len(result) > abi.TJ_MAX_ABI_ARGS:
+        raise ValueError(f"{kname}: {len(result)} kernel arguments, at most "
+                         f"{abi.TJ_MAX_ABI_ARGS}")
+    return tuple(result)
 
 
 def _lower_launch(program: Program, symbols: dict, expr_id) -> LaunchSpec:
@@ -243,12 +304,3 @@ def _lower_launch(program: Program, symbols: dict, expr_id) -> LaunchSpec:
 
 def _buffer_symbols(p) -> set:
     return {s for e in p.shape + (p.strides or ()) if isinstance(e, Expr) for s in e.symbols()}
-
-
-def host_source(program: Program, sig: Signature) -> str:
-    """The complete C file compiled for a CPU kernel: prelude, user source, glue.
-
-    ``#line`` directives keep compiler messages pointing at the user's lines.
-    """
-    return (f"{_dtypes.C_PRELUDE}#line 1 \"{program.name}.c\"\n{program.source}\n"
-            f"#line 1 \"tilejit_glue_{program.name}.c\"\n{sig.glue}")

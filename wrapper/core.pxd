@@ -13,6 +13,7 @@ cdef extern from "tilejit/tilejit.h" nogil:
         TJ_MAX_SYMBOLS
         TJ_MAX_NDIM
         TJ_MAX_OUTPUTS
+        TJ_MAX_ABI_ARGS
 
     ctypedef enum tj_status:
         TJ_OK
@@ -111,6 +112,16 @@ cdef extern from "tilejit/tilejit.h" nogil:
     uint32_t TJ_BUF_CONST
     uint32_t TJ_BUF_OUTPUT
 
+    ctypedef enum tj_abi_source:
+        TJ_ABI_PARAM
+        TJ_ABI_SYMBOL
+        TJ_ABI_EXPR
+
+    ctypedef struct tj_abi_arg:
+        int32_t source
+        int32_t index
+        DLDataType dtype
+
     ctypedef enum tj_target:
         TJ_TARGET_CPU
         TJ_TARGET_CUDA
@@ -121,6 +132,7 @@ cdef extern from "tilejit/tilejit.h" nogil:
     int tj_kernel_create(const char *name, int32_t nparams, int32_t target, tj_kernel **out)
     void tj_kernel_free(tj_kernel *kernel)
     int tj_kernel_add_symbol(tj_kernel *kernel, const char *name, int64_t divisibility)
+    int tj_kernel_set_symbol_dtype(tj_kernel *kernel, int32_t symbol, DLDataType dtype)
     int tj_kernel_add_expr(tj_kernel *kernel, const int64_t *code, int32_t n, const char *text,
                            int32_t *out_id)
     int tj_kernel_set_buffer(tj_kernel *kernel, int32_t index, const char *name,
@@ -130,15 +142,18 @@ cdef extern from "tilejit/tilejit.h" nogil:
                              DLDataType dtype)
     int tj_kernel_set_pointer(tj_kernel *kernel, int32_t index, const char *name,
                               DLDataType dtype, int64_t align, uint32_t flags)
+    int tj_kernel_set_abi(tj_kernel *kernel, int32_t n, const tj_abi_arg *args)
     int tj_kernel_finalize(tj_kernel *kernel)
 
     ctypedef union tj_value:
         void *p
         int64_t i
         double f
-    ctypedef void (*tj_cpu_entry)(const tj_value *args)
+    ctypedef int32_t (*tj_cpu_entry)(const tj_value *args)
 
     int tj_kernel_load(tj_kernel *kernel, const char *path, const char *symbol)
+    int tj_kernel_load_prebuilt(tj_kernel *kernel, const char *glue, const char *entry,
+                                const char *library, const char *symbol)
     int tj_kernel_set_image(tj_kernel *kernel, const void *image, int64_t size,
                             const char *symbol)
     int tj_kernel_set_launch(tj_kernel *kernel, const int32_t *grid_ids, const int32_t *block_ids,

@@ -66,6 +66,8 @@ typedef struct {
                              unsigned int grid_z, unsigned int block_x, unsigned int block_y,
                              unsigned int block_z, unsigned int shared_mem, CUstream stream,
                              void **params, void **extra);
+  /* Optional (CUDA 12.4+): NULL when the driver lacks it. */
+  CUresult (*cuFuncGetParamInfo)(CUfunction function, size_t index, size_t *offset, size_t *size);
 } driver;
 
 /* The exported names: cuda.h maps several entry points to their _v2 symbols,
@@ -157,6 +159,7 @@ static int open_driver(const char *who, driver *d) {
     }
     memcpy((char *)d + driver_entries[i].offset, &fn, sizeof(fn));
   }
+  *(void **)&d->cuFuncGetParamInfo = dlsym(d->handle, "cuFuncGetParamInfo");
   CUresult rc = d->cuInit(0);
   if (rc != 0) {
     driver_error(d, who, "cuInit", rc);
@@ -281,6 +284,45 @@ static ctx_entry *find_entry(tj__cuda_modules *m, CUcontext ctx) {
 }
 
 /* Loads the module into `ctx`, which is current, and finds the function. */
+/* "parameter 2 ('n', symbol)" for messages about kernel ABI argument `a`. */
+static void abi_label(const tj_kernel *k, int32_t a, char *buf, size_t size) {
+  const tj_abi_arg *e = &k->abi[a];
+  const char *name = e->source == TJ_ABI_PARAM    ? k->params[e->index].name
+                     : e->source == TJ_ABI_SYMBOL ? k->symbol_names[e->index]
+                                                  : k->exprs[e->index].text;
+  snprintf(buf, size, "parameter %d ('%s')", a, name);
+}
+
+/* Where the driver can tell (cuFuncGetParamInfo), the loaded function must
+ * take as many parameters as the signature declares, each of the declared
+ * size: a prebuilt image is checked before its first launch. */
+static int check_params(const driver *d, const tj_kernel *k, CUfunction function) {
+  if (d->cuFuncGetParamInfo == NULL) return TJ_OK;
+  size_t offset, size;
+  char label[200];
+  for (int32_t a = 0; a < k->nabi; ++a) {
+    if (d->cuFuncGetParamInfo(function, (size_t)a, &offset, &size) != 0)
+      return tj_set_error(TJ_EVALUE,
+                          "%s: the loaded function '%s' takes %d parameters, the signature "
+                          "declares %d",
+                          k->name, k->image_symbol, a, k->nabi);
+    int64_t want = tj__abi_bytes(k, &k->abi[a]);
+    if ((int64_t)size != want) {
+      abi_label(k, a, label, sizeof(label));
+      return tj_set_error(TJ_EVALUE,
+                          "%s: %s of the loaded function '%s' is %zu bytes, the signature "
+                          "declares %lld bytes",
+                          k->name, label, k->image_symbol, size, (long long)want);
+    }
+  }
+  if (d->cuFuncGetParamInfo(function, (size_t)k->nabi, &offset, &size) == 0)
+    return tj_set_error(TJ_EVALUE,
+                        "%s: the loaded function '%s' takes more than the %d parameters the "
+                        "signature declares",
+                        k->name, k->image_symbol, k->nabi);
+  return TJ_OK;
+}
+
 static int load_entry(const driver *d, const tj_kernel *k, CUcontext ctx, CUdevice device,
                       ctx_entry **out) {
   tj__cuda_modules *m = k->cuda;
@@ -306,6 +348,8 @@ static int load_entry(const driver *d, const tj_kernel *k, CUcontext ctx, CUdevi
                "%s; the module image has no extern \"C\" __global__ function of that name",
                tj_last_error());
       status = tj_set_error(TJ_ERUNTIME, "%s", msg);
+      d->cuModuleUnload(module);
+    } else if ((status = check_params(d, k, function)) != TJ_OK) {
       d->cuModuleUnload(module);
     } else {
       e = &m->entries[n];
@@ -395,11 +439,24 @@ static void *tensor_address(const tj_arg *arg) {
 
 static void pack(const tj_frame *f, slot *slots, void **params) {
   const tj_kernel *k = f->kernel;
-  for (int32_t i = 0; i < k->nparams; ++i) {
-    const tj__param *p = &k->params[i];
-    const tj_arg *arg = f->params[i];
-    slot *s = &slots[i];
+  for (int32_t a = 0; a < k->nabi; ++a) {
+    const tj_abi_arg *entry = &k->abi[a];
+    slot *s = &slots[a];
     memset(s, 0, sizeof(*s));
+    params[a] = s;
+    if (entry->source != TJ_ABI_PARAM) {
+      /* A symbol or expression, in the width the kernel declares (bind
+       * checked the value fits). */
+      int64_t v = 0;
+      tj__abi_integer(f, entry, &v);
+      if (tj__abi_bytes(k, entry) == 4)
+        s->i32 = (int32_t)v;
+      else
+        s->i64 = v;
+      continue;
+    }
+    const tj__param *p = &k->params[entry->index];
+    const tj_arg *arg = f->params[entry->index];
     if (p->kind == TJ_PARAM_SCALAR && p->dtype.code == kDLFloat) {
       double v = arg->kind == TJ_ARG_INT ? (double)arg->value.i : arg->value.f;
       if (p->dtype.bits == 32)
@@ -421,11 +478,6 @@ static void pack(const tj_frame *f, slot *slots, void **params) {
     } else {
       s->p = tensor_address(arg);
     }
-    params[i] = s;
-  }
-  for (int32_t j = 0; j < k->nsymbols; ++j) {
-    slots[k->nparams + j].i64 = f->symbols[j];
-    params[k->nparams + j] = &slots[k->nparams + j];
   }
 }
 
@@ -478,8 +530,8 @@ int tj__cuda_launch(const tj_frame *f) {
   if (e == NULL) status = load_entry(d, k, ctx, device, &e);
   if (!status && cfg[6] > DEFAULT_DYNAMIC_SMEM) status = allow_smem(d, k, e, cfg[6]);
   if (!status) {
-    slot slots[TJ_MAX_PARAMS + TJ_MAX_SYMBOLS];
-    void *params[TJ_MAX_PARAMS + TJ_MAX_SYMBOLS];
+    slot slots[TJ_MAX_ABI_ARGS];
+    void *params[TJ_MAX_ABI_ARGS];
     pack(f, slots, params);
     rc = d->cuLaunchKernel(e->function, (unsigned)cfg[0], (unsigned)cfg[1], (unsigned)cfg[2],
                            (unsigned)cfg[3], (unsigned)cfg[4], (unsigned)cfg[5], (unsigned)cfg[6],

@@ -41,6 +41,13 @@ struct tj_kernel {
   int32_t nsymbols;
   char *symbol_names[TJ_MAX_SYMBOLS];
   int64_t symbol_div[TJ_MAX_SYMBOLS];
+  DLDataType symbol_dtype[TJ_MAX_SYMBOLS]; /* int64 unless set */
+  /* The kernel function's arguments (tj_kernel_set_abi; by default at
+   * finalize: the parameters, then the symbols). */
+  int32_t nabi;
+  int32_t has_abi;
+  int32_t check_integers; /* a narrow symbol or an expression argument: check_integers */
+  tj_abi_arg abi[TJ_MAX_ABI_ARGS];
   tj__expr *exprs;
   int32_t nexprs;
   int32_t cap_exprs;
@@ -48,7 +55,8 @@ struct tj_kernel {
   int32_t noutputs;
   int32_t output_params[TJ_MAX_OUTPUTS];
   int32_t finalized;
-  void *library; /* dlopen handle, owned */
+  void *library;        /* dlopen handle, owned */
+  void *kernel_library; /* a prebuilt CPU kernel's own library, owned */
   tj_cpu_entry entry;
   /* CUDA target: launch configuration as expression ids (grid[3], block[3],
    * shared memory) once has_launch; the module image (image_size bytes plus a
@@ -76,6 +84,13 @@ int tj__prefix_error(int code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+
+/* The value of kernel ABI argument `a` when it is a symbol or an expression,
+ * over the frame's bound symbols. */
+int tj__abi_integer(const tj_frame *f, const tj_abi_arg *a, int64_t *out);
+
+/* Bytes a kernel ABI argument takes in the kernel's parameter list. */
+int64_t tj__abi_bytes(const tj_kernel *k, const tj_abi_arg *a);
 
 /* Formats an int64 array as "(2, 3, 4)". */
 void tj__format_tuple(const int64_t *v, int32_t n, char *buf, int32_t size);

@@ -43,6 +43,7 @@ void tj_kernel_free(tj_kernel *k) {
   }
   free(k->exprs);
   if (k->library) dlclose(k->library);
+  if (k->kernel_library) dlclose(k->kernel_library);
   tj__cuda_free(k);
   free(k->image);
   free(k->image_symbol);
@@ -66,7 +67,57 @@ int tj_kernel_add_symbol(tj_kernel *k, const char *name, int64_t divisibility) {
                         name, (long long)divisibility);
   if ((k->symbol_names[k->nsymbols] = copy_string(name)) == NULL)
     return tj_set_error(TJ_ENOMEM, "out of memory");
+  k->symbol_dtype[k->nsymbols] = (DLDataType){kDLInt, 64, 1};
   k->symbol_div[k->nsymbols++] = divisibility;
+  return TJ_OK;
+}
+
+static int is_index_dtype(DLDataType t) {
+  return (t.code == kDLInt || t.code == kDLUInt) && (t.bits == 32 || t.bits == 64) && t.lanes == 1;
+}
+
+int tj_kernel_set_symbol_dtype(tj_kernel *k, int32_t symbol, DLDataType dtype) {
+  int rc = check_mutable(k);
+  if (rc) return rc;
+  if (symbol < 0 || symbol >= k->nsymbols)
+    return tj_set_error(TJ_EVALUE, "%s: no symbol %d (the kernel has %d)", k->name, symbol,
+                        k->nsymbols);
+  if (!is_index_dtype(dtype))
+    return tj_set_error(TJ_EVALUE,
+                        "%s: symbol '%s': dtype must be int32, int64, uint32 or uint64, got "
+                        "code %d bits %d lanes %d",
+                        k->name, k->symbol_names[symbol], dtype.code, dtype.bits, dtype.lanes);
+  k->symbol_dtype[symbol] = dtype;
+  return TJ_OK;
+}
+
+int tj_kernel_set_abi(tj_kernel *k, int32_t n, const tj_abi_arg *args) {
+  int rc = check_mutable(k);
+  if (rc) return rc;
+  if (n < 0 || n > TJ_MAX_ABI_ARGS)
+    return tj_set_error(TJ_EVALUE, "%s: %d kernel arguments, expected 0 to %d", k->name, n,
+                        TJ_MAX_ABI_ARGS);
+  for (int32_t a = 0; a < n; ++a) {
+    const tj_abi_arg *e = &args[a];
+    int32_t count = e->source == TJ_ABI_PARAM    ? k->nparams
+                    : e->source == TJ_ABI_SYMBOL ? k->nsymbols
+                    : e->source == TJ_ABI_EXPR   ? k->nexprs
+                                                 : -1;
+    if (count < 0)
+      return tj_set_error(TJ_EVALUE, "%s: kernel argument %d: unknown source %d", k->name, a,
+                          e->source);
+    if (e->index < 0 || e->index >= count)
+      return tj_set_error(TJ_EVALUE, "%s: kernel argument %d: index %d out of range (%d)", k->name,
+                          a, e->index, count);
+    if (e->source == TJ_ABI_EXPR && !is_index_dtype(e->dtype))
+      return tj_set_error(TJ_EVALUE,
+                          "%s: kernel argument %d: an expression is passed as int32, int64, "
+                          "uint32 or uint64",
+                          k->name, a);
+    k->abi[a] = *e;
+  }
+  k->nabi = n;
+  k->has_abi = 1;
   return TJ_OK;
 }
 
@@ -251,8 +302,26 @@ int tj_kernel_finalize(tj_kernel *k) {
                           "%s: symbol '%s' is not bound by any input: it must appear alone as a "
                           "dimension or stride of a required input buffer",
                           k->name, k->symbol_names[s]);
+  if (!k->has_abi) {
+    k->nabi = 0;
+    for (int32_t i = 0; i < k->nparams; ++i)
+      k->abi[k->nabi++] = (tj_abi_arg){TJ_ABI_PARAM, i, {kDLInt, 64, 1}};
+    for (int32_t s = 0; s < k->nsymbols; ++s)
+      k->abi[k->nabi++] = (tj_abi_arg){TJ_ABI_SYMBOL, s, {kDLInt, 64, 1}};
+  }
+  k->check_integers = 0;
+  for (int32_t s = 0; s < k->nsymbols; ++s)
+    k->check_integers |= k->symbol_dtype[s].code != kDLInt || k->symbol_dtype[s].bits != 64;
+  for (int32_t a = 0; a < k->nabi; ++a) k->check_integers |= k->abi[a].source == TJ_ABI_EXPR;
   k->finalized = 1;
   return TJ_OK;
+}
+
+int64_t tj__abi_bytes(const tj_kernel *k, const tj_abi_arg *a) {
+  if (a->source == TJ_ABI_SYMBOL) return k->symbol_dtype[a->index].bits / 8;
+  if (a->source == TJ_ABI_EXPR) return a->dtype.bits / 8;
+  const tj__param *p = &k->params[a->index];
+  return p->kind == TJ_PARAM_SCALAR ? tj__dtype_bytes(p->dtype) : (int64_t)sizeof(void *);
 }
 
 /* ---- CUDA module image and launch configuration ----------------------------- */
@@ -338,24 +407,60 @@ int tj_kernel_set_launch(tj_kernel *k, const int32_t grid_ids[3], const int32_t 
   return TJ_OK;
 }
 
+/* dlopen `path` and resolve `symbol` in it; on failure nothing stays open. */
+static int open_symbol(const tj_kernel *k, const char *path, const char *symbol, void **lib,
+                       void **address) {
+  *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (*lib == NULL)
+    return tj_set_error(TJ_ERUNTIME, "%s: cannot load kernel library %s: %s", k->name, path,
+                        dlerror());
+  dlerror();
+  *address = dlsym(*lib, symbol);
+  if (*address == NULL) {
+    const char *why = dlerror();
+    tj_set_error(TJ_ERUNTIME, "%s: kernel library %s has no function '%s': %s", k->name, path,
+                 symbol, why ? why : "symbol is NULL");
+    dlclose(*lib);
+    *lib = NULL;
+    return TJ_ERUNTIME;
+  }
+  return TJ_OK;
+}
+
 int tj_kernel_load(tj_kernel *k, const char *path, const char *symbol) {
   if (k->target == TJ_TARGET_CUDA) return load_image_file(k, path, symbol);
   if (k->library) return tj_set_error(TJ_EVALUE, "%s: a library is already loaded", k->name);
-  void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (lib == NULL)
-    return tj_set_error(TJ_ERUNTIME, "%s: cannot load kernel library %s: %s", k->name, path,
-                        dlerror());
-  void *entry = dlsym(lib, symbol);
-  if (entry == NULL) {
-    const char *why = dlerror();
-    tj_set_error(TJ_ERUNTIME, "%s: kernel library %s has no entry '%s': %s", k->name, path, symbol,
-                 why ? why : "symbol is NULL");
-    dlclose(lib);
-    return TJ_ERUNTIME;
-  }
+  void *lib, *entry;
+  int rc = open_symbol(k, path, symbol, &lib, &entry);
+  if (rc) return rc;
   k->library = lib;
   /* POSIX guarantees data and function pointers convert through dlsym. */
   *(void **)&k->entry = entry;
+  return TJ_OK;
+}
+
+int tj_kernel_load_prebuilt(tj_kernel *k, const char *glue, const char *entry, const char *library,
+                            const char *symbol) {
+  if (k->target != TJ_TARGET_CPU)
+    return tj_set_error(TJ_EVALUE, "%s: a prebuilt shared library is for cpu kernels", k->name);
+  if (k->library) return tj_set_error(TJ_EVALUE, "%s: a library is already loaded", k->name);
+  void *kernel_lib, *function, *glue_lib, *entry_fn, *slot;
+  int rc = open_symbol(k, library, symbol, &kernel_lib, &function);
+  if (rc) return rc;
+  if ((rc = open_symbol(k, glue, entry, &glue_lib, &entry_fn))) {
+    dlclose(kernel_lib);
+    return rc;
+  }
+  if ((slot = dlsym(glue_lib, "tilejit_kernel_function")) == NULL) {
+    dlclose(glue_lib);
+    dlclose(kernel_lib);
+    return tj_set_error(TJ_ERUNTIME, "%s: glue library %s has no tilejit_kernel_function", k->name,
+                        glue);
+  }
+  *(void **)slot = function;
+  k->library = glue_lib;
+  k->kernel_library = kernel_lib;
+  *(void **)&k->entry = entry_fn;
   return TJ_OK;
 }
 

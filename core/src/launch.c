@@ -6,25 +6,48 @@ static void *tensor_address(const tj_arg *arg) {
   return (char *)arg->tensor.data + arg->tensor.byte_offset;
 }
 
-/* Writes the kernel ABI's argument list: parameters in declaration order,
- * then every symbol as int64. */
+int tj__abi_integer(const tj_frame *f, const tj_abi_arg *a, int64_t *out) {
+  if (a->source == TJ_ABI_SYMBOL) {
+    *out = f->symbols[a->index];
+    return TJ_OK;
+  }
+  const tj__expr *e = &f->kernel->exprs[a->index];
+  if (e->sym >= 0) {
+    *out = f->symbols[e->sym];
+    return TJ_OK;
+  }
+  if (e->is_const) {
+    *out = e->cval;
+    return TJ_OK;
+  }
+  return tj_expr_eval(e->code, e->n, f->symbols, out);
+}
+
+/* Writes the kernel function's argument list (the kernel's ABI entries):
+ * pointers, scalars, and symbols or expressions as integers. tj_call_bind
+ * evaluated every expression once, so none fails here. */
 static void pack(const tj_frame *f, tj_value *values) {
   const tj_kernel *k = f->kernel;
-  for (int32_t i = 0; i < k->nparams; ++i) {
+  for (int32_t a = 0; a < k->nabi; ++a) {
+    const tj_abi_arg *entry = &k->abi[a];
+    if (entry->source != TJ_ABI_PARAM) {
+      tj__abi_integer(f, entry, &values[a].i);
+      continue;
+    }
+    const int32_t i = entry->index;
     const tj__param *p = &k->params[i];
     const tj_arg *arg = f->params[i];
     if (p->kind == TJ_PARAM_SCALAR) {
       if (p->dtype.code == kDLFloat)
-        values[i].f = arg->kind == TJ_ARG_INT ? (double)arg->value.i : arg->value.f;
+        values[a].f = arg->kind == TJ_ARG_INT ? (double)arg->value.i : arg->value.f;
       else
-        values[i].i = arg->value.i;
+        values[a].i = arg->value.i;
     } else if (p->kind == TJ_PARAM_POINTER && arg->kind != TJ_ARG_TENSOR) {
-      values[i].p = arg->kind == TJ_ARG_NONE ? NULL : arg->value.p;
+      values[a].p = arg->kind == TJ_ARG_NONE ? NULL : arg->value.p;
     } else {
-      values[i].p = tensor_address(arg);
+      values[a].p = tensor_address(arg);
     }
   }
-  for (int32_t s = 0; s < k->nsymbols; ++s) values[k->nparams + s].i = f->symbols[s];
 }
 
 int tj_call_launch(tj_frame *f) {
@@ -41,8 +64,11 @@ int tj_call_launch(tj_frame *f) {
                         k->name);
   if (k->entry == NULL)
     return tj_set_error(TJ_ERUNTIME, "%s: no kernel library is loaded", k->name);
-  tj_value values[TJ_MAX_PARAMS + TJ_MAX_SYMBOLS];
+  tj_value values[TJ_MAX_ABI_ARGS];
   pack(f, values);
-  k->entry(values);
+  int32_t status = k->entry(values);
+  if (status != 0)
+    return tj_set_error(TJ_ERUNTIME, "%s: the kernel returned status %d (0 is success)", k->name,
+                        (int)status);
   return TJ_OK;
 }

@@ -2,6 +2,7 @@
  * Argument validation and symbol binding (SPEC section 2, "Validation").
  * Every failure names the kernel, the argument and what was expected.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -369,6 +370,44 @@ static int check_kind(binder *b, int32_t index, const tj_arg *arg) {
   return fail(b, TJ_ETYPE, index, msg);
 }
 
+static int fits(DLDataType t, int64_t v) {
+  if (t.bits == 64) return t.code == kDLInt || v >= 0;
+  return t.code == kDLInt ? v >= INT32_MIN && v <= INT32_MAX : v >= 0 && v <= (int64_t)UINT32_MAX;
+}
+
+static const char *index_type(DLDataType t) {
+  if (t.code == kDLInt) return t.bits == 32 ? "int32" : "int64";
+  return t.bits == 32 ? "uint32" : "uint64";
+}
+
+/* A symbol declared narrower than int64, and every expression the kernel
+ * receives, must fit the integer type the kernel takes it as. */
+static int check_integers(binder *b) {
+  const tj_kernel *k = b->k;
+  const tj_frame *f = b->frame;
+  char msg[400];
+  for (int32_t s = 0; s < k->nsymbols; ++s) {
+    DLDataType t = k->symbol_dtype[s];
+    if (fits(t, f->symbols[s])) continue;
+    snprintf(msg, sizeof(msg), "symbol '%s' = %lld does not fit its type %s", k->symbol_names[s],
+             (long long)f->symbols[s], index_type(t));
+    if (b->bound_by[s] >= 0) return fail(b, TJ_EVALUE, b->bound_by[s], msg);
+    return tj_set_error(TJ_EVALUE, "%s: %s", k->name, msg);
+  }
+  for (int32_t a = 0; a < k->nabi; ++a) {
+    const tj_abi_arg *entry = &k->abi[a];
+    if (entry->source != TJ_ABI_EXPR) continue;
+    const char *text = k->exprs[entry->index].text;
+    int64_t value;
+    if (tj__abi_integer(f, entry, &value) != TJ_OK)
+      return tj__prefix_error(TJ_EVALUE, "%s: kernel argument %d (%s): ", k->name, a, text);
+    if (!fits(entry->dtype, value))
+      return tj_set_error(TJ_EVALUE, "%s: kernel argument %d (%s) = %lld does not fit %s", k->name,
+                          a, text, (long long)value, index_type(entry->dtype));
+  }
+  return TJ_OK;
+}
+
 static void binder_init(binder *b, const tj_kernel *k, tj_frame *frame) {
   b->frame = frame;
   b->k = k;
@@ -417,6 +456,7 @@ int tj_call_bind(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *fram
           (rc = check_complex(&b, i, frame->params[i])))
         return rc;
     }
+  if (k->check_integers && (rc = check_integers(&b))) return rc;
   /* Output shapes, now that every symbol is bound. */
   for (int32_t o = 0; o < k->noutputs; ++o) {
     const tj__param *p = &k->params[k->output_params[o]];

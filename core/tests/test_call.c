@@ -90,10 +90,11 @@ static tj_producer fake_producer = {fake_import,  fake_allocate, fake_stream, NU
                                     &type_tensor, NULL,          NULL};
 
 /* A kernel entry adding A and B into C (C is argument 2, n argument 3). */
-static void add_entry(const tj_value *args) {
+static int32_t add_entry(const tj_value *args) {
   const float *a = args[0].p, *b = args[1].p;
   float *c = args[2].p;
   for (int64_t i = 0; i < args[3].i; ++i) c[i] = a[i] + b[i];
+  return 0;
 }
 
 static tj_kernel *adder(uint32_t c_flags) {

@@ -603,3 +603,66 @@ TEST(cuda_threads) {
   CHECK_EQ_INT(fake.count("cuLaunchKernel"), THREADS * LAUNCHES);
   tj_kernel_free(k);
 }
+
+/* scale(A, C, n) declared, with n an int32 symbol passed first: the image's
+ * parameters (u32, u64, u64) match; SCALE_PTX's (u64 x3) do not. */
+static const char SCALE32_PTX[] =
+    ".version 8.0\n.target sm_80\n.address_size 64\n"
+    ".visible .entry scale(\n"
+    "  .param .u32 scale_param_0, .param .u64 scale_param_1, .param .u64 scale_param_2\n"
+    ")\n{\n  ret;\n}\n";
+
+static tj_kernel *scale32_kernel(const char *ptx, size_t size, int32_t nabi) {
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("scale", 2, TJ_TARGET_CUDA, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  CHECK_OK(tj_kernel_set_symbol_dtype(k, 0, TJT_DTYPE(kDLInt, 32)));
+  int32_t n = tjt_sym(k, 0), one = tjt_const(k, 1);
+  tjt_buffer(k, 0, "A", TJT_F32, 1, &n, NULL, 0, TJ_BUF_CONST);
+  tjt_buffer(k, 1, "C", TJT_F32, 1, &n, NULL, 0, TJ_BUF_OUTPUT);
+  int32_t grid[3] = {one, one, one}, block[3] = {one, one, one};
+  CHECK_OK(tj_kernel_set_launch(k, grid, block, tjt_const(k, 0)));
+  const tj_abi_arg abi[3] = {
+      {TJ_ABI_SYMBOL, 0, {0, 0, 0}}, {TJ_ABI_PARAM, 0, {0, 0, 0}}, {TJ_ABI_PARAM, 1, {0, 0, 0}}};
+  CHECK_OK(tj_kernel_set_abi(k, nabi, abi));
+  CHECK_OK(tj_kernel_finalize(k));
+  CHECK_OK(tj_kernel_set_image(k, ptx, (int64_t)size - 1, "scale"));
+  return k;
+}
+
+TEST(cuda_abi_order_and_widths) {
+  use_fake();
+  tj_kernel *k = scale32_kernel(SCALE32_PTX, sizeof(SCALE32_PTX), 3);
+  CHECK_OK(launch_scale(k, 1000, 0, NULL));
+  char h[3][20], want[300];
+  snprintf(want, sizeof(want), "\"args\": [\"%s\", \"%s\", \"%s\"]", hex(1000, 4, h[0]),
+           hex(0x10000000, 8, h[1]), hex(0x20000000, 8, h[2]));
+  CHECK_RECORDED(want);
+  /* 2^31 does not fit the int32 symbol: refused before anything launches. */
+  tjt_tensor a;
+  cuda_tensor(&a, 0x10000000, (int64_t)1 << 31, 0);
+  tj_arg arg;
+  tjt_arg_tensor(&arg, &a, 0);
+  tj_frame f;
+  CHECK_STATUS(tj_call_bind(k, &arg, 1, &f), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS(
+      "scale: argument 0 'A': symbol 'n' = 2147483648 does not fit its type int32");
+  tj_kernel_free(k);
+}
+
+TEST(cuda_param_info_checked) {
+  use_fake();
+  /* The image takes n as 8 bytes; the signature declares int32. */
+  tj_kernel *k = scale32_kernel(SCALE_PTX, sizeof(SCALE_PTX), 3);
+  CHECK_STATUS(launch_scale(k, 1000, 0, NULL), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS(
+      "scale: parameter 0 ('n') of the loaded function 'scale' is 8 bytes, the signature "
+      "declares 4 bytes");
+  CHECK_EQ_INT(fake.count("cuLaunchKernel"), 0);
+  tj_kernel_free(k);
+  /* Fewer parameters declared than the image has. */
+  k = scale32_kernel(SCALE32_PTX, sizeof(SCALE32_PTX), 2);
+  CHECK_STATUS(launch_scale(k, 1000, 0, NULL), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("takes more than the 2 parameters the signature declares");
+  tj_kernel_free(k);
+}

@@ -78,9 +78,10 @@ enum { CAPTURE_MAX = 32 };
 static tj_value captured[CAPTURE_MAX];
 static int captured_count, capture_calls;
 
-static void capture_entry(const tj_value *args) {
+static int32_t capture_entry(const tj_value *args) {
   memcpy(captured, args, (size_t)captured_count * sizeof(tj_value));
   ++capture_calls;
+  return 0;
 }
 
 TEST(launch_packing) {
@@ -496,5 +497,116 @@ TEST(call_run_exchange_vec_add) {
   CHECK_OK(run_objects(k, &producer, NULL, objects, outputs));
   CHECK_EQ_INT(fake_unlocks, 0);
   free(outputs[0]);
+  tj_kernel_free(k);
+}
+
+TEST(launch_abi_order) {
+  /* vec_add(A, B, C: output) received as (n + 1 as int32, C, n, A); B is
+   * validated and binds nothing new but is not passed. */
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("reordered", 3, TJ_TARGET_CPU, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  int32_t n = tjt_sym(k, 0), n1 = tjt_binop_const(k, "n + 1", 0, TJ_OP_ADD, 1);
+  tjt_buffer(k, 0, "A", TJT_F32, 1, &n, NULL, 0, 0);
+  tjt_buffer(k, 1, "B", TJT_F32, 1, &n, NULL, 0, 0);
+  tjt_buffer(k, 2, "C", TJT_F32, 1, &n, NULL, 0, TJ_BUF_OUTPUT);
+  const tj_abi_arg abi[4] = {{TJ_ABI_EXPR, n1, TJT_DTYPE(kDLInt, 32)},
+                             {TJ_ABI_PARAM, 2, {0, 0, 0}},
+                             {TJ_ABI_SYMBOL, 0, {0, 0, 0}},
+                             {TJ_ABI_PARAM, 0, {0, 0, 0}}};
+  CHECK_OK(tj_kernel_set_abi(k, 4, abi));
+  CHECK_OK(tj_kernel_finalize(k));
+  CHECK_OK(tj_kernel_set_entry(k, capture_entry));
+  tjt_tensor ta, tb, tc;
+  tjt_tensor_1d(&ta, tjt_data, TJT_F32, 6);
+  tjt_tensor_1d(&tb, tjt_data + 256, TJT_F32, 6);
+  tjt_tensor_1d(&tc, tjt_data + 512, TJT_F32, 6);
+  tj_arg args[2], out;
+  tjt_arg_tensor(&args[0], &ta, 0);
+  tjt_arg_tensor(&args[1], &tb, 0);
+  tj_frame f;
+  CHECK_OK(tj_call_bind(k, args, 2, &f));
+  tjt_arg_tensor(&out, &tc, 0);
+  CHECK_OK(tj_call_set_output(&f, 0, &out));
+  captured_count = 4;
+  CHECK_OK(tj_call_launch(&f));
+  CHECK_EQ_INT(captured[0].i, 7);
+  CHECK(captured[1].p == tjt_data + 512);
+  CHECK_EQ_INT(captured[2].i, 6);
+  CHECK(captured[3].p == tjt_data);
+  tj_kernel_free(k);
+
+  /* set_abi refuses what cannot be an argument. */
+  CHECK_OK(tj_kernel_create("bad_abi", 1, TJ_TARGET_CPU, &k));
+  const tj_abi_arg out_of_range = {TJ_ABI_PARAM, 1, {0, 0, 0}};
+  CHECK_STATUS(tj_kernel_set_abi(k, 1, &out_of_range), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("bad_abi: kernel argument 0: index 1 out of range (1)");
+  const tj_abi_arg float_expr = {TJ_ABI_EXPR, 0, TJT_F32};
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  (void)tjt_sym(k, 0);
+  CHECK_STATUS(tj_kernel_set_abi(k, 1, &float_expr), TJ_EVALUE);
+  CHECK_STATUS(tj_kernel_set_symbol_dtype(k, 0, TJT_F32), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("symbol 'n': dtype must be int32, int64, uint32 or uint64");
+  tj_kernel_free(k);
+}
+
+static int32_t failing_entry(const tj_value *args) {
+  (void)args;
+  return 42;
+}
+
+TEST(launch_status_returned) {
+  tj_kernel *k = tjt_vec_add(0, 1);
+  CHECK_OK(tj_kernel_set_entry(k, failing_entry));
+  tjt_tensor t[3];
+  tj_arg args[3];
+  for (int i = 0; i < 3; ++i) {
+    tjt_tensor_1d(&t[i], tjt_data + 256 * i, TJT_F32, 4);
+    tjt_arg_tensor(&args[i], &t[i], 0);
+  }
+  tj_frame f;
+  CHECK_OK(tj_call_bind(k, args, 3, &f));
+  CHECK_STATUS(tj_call_launch(&f), TJ_ERUNTIME);
+  CHECK_ERROR_CONTAINS("vec_add: the kernel returned status 42 (0 is success)");
+  tj_kernel_free(k);
+}
+
+TEST(launch_prebuilt_library) {
+  /* axpy(x, y, alpha, n) from a library built elsewhere, through its glue;
+   * kernel arguments (n as int32, x, y, alpha). */
+  char glue[1024], library[1024];
+  fixture_path("plain_axpy_glue.so", glue, sizeof(glue));
+  fixture_path("plain_axpy.so", library, sizeof(library));
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("axpy", 3, TJ_TARGET_CPU, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  CHECK_OK(tj_kernel_set_symbol_dtype(k, 0, TJT_DTYPE(kDLInt, 32)));
+  int32_t n = tjt_sym(k, 0);
+  tjt_buffer(k, 0, "x", TJT_F32, 1, &n, NULL, 0, TJ_BUF_CONST);
+  tjt_buffer(k, 1, "y", TJT_F32, 1, &n, NULL, 0, 0);
+  CHECK_OK(tj_kernel_set_scalar(k, 2, "alpha", TJT_F32));
+  const tj_abi_arg abi[4] = {{TJ_ABI_SYMBOL, 0, {0, 0, 0}},
+                             {TJ_ABI_PARAM, 0, {0, 0, 0}},
+                             {TJ_ABI_PARAM, 1, {0, 0, 0}},
+                             {TJ_ABI_PARAM, 2, {0, 0, 0}}};
+  CHECK_OK(tj_kernel_set_abi(k, 4, abi));
+  CHECK_OK(tj_kernel_finalize(k));
+  CHECK_STATUS(tj_kernel_load_prebuilt(k, glue, ENTRY, library, "no_such_function"), TJ_ERUNTIME);
+  CHECK_ERROR_CONTAINS("has no function 'no_such_function'");
+  CHECK_OK(tj_kernel_load_prebuilt(k, glue, ENTRY, library, "axpy"));
+  float x[4] = {1, 2, 3, 4}, y[4] = {10, 20, 30, 40};
+  tjt_tensor tx, ty;
+  tjt_tensor_1d(&tx, x, TJT_F32, 4);
+  tjt_tensor_1d(&ty, y, TJT_F32, 4);
+  tj_arg args[3];
+  tjt_arg_tensor(&args[0], &tx, 0);
+  tjt_arg_tensor(&args[1], &ty, 0);
+  tj_arg_init(&args[2]);
+  args[2].kind = TJ_ARG_FLOAT;
+  args[2].value.f = 0.5;
+  tj_frame f;
+  CHECK_OK(tj_call_bind(k, args, 3, &f));
+  CHECK_OK(tj_call_launch(&f));
+  CHECK(y[0] == 10.5f && y[3] == 42.0f);
   tj_kernel_free(k);
 }

@@ -91,6 +91,9 @@
   X(launch_no_entry)                  \
   X(launch_cuda_skips_cpu_entry)      \
   X(launch_threads)                   \
+  X(launch_abi_order)                 \
+  X(launch_status_returned)           \
+  X(launch_prebuilt_library)          \
   X(call_run_exchange_vec_add)        \
   /* test_cuda.c */                   \
   X(cuda_no_driver)                   \
@@ -107,6 +110,8 @@
   X(cuda_image_file)                  \
   X(cuda_device_capability)           \
   X(cuda_threads)                     \
+  X(cuda_abi_order_and_widths)        \
+  X(cuda_param_info_checked)          \
   /* test_layout.c */                 \
   X(layout_init_and_format)           \
   X(layout_init_errors)               \

@@ -5,7 +5,8 @@
  * device, behaving as the real driver does where tilejit depends on it
  * (contexts per thread, modules per context, a function's parameters read
  * from the module image, dynamic shared memory above 48 KiB only after
- * cuFuncSetAttribute), and records every call.
+ * cuFuncSetAttribute), and records every call (but the two error-naming
+ * entry points and cuFuncGetParamInfo, which only describe).
  *
  *   cc -shared -fPIC -o libfake_cuda.so fake_cuda.c -pthread \
  *      [-DFAKE_CUDA_REAL_HEADER -I$CUDA_HOME/include]
@@ -601,6 +602,25 @@ EXPORT CUresult CUDAAPI cuModuleGetFunction(CUfunction *function, CUmodule modul
     put(&t, "]");
   }
   LEAVE(finish(&t, "cuModuleGetFunction", rc));
+}
+
+/* Not recorded: it describes a function, as cuGetErrorName describes an error.
+ * Offsets follow the parameter buffer's layout (each aligned to its size). */
+EXPORT CUresult CUDAAPI cuFuncGetParamInfo(CUfunction function, size_t index, size_t *offset,
+                                           size_t *size) {
+  fake_function *fn = (fake_function *)(void *)function;
+  if (fn == NULL || fn->module->unloaded) return CUDA_ERROR_INVALID_HANDLE;
+  if (offset == NULL || size == NULL || index >= (size_t)fn->nparams)
+    return CUDA_ERROR_INVALID_VALUE;
+  size_t at = 0;
+  for (size_t i = 0; i <= index; ++i) {
+    size_t s = (size_t)fn->sizes[i], align = s >= 8 ? 8 : s == 0 ? 1 : s;
+    at = (at + align - 1) / align * align;
+    if (i < index) at += s;
+  }
+  *offset = at;
+  *size = (size_t)fn->sizes[index];
+  return CUDA_SUCCESS;
 }
 
 EXPORT CUresult CUDAAPI cuFuncSetAttribute(CUfunction function, fake_function_attribute attribute,

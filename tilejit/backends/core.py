@@ -14,7 +14,7 @@ import threading
 from ctypes import POINTER, byref, c_char_p, c_int, c_int32, c_int64, c_uint32, c_void_p
 
 from .. import abi
-from .ctypes_abi import DLDataType, TjArg, TjCall, TjErrorInfo
+from .ctypes_abi import DLDataType, TjAbiArg, TjArg, TjCall, TjErrorInfo
 
 _lock = threading.Lock()
 _core = None  # ctypes.CDLL: calls drop the GIL (the kernel build, tj_call_launch)
@@ -53,6 +53,9 @@ _PROTOTYPES = {
     "tj_kernel_create": (c_int, [c_char_p, c_int32, c_int32, POINTER(c_void_p)]),
     "tj_kernel_free": (None, [c_void_p]),
     "tj_kernel_add_symbol": (c_int, [c_void_p, c_char_p, c_int64]),
+    "tj_kernel_set_symbol_dtype": (c_int, [c_void_p, c_int32, DLDataType]),
+    "tj_kernel_set_abi": (c_int, [c_void_p, c_int32, POINTER(TjAbiArg)]),
+    "tj_kernel_load_prebuilt": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p, c_char_p]),
     "tj_kernel_add_expr": (c_int, [c_void_p, POINTER(c_int64), c_int32, c_char_p,
                                    POINTER(c_int32)]),
     "tj_kernel_set_buffer": (c_int, [c_void_p, c_int32, c_char_p, DLDataType, c_int32,
@@ -103,19 +106,24 @@ def cuda_device_capability(device_id: int = -1) -> tuple[int, int]:
     return major.value, minor.value
 
 
+_INT64 = (abi.kDLInt, 64, 1)
+
+
 class CoreKernel:
     """A finalized, loaded ``tj_kernel`` built from a lowered signature (``spec``: see
     ``tilejit.signature``); freed when the last backend kernel using it goes."""
 
-    def __init__(self, spec, library: str, entry: str):
+    def __init__(self, spec, library: str, entry: str, prebuilt=None):
         core = core_library()
         params = spec.params
         handle = c_void_p()
         check(core.tj_kernel_create(spec.name.encode(), len(params), spec.target, byref(handle)))
         self.address = handle.value
         self.name = spec.name
-        for sym_name, divisibility in spec.symbols:
+        for index, (sym_name, divisibility, dtype) in enumerate(spec.symbols):
             check(core.tj_kernel_add_symbol(handle, sym_name.encode(), divisibility))
+            if dtype != _INT64:
+                check(core.tj_kernel_set_symbol_dtype(handle, index, DLDataType(*dtype)))
         expr_id = c_int32()
         for code, text in spec.exprs:
             buf = (c_int64 * max(len(code), 1))(*code)
@@ -138,10 +146,17 @@ class CoreKernel:
         if launch is not None:  # a CUDA kernel: grid, block, shared memory expression ids
             check(core.tj_kernel_set_launch(handle, (c_int32 * 3)(*launch.grid),
                                             (c_int32 * 3)(*launch.block), launch.shared_memory))
+        if spec.abi is not None:
+            args = (TjAbiArg * max(len(spec.abi), 1))(
+                *(TjAbiArg(a.source, a.index, DLDataType(*a.dtype)) for a in spec.abi))
+            check(core.tj_kernel_set_abi(handle, len(spec.abi), args))
         check(core.tj_kernel_finalize(handle))
         self.num_outputs = core.tj_kernel_num_outputs(handle)
         self.num_inputs = len(params) - self.num_outputs
-        if library:
+        if prebuilt is not None:  # a CPU library built elsewhere, called through the glue
+            check(core.tj_kernel_load_prebuilt(handle, library.encode(), entry.encode(),
+                                               str(prebuilt).encode(), spec.name.encode()))
+        elif library:
             check(core.tj_kernel_load(handle, library.encode(), entry.encode()))
 
     def __del__(self):

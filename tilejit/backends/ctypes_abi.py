@@ -72,6 +72,11 @@ class DLPackExchangeAPI(Structure):
 # ---- tilejit.h ----------------------------------------------------------------------
 
 
+class TjAbiArg(Structure):
+    _c_name_ = "tj_abi_arg"
+    _fields_ = [("source", c_int32), ("index", c_int32), ("dtype", DLDataType)]
+
+
 class TjValue(Union):
     _c_name_ = "tj_value"
     _fields_ = [("p", c_void_p), ("i", c_int64), ("f", c_double)]
