@@ -27,20 +27,41 @@ EXPECTED_ROWS = {
     "TileLang-style ctypes: c_void_p": True,
     "torch cpp_extension.load_inline": False,
     "floor: C extension, exchange API only": True,
+    "ctypes floor: *args, one PyDLL call with the tuple": True,
     "tilejit cython (out_idx)": True,
     "tilejit dlpack (out_idx)": True,
     "tilejit ctypes (out_idx)": False,
     "TileLang-style ctypes: torch.empty": True,
     "torch.empty((16,), dtype=torch.float32) alone": True,
     "reference: torch.empty alone + tilejit cython (A)": True,
+    # C: 9 and 16 tensors
+    "tilejit cython, 9 tensors": True,
+    "tilejit ctypes, 9 tensors": False,
+    "apache-tvm-ffi (TensorView x9)": False,
+    "floor: C extension, exchange API only, 9 tensors": True,
+    "ctypes floor: *args, one PyDLL call with the tuple, 9 tensors": True,
+    "tilejit cython, 16 tensors": True,
+    "tilejit ctypes, 16 tensors": False,
+    "apache-tvm-ffi (TensorView x16)": False,
+    "floor: C extension, exchange API only, 16 tensors": True,
+    "ctypes floor: *args, one PyDLL call with the tuple, 16 tensors": True,
+    # D: arguments converted up front
+    "tilejit cython, from_dlpack views": True,
+    "tilejit cython, tilejit.Array": True,
+    "tilejit dlpack, from_dlpack views": True,
+    "tilejit dlpack, tilejit.Array": True,
+    "tilejit ctypes, from_dlpack views": False,
+    "tilejit ctypes, tilejit.Array": False,
 }
 
 
 def _table_rows(report: str) -> dict[str, list[str]]:
+    """Row name -> the other cells: median, min, one or more ratios, target, notes."""
     rows = {}
     for line in report.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if line.startswith("| ") and len(cells) == 6 and cells[0] != "implementation":
+        if line.startswith("| ") and len(cells) >= 6 and cells[0] != "implementation":
+            assert cells[0] not in rows, f"two rows named {cells[0]!r}"
             rows[cells[0]] = cells[1:]
     return rows
 
@@ -67,3 +88,6 @@ def test_bench_quick_runs_and_reports_every_row(tmp_path):
             assert median != "—", f"row {prefix!r} was not timed:\n{report}"
     pybind = next(cells for name, cells in rows.items() if name.startswith("torch cpp_ext"))
     assert "skipped (--quick)" in pybind[-1]
+    # tilejit ctypes is printed as a ratio of the ctypes floor, with its target.
+    assert "× ctypes floor |" in report
+    assert "≤ 2× ctypes floor" in rows["tilejit ctypes"][-2]

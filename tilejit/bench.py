@@ -1,10 +1,14 @@
 """``python -m tilejit bench``: host overhead per call, tilejit beside its peers (SPEC §6).
 
-Two cases, each a no-op kernel on torch float32 tensors of 16 elements, so that what is
+Four cases, each a no-op kernel on torch float32 tensors of 16 elements, so that what is
 timed is the cost of getting from a Python call to the kernel's first instruction:
 
 - A: three tensors, nothing allocated;
-- B: two input tensors and one output allocated per call (tilejit's ``out_idx``).
+- B: two input tensors and one output allocated per call (tilejit's ``out_idx``);
+- C: 9 and 16 tensors, nothing allocated (how the cost grows with the arguments);
+- D: three arguments converted once, up front, to tilejit's own objects (layout views from
+  ``tilejit.from_dlpack``, and ``tilejit.Array`` from ``tilejit.empty``), then passed to
+  every backend.
 
 Every implementation is timed in the same process, in the same way: a tight Python
 ``for`` over ``range`` calling the callable with arguments bound to locals, ``calls``
@@ -13,10 +17,12 @@ that a slow patch of the machine lands on every row rather than on one. The tabl
 the median and the minimum over the repeats of the time per call.
 
 Peers: apache-tvm-ffi (``tvm_ffi.cpp.load_inline``), TileLang-style ctypes marshalling,
-a pybind11 extension from ``torch.utils.cpp_extension.load_inline``, and the floor: a
+a pybind11 extension from ``torch.utils.cpp_extension.load_inline``, and two floors: a
 hand-written METH_FASTCALL extension that reads each tensor through torch's DLPack C
-exchange API and does nothing else. Everything the bench compiles is cached under
-``<tilejit cache>/bench``.
+exchange API and does nothing else (the floor), and a Python ``*args`` function that
+hands its argument tuple to a no-op C function in one ctypes (``PyDLL``) call, the least
+any ctypes backend can cost (the ctypes floor). Everything the bench compiles is cached
+under ``<tilejit cache>/bench``.
 
 Benchmarks are not tests: nothing here fails on a number; missed targets are reported.
 
@@ -51,22 +57,44 @@ _WARMUP_FRACTION = 10
 _WARMUP_MIN = 1000
 SPEC_MIN_CALLS = 100_000
 
-_TILEJIT_SOURCE = r"""
-void tj_bench_noop(const float *A, const float *B, float *C) {
-  (void)A;
-  (void)B;
-  (void)C;
-}
-"""
+WIDE = (9, 16)
+"""Tensor counts of case C."""
 
-# TileLang's ctypes adapter calls an exported `call` with one void* per tensor.
-_CTYPES_SOURCE = r"""
-void call(void *a, void *b, void *c) {
-  (void)a;
-  (void)b;
-  (void)c;
-}
-"""
+BACKENDS = ("cython", "dlpack", "ctypes")
+
+
+def _names(count: int) -> list[str]:
+    """Parameter names of a no-op of ``count`` tensors: t0, t1, ..."""
+    return [f"t{i}" for i in range(count)]
+
+
+def _noop_source(name: str, count: int, declare: Callable[[str], str]) -> str:
+    """A C or C++ function ``name`` of ``count`` parameters that does nothing;
+    ``declare(p)`` is the declaration of parameter ``p``."""
+    params = _names(count)
+    body = "".join(f"  (void){p};\n" for p in params)
+    return f"void {name}({', '.join(declare(p) for p in params)}) {{\n{body}}}\n"
+
+
+def _tilejit_program(count: int):
+    """``tj_bench_noop<count>``: every tensor an input but the last (``out_idx=-1``)."""
+    import tilejit
+    from tilejit import T
+
+    last = _names(count)[-1]
+    source = _noop_source(f"tj_bench_noop{count}", count,
+                          lambda p: f"{'' if p == last else 'const '}float *{p}")
+    params = [T.Buffer((N,), "float32", name=p, const=p != last) for p in _names(count)]
+    return tilejit.Program(name=f"tj_bench_noop{count}", source=source, params=params)
+
+
+# TileLang's ctypes adapter calls an exported `call` with one void* per tensor; the ctypes
+# floor is handed the argument tuple and does nothing with it.
+_CTYPES_SOURCE = (_noop_source("call", 3, lambda p: f"void *{p}")
+                  + _noop_source("tj_bench_ctypes_floor", 1, lambda p: f"void *{p}"))
+
+FLOOR = "floor: C extension, exchange API only"
+CTYPES_FLOOR = "ctypes floor: *args, one PyDLL call with the tuple"
 
 _FLOOR_MODULE = "_tilejit_bench_floor"
 # The least any consumer of torch's exchange API can do per call: turn each argument into
@@ -121,14 +149,12 @@ PyMODINIT_FUNC PyInit__tilejit_bench_floor(void) {
 }
 """
 
-_TVM_FFI_SOURCE = r"""
-void noop(tvm::ffi::TensorView a, tvm::ffi::TensorView b, tvm::ffi::TensorView c) {}
-"""
+# One module, one function per tensor count: noop3, noop9, noop16.
+_TVM_FFI_SOURCE = "".join(_noop_source(f"noop{count}", count, lambda p: f"tvm::ffi::TensorView {p}")
+                          for count in (3, *WIDE))
 
-_PYBIND_SOURCE = r"""
-#include <torch/extension.h>
-void noop(torch::Tensor a, torch::Tensor b, torch::Tensor c) {}
-"""
+_PYBIND_SOURCE = "#include <torch/extension.h>\n" + _noop_source(
+    "noop", 3, lambda p: f"torch::Tensor {p}")
 
 
 @dataclass
@@ -213,81 +239,130 @@ def _python_includes() -> list[str]:
 # ---- the implementations ----------------------------------------------------------------
 
 
-def _tilejit_rows(a, b, c) -> tuple[list[Row], list[Row], Callable | None]:
-    """A and B rows for every backend; also the cython no-allocation kernel (for B's
-    reference row), or None if it could not be built."""
+def _per_tensors(count: int) -> str:
+    """What a row name says of its tensor count: nothing for case A's three."""
+    return "" if count == 3 else f", {count} tensors"
+
+
+def _count_rows(name: Callable[[int], str], tensor_sets: list[tuple], load: Callable,
+                required: bool = True) -> list[Row]:
+    """One row per tuple of tensors, calling ``load()(count)``; ``load`` builds what the
+    rows share, and its failure is every row's."""
+    try:
+        function_for = load()
+    except Exception as exc:  # noqa: BLE001 - reported in the table
+        return [_failed(name(len(tensors)), exc, required) for tensors in tensor_sets]
+    return [Row(name(len(tensors)), function_for(len(tensors)), tensors, required=required)
+            for tensors in tensor_sets]
+
+
+def _tilejit_rows(tensors: tuple, backends=BACKENDS, alloc: bool = True
+                  ) -> tuple[list[Row], list[Row], dict]:
+    """No-allocation rows (and, with ``alloc``, out_idx rows) of a no-op on ``tensors`` for
+    each backend; also the no-allocation kernels by backend (those that could be made)."""
     import warnings
 
     import tilejit
-    from tilejit import T
 
-    rows_a: list[Row] = []
-    rows_b: list[Row] = []
-    backends = ("cython", "dlpack", "ctypes")
+    count = len(tensors)
+    plain_name = [f"tilejit {backend}{_per_tensors(count)}" for backend in backends]
+    alloc_name = [f"tilejit {backend} (out_idx)" for backend in backends]
+    rows_plain: list[Row] = []
+    rows_alloc: list[Row] = []
     try:
-        params = [T.Buffer((N,), "float32", name="A", const=True),
-                  T.Buffer((N,), "float32", name="B", const=True),
-                  T.Buffer((N,), "float32", name="C")]
-        program = tilejit.Program(name="tj_bench_noop", source=_TILEJIT_SOURCE, params=params)
+        program = _tilejit_program(count)
         # "auto" still compiles when the wrapper cannot be built (it falls back to ctypes),
         # so that a broken wrapper fails the cython rows only; its warning is the
         # with_backend("cython") failure reported below.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             plain = tilejit.compile(program, execution_backend="auto", compile_flags=[])
-            alloc = tilejit.compile(program, out_idx=-1, execution_backend="auto",
-                                    compile_flags=[])
+            allocating = (tilejit.compile(program, out_idx=-1, execution_backend="auto",
+                                          compile_flags=[]) if alloc else None)
     except Exception as exc:  # noqa: BLE001 - reported in the table
-        for backend in backends:
-            rows_a.append(_failed(f"tilejit {backend}", exc, required=True))
-            rows_b.append(_failed(f"tilejit {backend} (out_idx)", exc, required=True))
-        return rows_a, rows_b, None
+        rows_plain = [_failed(name, exc, required=True) for name in plain_name]
+        rows_alloc = [_failed(name, exc, required=True) for name in alloc_name] if alloc else []
+        return rows_plain, rows_alloc, {}
 
-    cython_plain = None
-    for backend in backends:
+    kernels = {}
+    for backend, name, name_alloc in zip(backends, plain_name, alloc_name):
         # A backend that with_backend refuses is not there yet (not a failure); one it
         # accepts must work.
         try:
             k_plain = plain.with_backend(backend)
-            k_alloc = alloc.with_backend(backend)
+            k_alloc = allocating.with_backend(backend) if alloc else None
         except ValueError as exc:
-            note = f"not available: {exc}"
-            rows_a.append(_missing(f"tilejit {backend}", note))
-            rows_b.append(_missing(f"tilejit {backend} (out_idx)", note))
-            continue
+            row, row_alloc = (_missing(n, f"not available: {exc}") for n in (name, name_alloc))
         except Exception as exc:  # noqa: BLE001 - reported in the table
-            rows_a.append(_failed(f"tilejit {backend}", exc, required=True))
-            rows_b.append(_failed(f"tilejit {backend} (out_idx)", exc, required=True))
-            continue
-        if backend == "cython":
-            cython_plain = k_plain
-        rows_a.append(Row(f"tilejit {backend}", k_plain, (a, b, c), required=True))
-        rows_b.append(Row(f"tilejit {backend} (out_idx)", k_alloc, (a, b), required=True))
-    return rows_a, rows_b, cython_plain
+            row, row_alloc = (_failed(n, exc, required=True) for n in (name, name_alloc))
+        else:
+            kernels[backend] = k_plain
+            row = Row(name, k_plain, tensors, required=True)
+            row_alloc = Row(name_alloc, k_alloc, tensors[:-1], required=True)
+        rows_plain.append(row)
+        if alloc:
+            rows_alloc.append(row_alloc)
+    return rows_plain, rows_alloc, kernels
 
 
-def _floor_row(a, b, c) -> Row:
-    name = "floor: C extension, exchange API only"
-    try:
+def _view_rows(kernels: dict, tensors: tuple) -> list[tuple[str, Row]]:
+    """Case D, (backend, row) pairs: each backend's no-op given arguments converted once,
+    up front: layout views of ``tensors`` (``tilejit.from_dlpack``), and as many
+    ``tilejit.empty`` Arrays."""
+    import tilejit
+
+    kinds = (("from_dlpack views", lambda: tuple(tilejit.from_dlpack(t) for t in tensors)),
+             ("tilejit.Array", lambda: tuple(tilejit.empty((N,), "float32") for _ in tensors)))
+    converted = {}
+    for kind, convert in kinds:
+        try:
+            converted[kind] = convert()
+        except Exception as exc:  # noqa: BLE001 - reported in the table
+            converted[kind] = exc
+    rows = []
+    for backend in BACKENDS:
+        for kind, _ in kinds:
+            name = f"tilejit {backend}, {kind}"
+            args = converted[kind]
+            if backend not in kernels:
+                row = _missing(name, f"no tilejit {backend} kernel: see case A")
+            elif isinstance(args, Exception):
+                row = _failed(name, args, required=True)
+            else:
+                row = Row(name, kernels[backend], args, required=True)
+            rows.append((backend, row))
+    return rows
+
+
+def _floor_rows(tensor_sets: list[tuple]) -> list[Row]:
+    def load():
         include = build_tools.source_dirs()[0] / "include"
         path = _cached_so(_FLOOR_MODULE, _FLOOR_SOURCE, [*_python_includes(), f"-I{include}"],
                           suffix=sysconfig.get_config_var("EXT_SUFFIX") or ".so")
-        module = _load_extension(_FLOOR_MODULE, path)
-    except Exception as exc:  # noqa: BLE001 - reported in the table
-        return _failed(name, exc, required=True)
-    return Row(name, module.noop, (a, b, c), required=True)
+        noop = _load_extension(_FLOOR_MODULE, path).noop  # takes any number of tensors
+        return lambda count: noop
+
+    return _count_rows(lambda count: f"{FLOOR}{_per_tensors(count)}", tensor_sets, load)
 
 
-def _ctypes_rows(a, b, c) -> tuple[Row, Row]:
+def _ctypes_rows(tensor_sets: list[tuple]) -> tuple[Row, Row, list[Row]]:
+    """TileLang-style rows for cases A and B (on the first tuple of tensors, three), and a
+    ctypes-floor row per tuple of tensors."""
     name_a = "TileLang-style ctypes: c_void_p(t.data_ptr())"
     name_b = "TileLang-style ctypes: torch.empty + c_void_p(t.data_ptr())"
+    floor_name = [f"{CTYPES_FLOOR}{_per_tensors(len(tensors))}" for tensors in tensor_sets]
     try:
-        lib = ctypes.CDLL(str(_cached_so("tilejit_bench_ctypes", _CTYPES_SOURCE, [])))
+        path = str(_cached_so("tilejit_bench_ctypes", _CTYPES_SOURCE, []))
+        lib = ctypes.CDLL(path)
+        # The GIL kept, as tilejit's one-call entry (tj_call_sequence) keeps it.
+        floor_fn = ctypes.PyDLL(path).tj_bench_ctypes_floor
     except Exception as exc:  # noqa: BLE001 - reported in the table
-        return _failed(name_a, exc, required=True), _failed(name_b, exc, required=True)
+        return (_failed(name_a, exc, required=True), _failed(name_b, exc, required=True),
+                [_failed(name, exc, required=True) for name in floor_name])
     import torch
 
     lib.call.restype = None
+    floor_fn.restype, floor_fn.argtypes = None, [ctypes.py_object]
     c_void_p = ctypes.c_void_p
     empty = torch.empty
     float32 = torch.float32
@@ -301,25 +376,36 @@ def _ctypes_rows(a, b, c) -> tuple[Row, Row]:
         lib.call(*[c_void_p(t.data_ptr()) for t in (*inputs, out)])
         return out
 
+    def ctypes_floor(*args):
+        floor_fn(args)
+
+    a, b, c = tensor_sets[0]
     return (Row(name_a, call, (a, b, c), required=True),
-            Row(name_b, call_alloc, (a, b), required=True))
+            Row(name_b, call_alloc, (a, b), required=True),
+            [Row(name, ctypes_floor, tensors, required=True)
+             for name, tensors in zip(floor_name, tensor_sets)])
 
 
-def _tvm_ffi_row(a, b, c) -> Row:
-    name = "apache-tvm-ffi (TensorView x3)"
+def _tvm_ffi_rows(tensor_sets: list[tuple]) -> list[Row]:
+    def name(count):
+        return f"apache-tvm-ffi (TensorView x{count})"
+
     try:
         import tvm_ffi
         import tvm_ffi.cpp
     except ImportError:
-        return _missing(name, "not installed: `pip install apache-tvm-ffi`")
-    try:
+        return [_missing(name(len(tensors)), "not installed: `pip install apache-tvm-ffi`")
+                for tensors in tensor_sets]
+
+    def load():
         key = _key(_TVM_FFI_SOURCE, tvm_ffi.__version__, build_tools.abi_tag())
-        module = tvm_ffi.cpp.load_inline(name="tilejit_bench_noop", cpp_sources=_TVM_FFI_SOURCE,
-                                         functions="noop",
-                                         build_directory=str(_bench_dir() / f"tvm-ffi-{key}"))
-    except Exception as exc:  # noqa: BLE001 - reported in the table
-        return _failed(name, exc)
-    return Row(name, module.noop, (a, b, c))
+        module = tvm_ffi.cpp.load_inline(
+            name="tilejit_bench_noop", cpp_sources=_TVM_FFI_SOURCE,
+            functions=[f"noop{count}" for count in (3, *WIDE)],
+            build_directory=str(_bench_dir() / f"tvm-ffi-{key}"))
+        return lambda count: getattr(module, f"noop{count}")
+
+    return _count_rows(name, tensor_sets, load, required=False)
 
 
 def _pybind_row(a, b, c, quick: bool) -> Row:
@@ -438,14 +524,19 @@ def _targets(checks: list[tuple[str, float | None, float | None]]) -> str:
     return "; ".join(cells)
 
 
-def _table(title: str, ratio_name: str, rows: list[tuple[Row, float | None, str]]) -> list[str]:
+def _table(title: str, ratio_names: tuple[str, ...],
+           rows: list[tuple[Row, tuple[float | None, ...], str]]) -> list[str]:
+    """A markdown table; each row comes with one base per ratio column (the ratio is its
+    median over the base; None: no ratio) and its target cell."""
+    ratio_head = "".join(f" {name} |" for name in ratio_names)
     lines = [f"## {title}", "",
-             f"| implementation | median ns/call | min ns/call | {ratio_name} | target | notes |",
-             "|---|---:|---:|---:|---|---|"]
-    for row, base, target in rows:
+             f"| implementation | median ns/call | min ns/call |{ratio_head} target | notes |",
+             "|---|---:|---:|" + "---:|" * len(ratio_names) + "---|---|"]
+    for row, bases, target in rows:
         note = row.note.replace("|", "\\|")  # compiler output must not split the row
-        lines.append(f"| {row.name} | {_ns(row.median)} | {_ns(row.best)} | "
-                     f"{_ratio(row.median, base)} | {target} | {note} |")
+        ratios = "".join(f" {_ratio(row.median, base)} |" for base in bases)
+        lines.append(f"| {row.name} | {_ns(row.median)} | {_ns(row.best)} |{ratios} "
+                     f"{target} | {note} |")
     return lines
 
 
@@ -466,25 +557,55 @@ def _header(calls: int, repeats: int, quick: bool, elapsed_build: float) -> list
     return ["# tilejit bench: host overhead per call", "", machine, "", method]
 
 
+def _scaled(factor: float, base: float | None) -> float | None:
+    return None if base is None else factor * base
+
+
+def _no_alloc_table(rows: list[Row], count: int, tvm: Row, floor: Row, ctypes_floor: Row,
+                    tile_lang: Row | None = None) -> list[tuple[Row, tuple, str]]:
+    """Rows of a no-allocation case on ``count`` tensors, with their ratios to the two
+    floors on as many tensors and the targets of tilejit's cython rows, and of its ctypes
+    row where ``tile_lang`` (case A's TileLang-style row) is given. The ctypes floor never
+    reads a tensor, so its 2× bound is case A's only: at 16 tensors the exchange-API
+    reads alone (the floor) cost more than twice it."""
+    bases = (floor.median, ctypes_floor.median)
+    table = []
+    for row in rows:
+        checks = []
+        if row.name == f"tilejit cython{_per_tensors(count)}":
+            checks = [("≤ apache-tvm-ffi", row.median, tvm.median),
+                      ("≤ 1.5× floor", row.median, _scaled(1.5, floor.median))]
+        elif row.name == f"tilejit ctypes{_per_tensors(count)}" and tile_lang is not None:
+            checks = [("≤ TileLang-style ctypes", row.median, tile_lang.median),
+                      ("≤ 2× ctypes floor", row.median, _scaled(2, ctypes_floor.median))]
+        table.append((row, bases, _targets(checks)))
+    return table
+
+
 def run(calls: int = SPEC_MIN_CALLS, repeats: int = 11, quick: bool = False) -> tuple[str, bool]:
     """Runs the benchmark; returns the markdown report and whether every row that tilejit
-    itself is responsible for (its backends, the floor, ctypes, torch.empty) ran.
+    itself is responsible for (its backends, the floors, ctypes, torch.empty) ran.
 
     >>> report, ok = run(calls=100_000, repeats=11)
     """
     import torch
 
     start = time.perf_counter()
-    a, b, c = (torch.rand(N, dtype=torch.float32) for _ in range(3))
-    tj_a, tj_b, tj_plain = _tilejit_rows(a, b, c)
-    floor = _floor_row(a, b, c)
-    tl_a, tl_b = _ctypes_rows(a, b, c)
-    tvm = _tvm_ffi_row(a, b, c)
+    tensors = tuple(torch.rand(N, dtype=torch.float32) for _ in range(max(WIDE)))
+    tensor_sets = [tensors[:count] for count in (3, *WIDE)]  # cases A, then C
+    a, b, c = tensor_sets[0]
+    tj_a, tj_b, kernels = _tilejit_rows(tensor_sets[0])
+    tj_wide = [_tilejit_rows(ts, ("cython", "ctypes"), alloc=False)[0] for ts in tensor_sets[1:]]
+    floors = _floor_rows(tensor_sets)
+    tl_a, tl_b, ctypes_floors = _ctypes_rows(tensor_sets)
+    tvms = _tvm_ffi_rows(tensor_sets)
     pybind = _pybind_row(a, b, c, quick)
+    views = _view_rows(kernels, tensor_sets[0])
     empty = Row("torch.empty((16,), dtype=torch.float32) alone", torch.empty, ((N,),),
                 {"dtype": torch.float32}, required=True)
     composite = Row("torch.empty + tilejit cython no-alloc call, in one Python function",
                     note="measured; includes a Python frame the sum below does not")
+    tj_plain = kernels.get("cython")
     if tj_plain is not None:
         float32 = torch.float32
         empty_fn = torch.empty
@@ -497,50 +618,59 @@ def run(calls: int = SPEC_MIN_CALLS, repeats: int = 11, quick: bool = False) -> 
         composite.fn, composite.args = empty_then_call, (a, b)
     elapsed_build = time.perf_counter() - start
 
-    rows_a = [*tj_a, tvm, tl_a, pybind, floor]
+    floor, ctypes_floor, tvm = floors[0], ctypes_floors[0], tvms[0]
+    rows_a = [*tj_a, tvm, tl_a, pybind, floor, ctypes_floor]
     rows_b = [*tj_b, tl_b, empty, composite]
-    _measure(rows_a + rows_b, calls, repeats)
+    rows_c = [[*tj_rows, tvm_n, floor_n, ctypes_floor_n] for tj_rows, tvm_n, floor_n, ctypes_floor_n
+              in zip(tj_wide, tvms[1:], floors[1:], ctypes_floors[1:])]
+    rows_d = [row for _, row in views]
+    every_row = rows_a + rows_b + [row for rows in rows_c for row in rows] + rows_d
+    _measure(every_row, calls, repeats)
 
     by_name = {row.name: row for row in rows_a + rows_b}
     cython_a = by_name["tilejit cython"].median
-    floor_ns = floor.median
     reference = Row("reference: torch.empty alone + tilejit cython (A), sum of medians",
                     note="SPEC §6 base for the out_idx target")
     if empty.median is not None and cython_a is not None:
         reference.times = [empty.median + cython_a]
     ref_ns = reference.median
 
-    table_a = []
-    for row in rows_a:
-        target = ""
-        if row.name == "tilejit cython":
-            target = _targets([("≤ apache-tvm-ffi", row.median, tvm.median),
-                               ("≤ 1.5× floor", row.median,
-                                None if floor_ns is None else 1.5 * floor_ns)])
-        elif row.name == "tilejit ctypes":
-            target = _targets([("≤ TileLang-style ctypes", row.median, tl_a.median)])
-        table_a.append((row, floor_ns, target))
+    table_a = _no_alloc_table(rows_a, 3, tvm, floor, ctypes_floor, tl_a)
     table_b = []
     for row in [*rows_b, reference]:
         target = ""
         if row.name == "tilejit cython (out_idx)":
-            target = _targets([("≤ 1.3× reference", row.median,
-                                None if ref_ns is None else 1.3 * ref_ns)])
+            target = _targets([("≤ 1.3× reference", row.median, _scaled(1.3, ref_ns))])
         elif row.name == "tilejit ctypes (out_idx)":
             target = _targets([("≤ TileLang-style ctypes", row.median, tl_b.median)])
-        table_b.append((row, ref_ns, target))
+        table_b.append((row, (ref_ns,), target))
+    table_c = []
+    for count, rows, tvm_n, floor_n, ctypes_floor_n in zip(WIDE, rows_c, tvms[1:], floors[1:],
+                                                          ctypes_floors[1:]):
+        table_c += _no_alloc_table(rows, count, tvm_n, floor_n, ctypes_floor_n)
+    table_d = [(row, (floor.median, by_name[f"tilejit {backend}"].median), "")
+               for backend, row in views]
 
+    wide = " and ".join(str(count) for count in WIDE)
     lines = [
         *_header(calls, repeats, quick, elapsed_build),
         "",
         *_table(f"A. No-op CPU kernel, 3 torch float32 tensors of {N} elements, no allocation",
-                "× floor", table_a),
+                ("× floor", "× ctypes floor"), table_a),
         "",
         *_table(f"B. 2 input tensors + 1 output of {N} float32 allocated per call",
-                "× reference", table_b),
+                ("× reference",), table_b),
+        "",
+        *_table(f"C. No-op CPU kernel, {wide} torch float32 tensors of {N} elements, no "
+                "allocation (ratios to the floors on as many tensors)",
+                ("× floor", "× ctypes floor"), table_c),
+        "",
+        *_table("D. No-op CPU kernel, 3 arguments converted once up front (layout views of "
+                "the torch tensors, tilejit.Array), no allocation",
+                ("× floor", "× same backend, torch tensors"), table_d),
         "",
     ]
-    ok = not any(row.required and not row.times for row in rows_a + rows_b)
+    ok = not any(row.required and not row.times for row in [*every_row, reference])
     return "\n".join(lines), ok
 
 
