@@ -720,3 +720,68 @@ def test_gpu_demo(child_env):
                           check=False, capture_output=True, text=True, env=env, timeout=600)
     print(done.stdout, done.stderr)
     assert done.returncode == 0 and "all kernels match torch" in done.stdout
+
+
+# ---- Kernels as written: spellings, widths, order, prebuilt images ---------------------------
+
+SCALE_AS_WRITTEN = r"""
+__global__ void scale(int n, float *__restrict__ y, const float *__restrict__ x) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = 2.0f * x[i];
+}
+"""
+
+
+def _scale_as_written(**fields):
+    n = T.symbol("n", dtype="int32")
+    x = T.Buffer((n,), "float32", name="x", const=True)
+    y = T.Buffer((n,), "float32", name="y")
+    return tilejit.Program("scale", [x, y], fields.pop("source", SCALE_AS_WRITTEN),
+                           grid=(T.ceildiv(n, 128),), block=(128,), kernel_args=[n, y, x],
+                           **fields)
+
+
+@pytest.mark.parametrize("compiler", COMPILERS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_kernel_as_written_launches_in_its_order_and_widths(fake, compiler, backend):
+    # No extern "C" (tilejit inserts it), int n for an int32 symbol, its own order.
+    k = tilejit.compile(_scale_as_written(), target="cuda", arch="sm_80",
+                        compiler=compiler, execution_backend=backend)
+    assert k.c_prototype == 'extern "C" __global__ void scale(int32_t n, float *y, const float *x)'
+    x, y = FakeCudaTensor((300,)), FakeCudaTensor((300,))
+    k(x, y)
+    (function,) = fake.records("cuModuleGetFunction")
+    assert function["name"] == "scale" and function["param_sizes"] == [4, 8, 8]
+    launch = fake.launches()[-1]
+    assert launch["grid"] == [3, 1, 1]
+    assert launch["args"] == [(300).to_bytes(4, "little").hex(), ptr(y.address), ptr(x.address)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_prebuilt_cubin_launches_with_its_parameters_checked(fake, tmp_path, backend):
+    nvcc = cc.find_nvcc()
+    if nvcc is None:
+        pytest.fail("nvcc not found: the CUDA toolkit is part of this project's test setup")
+    source = tmp_path / "scale.cu"
+    source.write_text('extern "C"' + SCALE_AS_WRITTEN)
+    cubin = tmp_path / "scale.cubin"
+    subprocess.run([nvcc, "-cubin", "-arch=sm_80", str(source), "-o", str(cubin)], check=True)
+    k = tilejit.compile(_scale_as_written(source=None, binary=cubin), target="cuda",
+                        execution_backend=backend)
+    x, y = FakeCudaTensor((1000,)), FakeCudaTensor((1000,))
+    k(x, y)
+    launch = fake.launches()[-1]
+    assert launch["args"] == [(1000).to_bytes(4, "little").hex(), ptr(y.address),
+                              ptr(x.address)]
+    # Declared with n as int64: the loaded function's 4-byte parameter says otherwise.
+    n = T.symbol("n")
+    wrong = tilejit.Program("scale", [T.Buffer((n,), "float32", name="x", const=True),
+                                      T.Buffer((n,), "float32", name="y")],
+                            binary=cubin.read_bytes(), grid=(1,), block=(1,),
+                            kernel_args=[n, "y", "x"])
+    k = tilejit.compile(wrong, target="cuda", execution_backend=backend)
+    with pytest.raises(ValueError, match=r"scale: parameter 0 \('n'\) of the loaded function "
+                                         r"'scale' is 4 bytes, the signature declares 8 bytes"):
+        k(FakeCudaTensor((10,)), FakeCudaTensor((10,)))
+    with pytest.raises(ValueError, match="scale: binary= for target='cuda' must be a cubin"):
+        tilejit.compile(_scale_as_written(source=None, binary=b"garbage"), target="cuda")
