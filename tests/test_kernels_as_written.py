@@ -40,23 +40,23 @@ def test_accepted_spellings_run(signature, backend):
 
 @pytest.mark.parametrize("definition, message", [
     ("void scale(const float *x, float *y, int n)",
-     "scale: parameter 2 'n' is declared int64_t n, the definition has 'int n': 32-bit integer, "
-     "not int64 (declare T.symbol('n', dtype='int32') for a 32-bit symbol)"),
+     ("scale: parameter 2 'n' is declared int64_t n, the definition has 'int n': 32-bit integer, "
+     "not int64 (declare T.symbol('n', dtype='int32') for a 32-bit symbol)")),
     ("void scale(const double *x, float *y, int64_t n)",
-     "scale: parameter 0 'x' is declared const float *x, the definition has 'const double *x': "
-     "a pointer to 64-bit float, not to float32"),
+     ("scale: parameter 0 'x' is declared const float *x, the definition has 'const double *x': "
+     "a pointer to 64-bit float, not to float32")),
     ("void scale(float *x, float *y, int64_t n)",
-     "scale: parameter 0 'x' is declared const float *x, the definition has 'float *x': the "
-     "parameter is declared const=True"),
+     ("scale: parameter 0 'x' is declared const float *x, the definition has 'float *x': the "
+     "parameter is declared const=True")),
     ("void scale(const float *x, float *y)",
-     "scale: the definition of scale takes 2 parameters, the signature declares 3: "
-     "void scale(const float *x, float *y, int64_t n)"),
+     ("scale: the definition of scale takes 2 parameters, the signature declares 3: "
+     "void scale(const float *x, float *y, int64_t n)")),
     ("void scale(const float *x, float y, int64_t n)",
-     "scale: parameter 1 'y' is declared float *y, the definition has 'float y': expected a "
-     "pointer"),
+     ("scale: parameter 1 'y' is declared float *y, the definition has 'float y': expected a "
+     "pointer")),
     ("void scale(const float *x, float *y, int64_t *n)",
-     "scale: parameter 2 'n' is declared int64_t n, the definition has 'int64_t *n': expected "
-     "a int64 value, found a pointer"),
+     ("scale: parameter 2 'n' is declared int64_t n, the definition has 'int64_t *n': expected "
+     "a int64 value, found a pointer")),
     ("float scale(const float *x, float *y, int64_t n)",
      "scale: the definition of scale returns 'float': a kernel returns void, or an int status"),
 ])
