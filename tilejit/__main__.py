@@ -16,7 +16,7 @@ def main(argv=None) -> int:
     demo.add_argument("--target", choices=("cpu", "cuda"), default="cpu",
                       help="cpu (default), or cuda: the same kernels in CUDA C on the GPU")
     bench = sub.add_parser("bench", help="time the host overhead per call against the peers "
-                                         "(SPEC section 6) and print a markdown table")
+                                         "(docs/cli.md) and print a markdown table")
     bench.add_argument("--calls", type=int, default=100_000, help="calls per timed repeat")
     bench.add_argument("--repeats", type=int, default=11, help="timed repeats per row")
     bench.add_argument("--out", help="also write the table to this file")

@@ -1,4 +1,4 @@
-"""``python -m tilejit bench``: host overhead per call, tilejit beside its peers (SPEC §6).
+"""``python -m tilejit bench``: host overhead per call, tilejit beside its peers.
 
 Four cases, each a no-op kernel on torch float32 tensors of 16 elements, so that what is
 timed is the cost of getting from a Python call to the kernel's first instruction:
@@ -545,7 +545,7 @@ def _header(calls: int, repeats: int, quick: bool, elapsed_build: float) -> list
 
     from . import __version__
 
-    fewer = f" (fewer than the {SPEC_MIN_CALLS:,} the SPEC asks for)" if calls < SPEC_MIN_CALLS \
+    fewer = f" (fewer than the {SPEC_MIN_CALLS:,} a reportable run uses)" if calls < SPEC_MIN_CALLS \
         else ""
     machine = (f"machine: {platform.platform()}, {_cpu_model()} ({os.cpu_count()} logical "
                f"CPUs) · python {platform.python_version()} · torch {torch.__version__} · "
@@ -630,7 +630,7 @@ def run(calls: int = SPEC_MIN_CALLS, repeats: int = 11, quick: bool = False) -> 
     by_name = {row.name: row for row in rows_a + rows_b}
     cython_a = by_name["tilejit cython"].median
     reference = Row("reference: torch.empty alone + tilejit cython (A), sum of medians",
-                    note="SPEC §6 base for the out_idx target")
+                    note="the base of the out_idx target")
     if empty.median is not None and cython_a is not None:
         reference.times = [empty.median + cython_a]
     ref_ns = reference.median
