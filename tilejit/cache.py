@@ -144,6 +144,15 @@ def get_or_build(key: str, build: Callable[[Path], None], suffix: str = ".so") -
         return _build_private(build, suffix)
 
 
+def store_bytes(data: bytes, suffix: str = ".so", **parts: object) -> Path:
+    """`data` as an artifact keyed by its content hash (and `parts`): a copy that no later
+    change to the file it came from can alter (prebuilt kernels)."""
+    import hashlib
+
+    key = artifact_key(prebuilt=hashlib.sha256(data).hexdigest(), **parts)
+    return get_or_build(key, lambda out: out.write_bytes(data), suffix)
+
+
 def _build_private(build: Callable[[Path], None], suffix: str) -> Path:
     import tempfile
 

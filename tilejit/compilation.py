@@ -5,7 +5,6 @@ artifact cache, and ``CompileOptions``, the one record of the options ``compile`
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import shlex
 import sys
@@ -136,5 +135,4 @@ def _stored_binary(program: Program):
     if not data.startswith(b"\x7fELF"):
         raise ValueError(f"{program.name}: binary= for target='cpu' must be a shared library "
                          f"(ELF), got {len(data)} bytes starting {data[:8]!r}")
-    key = _cache.artifact_key(prebuilt=hashlib.sha256(data).hexdigest(), tilejit=VERSION)
-    return _cache.get_or_build(key, lambda out: out.write_bytes(data))
+    return _cache.store_bytes(data, tilejit=VERSION)

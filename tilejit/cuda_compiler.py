@@ -36,6 +36,7 @@ from pathlib import Path
 from . import cache as _cache
 from ._build import toolchain
 from .compiler import CompileError, _safe_file_stem
+from .glue import cuda_source_body
 from .version import VERSION
 
 __all__ = ["DEFAULT_ARCH", "compile_program", "cuda_source", "resolve_arch", "resolve_compiler"]
@@ -97,8 +98,6 @@ def cuda_source(program, signature) -> str:
             typedefs.append(typedef)
     prelude = "\n".join([_INT_PRELUDE.rstrip("\n"), *includes, *typedefs,
                          "typedef float2 tj_complex64;", "typedef double2 tj_complex128;"])
-    from .glue import cuda_source_body
-
     declaration, source = cuda_source_body(program, signature)
     return f"{prelude}\n{declaration}#line 1 \"{program.name}.cu\"\n{source}\n"
 
@@ -466,8 +465,6 @@ def compile_program(program, signature, flags: list[str], arch=None, compiler=No
 def load_binary(program, signature) -> Path:
     """A prebuilt CUDA kernel (``Program.binary``: cubin, fatbin or PTX) stored in the
     artifact cache under its content hash; the core loads it like a compiled one."""
-    import hashlib
-
     data = program.binary_bytes()
     name = program.name
     if data.startswith(b"\x7fELF"):
@@ -482,7 +479,5 @@ def load_binary(program, signature) -> Path:
     if kind != "fatbin" and not _defines_kernel(data, name, kind):
         raise ValueError(f"{name}: the {kind} given as binary= defines no kernel '{name}' "
                          "(an extern \"C\" __global__ function of that name)")
-    key = _cache.artifact_key(prebuilt=hashlib.sha256(data).hexdigest(), target="cuda",
-                              tilejit=VERSION)
-    return _cache.get_or_build(key, lambda out: out.write_bytes(data), suffix=f".{kind}")
+    return _cache.store_bytes(data, suffix=f".{kind}", target="cuda", tilejit=VERSION)
 

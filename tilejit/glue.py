@@ -22,8 +22,6 @@ from .cdecl import CParam, Definition, classify, find_definition, resolve
 from .compiler import CompileError
 from .signature import ENTRY_SYMBOL, KernelArg, Signature
 
-_STATUS_TYPES = {("int",), ("int32_t",), ("signed",), ("signed", "int")}
-
 _VALUE_UNION = "typedef union { void *p; int64_t i; double f; } tilejit_value;\n"
 # C++: a void * converts to no other pointer implicitly; this does, to whatever pointer
 # type the kernel's parameter has (it was checked to be compatible).
@@ -132,11 +130,11 @@ def check_definition(program, sig: Signature, definition: Definition) -> list[st
 def returns_status(program, definition: Definition | None) -> bool:
     """Whether the kernel returns an int status (non-zero fails the call)."""
     if definition is None:
-        return program.returns in ("int", "int32")
+        return program.returns_status
     words = definition.returns
     if words in ((), ("void",)):
         return False
-    if tuple(words) in _STATUS_TYPES or classify(tuple(words)) == ("int", 32):
+    if classify(words) == ("int", 32):
         return True
     raise CompileError(program.name, reason=(
         f"the definition of {program.name} returns '{' '.join(words)}': a kernel returns "
@@ -149,16 +147,11 @@ def _call_args(kargs: tuple[KernelArg, ...], language: str, declared: bool) -> l
     type, and from there converted to the parameter's own."""
     out = []
     for j, karg in enumerate(kargs):
-        c_type = _dtypes.DTYPES[karg.dtype].c_type
-        if karg.pointer:
-            if declared:
-                out.append(f"({'const ' if karg.const else ''}{c_type} *)a[{j}].p")
-            else:
-                out.append(f"tilejit_pointer{{a[{j}].p}}" if language == "c++" else f"a[{j}].p")
-        elif karg.dtype.startswith("float"):
-            out.append(f"({c_type})a[{j}].f")
+        if karg.pointer and not declared:
+            out.append(f"tilejit_pointer{{a[{j}].p}}" if language == "c++" else f"a[{j}].p")
         else:
-            out.append(f"({c_type})a[{j}].i")
+            field = "p" if karg.pointer else "f" if karg.dtype.startswith("float") else "i"
+            out.append(f"({karg.c_type})a[{j}].{field}")
     return out
 
 
@@ -181,9 +174,9 @@ def host_source(program, sig: Signature, language: str) -> str:
     if definition is None:
         # No definition reads as one (a macro makes it, say): declare tilejit's prototype,
         # and the compiler holds the definition to it.
+        # c_prototype returns what Program.returns says, as `status` does here.
         linkage = 'extern "C" ' if language == "c++" else ""
-        parts.append(f"{linkage}{'int32_t' if status else 'void'}"
-                     f"{sig.c_prototype[sig.c_prototype.index(' '):]};\n")
+        parts.append(f"{linkage}{sig.c_prototype};\n")
         call_args = _call_args(sig.kernel_args, language, declared=True)
     else:
         asserts = check_definition(program, sig, definition)
@@ -200,9 +193,10 @@ def host_source(program, sig: Signature, language: str) -> str:
 def prebuilt_glue_source(program, sig: Signature) -> str:
     """The glue for a prebuilt CPU library: the packed entry calls, through the declared
     prototype, the function whose address the core stores in ``tilejit_kernel_function``."""
-    status = program.returns in ("int", "int32")
-    types = ", ".join(a.c_decl.rsplit(a.name, 1)[0].strip() for a in sig.kernel_args)
-    call = f"((tilejit_fn)tilejit_kernel_function)({', '.join(_call_args(sig.kernel_args, 'c', True))})"
+    status = program.returns_status
+    types = ", ".join(a.c_type.strip() for a in sig.kernel_args)
+    args = ", ".join(_call_args(sig.kernel_args, "c", declared=True))
+    call = f"((tilejit_fn)tilejit_kernel_function)({args})"
     return (f"{_dtypes.C_PRELUDE}{_VALUE_UNION}"
             f"typedef {'int32_t' if status else 'void'} (*tilejit_fn)({types or 'void'});\n"
             "__attribute__((visibility(\"default\"))) void *tilejit_kernel_function;\n"

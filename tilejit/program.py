@@ -92,6 +92,11 @@ class Program:
                                     f"name, a symbol or an expression, got {type(a).__name__}")
             object.__setattr__(self, "kernel_args", args)
 
+    @property
+    def returns_status(self) -> bool:
+        """Whether ``returns`` declares an int status (sources say it in their definition)."""
+        return self.returns in ("int", "int32")
+
     def binary_bytes(self) -> bytes:
         """The prebuilt kernel's bytes (``binary``: bytes, or a path read now)."""
         if isinstance(self.binary, (bytes, bytearray)):

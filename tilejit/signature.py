@@ -62,11 +62,16 @@ class KernelArg(NamedTuple):
     param: int | None            # the parameter index, for parameters
 
     @property
-    def c_decl(self) -> str:
+    def c_type(self) -> str:
+        """``const float *`` for a pointer, ``int32_t`` for a value."""
         c_type = _dtypes.DTYPES[self.dtype].c_type
         if self.pointer:
-            return f"{'const ' if self.const else ''}{c_type} *{self.name}"
-        return f"{c_type} {self.name}"
+            return f"{'const ' if self.const else ''}{c_type} *"
+        return c_type
+
+    @property
+    def c_decl(self) -> str:
+        return f"{self.c_type}{'' if self.pointer else ' '}{self.name}"
 
 
 class CoreSpec(NamedTuple):
@@ -209,7 +214,7 @@ def lower(program: Program, out_idx, target: str) -> Signature:
                     tuple((s.name, s.divisibility, _dtypes.DTYPES[s.dtype].dlpack)
                           for s in symbols),
                     tuple(exprs), tuple(spec_params), launch, abi_spec)
-    returns = "int32_t" if program.returns in ("int", "int32") else "void"
+    returns = "int32_t" if program.returns_status else "void"
     prototype = f"{returns} {kname}({', '.join(a.c_decl for a in kargs) or 'void'})"
     if target == "cuda":
         return Signature(kname, target, tuple(names), outs, tuple(symbols), spec,
