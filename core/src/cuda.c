@@ -38,6 +38,36 @@ typedef struct CUstream_st *CUstream;
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
 #define CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN 97
 #define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
+#define CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED 14
+#define CU_LAUNCH_ATTRIBUTE_COOPERATIVE 2
+#define CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION 4
+#define CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION 6
+
+/* cuLaunchKernelEx's configuration, laid out as cuda.h lays it out. */
+typedef struct {
+  int id; /* CUlaunchAttributeID */
+  char pad[8 - sizeof(int)];
+  union {
+    char pad[64];
+    struct {
+      unsigned int x, y, z;
+    } cluster_dim;
+    int cooperative;
+    int programmatic_stream_serialization_allowed;
+  } value;
+} CUlaunchAttribute;
+
+typedef struct {
+  unsigned int grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_mem;
+  CUstream stream;
+  CUlaunchAttribute *attrs;
+  unsigned int num_attrs;
+} CUlaunchConfig;
+
+/* A CUtensorMap: 128 opaque bytes the driver encodes, 64-byte aligned. */
+typedef struct {
+  _Alignas(128) uint64_t opaque[TJ_TENSORMAP_BYTES / 8];
+} CUtensorMap;
 
 /* Dynamic shared memory a launch may use without opting in per function. */
 #define DEFAULT_DYNAMIC_SMEM (48 * 1024)
@@ -66,8 +96,16 @@ typedef struct {
                              unsigned int grid_z, unsigned int block_x, unsigned int block_y,
                              unsigned int block_z, unsigned int shared_mem, CUstream stream,
                              void **params, void **extra);
-  /* Optional (CUDA 12.4+): NULL when the driver lacks it. */
+  /* Optional: NULL when the driver lacks them (cuFuncGetParamInfo before
+   * CUDA 12.4, the others before 12.0); a kernel that needs one says so. */
   CUresult (*cuFuncGetParamInfo)(CUfunction function, size_t index, size_t *offset, size_t *size);
+  CUresult (*cuLaunchKernelEx)(const CUlaunchConfig *config, CUfunction function, void **params,
+                               void **extra);
+  CUresult (*cuTensorMapEncodeTiled)(CUtensorMap *map, int data_type, uint32_t rank,
+                                     void *address, const uint64_t *dims,
+                                     const uint64_t *strides, const uint32_t *box,
+                                     const uint32_t *element_strides, int interleave,
+                                     int swizzle, int l2_promotion, int oob_fill);
 } driver;
 
 /* The exported names: cuda.h maps several entry points to their _v2 symbols,
@@ -104,13 +142,13 @@ static _Atomic(const driver *) g_driver;
  * life of the process (as the CUDA runtime does). */
 static _Atomic(CUcontext) g_primary[MAX_DEVICES];
 
-/* One context a kernel is loaded in. */
+/* One context a kernel is loaded in, with each launch's function. */
 typedef struct {
   CUcontext ctx;
   CUdevice device;
   CUmodule module;
-  CUfunction function;
-  _Atomic int64_t smem_allowed; /* dynamic shared memory opted in so far */
+  CUfunction functions[TJ_MAX_LAUNCHES];
+  _Atomic int64_t smem_allowed[TJ_MAX_LAUNCHES]; /* dynamic shared memory opted in so far */
 } ctx_entry;
 
 /* The kernel's module image loaded in each context it ran in. */
@@ -160,6 +198,8 @@ static int open_driver(const char *who, driver *d) {
     memcpy((char *)d + driver_entries[i].offset, &fn, sizeof(fn));
   }
   *(void **)&d->cuFuncGetParamInfo = dlsym(d->handle, "cuFuncGetParamInfo");
+  *(void **)&d->cuLaunchKernelEx = dlsym(d->handle, "cuLaunchKernelEx");
+  *(void **)&d->cuTensorMapEncodeTiled = dlsym(d->handle, "cuTensorMapEncodeTiled");
   CUresult rc = d->cuInit(0);
   if (rc != 0) {
     driver_error(d, who, "cuInit", rc);
@@ -283,46 +323,85 @@ static ctx_entry *find_entry(tj__cuda_modules *m, CUcontext ctx) {
   return NULL;
 }
 
-/* Loads the module into `ctx`, which is current, and finds the function. */
-/* "parameter 2 ('n', symbol)" for messages about kernel ABI argument `a`. */
-static void abi_label(const tj_kernel *k, int32_t a, char *buf, size_t size) {
-  const tj_abi_arg *e = &k->abi[a];
-  const char *name = e->source == TJ_ABI_PARAM    ? k->params[e->index].name
-                     : e->source == TJ_ABI_SYMBOL ? k->symbol_names[e->index]
-                                                  : k->exprs[e->index].text;
+/* "main" for a program of one kernel function, "main: main_kernel_1" for
+ * launch 1 of several: the start of messages about one launch. */
+static void launch_label(const tj_kernel *k, int32_t l, char *buf, size_t size) {
+  if (k->nlaunches > 1)
+    snprintf(buf, size, "%s: %s", k->name, k->launches[l].symbol);
+  else
+    snprintf(buf, size, "%s", k->name);
+}
+
+/* "parameter 2 ('n')" for messages about argument `a` of launch `l`. */
+static void abi_label(const tj_kernel *k, const tj_abi_arg *e, int32_t a, char *buf, size_t size) {
+  const char *name = e->source == TJ_ABI_PARAM       ? k->params[e->index].name
+                     : e->source == TJ_ABI_SYMBOL    ? k->symbol_names[e->index]
+                     : e->source == TJ_ABI_TENSORMAP ? k->tensormaps[e->index].name
+                                                     : k->exprs[e->index].text;
   snprintf(buf, size, "parameter %d ('%s')", a, name);
 }
 
 /* Where the driver can tell (cuFuncGetParamInfo), the loaded function must
  * take as many parameters as the signature declares, each of the declared
  * size: a prebuilt image is checked before its first launch. */
-static int check_params(const driver *d, const tj_kernel *k, CUfunction function) {
+static int check_params(const driver *d, const tj_kernel *k, int32_t l, CUfunction function) {
   if (d->cuFuncGetParamInfo == NULL) return TJ_OK;
+  const tj__launch *launch = &k->launches[l];
   size_t offset, size;
-  char label[200];
-  for (int32_t a = 0; a < k->nabi; ++a) {
+  char who[300], label[200];
+  launch_label(k, l, who, sizeof(who));
+  for (int32_t a = 0; a < launch->nabi; ++a) {
     if (d->cuFuncGetParamInfo(function, (size_t)a, &offset, &size) != 0)
       return tj_set_error(TJ_EVALUE,
                           "%s: the loaded function '%s' takes %d parameters, the signature "
                           "declares %d",
-                          k->name, k->image_symbol, a, k->nabi);
-    int64_t want = tj__abi_bytes(k, &k->abi[a]);
+                          who, launch->symbol, a, launch->nabi);
+    int64_t want = tj__abi_bytes(k, &launch->abi[a]);
     if ((int64_t)size != want) {
-      abi_label(k, a, label, sizeof(label));
+      abi_label(k, &launch->abi[a], a, label, sizeof(label));
       return tj_set_error(TJ_EVALUE,
                           "%s: %s of the loaded function '%s' is %zu bytes, the signature "
                           "declares %lld bytes",
-                          k->name, label, k->image_symbol, size, (long long)want);
+                          who, label, launch->symbol, size, (long long)want);
     }
   }
-  if (d->cuFuncGetParamInfo(function, (size_t)k->nabi, &offset, &size) == 0)
+  if (d->cuFuncGetParamInfo(function, (size_t)launch->nabi, &offset, &size) == 0)
     return tj_set_error(TJ_EVALUE,
                         "%s: the loaded function '%s' takes more than the %d parameters the "
                         "signature declares",
-                        k->name, k->image_symbol, k->nabi);
+                        who, launch->symbol, launch->nabi);
   return TJ_OK;
 }
 
+/* Finds launch `l`'s function in `module` and prepares it. */
+static int find_function(const driver *d, const tj_kernel *k, int32_t l, CUmodule module,
+                         CUfunction *out) {
+  const tj__launch *launch = &k->launches[l];
+  CUresult rc = d->cuModuleGetFunction(out, module, launch->symbol);
+  if (rc != 0) {
+    char call[300];
+    snprintf(call, sizeof(call), "cuModuleGetFunction(\"%s\")", launch->symbol);
+    driver_error(d, k->name, call, rc);
+    char msg[600];
+    snprintf(msg, sizeof(msg),
+             "%s; the module image has no extern \"C\" __global__ function of that name",
+             tj_last_error());
+    return tj_set_error(TJ_ERUNTIME, "%s", msg);
+  }
+  int status = check_params(d, k, l, *out);
+  if (status == TJ_OK && launch->has_cluster) {
+    /* Clusters beyond the portable 8 blocks are the device's to refuse. */
+    rc = d->cuFuncSetAttribute(*out, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
+    if (rc != 0) {
+      char who[300];
+      launch_label(k, l, who, sizeof(who));
+      status = driver_error(d, who, "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)", rc);
+    }
+  }
+  return status;
+}
+
+/* Loads the module into `ctx`, which is current, and finds the functions. */
 static int load_entry(const driver *d, const tj_kernel *k, CUcontext ctx, CUdevice device,
                       ctx_entry **out) {
   tj__cuda_modules *m = k->cuda;
@@ -335,29 +414,22 @@ static int load_entry(const driver *d, const tj_kernel *k, CUcontext ctx, CUdevi
                           MAX_CONTEXTS);
   } else if (e == NULL) {
     CUmodule module = NULL;
-    CUfunction function = NULL;
+    CUfunction functions[TJ_MAX_LAUNCHES] = {0};
     CUresult rc = d->cuModuleLoadData(&module, k->image);
-    if (rc != 0) {
-      status = driver_error(d, k->name, "cuModuleLoadData", rc);
-    } else if ((rc = d->cuModuleGetFunction(&function, module, k->image_symbol)) != 0) {
-      char call[300];
-      snprintf(call, sizeof(call), "cuModuleGetFunction(\"%s\")", k->image_symbol);
-      driver_error(d, k->name, call, rc);
-      char msg[600];
-      snprintf(msg, sizeof(msg),
-               "%s; the module image has no extern \"C\" __global__ function of that name",
-               tj_last_error());
-      status = tj_set_error(TJ_ERUNTIME, "%s", msg);
+    if (rc != 0) status = driver_error(d, k->name, "cuModuleLoadData", rc);
+    for (int32_t l = 0; status == TJ_OK && l < k->nlaunches; ++l)
+      status = find_function(d, k, l, module, &functions[l]);
+    if (status != TJ_OK && module != NULL) {
       d->cuModuleUnload(module);
-    } else if ((status = check_params(d, k, function)) != TJ_OK) {
-      d->cuModuleUnload(module);
-    } else {
+    } else if (status == TJ_OK) {
       e = &m->entries[n];
       e->ctx = ctx;
       e->device = device;
       e->module = module;
-      e->function = function;
-      atomic_store(&e->smem_allowed, DEFAULT_DYNAMIC_SMEM);
+      for (int32_t l = 0; l < k->nlaunches; ++l) {
+        e->functions[l] = functions[l];
+        atomic_store(&e->smem_allowed[l], DEFAULT_DYNAMIC_SMEM);
+      }
       atomic_store_explicit(&m->count, n + 1, memory_order_release);
     }
   }
@@ -366,22 +438,24 @@ static int load_entry(const driver *d, const tj_kernel *k, CUcontext ctx, CUdevi
   return status;
 }
 
-/* Opts the function in to `smem` bytes of dynamic shared memory, once per
- * larger amount. */
-static int allow_smem(const driver *d, const tj_kernel *k, ctx_entry *e, int64_t smem) {
-  if (smem <= atomic_load(&e->smem_allowed)) return TJ_OK;
+/* Opts launch `l`'s function in to `smem` bytes of dynamic shared memory,
+ * once per larger amount. */
+static int allow_smem(const driver *d, const tj_kernel *k, ctx_entry *e, int32_t l, int64_t smem) {
+  if (smem <= atomic_load(&e->smem_allowed[l])) return TJ_OK;
   int status = TJ_OK;
+  char who[300];
+  launch_label(k, l, who, sizeof(who));
   pthread_mutex_lock(&k->cuda->lock);
-  if (smem > atomic_load(&e->smem_allowed)) {
-    CUresult rc = d->cuFuncSetAttribute(e->function,
+  if (smem > atomic_load(&e->smem_allowed[l])) {
+    CUresult rc = d->cuFuncSetAttribute(e->functions[l],
                                         CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)smem);
     if (rc == 0) {
-      atomic_store(&e->smem_allowed, smem);
+      atomic_store(&e->smem_allowed[l], smem);
     } else {
       char call[160];
       snprintf(call, sizeof(call), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, %lld)",
                (long long)smem);
-      driver_error(d, k->name, call, rc);
+      driver_error(d, who, call, rc);
       int limit = 0;
       if (d->cuDeviceGetAttribute(&limit, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
                                   e->device) == 0 &&
@@ -399,23 +473,39 @@ static int allow_smem(const driver *d, const tj_kernel *k, ctx_entry *e, int64_t
   return status;
 }
 
-/* Evaluates the launch configuration: grid, block, shared memory. */
-static int eval_launch(const tj_frame *f, int64_t out[7]) {
-  static const char *const what[7] = {"grid[0]",  "grid[1]",  "grid[2]",   "block[0]",
-                                      "block[1]", "block[2]", "shared_mem"};
-  const tj_kernel *k = f->kernel;
-  for (int i = 0; i < 7; ++i) {
-    const tj__expr *e = &k->exprs[k->launch[i]];
-    if (tj_expr_eval(e->code, e->n, f->symbols, &out[i]) != TJ_OK) {
-      char why[400];
-      snprintf(why, sizeof(why), "%s", tj_last_error());
-      return tj_set_error(TJ_EVALUE, "%s: cannot evaluate %s = %s: %s", k->name, what[i], e->text,
-                          why);
+/* Evaluates expression `id` into *out and checks it lies in [low, UINT32_MAX]. */
+static int eval_dimension(const tj_frame *f, const char *who, const char *what, int32_t id,
+                          int64_t low, int64_t *out) {
+  const tj__expr *e = &f->kernel->exprs[id];
+  if (tj_expr_eval(e->code, e->n, f->symbols, out) != TJ_OK) {
+    char why[400];
+    snprintf(why, sizeof(why), "%s", tj_last_error());
+    return tj_set_error(TJ_EVALUE, "%s: cannot evaluate %s = %s: %s", who, what, e->text, why);
+  }
+  if (*out < low || *out > (int64_t)UINT32_MAX)
+    return tj_set_error(TJ_EVALUE, "%s: %s = %s evaluates to %lld, expected %s", who, what, e->text,
+                        (long long)*out, low ? "1 to 4294967295" : "0 to 4294967295");
+  return TJ_OK;
+}
+
+/* Launch `l`'s configuration: grid, block, shared memory, cluster (1 1 1
+ * without one). */
+static int eval_launch(const tj_frame *f, int32_t l, int64_t out[10]) {
+  static const char *const what[10] = {"grid[0]",    "grid[1]",    "grid[2]",   "block[0]",
+                                       "block[1]",   "block[2]",   "shared_mem", "cluster[0]",
+                                       "cluster[1]", "cluster[2]"};
+  const tj__launch *launch = &f->kernel->launches[l];
+  char who[300];
+  launch_label(f->kernel, l, who, sizeof(who));
+  for (int i = 0; i < 10; ++i) {
+    if (i >= 7 && !launch->has_cluster) {
+      out[i] = 1;
+      continue;
     }
-    int64_t low = (i >= 3 && i < 6) ? 1 : 0;
-    if (out[i] < low || out[i] > (int64_t)UINT32_MAX)
-      return tj_set_error(TJ_EVALUE, "%s: %s = %s evaluates to %lld, expected %s", k->name, what[i],
-                          e->text, (long long)out[i], low ? "1 to 4294967295" : "0 to 4294967295");
+    int32_t id = i < 7 ? launch->config[i] : launch->cluster[i - 7];
+    int64_t low = (i >= 3 && i != 6) ? 1 : 0;
+    int rc = eval_dimension(f, who, what[i], id, low, &out[i]);
+    if (rc) return rc;
   }
   return TJ_OK;
 }
@@ -437,13 +527,79 @@ static void *tensor_address(const tj_arg *arg) {
   return (char *)arg->tensor.data + arg->tensor.byte_offset;
 }
 
-static void pack(const tj_frame *f, slot *slots, void **params) {
+/* Encodes tensor map `m` for this call into *out. */
+static int encode_tensormap(const driver *d, const tj_frame *f, int32_t m, CUtensorMap *out) {
   const tj_kernel *k = f->kernel;
-  for (int32_t a = 0; a < k->nabi; ++a) {
-    const tj_abi_arg *entry = &k->abi[a];
+  const tj_tensormap *t = &k->tensormaps[m];
+  const char *param = k->params[t->param].name;
+  char who[400];
+  snprintf(who, sizeof(who), "%s: tensor map '%s' (of '%s')", k->name, t->name, param);
+  if (d->cuTensorMapEncodeTiled == NULL)
+    return tj_set_error(TJ_ERUNTIME,
+                        "%s: the CUDA driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12 "
+                        "and a Hopper or newer GPU)",
+                        who);
+  void *address = tensor_address(f->params[t->param]);
+  if (address == NULL && f->params[t->param] != NULL &&
+      f->params[t->param]->kind == TJ_ARG_ADDRESS)
+    address = f->params[t->param]->value.p;
+  if (address == NULL)
+    return tj_set_error(TJ_EVALUE, "%s: '%s' is None; a tensor map needs its tensor", who, param);
+  int64_t v[4][TJ_MAX_TENSORMAP_RANK];
+  const int32_t *ids[4] = {t->dims, t->strides, t->box, t->element_strides};
+  static const char *const names[4] = {"dims", "strides", "box", "element_strides"};
+  uint64_t dims[TJ_MAX_TENSORMAP_RANK], strides[TJ_MAX_TENSORMAP_RANK];
+  uint32_t box[TJ_MAX_TENSORMAP_RANK], element_strides[TJ_MAX_TENSORMAP_RANK];
+  for (int g = 0; g < 4; ++g) {
+    int32_t n = g == 1 ? t->rank - 1 : t->rank;
+    for (int32_t i = 0; i < n; ++i) {
+      const tj__expr *e = &k->exprs[ids[g][i]];
+      if (tj_expr_eval(e->code, e->n, f->symbols, &v[g][i]) != TJ_OK)
+        return tj__prefix_error(TJ_EVALUE, "%s: %s[%d] = %s: ", who, names[g], i, e->text);
+      int64_t high = g == 1 ? INT64_MAX : (int64_t)UINT32_MAX;
+      if (v[g][i] < 1 || v[g][i] > high)
+        return tj_set_error(TJ_EVALUE, "%s: %s[%d] = %s evaluates to %lld, expected >= 1", who,
+                            names[g], i, e->text, (long long)v[g][i]);
+    }
+  }
+  for (int32_t i = 0; i < t->rank; ++i) {
+    dims[i] = (uint64_t)v[0][i];
+    box[i] = (uint32_t)v[2][i];
+    element_strides[i] = (uint32_t)v[3][i];
+    if (i + 1 < t->rank) strides[i] = (uint64_t)v[1][i];
+  }
+  CUresult rc = d->cuTensorMapEncodeTiled(out, t->data_type, (uint32_t)t->rank, address, dims,
+                                          strides, box, element_strides, t->interleave, t->swizzle,
+                                          t->l2_promotion, t->oob_fill);
+  if (rc != 0) {
+    char a[120], b[120], c[120], e[120], call[900];
+    tj__format_tuple(v[0], t->rank, a, sizeof(a));
+    tj__format_tuple(v[1], t->rank - 1, b, sizeof(b));
+    tj__format_tuple(v[2], t->rank, c, sizeof(c));
+    tj__format_tuple(v[3], t->rank, e, sizeof(e));
+    snprintf(call, sizeof(call),
+             "cuTensorMapEncodeTiled(data type %d, rank %d, address %p, dims %s, strides %s, "
+             "box %s, element strides %s, interleave %d, swizzle %d, L2 promotion %d, OOB fill "
+             "%d)",
+             t->data_type, t->rank, address, a, b, c, e, t->interleave, t->swizzle,
+             t->l2_promotion, t->oob_fill);
+    return driver_error(d, who, call, rc);
+  }
+  return TJ_OK;
+}
+
+static void pack(const tj_frame *f, const tj__launch *launch, const CUtensorMap *maps, slot *slots,
+                 void **params) {
+  const tj_kernel *k = f->kernel;
+  for (int32_t a = 0; a < launch->nabi; ++a) {
+    const tj_abi_arg *entry = &launch->abi[a];
     slot *s = &slots[a];
     memset(s, 0, sizeof(*s));
     params[a] = s;
+    if (entry->source == TJ_ABI_TENSORMAP) {
+      params[a] = (void *)&maps[entry->index];
+      continue;
+    }
     if (entry->source != TJ_ABI_PARAM) {
       /* A symbol or expression, in the width the kernel declares (bind
        * checked the value fits). */
@@ -481,19 +637,85 @@ static void pack(const tj_frame *f, slot *slots, void **params) {
   }
 }
 
+/* Launches launch `l` with configuration `cfg` (eval_launch): through
+ * cuLaunchKernelEx when it has attributes, else cuLaunchKernel. */
+static int launch_one(const driver *d, const tj_frame *f, int32_t l, CUfunction function,
+                      const int64_t cfg[10], void **params) {
+  const tj__launch *launch = &f->kernel->launches[l];
+  CUresult rc;
+  const char *via = "cuLaunchKernel";
+  if (launch->has_cluster || launch->flags) {
+    via = "cuLaunchKernelEx";
+    if (d->cuLaunchKernelEx == NULL) {
+      char who[300];
+      launch_label(f->kernel, l, who, sizeof(who));
+      return tj_set_error(TJ_ERUNTIME,
+                          "%s: the CUDA driver has no cuLaunchKernelEx, needed for cluster, "
+                          "cooperative and programmatic dependent launches (CUDA 12 or newer)",
+                          who);
+    }
+    CUlaunchAttribute attrs[3];
+    unsigned n = 0;
+    memset(attrs, 0, sizeof(attrs));
+    if (launch->has_cluster) {
+      attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attrs[n].value.cluster_dim.x = (unsigned)cfg[7];
+      attrs[n].value.cluster_dim.y = (unsigned)cfg[8];
+      attrs[n++].value.cluster_dim.z = (unsigned)cfg[9];
+    }
+    if (launch->flags & TJ_LAUNCH_COOPERATIVE) {
+      attrs[n].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+      attrs[n++].value.cooperative = 1;
+    }
+    if (launch->flags & TJ_LAUNCH_PDL) {
+      attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attrs[n++].value.programmatic_stream_serialization_allowed = 1;
+    }
+    CUlaunchConfig config = {(unsigned)cfg[0], (unsigned)cfg[1], (unsigned)cfg[2],
+                             (unsigned)cfg[3], (unsigned)cfg[4], (unsigned)cfg[5],
+                             (unsigned)cfg[6], (CUstream)f->stream, attrs, n};
+    rc = d->cuLaunchKernelEx(&config, function, params, NULL);
+  } else {
+    rc = d->cuLaunchKernel(function, (unsigned)cfg[0], (unsigned)cfg[1], (unsigned)cfg[2],
+                           (unsigned)cfg[3], (unsigned)cfg[4], (unsigned)cfg[5], (unsigned)cfg[6],
+                           (CUstream)f->stream, params, NULL);
+  }
+  if (rc == 0) return TJ_OK;
+  char who[300], call[400];
+  launch_label(f->kernel, l, who, sizeof(who));
+  int used = snprintf(call, sizeof(call),
+                      "%s(grid (%lld, %lld, %lld), block (%lld, %lld, %lld), shared memory "
+                      "%lld bytes",
+                      via, (long long)cfg[0], (long long)cfg[1], (long long)cfg[2],
+                      (long long)cfg[3], (long long)cfg[4], (long long)cfg[5], (long long)cfg[6]);
+  if (launch->has_cluster && used > 0 && (size_t)used < sizeof(call))
+    used += snprintf(call + used, sizeof(call) - (size_t)used, ", cluster (%lld, %lld, %lld)",
+                     (long long)cfg[7], (long long)cfg[8], (long long)cfg[9]);
+  if (used > 0 && (size_t)used < sizeof(call))
+    snprintf(call + used, sizeof(call) - (size_t)used, "%s%s, stream %p)",
+             (launch->flags & TJ_LAUNCH_COOPERATIVE) ? ", cooperative" : "",
+             (launch->flags & TJ_LAUNCH_PDL) ? ", programmatic dependent launch" : "",
+             f->stream);
+  return driver_error(d, who, call, rc);
+}
+
 int tj__cuda_launch(const tj_frame *f) {
   const tj_kernel *k = f->kernel;
   if (k->cuda == NULL)
     return tj_set_error(TJ_ERUNTIME, "%s: no CUDA module image is loaded", k->name);
   if (!k->has_launch)
     return tj_set_error(TJ_ERUNTIME, "%s: no launch configuration (grid, block) is set", k->name);
-  int64_t cfg[7];
-  int status = eval_launch(f, cfg);
-  if (status) return status;
+  /* Every configuration is evaluated before anything launches. */
+  int64_t cfg[TJ_MAX_LAUNCHES][10];
+  int status;
+  for (int32_t l = 0; l < k->nlaunches; ++l)
+    if ((status = eval_launch(f, l, cfg[l]))) return status;
   const driver *d = get_driver(k->name);
   if (d == NULL) return TJ_ERUNTIME;
   /* An empty grid (say, ceildiv(n, 256) with n == 0) has nothing to run. */
-  if (cfg[0] == 0 || cfg[1] == 0 || cfg[2] == 0) return TJ_OK;
+  int any = 0;
+  for (int32_t l = 0; l < k->nlaunches; ++l) any |= cfg[l][0] && cfg[l][1] && cfg[l][2];
+  if (!any) return TJ_OK;
 
   /* The context: the calling thread's current one when it is on the tensors'
    * device (as with torch, which makes the primary context current), else
@@ -528,23 +750,17 @@ int tj__cuda_launch(const tj_frame *f) {
     e = find_entry(k->cuda, ctx);
   }
   if (e == NULL) status = load_entry(d, k, ctx, device, &e);
-  if (!status && cfg[6] > DEFAULT_DYNAMIC_SMEM) status = allow_smem(d, k, e, cfg[6]);
-  if (!status) {
+  /* Tensor maps are encoded once per call; launches share them. */
+  CUtensorMap maps[TJ_MAX_TENSORMAPS];
+  for (int32_t m = 0; !status && m < k->ntensormaps; ++m)
+    status = encode_tensormap(d, f, m, &maps[m]);
+  for (int32_t l = 0; !status && l < k->nlaunches; ++l) {
+    if (!cfg[l][0] || !cfg[l][1] || !cfg[l][2]) continue;
+    if (cfg[l][6] > DEFAULT_DYNAMIC_SMEM && (status = allow_smem(d, k, e, l, cfg[l][6]))) break;
     slot slots[TJ_MAX_ABI_ARGS];
     void *params[TJ_MAX_ABI_ARGS];
-    pack(f, slots, params);
-    rc = d->cuLaunchKernel(e->function, (unsigned)cfg[0], (unsigned)cfg[1], (unsigned)cfg[2],
-                           (unsigned)cfg[3], (unsigned)cfg[4], (unsigned)cfg[5], (unsigned)cfg[6],
-                           (CUstream)f->stream, params, NULL);
-    if (rc != 0) {
-      char call[300];
-      snprintf(call, sizeof(call),
-               "cuLaunchKernel(grid (%lld, %lld, %lld), block (%lld, %lld, %lld), shared memory "
-               "%lld bytes, stream %p)",
-               (long long)cfg[0], (long long)cfg[1], (long long)cfg[2], (long long)cfg[3],
-               (long long)cfg[4], (long long)cfg[5], (long long)cfg[6], f->stream);
-      status = driver_error(d, k->name, call, rc);
-    }
+    pack(f, &k->launches[l], maps, slots, params);
+    status = launch_one(d, f, l, e->functions[l], cfg[l], params);
   }
   if (pushed) d->cuCtxPopCurrent(&popped);
   return status;

@@ -33,6 +33,20 @@ typedef struct {
   int32_t output;      /* output index; -1 for inputs */
 } tj__param;
 
+/* One kernel function launched per call. Launch 0 is built at finalize from
+ * tj_kernel_set_image / _set_launch / _set_abi (its symbol and arguments
+ * borrowed from the kernel); further ones (tj_kernel_add_launch) own theirs.
+ * A CPU kernel has launch 0 only, for its argument list. */
+typedef struct {
+  char *symbol;
+  int32_t config[7];  /* grid[3], block[3], shared memory: expression ids */
+  int32_t has_cluster;
+  int32_t cluster[3]; /* expression ids */
+  uint32_t flags;     /* TJ_LAUNCH_* */
+  int32_t nabi;
+  tj_abi_arg *abi;
+} tj__launch;
+
 struct tj_kernel {
   char *name;
   int32_t target;
@@ -69,6 +83,10 @@ struct tj_kernel {
   int64_t image_size;
   char *image_symbol;
   struct tj__cuda_modules *cuda;
+  int32_t nlaunches; /* >= 1 once finalized */
+  tj__launch launches[TJ_MAX_LAUNCHES];
+  int32_t ntensormaps;
+  tj_tensormap tensormaps[TJ_MAX_TENSORMAPS]; /* names owned */
 };
 
 /* Bytes per element (at least 1 for sub-byte types). */

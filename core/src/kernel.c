@@ -29,6 +29,7 @@ int tj_kernel_create(const char *name, int32_t nparams, int32_t target, tj_kerne
   }
   k->nparams = nparams;
   k->target = target;
+  k->nlaunches = 1; /* launch 0 is completed at finalize */
   *out = k;
   return TJ_OK;
 }
@@ -47,6 +48,11 @@ void tj_kernel_free(tj_kernel *k) {
   tj__cuda_free(k);
   free(k->image);
   free(k->image_symbol);
+  for (int32_t i = 1; i < k->nlaunches; ++i) {
+    free(k->launches[i].symbol);
+    free(k->launches[i].abi);
+  }
+  for (int32_t i = 0; i < k->ntensormaps; ++i) free((char *)k->tensormaps[i].name);
   free(k->name);
   free(k);
 }
@@ -91,18 +97,18 @@ int tj_kernel_set_symbol_dtype(tj_kernel *k, int32_t symbol, DLDataType dtype) {
   return TJ_OK;
 }
 
-int tj_kernel_set_abi(tj_kernel *k, int32_t n, const tj_abi_arg *args) {
-  int rc = check_mutable(k);
-  if (rc) return rc;
+/* Checks `n` kernel arguments against what the kernel declares so far. */
+static int check_abi(const tj_kernel *k, int32_t n, const tj_abi_arg *args) {
   if (n < 0 || n > TJ_MAX_ABI_ARGS)
     return tj_set_error(TJ_EVALUE, "%s: %d kernel arguments, expected 0 to %d", k->name, n,
                         TJ_MAX_ABI_ARGS);
   for (int32_t a = 0; a < n; ++a) {
     const tj_abi_arg *e = &args[a];
-    int32_t count = e->source == TJ_ABI_PARAM    ? k->nparams
-                    : e->source == TJ_ABI_SYMBOL ? k->nsymbols
-                    : e->source == TJ_ABI_EXPR   ? k->nexprs
-                                                 : -1;
+    int32_t count = e->source == TJ_ABI_PARAM       ? k->nparams
+                    : e->source == TJ_ABI_SYMBOL    ? k->nsymbols
+                    : e->source == TJ_ABI_EXPR      ? k->nexprs
+                    : e->source == TJ_ABI_TENSORMAP ? k->ntensormaps
+                                                    : -1;
     if (count < 0)
       return tj_set_error(TJ_EVALUE, "%s: kernel argument %d: unknown source %d", k->name, a,
                           e->source);
@@ -114,8 +120,14 @@ int tj_kernel_set_abi(tj_kernel *k, int32_t n, const tj_abi_arg *args) {
                           "%s: kernel argument %d: an expression is passed as int32, int64, "
                           "uint32 or uint64",
                           k->name, a);
-    k->abi[a] = *e;
   }
+  return TJ_OK;
+}
+
+int tj_kernel_set_abi(tj_kernel *k, int32_t n, const tj_abi_arg *args) {
+  int rc = check_mutable(k);
+  if (rc || (rc = check_abi(k, n, args))) return rc;
+  if (n > 0) memcpy(k->abi, args, sizeof(*args) * (size_t)n);
   k->nabi = n;
   k->has_abi = 1;
   return TJ_OK;
@@ -192,11 +204,11 @@ static int set_param(tj_kernel *k, int32_t index, const char *name, int32_t kind
   return TJ_OK;
 }
 
-static int check_expr_ids(const tj_kernel *k, const char *pname, const int32_t *ids, int32_t n) {
+/* `what` labels the ids in the message: "parameter 'A'", "launch configuration". */
+static int check_expr_ids(const tj_kernel *k, const char *what, const int32_t *ids, int32_t n) {
   for (int32_t i = 0; i < n; ++i)
     if (ids[i] < 0 || ids[i] >= k->nexprs)
-      return tj_set_error(TJ_EVALUE, "%s: parameter '%s': unknown expression id %d", k->name, pname,
-                          ids[i]);
+      return tj_set_error(TJ_EVALUE, "%s: %s: unknown expression id %d", k->name, what, ids[i]);
   return TJ_OK;
 }
 
@@ -209,8 +221,10 @@ int tj_kernel_set_buffer(tj_kernel *k, int32_t index, const char *name, DLDataTy
   if (align < 0 || (align & (align - 1)))
     return tj_set_error(TJ_EVALUE, "%s: parameter '%s': align must be a power of two, got %lld",
                         k->name, name, (long long)align);
-  int rc = check_expr_ids(k, name, shape_ids, ndim);
-  if (!rc && stride_ids) rc = check_expr_ids(k, name, stride_ids, ndim);
+  char what[300];
+  snprintf(what, sizeof(what), "parameter '%s'", name);
+  int rc = check_expr_ids(k, what, shape_ids, ndim);
+  if (!rc && stride_ids) rc = check_expr_ids(k, what, stride_ids, ndim);
   tj__param *p;
   if (rc || (rc = set_param(k, index, name, TJ_PARAM_BUFFER, &p))) return rc;
   p->dtype = dtype;
@@ -309,15 +323,29 @@ int tj_kernel_finalize(tj_kernel *k) {
     for (int32_t s = 0; s < k->nsymbols; ++s)
       k->abi[k->nabi++] = (tj_abi_arg){TJ_ABI_SYMBOL, s, {kDLInt, 64, 1}};
   }
+  tj__launch *first = &k->launches[0];
+  memcpy(first->config, k->launch, sizeof(first->config));
+  first->nabi = k->nabi;
+  first->abi = k->abi;
+  for (int32_t m = 0; m < k->ntensormaps; ++m) {
+    const tj__param *p = &k->params[k->tensormaps[m].param];
+    if (p->kind != TJ_PARAM_BUFFER && p->kind != TJ_PARAM_POINTER)
+      return tj_set_error(TJ_EVALUE, "%s: tensor map '%s' describes parameter '%s', which is not a "
+                          "buffer or pointer",
+                          k->name, k->tensormaps[m].name, p->name);
+  }
   k->check_integers = 0;
   for (int32_t s = 0; s < k->nsymbols; ++s)
     k->check_integers |= k->symbol_dtype[s].code != kDLInt || k->symbol_dtype[s].bits != 64;
-  for (int32_t a = 0; a < k->nabi; ++a) k->check_integers |= k->abi[a].source == TJ_ABI_EXPR;
+  for (int32_t l = 0; l < k->nlaunches; ++l)
+    for (int32_t a = 0; a < k->launches[l].nabi; ++a)
+      k->check_integers |= k->launches[l].abi[a].source == TJ_ABI_EXPR;
   k->finalized = 1;
   return TJ_OK;
 }
 
 int64_t tj__abi_bytes(const tj_kernel *k, const tj_abi_arg *a) {
+  if (a->source == TJ_ABI_TENSORMAP) return TJ_TENSORMAP_BYTES;
   if (a->source == TJ_ABI_SYMBOL) return k->symbol_dtype[a->index].bits / 8;
   if (a->source == TJ_ABI_EXPR) return a->dtype.bits / 8;
   const tj__param *p = &k->params[a->index];
@@ -358,6 +386,7 @@ int tj_kernel_set_image(tj_kernel *k, const void *image, int64_t size, const cha
   k->image = copy;
   k->image_size = size;
   k->image_symbol = name;
+  k->launches[0].symbol = name; /* borrowed: the image may come after finalize */
   return TJ_OK;
 }
 
@@ -398,12 +427,89 @@ int tj_kernel_set_launch(tj_kernel *k, const int32_t grid_ids[3], const int32_t 
     return tj_set_error(TJ_EVALUE, "%s: the kernel is finalized and cannot change", k->name);
   int32_t ids[7] = {grid_ids[0],  grid_ids[1],  grid_ids[2],  block_ids[0],
                     block_ids[1], block_ids[2], shared_mem_id};
-  for (int i = 0; i < 7; ++i)
-    if (ids[i] < 0 || ids[i] >= k->nexprs)
-      return tj_set_error(TJ_EVALUE, "%s: launch configuration: unknown expression id %d", k->name,
-                          ids[i]);
+  if ((rc = check_expr_ids(k, "launch configuration", ids, 7))) return rc;
   memcpy(k->launch, ids, sizeof(ids));
   k->has_launch = 1;
+  return TJ_OK;
+}
+
+int tj_kernel_add_launch(tj_kernel *k, const char *symbol, const int32_t grid_ids[3],
+                         const int32_t block_ids[3], int32_t shared_mem_id, int32_t nargs,
+                         const tj_abi_arg *args, int32_t *out_index) {
+  int rc = check_cuda_kernel(k, "a further launch");
+  if (rc || (rc = check_mutable(k))) return rc;
+  if (k->nlaunches == TJ_MAX_LAUNCHES)
+    return tj_set_error(TJ_EVALUE, "%s: more than %d kernel launches", k->name, TJ_MAX_LAUNCHES);
+  if (symbol == NULL || *symbol == 0)
+    return tj_set_error(TJ_EVALUE, "%s: no kernel function name given", k->name);
+  int32_t ids[7] = {grid_ids[0],  grid_ids[1],  grid_ids[2],  block_ids[0],
+                    block_ids[1], block_ids[2], shared_mem_id};
+  if ((rc = check_expr_ids(k, "launch configuration", ids, 7)) ||
+      (rc = check_abi(k, nargs, args)))
+    return rc;
+  tj__launch *l = &k->launches[k->nlaunches];
+  memset(l, 0, sizeof(*l));
+  l->symbol = copy_string(symbol);
+  l->abi = malloc(sizeof(*args) * (size_t)(nargs > 0 ? nargs : 1));
+  if (l->symbol == NULL || l->abi == NULL) {
+    free(l->symbol);
+    free(l->abi);
+    l->symbol = NULL;
+    l->abi = NULL;
+    return tj_set_error(TJ_ENOMEM, "out of memory");
+  }
+  if (nargs > 0) memcpy(l->abi, args, sizeof(*args) * (size_t)nargs);
+  l->nabi = nargs;
+  memcpy(l->config, ids, sizeof(ids));
+  *out_index = k->nlaunches++;
+  return TJ_OK;
+}
+
+int tj_kernel_set_launch_attrs(tj_kernel *k, int32_t index, const int32_t cluster_ids[3],
+                               uint32_t flags) {
+  int rc = check_cuda_kernel(k, "launch attributes");
+  if (rc || (rc = check_mutable(k))) return rc;
+  if (index < 0 || index >= k->nlaunches)
+    return tj_set_error(TJ_EVALUE, "%s: launch %d does not exist (%d launches)", k->name, index,
+                        k->nlaunches);
+  if (flags & ~(TJ_LAUNCH_COOPERATIVE | TJ_LAUNCH_PDL))
+    return tj_set_error(TJ_EVALUE, "%s: launch %d: unknown flags %#x", k->name, index, flags);
+  if (cluster_ids != NULL && (rc = check_expr_ids(k, "cluster dimensions", cluster_ids, 3)))
+    return rc;
+  if (cluster_ids != NULL && (flags & TJ_LAUNCH_COOPERATIVE))
+    return tj_set_error(TJ_EVALUE,
+                        "%s: launch %d: a cooperative launch cannot have cluster dimensions",
+                        k->name, index);
+  tj__launch *l = &k->launches[index];
+  l->has_cluster = cluster_ids != NULL;
+  if (cluster_ids != NULL) memcpy(l->cluster, cluster_ids, sizeof(l->cluster));
+  l->flags = flags;
+  return TJ_OK;
+}
+
+int tj_kernel_add_tensormap(tj_kernel *k, const tj_tensormap *map, int32_t *out_id) {
+  int rc = check_cuda_kernel(k, "a tensor map");
+  if (rc || (rc = check_mutable(k))) return rc;
+  const char *name = map->name ? map->name : "";
+  if (k->ntensormaps == TJ_MAX_TENSORMAPS)
+    return tj_set_error(TJ_EVALUE, "%s: more than %d tensor maps", k->name, TJ_MAX_TENSORMAPS);
+  if (map->param < 0 || map->param >= k->nparams)
+    return tj_set_error(TJ_EVALUE, "%s: tensor map '%s': parameter %d out of range (%d)", k->name,
+                        name, map->param, k->nparams);
+  if (map->rank < 1 || map->rank > TJ_MAX_TENSORMAP_RANK)
+    return tj_set_error(TJ_EVALUE, "%s: tensor map '%s': rank %d, expected 1 to %d", k->name, name,
+                        map->rank, TJ_MAX_TENSORMAP_RANK);
+  char what[200];
+  snprintf(what, sizeof(what), "tensor map '%s'", name);
+  if ((rc = check_expr_ids(k, what, map->dims, map->rank)) ||
+      (rc = check_expr_ids(k, what, map->strides, map->rank - 1)) ||
+      (rc = check_expr_ids(k, what, map->box, map->rank)) ||
+      (rc = check_expr_ids(k, what, map->element_strides, map->rank)))
+    return rc;
+  tj_tensormap *m = &k->tensormaps[k->ntensormaps];
+  *m = *map;
+  if ((m->name = copy_string(name)) == NULL) return tj_set_error(TJ_ENOMEM, "out of memory");
+  *out_id = k->ntensormaps++;
   return TJ_OK;
 }
 

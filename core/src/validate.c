@@ -394,16 +394,23 @@ static int check_integers(binder *b) {
     if (b->bound_by[s] >= 0) return fail(b, TJ_EVALUE, b->bound_by[s], msg);
     return tj_set_error(TJ_EVALUE, "%s: %s", k->name, msg);
   }
-  for (int32_t a = 0; a < k->nabi; ++a) {
-    const tj_abi_arg *entry = &k->abi[a];
-    if (entry->source != TJ_ABI_EXPR) continue;
-    const char *text = k->exprs[entry->index].text;
-    int64_t value;
-    if (tj__abi_integer(f, entry, &value) != TJ_OK)
-      return tj__prefix_error(TJ_EVALUE, "%s: kernel argument %d (%s): ", k->name, a, text);
-    if (!fits(entry->dtype, value))
-      return tj_set_error(TJ_EVALUE, "%s: kernel argument %d (%s) = %lld does not fit %s", k->name,
-                          a, text, (long long)value, index_type(entry->dtype));
+  for (int32_t l = 0; l < k->nlaunches; ++l) {
+    const tj__launch *launch = &k->launches[l];
+    /* "main_kernel_1: " before the message when a program launches several. */
+    const char *fn = k->nlaunches > 1 ? launch->symbol : "";
+    const char *sep = k->nlaunches > 1 ? ": " : "";
+    for (int32_t a = 0; a < launch->nabi; ++a) {
+      const tj_abi_arg *entry = &launch->abi[a];
+      if (entry->source != TJ_ABI_EXPR) continue;
+      const char *text = k->exprs[entry->index].text;
+      int64_t value;
+      if (tj__abi_integer(f, entry, &value) != TJ_OK)
+        return tj__prefix_error(TJ_EVALUE, "%s: %s%skernel argument %d (%s): ", k->name, fn, sep,
+                                a, text);
+      if (!fits(entry->dtype, value))
+        return tj_set_error(TJ_EVALUE, "%s: %s%skernel argument %d (%s) = %lld does not fit %s",
+                            k->name, fn, sep, a, text, (long long)value, index_type(entry->dtype));
+    }
   }
   return TJ_OK;
 }

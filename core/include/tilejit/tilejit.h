@@ -38,6 +38,12 @@ extern "C" {
 #define TJ_MAX_OUTPUTS 16
 /* Arguments the kernel function itself receives (tj_kernel_set_abi). */
 #define TJ_MAX_ABI_ARGS 128
+/* CUDA: kernel functions launched per call, and tensor maps encoded per call. */
+#define TJ_MAX_LAUNCHES 16
+#define TJ_MAX_TENSORMAPS 16
+#define TJ_MAX_TENSORMAP_RANK 5
+/* Bytes of a CUtensorMap (passed by value as a __grid_constant__ parameter). */
+#define TJ_TENSORMAP_BYTES 128
 
 /* ---- Status codes --------------------------------------------------------- */
 
@@ -224,6 +230,7 @@ typedef enum {
   TJ_ABI_PARAM = 1,  /* parameter `index`, passed as declared */
   TJ_ABI_SYMBOL = 2, /* symbol `index`, as an integer of the symbol's dtype */
   TJ_ABI_EXPR = 3,   /* expression `index` over the symbols, as an integer of `dtype` */
+  TJ_ABI_TENSORMAP = 4, /* CUDA: tensor map `index` (tj_kernel_add_tensormap), by value */
 } tj_abi_source;
 
 typedef struct tj_abi_arg {
@@ -337,6 +344,53 @@ int tj_kernel_set_image(tj_kernel *kernel, const void *image, int64_t size, cons
  * empty grid (a dimension of 0) launches nothing. Arrays are copied. */
 int tj_kernel_set_launch(tj_kernel *kernel, const int32_t grid_ids[3], const int32_t block_ids[3],
                          int32_t shared_mem_id);
+
+/* Launch attributes (tj_kernel_set_launch_attrs flags). */
+#define TJ_LAUNCH_COOPERATIVE 1u /* a cooperative launch (grid-wide sync) */
+#define TJ_LAUNCH_PDL 2u         /* programmatic dependent launch: may start while the
+                                    previous kernel on the stream finishes */
+
+/* CUDA kernel, before tj_kernel_finalize: one more kernel function of the
+ * same module image, launched after the ones before it on the same stream,
+ * each call. `symbol` is its extern "C" __global__ function; grid, block and
+ * shared memory are expression ids as in tj_kernel_set_launch; `args` its
+ * `nargs` arguments as in tj_kernel_set_abi. Launch 0 is the one
+ * tj_kernel_set_image, tj_kernel_set_launch and tj_kernel_set_abi describe.
+ * Writes the launch's index to *out_index. Everything is copied. */
+int tj_kernel_add_launch(tj_kernel *kernel, const char *symbol, const int32_t grid_ids[3],
+                         const int32_t block_ids[3], int32_t shared_mem_id, int32_t nargs,
+                         const tj_abi_arg *args, int32_t *out_index);
+
+/* CUDA kernel, before tj_kernel_finalize: launch `index`'s attributes.
+ * cluster_ids: the thread block cluster's dimensions as expression ids, or
+ * NULL for none; flags: TJ_LAUNCH_*. A launch with any attribute goes through
+ * cuLaunchKernelEx, one without through cuLaunchKernel. */
+int tj_kernel_set_launch_attrs(tj_kernel *kernel, int32_t index, const int32_t cluster_ids[3],
+                               uint32_t flags);
+
+/* A tiled TMA descriptor (CUtensorMap) the core encodes at every call with
+ * the driver's cuTensorMapEncodeTiled, from the bound buffer's address and
+ * these fields evaluated over the bound symbols; a kernel receives it by value
+ * (TJ_ABI_TENSORMAP). Every array holds expression ids, innermost dimension
+ * first, as the driver takes them. */
+typedef struct tj_tensormap {
+  const char *name;   /* for messages: the kernel's parameter ("A_desc") */
+  int32_t param;      /* the buffer (or pointer) parameter it describes */
+  int32_t data_type;  /* CUtensorMapDataType */
+  int32_t rank;       /* 1 to TJ_MAX_TENSORMAP_RANK */
+  int32_t dims[TJ_MAX_TENSORMAP_RANK];            /* globalDim, elements */
+  int32_t strides[TJ_MAX_TENSORMAP_RANK - 1];     /* globalStrides, bytes, dims 1.. */
+  int32_t box[TJ_MAX_TENSORMAP_RANK];             /* boxDim, elements */
+  int32_t element_strides[TJ_MAX_TENSORMAP_RANK]; /* elementStrides */
+  int32_t interleave;   /* CUtensorMapInterleave */
+  int32_t swizzle;      /* CUtensorMapSwizzle */
+  int32_t l2_promotion; /* CUtensorMapL2promotion */
+  int32_t oob_fill;     /* CUtensorMapFloatOOBfill */
+} tj_tensormap;
+
+/* CUDA kernel, before tj_kernel_finalize: registers a tensor map (copied);
+ * writes its id to *out_id. */
+int tj_kernel_add_tensormap(tj_kernel *kernel, const tj_tensormap *map, int32_t *out_id);
 
 /* Uses an entry point the caller provides (tests, embedders). Borrowed: it
  * must outlive the kernel. */
