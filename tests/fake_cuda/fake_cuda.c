@@ -19,8 +19,10 @@
  * Module images are parsed as the driver does: a cubin (ELF) gives each
  * kernel's parameter sizes in its .nv.info.<name> section, a fatbin holds
  * cubins (uncompressed: nvcc --no-compress), PTX declares them in the .entry
- * line. cuLaunchKernel records exactly as many bytes per argument as the
- * kernel's parameter has.
+ * line. cuLaunchKernel and cuLaunchKernelEx record exactly as many bytes per
+ * argument as the kernel's parameter has (a CUtensorMap: 128);
+ * cuTensorMapEncodeTiled records its arguments and writes a map whose bytes
+ * name them.
  *
  * Control, for tests (dlsym / ctypes on the same library path the core
  * loads, which is the same loaded copy):
@@ -76,6 +78,40 @@ typedef int fake_function_attribute;
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR 76
 #define CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN 97
 #define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
+#define CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED 14
+#define CU_LAUNCH_ATTRIBUTE_COOPERATIVE 2
+#define CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION 4
+#define CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION 6
+typedef unsigned int cuuint32_t;
+typedef unsigned long long cuuint64_t;
+typedef int CUlaunchAttributeID;
+typedef union {
+  char pad[64];
+  struct {
+    unsigned int x, y, z;
+  } clusterDim;
+  int cooperative;
+  int programmaticStreamSerializationAllowed;
+} CUlaunchAttributeValue;
+typedef struct {
+  CUlaunchAttributeID id;
+  char pad[8 - sizeof(CUlaunchAttributeID)];
+  CUlaunchAttributeValue value;
+} CUlaunchAttribute;
+typedef struct {
+  unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+  CUstream hStream;
+  CUlaunchAttribute *attrs;
+  unsigned int numAttrs;
+} CUlaunchConfig;
+typedef struct {
+  _Alignas(64) cuuint64_t opaque[16];
+} CUtensorMap;
+typedef int CUtensorMapDataType;
+typedef int CUtensorMapInterleave;
+typedef int CUtensorMapSwizzle;
+typedef int CUtensorMapL2promotion;
+typedef int CUtensorMapFloatOOBfill;
 #endif
 
 #define EXPORT __attribute__((visibility("default")))
@@ -94,6 +130,7 @@ typedef struct fake_function {
   int nparams;
   int sizes[MAX_PARAMS];
   int smem_allowed;
+  int non_portable; /* NON_PORTABLE_CLUSTER_SIZE_ALLOWED */
 } fake_function;
 
 typedef struct fake_module {
@@ -632,6 +669,9 @@ EXPORT CUresult CUDAAPI cuFuncSetAttribute(CUfunction function, fake_function_at
     if (attribute == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && value >= 0 &&
         value <= SMEM_OPTIN)
       fn->smem_allowed = value > SMEM_DEFAULT ? value : SMEM_DEFAULT;
+    else if (attribute == CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED && g_major >= 9 &&
+             (value == 0 || value == 1))
+      fn->non_portable = value;
     else
       rc = CUDA_ERROR_INVALID_VALUE;
   }
@@ -642,6 +682,37 @@ EXPORT CUresult CUDAAPI cuFuncSetAttribute(CUfunction function, fake_function_at
   LEAVE(finish(&t, "cuFuncSetAttribute", rc));
 }
 
+/* What cuLaunchKernel and cuLaunchKernelEx share: the checks the driver
+ * makes, and the record's launch fields (without the closing brace). */
+static CUresult check_launch(fake_function *fn, unsigned grid[3], unsigned block[3],
+                             unsigned shared_mem, void **params, void **extra) {
+  if (fn == NULL || fn->module->unloaded || current() == NULL ||
+      context_device(current()) != fn->module->device)
+    return CUDA_ERROR_INVALID_HANDLE; /* a function of another context */
+  if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0 || block[0] == 0 || block[1] == 0 ||
+      block[2] == 0 || (uint64_t)block[0] * block[1] * block[2] > 1024 || extra != NULL ||
+      (params == NULL && fn->nparams > 0))
+    return CUDA_ERROR_INVALID_VALUE;
+  if ((int64_t)shared_mem > fn->smem_allowed) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
+static void put_launch(text *t, CUresult rc, fake_function *fn, unsigned grid[3], unsigned block[3],
+                       unsigned shared_mem, CUstream stream, void **params) {
+  put(t, ", \"function\": ");
+  put_string(t, fn ? fn->name : "");
+  put(t,
+      ", \"module\": %d, \"grid\": [%u, %u, %u], \"block\": [%u, %u, %u], \"shared_mem\": %u, "
+      "\"stream\": %llu, \"args\": [",
+      fn ? fn->module->id : 0, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+      shared_mem, (unsigned long long)(uintptr_t)stream);
+  for (int i = 0; rc == CUDA_SUCCESS && i < fn->nparams; ++i) {
+    if (i) put(t, ", ");
+    put_hex(t, params[i], (size_t)fn->sizes[i]);
+  }
+  put(t, "]");
+}
+
 EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction function, unsigned int grid_x,
                                        unsigned int grid_y, unsigned int grid_z,
                                        unsigned int block_x, unsigned int block_y,
@@ -649,30 +720,122 @@ EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction function, unsigned int grid_x,
                                        CUstream stream, void **params, void **extra) {
   ENTER("cuLaunchKernel");
   fake_function *fn = (fake_function *)(void *)function;
-  CUresult rc = CUDA_SUCCESS;
-  if (fn == NULL || fn->module->unloaded || current() == NULL ||
-      context_device(current()) != fn->module->device)
-    rc = CUDA_ERROR_INVALID_HANDLE; /* a function of another context */
-  else if (grid_x == 0 || grid_y == 0 || grid_z == 0 || block_x == 0 || block_y == 0 ||
-           block_z == 0 || (uint64_t)block_x * block_y * block_z > 1024 || extra != NULL ||
-           (params == NULL && fn->nparams > 0))
-    rc = CUDA_ERROR_INVALID_VALUE;
-  else if ((int64_t)shared_mem > fn->smem_allowed)
-    rc = CUDA_ERROR_INVALID_VALUE;
+  unsigned grid[3] = {grid_x, grid_y, grid_z}, block[3] = {block_x, block_y, block_z};
+  CUresult rc = check_launch(fn, grid, block, shared_mem, params, extra);
   text t = begin("cuLaunchKernel", rc);
-  put(&t, ", \"function\": ");
-  put_string(&t, fn ? fn->name : "");
-  put(&t,
-      ", \"module\": %d, \"grid\": [%u, %u, %u], \"block\": [%u, %u, %u], \"shared_mem\": %u, "
-      "\"stream\": %llu, \"args\": [",
-      fn ? fn->module->id : 0, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_mem,
-      (unsigned long long)(uintptr_t)stream);
-  for (int i = 0; rc == CUDA_SUCCESS && i < fn->nparams; ++i) {
-    if (i) put(&t, ", ");
-    put_hex(&t, params[i], (size_t)fn->sizes[i]);
+  put_launch(&t, rc, fn, grid, block, shared_mem, stream, params);
+  LEAVE(finish(&t, "cuLaunchKernel", rc));
+}
+
+/* Records the attributes too: {"id": 4, "cluster": [2, 1, 1]}, {"id": 2,
+ * "cooperative": 1}, {"id": 6, "programmatic_stream_serialization": 1}. A
+ * cluster must divide the grid and hold at most 8 blocks unless the function
+ * allows more (NON_PORTABLE_CLUSTER_SIZE_ALLOWED), 16 at most. */
+EXPORT CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction function,
+                                         void **params, void **extra) {
+  ENTER("cuLaunchKernelEx");
+  fake_function *fn = (fake_function *)(void *)function;
+  CUresult rc = CUDA_ERROR_INVALID_VALUE;
+  unsigned grid[3] = {0, 0, 0}, block[3] = {0, 0, 0}, shared_mem = 0, nattrs = 0;
+  CUstream stream = NULL;
+  const CUlaunchAttribute *attrs = NULL;
+  if (config != NULL && (config->numAttrs == 0 || config->attrs != NULL)) {
+    grid[0] = config->gridDimX, grid[1] = config->gridDimY, grid[2] = config->gridDimZ;
+    block[0] = config->blockDimX, block[1] = config->blockDimY, block[2] = config->blockDimZ;
+    shared_mem = config->sharedMemBytes;
+    stream = config->hStream;
+    attrs = config->attrs;
+    nattrs = config->numAttrs;
+    rc = check_launch(fn, grid, block, shared_mem, params, extra);
+  }
+  for (unsigned i = 0; rc == CUDA_SUCCESS && i < nattrs; ++i) {
+    const CUlaunchAttribute *a = &attrs[i];
+    if (a->id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+      unsigned c[3] = {a->value.clusterDim.x, a->value.clusterDim.y, a->value.clusterDim.z};
+      uint64_t size = (uint64_t)c[0] * c[1] * c[2];
+      if (size == 0 || grid[0] % c[0] || grid[1] % c[1] || grid[2] % c[2] || size > 16 ||
+          (size > 8 && !fn->non_portable))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else if (a->id != CU_LAUNCH_ATTRIBUTE_COOPERATIVE &&
+               a->id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION) {
+      rc = CUDA_ERROR_INVALID_VALUE; /* the fake knows no other attribute */
+    }
+  }
+  text t = begin("cuLaunchKernelEx", rc);
+  put_launch(&t, rc, fn, grid, block, shared_mem, stream, params);
+  put(&t, ", \"attrs\": [");
+  for (unsigned i = 0; i < nattrs; ++i) {
+    const CUlaunchAttribute *a = &attrs[i];
+    put(&t, "%s{\"id\": %d", i ? ", " : "", (int)a->id);
+    if (a->id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+      put(&t, ", \"cluster\": [%u, %u, %u]", a->value.clusterDim.x, a->value.clusterDim.y,
+          a->value.clusterDim.z);
+    else if (a->id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE)
+      put(&t, ", \"cooperative\": %d", a->value.cooperative);
+    else if (a->id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+      put(&t, ", \"programmatic_stream_serialization\": %d",
+          a->value.programmaticStreamSerializationAllowed);
+    put(&t, "}");
   }
   put(&t, "]");
-  LEAVE(finish(&t, "cuLaunchKernel", rc));
+  LEAVE(finish(&t, "cuLaunchKernelEx", rc));
+}
+
+/* Checks the arguments as the driver documents (rank 1..5, address 16-byte
+ * aligned, dims 1..2^32, strides multiples of 16 below 2^40, box 1..256 and
+ * its inner dimension 16-byte multiple without interleave, element strides
+ * 1..8) and writes a map whose bytes say what it encodes: address, then the
+ * dims, strides and box. Recorded with every argument. */
+EXPORT CUresult CUDAAPI cuTensorMapEncodeTiled(
+    CUtensorMap *map, CUtensorMapDataType data_type, cuuint32_t rank, void *address,
+    const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box,
+    const cuuint32_t *element_strides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,
+    CUtensorMapL2promotion l2_promotion, CUtensorMapFloatOOBfill oob_fill) {
+  ENTER("cuTensorMapEncodeTiled");
+  static const int element_bytes[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};
+  CUresult rc = CUDA_SUCCESS;
+  int type = (int)data_type;
+  if (map == NULL || ((uintptr_t)map & 63) || rank < 1 || rank > 5 || address == NULL ||
+      ((uintptr_t)address & 15) || type < 0 || type > 12 || dims == NULL || box == NULL ||
+      element_strides == NULL || (rank > 1 && strides == NULL))
+    rc = CUDA_ERROR_INVALID_VALUE;
+  for (cuuint32_t i = 0; rc == CUDA_SUCCESS && i < rank; ++i) {
+    if (dims[i] == 0 || dims[i] > (1ull << 32) || box[i] == 0 || box[i] > 256 ||
+        element_strides[i] == 0 || element_strides[i] > 8)
+      rc = CUDA_ERROR_INVALID_VALUE;
+    if (i + 1 < rank && (strides[i] % 16 || strides[i] >= (1ull << 40)))
+      rc = CUDA_ERROR_INVALID_VALUE;
+  }
+  if (rc == CUDA_SUCCESS && interleave == 0 && (box[0] * element_bytes[type]) % 16)
+    rc = CUDA_ERROR_INVALID_VALUE;
+  if (rc == CUDA_SUCCESS) {
+    memset(map, 0, sizeof(*map));
+    map->opaque[0] = (cuuint64_t)(uintptr_t)address;
+    for (cuuint32_t i = 0; i < rank; ++i) {
+      map->opaque[1 + i] = dims[i];
+      map->opaque[11 + i] = box[i];
+      if (i + 1 < rank) map->opaque[6 + i] = strides[i];
+    }
+  }
+  text t = begin("cuTensorMapEncodeTiled", rc);
+  put(&t, ", \"data_type\": %d, \"rank\": %u, \"address\": %llu", type, rank,
+      (unsigned long long)(uintptr_t)address);
+  const char *names[4] = {"dims", "strides", "box", "element_strides"};
+  for (int g = 0; g < 4; ++g) {
+    cuuint32_t n = g == 1 ? (rank > 0 ? rank - 1 : 0) : rank;
+    put(&t, ", \"%s\": [", names[g]);
+    for (cuuint32_t i = 0; i < n && i < 5; ++i) {
+      unsigned long long v = g == 0   ? (dims ? dims[i] : 0)
+                             : g == 1 ? (strides ? strides[i] : 0)
+                             : g == 2 ? (box ? box[i] : 0)
+                                      : (element_strides ? element_strides[i] : 0);
+      put(&t, "%s%llu", i ? ", " : "", v);
+    }
+    put(&t, "]");
+  }
+  put(&t, ", \"interleave\": %d, \"swizzle\": %d, \"l2_promotion\": %d, \"oob_fill\": %d",
+      (int)interleave, (int)swizzle, (int)l2_promotion, (int)oob_fill);
+  LEAVE(finish(&t, "cuTensorMapEncodeTiled", rc));
 }
 
 /* ---- Control ---------------------------------------------------------------- */
