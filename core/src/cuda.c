@@ -101,11 +101,10 @@ typedef struct {
   CUresult (*cuFuncGetParamInfo)(CUfunction function, size_t index, size_t *offset, size_t *size);
   CUresult (*cuLaunchKernelEx)(const CUlaunchConfig *config, CUfunction function, void **params,
                                void **extra);
-  CUresult (*cuTensorMapEncodeTiled)(CUtensorMap *map, int data_type, uint32_t rank,
-                                     void *address, const uint64_t *dims,
-                                     const uint64_t *strides, const uint32_t *box,
-                                     const uint32_t *element_strides, int interleave,
-                                     int swizzle, int l2_promotion, int oob_fill);
+  CUresult (*cuTensorMapEncodeTiled)(CUtensorMap *map, int data_type, uint32_t rank, void *address,
+                                     const uint64_t *dims, const uint64_t *strides,
+                                     const uint32_t *box, const uint32_t *element_strides,
+                                     int interleave, int swizzle, int l2_promotion, int oob_fill);
 } driver;
 
 /* The exported names: cuda.h maps several entry points to their _v2 symbols,
@@ -491,8 +490,8 @@ static int eval_dimension(const tj_frame *f, const char *who, const char *what, 
 /* Launch `l`'s configuration: grid, block, shared memory, cluster (1 1 1
  * without one). */
 static int eval_launch(const tj_frame *f, int32_t l, int64_t out[10]) {
-  static const char *const what[10] = {"grid[0]",    "grid[1]",    "grid[2]",   "block[0]",
-                                       "block[1]",   "block[2]",   "shared_mem", "cluster[0]",
+  static const char *const what[10] = {"grid[0]",    "grid[1]",   "grid[2]",    "block[0]",
+                                       "block[1]",   "block[2]",  "shared_mem", "cluster[0]",
                                        "cluster[1]", "cluster[2]"};
   const tj__launch *launch = &f->kernel->launches[l];
   char who[300];
@@ -540,8 +539,7 @@ static int encode_tensormap(const driver *d, const tj_frame *f, int32_t m, CUten
                         "and a Hopper or newer GPU)",
                         who);
   void *address = tensor_address(f->params[t->param]);
-  if (address == NULL && f->params[t->param] != NULL &&
-      f->params[t->param]->kind == TJ_ARG_ADDRESS)
+  if (address == NULL && f->params[t->param] != NULL && f->params[t->param]->kind == TJ_ARG_ADDRESS)
     address = f->params[t->param]->value.p;
   if (address == NULL)
     return tj_set_error(TJ_EVALUE, "%s: '%s' is None; a tensor map needs its tensor", who, param);
@@ -581,8 +579,8 @@ static int encode_tensormap(const driver *d, const tj_frame *f, int32_t m, CUten
              "cuTensorMapEncodeTiled(data type %d, rank %d, address %p, dims %s, strides %s, "
              "box %s, element strides %s, interleave %d, swizzle %d, L2 promotion %d, OOB fill "
              "%d)",
-             t->data_type, t->rank, address, a, b, c, e, t->interleave, t->swizzle,
-             t->l2_promotion, t->oob_fill);
+             t->data_type, t->rank, address, a, b, c, e, t->interleave, t->swizzle, t->l2_promotion,
+             t->oob_fill);
     return driver_error(d, who, call, rc);
   }
   return TJ_OK;
@@ -671,9 +669,16 @@ static int launch_one(const driver *d, const tj_frame *f, int32_t l, CUfunction 
       attrs[n].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
       attrs[n++].value.programmatic_stream_serialization_allowed = 1;
     }
-    CUlaunchConfig config = {(unsigned)cfg[0], (unsigned)cfg[1], (unsigned)cfg[2],
-                             (unsigned)cfg[3], (unsigned)cfg[4], (unsigned)cfg[5],
-                             (unsigned)cfg[6], (CUstream)f->stream, attrs, n};
+    CUlaunchConfig config = {(unsigned)cfg[0],
+                             (unsigned)cfg[1],
+                             (unsigned)cfg[2],
+                             (unsigned)cfg[3],
+                             (unsigned)cfg[4],
+                             (unsigned)cfg[5],
+                             (unsigned)cfg[6],
+                             (CUstream)f->stream,
+                             attrs,
+                             n};
     rc = d->cuLaunchKernelEx(&config, function, params, NULL);
   } else {
     rc = d->cuLaunchKernel(function, (unsigned)cfg[0], (unsigned)cfg[1], (unsigned)cfg[2],
@@ -694,8 +699,7 @@ static int launch_one(const driver *d, const tj_frame *f, int32_t l, CUfunction 
   if (used > 0 && (size_t)used < sizeof(call))
     snprintf(call + used, sizeof(call) - (size_t)used, "%s%s, stream %p)",
              (launch->flags & TJ_LAUNCH_COOPERATIVE) ? ", cooperative" : "",
-             (launch->flags & TJ_LAUNCH_PDL) ? ", programmatic dependent launch" : "",
-             f->stream);
+             (launch->flags & TJ_LAUNCH_PDL) ? ", programmatic dependent launch" : "", f->stream);
   return driver_error(d, who, call, rc);
 }
 

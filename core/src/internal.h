@@ -39,7 +39,7 @@ typedef struct {
  * A CPU kernel has launch 0 only, for its argument list. */
 typedef struct {
   char *symbol;
-  int32_t config[7];  /* grid[3], block[3], shared memory: expression ids */
+  int32_t config[7]; /* grid[3], block[3], shared memory: expression ids */
   int32_t has_cluster;
   int32_t cluster[3]; /* expression ids */
   uint32_t flags;     /* TJ_LAUNCH_* */

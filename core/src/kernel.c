@@ -330,7 +330,8 @@ int tj_kernel_finalize(tj_kernel *k) {
   for (int32_t m = 0; m < k->ntensormaps; ++m) {
     const tj__param *p = &k->params[k->tensormaps[m].param];
     if (p->kind != TJ_PARAM_BUFFER && p->kind != TJ_PARAM_POINTER)
-      return tj_set_error(TJ_EVALUE, "%s: tensor map '%s' describes parameter '%s', which is not a "
+      return tj_set_error(TJ_EVALUE,
+                          "%s: tensor map '%s' describes parameter '%s', which is not a "
                           "buffer or pointer",
                           k->name, k->tensormaps[m].name, p->name);
   }
@@ -444,8 +445,7 @@ int tj_kernel_add_launch(tj_kernel *k, const char *symbol, const int32_t grid_id
     return tj_set_error(TJ_EVALUE, "%s: no kernel function name given", k->name);
   int32_t ids[7] = {grid_ids[0],  grid_ids[1],  grid_ids[2],  block_ids[0],
                     block_ids[1], block_ids[2], shared_mem_id};
-  if ((rc = check_expr_ids(k, "launch configuration", ids, 7)) ||
-      (rc = check_abi(k, nargs, args)))
+  if ((rc = check_expr_ids(k, "launch configuration", ids, 7)) || (rc = check_abi(k, nargs, args)))
     return rc;
   tj__launch *l = &k->launches[k->nlaunches];
   memset(l, 0, sizeof(*l));

@@ -405,8 +405,8 @@ static int check_integers(binder *b) {
       const char *text = k->exprs[entry->index].text;
       int64_t value;
       if (tj__abi_integer(f, entry, &value) != TJ_OK)
-        return tj__prefix_error(TJ_EVALUE, "%s: %s%skernel argument %d (%s): ", k->name, fn, sep,
-                                a, text);
+        return tj__prefix_error(TJ_EVALUE, "%s: %s%skernel argument %d (%s): ", k->name, fn, sep, a,
+                                text);
       if (!fits(entry->dtype, value))
         return tj_set_error(TJ_EVALUE, "%s: %s%skernel argument %d (%s) = %lld does not fit %s",
                             k->name, fn, sep, a, text, (long long)value, index_type(entry->dtype));

@@ -666,3 +666,110 @@ TEST(cuda_param_info_checked) {
   CHECK_ERROR_CONTAINS("takes more than the 2 parameters the signature declares");
   tj_kernel_free(k);
 }
+
+/* A program of two kernel functions: copy(A_desc: tensor map of A, C, n)
+ * launched with a (2, 1, 1) cluster and programmatic dependent launch, then
+ * finish(C, n) launched cooperatively, both on the call's stream. */
+static const char TWO_PTX[] =
+    ".version 8.0\n.target sm_90a\n.address_size 64\n"
+    ".visible .entry copy(\n"
+    "  .param .align 64 .b8 copy_param_0[128],\n"
+    "  .param .u64 copy_param_1,\n"
+    "  .param .u32 copy_param_2\n"
+    ")\n{\n  ret;\n}\n"
+    ".visible .entry finish(\n"
+    "  .param .u64 finish_param_0,\n"
+    "  .param .u32 finish_param_1\n"
+    ")\n{\n  ret;\n}\n";
+
+static tj_kernel *two_kernel(int64_t box0) {
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("two", 2, TJ_TARGET_CUDA, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  CHECK_OK(tj_kernel_set_symbol_dtype(k, 0, (DLDataType){kDLInt, 32, 1}));
+  int32_t n = tjt_sym(k, 0), one = tjt_const(k, 1);
+  tjt_buffer(k, 0, "A", TJT_F32, 1, &n, NULL, 0, TJ_BUF_CONST);
+  tjt_buffer(k, 1, "C", TJT_F32, 1, &n, NULL, 0, TJ_BUF_OUTPUT);
+  tj_tensormap map = {.name = "A_desc", .param = 0, .data_type = 7 /* FLOAT32 */, .rank = 1};
+  map.dims[0] = n;
+  map.box[0] = tjt_const(k, box0);
+  map.element_strides[0] = one;
+  map.swizzle = 0;
+  map.l2_promotion = 2;
+  int32_t map_id = -1;
+  CHECK_OK(tj_kernel_add_tensormap(k, &map, &map_id));
+  int32_t grid[3] = {tjt_binop_const(k, "ceildiv(n, 128)", 0, TJ_OP_CEILDIV, 128), one, one};
+  int32_t block[3] = {tjt_const(k, 256), one, one};
+  CHECK_OK(tj_kernel_set_launch(k, grid, block, tjt_const(k, 0)));
+  tj_abi_arg copy_args[3] = {{TJ_ABI_TENSORMAP, map_id, {0, 0, 0}},
+                             {TJ_ABI_PARAM, 1, {0, 0, 0}},
+                             {TJ_ABI_SYMBOL, 0, {0, 0, 0}}};
+  CHECK_OK(tj_kernel_set_abi(k, 3, copy_args));
+  int32_t cluster[3] = {tjt_const(k, 2), one, one};
+  CHECK_OK(tj_kernel_set_launch_attrs(k, 0, cluster, TJ_LAUNCH_PDL));
+  tj_abi_arg finish_args[2] = {{TJ_ABI_PARAM, 1, {0, 0, 0}}, {TJ_ABI_SYMBOL, 0, {0, 0, 0}}};
+  int32_t grid2[3] = {tjt_const(k, 4), one, one}, block2[3] = {tjt_const(k, 32), one, one};
+  int32_t index = -1;
+  CHECK_OK(
+      tj_kernel_add_launch(k, "finish", grid2, block2, tjt_const(k, 0), 2, finish_args, &index));
+  CHECK_EQ_INT(index, 1);
+  CHECK_OK(tj_kernel_set_launch_attrs(k, 1, NULL, TJ_LAUNCH_COOPERATIVE));
+  /* A cooperative launch cannot also be a cluster launch. */
+  CHECK_STATUS(tj_kernel_set_launch_attrs(k, 1, cluster, TJ_LAUNCH_COOPERATIVE), TJ_EVALUE);
+  CHECK_STATUS(tj_kernel_set_launch_attrs(k, 2, NULL, 0), TJ_EVALUE);
+  CHECK_OK(tj_kernel_finalize(k));
+  CHECK_OK(tj_kernel_set_image(k, TWO_PTX, (int64_t)sizeof(TWO_PTX) - 1, "copy"));
+  return k;
+}
+
+TEST(cuda_launches_tensor_maps_and_attributes) {
+  use_fake();
+  fake.set_capability(9, 0);
+  tj_kernel *k = two_kernel(32);
+  CHECK_OK(launch_scale(k, 1000, 0, (void *)(uintptr_t)0x5eed));
+  /* The map is encoded from A's address and the bound n, once per call. */
+  CHECK_EQ_INT(fake.count("cuTensorMapEncodeTiled"), 1);
+  CHECK_RECORDED(
+      "\"data_type\": 7, \"rank\": 1, \"address\": 268435456, \"dims\": [1000], \"strides\": [], "
+      "\"box\": [32], \"element_strides\": [1], \"interleave\": 0, \"swizzle\": 0, "
+      "\"l2_promotion\": 2, \"oob_fill\": 0");
+  /* Both through cuLaunchKernelEx, in order, with their attributes; the map
+   * reaches copy as its 128 bytes (the fake writes the address first). */
+  CHECK_EQ_INT(fake.count("cuLaunchKernelEx"), 2);
+  CHECK_EQ_INT(fake.count("cuLaunchKernel"), 0);
+  const char *all = fake.json();
+  const char *copy = strstr(all, "\"function\": \"copy\"");
+  const char *finish = strstr(all, "\"function\": \"finish\"");
+  CHECK(copy != NULL && finish != NULL && copy < finish);
+  char h[2][20], want[400];
+  snprintf(want, sizeof(want),
+           "\"grid\": [8, 1, 1], \"block\": [256, 1, 1], \"shared_mem\": 0, \"stream\": %d, "
+           "\"args\": [\"%s",
+           0x5eed, hex(0x10000000, 8, h[0]));
+  CHECK_RECORDED(want);
+  CHECK_RECORDED(
+      "\"attrs\": [{\"id\": 4, \"cluster\": [2, 1, 1]}, {\"id\": 6, "
+      "\"programmatic_stream_serialization\": 1}]");
+  snprintf(want, sizeof(want),
+           "\"grid\": [4, 1, 1], \"block\": [32, 1, 1], \"shared_mem\": 0, \"stream\": %d, "
+           "\"args\": [\"%s\", \"%s\"], \"attrs\": [{\"id\": 2, \"cooperative\": 1}]",
+           0x5eed, hex(0x20000000, 8, h[0]), hex(1000, 4, h[1]));
+  CHECK_RECORDED(want);
+  /* The cluster launch allowed non-portable sizes on its function. */
+  CHECK_RECORDED("\"function\": \"copy\", \"attribute\": 14, \"value\": 1");
+  tj_kernel_free(k);
+}
+
+TEST(cuda_tensor_map_encode_error_names_the_map) {
+  use_fake();
+  fake.set_capability(9, 0);
+  /* A box of 3 float32 is 12 bytes: not a multiple of 16, refused by the driver. */
+  tj_kernel *k = two_kernel(3);
+  CHECK_STATUS(launch_scale(k, 1000, 0, NULL), TJ_ERUNTIME);
+  CHECK_ERROR_STARTS_WITH(
+      "two: tensor map 'A_desc' (of 'A'): cuTensorMapEncodeTiled(data type 7, rank 1, address");
+  CHECK_ERROR_CONTAINS("dims (1000,), strides (), box (3,), element strides (1,)");
+  CHECK_ERROR_CONTAINS("CUDA_ERROR_INVALID_VALUE");
+  CHECK_EQ_INT(fake.count("cuLaunchKernelEx"), 0);
+  tj_kernel_free(k);
+}

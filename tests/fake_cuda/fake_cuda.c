@@ -704,8 +704,8 @@ static void put_launch(text *t, CUresult rc, fake_function *fn, unsigned grid[3]
   put(t,
       ", \"module\": %d, \"grid\": [%u, %u, %u], \"block\": [%u, %u, %u], \"shared_mem\": %u, "
       "\"stream\": %llu, \"args\": [",
-      fn ? fn->module->id : 0, grid[0], grid[1], grid[2], block[0], block[1], block[2],
-      shared_mem, (unsigned long long)(uintptr_t)stream);
+      fn ? fn->module->id : 0, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_mem,
+      (unsigned long long)(uintptr_t)stream);
   for (int i = 0; rc == CUDA_SUCCESS && i < fn->nparams; ++i) {
     if (i) put(t, ", ");
     put_hex(t, params[i], (size_t)fn->sizes[i]);

@@ -227,9 +227,9 @@ typedef enum {
 
 /* Where one argument of the kernel function comes from (tj_abi_arg.source). */
 typedef enum {
-  TJ_ABI_PARAM = 1,  /* parameter `index`, passed as declared */
-  TJ_ABI_SYMBOL = 2, /* symbol `index`, as an integer of the symbol's dtype */
-  TJ_ABI_EXPR = 3,   /* expression `index` over the symbols, as an integer of `dtype` */
+  TJ_ABI_PARAM = 1,     /* parameter `index`, passed as declared */
+  TJ_ABI_SYMBOL = 2,    /* symbol `index`, as an integer of the symbol's dtype */
+  TJ_ABI_EXPR = 3,      /* expression `index` over the symbols, as an integer of `dtype` */
   TJ_ABI_TENSORMAP = 4, /* CUDA: tensor map `index` (tj_kernel_add_tensormap), by value */
 } tj_abi_source;
 
@@ -347,8 +347,9 @@ int tj_kernel_set_launch(tj_kernel *kernel, const int32_t grid_ids[3], const int
 
 /* Launch attributes (tj_kernel_set_launch_attrs flags). */
 #define TJ_LAUNCH_COOPERATIVE 1u /* a cooperative launch (grid-wide sync) */
-#define TJ_LAUNCH_PDL 2u         /* programmatic dependent launch: may start while the
-                                    previous kernel on the stream finishes */
+#define TJ_LAUNCH_PDL                                      \
+  2u /* programmatic dependent launch: may start while the \
+        previous kernel on the stream finishes */
 
 /* CUDA kernel, before tj_kernel_finalize: one more kernel function of the
  * same module image, launched after the ones before it on the same stream,
@@ -374,18 +375,18 @@ int tj_kernel_set_launch_attrs(tj_kernel *kernel, int32_t index, const int32_t c
  * (TJ_ABI_TENSORMAP). Every array holds expression ids, innermost dimension
  * first, as the driver takes them. */
 typedef struct tj_tensormap {
-  const char *name;   /* for messages: the kernel's parameter ("A_desc") */
-  int32_t param;      /* the buffer (or pointer) parameter it describes */
-  int32_t data_type;  /* CUtensorMapDataType */
-  int32_t rank;       /* 1 to TJ_MAX_TENSORMAP_RANK */
-  int32_t dims[TJ_MAX_TENSORMAP_RANK];            /* globalDim, elements */
-  int32_t strides[TJ_MAX_TENSORMAP_RANK - 1];     /* globalStrides, bytes, dims 1.. */
-  int32_t box[TJ_MAX_TENSORMAP_RANK];             /* boxDim, elements */
+  const char *name;                           /* for messages: the kernel's parameter ("A_desc") */
+  int32_t param;                              /* the buffer (or pointer) parameter it describes */
+  int32_t data_type;                          /* CUtensorMapDataType */
+  int32_t rank;                               /* 1 to TJ_MAX_TENSORMAP_RANK */
+  int32_t dims[TJ_MAX_TENSORMAP_RANK];        /* globalDim, elements */
+  int32_t strides[TJ_MAX_TENSORMAP_RANK - 1]; /* globalStrides, bytes, dims 1.. */
+  int32_t box[TJ_MAX_TENSORMAP_RANK];         /* boxDim, elements */
   int32_t element_strides[TJ_MAX_TENSORMAP_RANK]; /* elementStrides */
-  int32_t interleave;   /* CUtensorMapInterleave */
-  int32_t swizzle;      /* CUtensorMapSwizzle */
-  int32_t l2_promotion; /* CUtensorMapL2promotion */
-  int32_t oob_fill;     /* CUtensorMapFloatOOBfill */
+  int32_t interleave;                             /* CUtensorMapInterleave */
+  int32_t swizzle;                                /* CUtensorMapSwizzle */
+  int32_t l2_promotion;                           /* CUtensorMapL2promotion */
+  int32_t oob_fill;                               /* CUtensorMapFloatOOBfill */
 } tj_tensormap;
 
 /* CUDA kernel, before tj_kernel_finalize: registers a tensor map (copied);
