@@ -96,6 +96,8 @@ def cuda_source(program, signature) -> str:
             if f"#include <{header}>" not in includes:
                 includes.append(f"#include <{header}>")
             typedefs.append(typedef)
+    if signature.spec.tensormaps:  # CUtensorMap (NVRTC: the source brings its own)
+        includes.append("#if !defined(__CUDACC_RTC__)\n#include <cuda.h>\n#endif")
     prelude = "\n".join([_INT_PRELUDE.rstrip("\n"), *includes, *typedefs,
                          "typedef float2 tj_complex64;", "typedef double2 tj_complex128;"])
     declaration, source = cuda_source_body(program, signature)
@@ -447,10 +449,13 @@ def compile_program(program, signature, flags: list[str], arch=None, compiler=No
         else:
             out_path.write_bytes(_Nvrtc.get().compile(source, name, archs[0],
                                                       [*defaults, *flags]))
-        if not _defines_kernel(out_path.read_bytes(), name, kind):
-            raise CompileError(name, "", [compiler], source, reason=(
-                f"the compiled module defines no kernel '{name}': the source must define "
-                f"a __global__ function {name} compatible with {signature.c_prototype}"))
+        image = out_path.read_bytes()
+        for function in signature.functions:
+            if not _defines_kernel(image, function.name, kind):
+                raise CompileError(name, "", [compiler], source, reason=(
+                    f"the compiled module defines no kernel '{function.name}': the source "
+                    f"must define a __global__ function {function.name} compatible with "
+                    f"{function.c_prototype}"))
 
     path = _cache.get_or_build(key, build, suffix=f".{kind}")
     if verbose:
@@ -476,8 +481,10 @@ def load_binary(program, signature) -> Path:
     else:
         raise ValueError(f"{name}: binary= for target='cuda' must be a cubin, fatbin or PTX, "
                          f"got {len(data)} bytes starting {data[:8]!r}")
-    if kind != "fatbin" and not _defines_kernel(data, name, kind):
-        raise ValueError(f"{name}: the {kind} given as binary= defines no kernel '{name}' "
-                         "(an extern \"C\" __global__ function of that name)")
+    for function in signature.functions:
+        if kind != "fatbin" and not _defines_kernel(data, function.name, kind):
+            raise ValueError(f"{name}: the {kind} given as binary= defines no kernel "
+                             f"'{function.name}' (an extern \"C\" __global__ function of "
+                             "that name)")
     return _cache.store_bytes(data, suffix=f".{kind}", target="cuda", tilejit=VERSION)
 

@@ -20,7 +20,7 @@ from . import abi
 from . import dtypes as _dtypes
 from .cdecl import CParam, Definition, classify, find_definition, resolve
 from .compiler import CompileError
-from .signature import ENTRY_SYMBOL, KernelArg, Signature
+from .signature import ENTRY_SYMBOL, KernelArg, KernelFunction, Signature
 
 _VALUE_UNION = "typedef union { void *p; int64_t i; double f; } tilejit_value;\n"
 # C++: a void * converts to no other pointer implicitly; this does, to whatever pointer
@@ -68,17 +68,21 @@ def _type_text(p: CParam) -> str:
     return " ".join(text.split())
 
 
-def check_definition(program, sig: Signature, definition: Definition) -> list[str]:
-    """Raises CompileError unless `definition` is ABI-compatible with the signature's
-    kernel arguments; returns the size assertions (C) the glue must make for types
-    tilejit cannot name."""
+def check_definition(program, sig: Signature, definition: Definition,
+                     function: KernelFunction | None = None) -> list[str]:
+    """Raises CompileError unless `definition` is ABI-compatible with the kernel
+    arguments of `function` (default: the signature's first); returns the size assertions
+    (C) the glue must make for types tilejit cannot name."""
     kname = program.name
-    kargs = sig.kernel_args
+    function = function or sig.functions[0]
+    kargs = function.kernel_args
+    if function.name != kname:
+        kname = f"{kname}: {function.name}"
     if len(definition.params) != len(kargs):
         raise CompileError(kname, reason=(
-            f"the definition of {kname} takes {len(definition.params)} parameter"
+            f"the definition of {function.name} takes {len(definition.params)} parameter"
             f"{'' if len(definition.params) == 1 else 's'}, the signature declares "
-            f"{len(kargs)}: {sig.c_prototype}"))
+            f"{len(kargs)}: {function.c_prototype}"))
     readonly = set()
     for item in program.readonly_params:
         readonly.add(item if isinstance(item, int) else sig.names.index(item)
@@ -93,6 +97,10 @@ def check_definition(program, sig: Signature, definition: Definition) -> list[st
                 f"parameter {i} '{karg.name}' is declared {karg.c_decl}, the definition has "
                 f"'{cparam.text}': {why}"))
 
+        if karg.source == abi.TJ_ABI_TENSORMAP:
+            if pointer or "CUtensorMap" not in words:
+                raise refuse("expected a tensor map passed by value")
+            continue
         item = _dtypes.DTYPES[karg.dtype]
         if karg.pointer:
             if pointer != 1:
@@ -204,17 +212,22 @@ def prebuilt_glue_source(program, sig: Signature) -> str:
 
 
 def cuda_source_body(program, sig: Signature) -> tuple[str, str]:
-    """``(declaration, source)`` for a CUDA kernel: its definition checked and given C
-    linkage where the user left it out (``extern "C"`` inserted before each declaration),
-    or, when no definition reads as one, tilejit's declaration to put before it."""
-    kname = program.name
-    definition = find_definition(program.source, kname)
-    if definition is None:
-        return f"{sig.c_prototype};\n", program.source
-    asserts = check_definition(program, sig, definition)
+    """``(declarations, source)`` for a CUDA program: each kernel function's definition
+    checked and given C linkage where the user left it out (``extern "C"`` inserted
+    before each declaration), or, when no definition reads as one, tilejit's declaration
+    to put before the source."""
+    declarations, asserts, starts = [], [], []
+    for function in sig.functions:
+        definition = find_definition(program.source, function.name)
+        if definition is None:
+            declarations.append(f"{function.c_prototype};\n")
+            continue
+        asserts += check_definition(program, sig, definition, function)
+        starts += list(definition.declarations)
+        if not definition.extern_c:
+            starts.append(definition.start)
     source = program.source
-    starts = list(definition.declarations) + ([] if definition.extern_c else [definition.start])
-    for at in sorted(starts, reverse=True):
+    for at in sorted(set(starts), reverse=True):
         source = f"{source[:at]} extern \"C\" {source[at:]}"
     checks = "".join(f"static_assert({cond}, \"{message}\");\n" for cond, message in asserts)
-    return "", source + ("\n" + checks if checks else "")
+    return "".join(declarations), source + ("\n" + checks if checks else "")

@@ -293,6 +293,86 @@ class PointerParam(Param):
         return f"Pointer({self.dtype}" + (f", name={self.name!r})" if self.name else ")")
 
 
+# CUtensorMapDataType per element type (8-bit types are bytes to the TMA unit).
+TENSORMAP_DATA_TYPES = {
+    "uint8": 0, "int8": 0, "bool": 0, "float8_e4m3fn": 0, "float8_e5m2": 0,
+    "uint16": 1, "int16": 1, "uint32": 2, "int32": 3, "uint64": 4, "int64": 5,
+    "float16": 6, "float32": 7, "float64": 8, "bfloat16": 9,
+}
+
+
+class TensorMap:
+    """A TMA descriptor (``CUtensorMap``) of a buffer, encoded by tilejit at every call
+    with the driver's ``cuTensorMapEncodeTiled`` from the bound tensor's address; the
+    kernel receives it by value (``__grid_constant__ const CUtensorMap A_desc``). Name it
+    in ``kernel_args`` where the kernel takes it. CUDA only.
+
+    Every field is an int or an expression over the symbols, in the driver's order:
+    innermost dimension first.
+
+    >>> m, k = T.symbol("m"), 256
+    >>> A = T.Buffer((m, k), "float16", name="A")
+    >>> T.TensorMap(A, box=(32, 64), swizzle=2)   # dims (256, m), strides (512,) bytes
+    TensorMap(A_desc of A, box=(32, 64), swizzle=2)
+
+    - ``dims``: the global dimensions (default: the buffer's shape, reversed);
+    - ``strides``: the byte strides of dimensions 1.. (default: the buffer's strides, or
+      compact row-major, times the element size);
+    - ``element_strides`` (default all 1), ``interleave``, ``swizzle``, ``l2_promotion``,
+      ``oob_fill``: as the driver numbers them; ``data_type``: a ``CUtensorMapDataType``
+      (default: the buffer's dtype's).
+    """
+
+    __slots__ = ("box", "buffer", "data_type", "dims", "element_strides", "interleave",
+                 "l2_promotion", "name", "oob_fill", "strides", "swizzle")
+
+    def __init__(self, buffer, box, *, dims=None, strides=None, element_strides=None,
+                 data_type=None, interleave=0, swizzle=0, l2_promotion=0, oob_fill=0,
+                 name=None):
+        if not isinstance(buffer, (Buffer, PointerParam, str)):
+            raise TypeError(f"T.TensorMap: buffer must be a T.Buffer, a T.Pointer or a "
+                            f"parameter name, got {type(buffer).__name__}")
+        self.buffer = buffer
+        self.box = _dims("box", box)
+        rank = len(self.box)
+        if not 1 <= rank <= abi.TJ_MAX_TENSORMAP_RANK:
+            raise ValueError(f"T.TensorMap: rank {rank}, expected 1 to "
+                             f"{abi.TJ_MAX_TENSORMAP_RANK} (one box entry per dimension)")
+        self.dims = None if dims is None else _dims("dims", dims, rank)
+        self.strides = None if strides is None else _dims("strides", strides, rank - 1)
+        self.element_strides = (1,) * rank if element_strides is None else _dims(
+            "element_strides", element_strides, rank)
+        self.data_type = data_type
+        for field, value in (("interleave", interleave), ("swizzle", swizzle),
+                             ("l2_promotion", l2_promotion), ("oob_fill", oob_fill)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise TypeError(f"T.TensorMap: {field} must be a non-negative int, got "
+                                f"{value!r}")
+        self.interleave, self.swizzle = interleave, swizzle
+        self.l2_promotion, self.oob_fill = l2_promotion, oob_fill
+        if name is not None and (not isinstance(name, str) or not name.isidentifier()):
+            raise ValueError(f"T.TensorMap: name must be a C identifier, got {name!r}")
+        self.name = name
+
+    def __repr__(self) -> str:
+        target = self.buffer if isinstance(self.buffer, str) else self.buffer.name
+        name = self.name or f"{target}_desc"
+        extra = "".join(f", {f}={getattr(self, f)}" for f in
+                        ("interleave", "swizzle", "l2_promotion", "oob_fill") if getattr(self, f))
+        return f"TensorMap({name} of {target}, box={self.box}{extra})"
+
+
+def _dims(field: str, values, rank: int | None = None) -> tuple:
+    values = (values,) if isinstance(values, (int, Expr)) else tuple(values)
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, Expr)):
+            raise TypeError(f"T.TensorMap: {field} entries must be ints or expressions, got "
+                            f"{type(v).__name__}")
+    if rank is not None and len(values) != rank:
+        raise ValueError(f"T.TensorMap: {len(values)} {field} entries, expected {rank}")
+    return values
+
+
 _prefixes = itertools.count()
 _prefix_lock = threading.Lock()
 
@@ -343,6 +423,7 @@ class _T:
     Buffer = Buffer
     Scalar = Scalar
     Pointer = PointerParam
+    TensorMap = TensorMap
     Symbol = Symbol
     Expr = Expr
 

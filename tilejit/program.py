@@ -6,10 +6,62 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .lang import Expr, Param
+from .lang import Expr, Param, TensorMap
 
 LANGUAGES = ("c", "c++", "cuda")
 _CXX_FLAGS = ("-x c++", "-xc++")
+
+
+def _check_kernel_args(owner: str, items) -> tuple:
+    args = tuple(items)
+    for i, a in enumerate(args):
+        if not isinstance(a, (Param, Expr, TensorMap, str, int)) or isinstance(a, bool):
+            raise TypeError(f"{owner}: kernel_args[{i}] must be a parameter, its name, a "
+                            f"symbol, an expression or a T.TensorMap, got {type(a).__name__}")
+    return args
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One CUDA kernel function of a program's source, launched at every call after the
+    ones before it, on the same stream (``Program(launches=[...])``).
+
+    >>> Launch("main_kernel", grid=(T.ceildiv(m, 64), 4), block=(256,), shared_mem=16384,
+    ...        kernel_args=[T.TensorMap(A, box=(32, 64)), C, m], cluster=(2, 1, 1))
+
+    ``grid``, ``block``, ``shared_mem`` and ``kernel_args`` mean what they mean on a
+    single-kernel Program. Launch attributes (through ``cuLaunchKernelEx``; a launch
+    without any goes through ``cuLaunchKernel``):
+
+    - ``cluster``: thread block cluster dimensions (Hopper and newer);
+    - ``cooperative``: a cooperative launch (grid-wide synchronisation);
+    - ``pdl``: programmatic dependent launch: the kernel may start while the previous
+      one on the stream finishes (it must wait with ``cudaGridDependencySynchronize``).
+    """
+
+    name: str
+    grid: tuple
+    block: tuple
+    shared_mem: object = 0
+    kernel_args: Sequence | None = None
+    cluster: tuple | None = None
+    cooperative: bool = False
+    pdl: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ValueError(f"Launch name must be a C identifier, got {self.name!r}")
+        object.__setattr__(self, "name", str(self.name))
+        object.__setattr__(self, "grid", tuple(self.grid))
+        object.__setattr__(self, "block", tuple(self.block))
+        if self.cluster is not None:
+            object.__setattr__(self, "cluster", tuple(self.cluster))
+            if self.cooperative:
+                raise ValueError(f"{self.name}: a cooperative launch cannot have cluster "
+                                 "dimensions")
+        if self.kernel_args is not None:
+            object.__setattr__(self, "kernel_args",
+                               _check_kernel_args(self.name, self.kernel_args))
 
 
 @dataclass(frozen=True)
@@ -39,6 +91,9 @@ class Program:
       ``tl.readonly_param_indices``); without this, such a definition is refused.
     - ``returns``: for a prebuilt CPU library, ``"int32"`` when the function returns a
       status (non-zero fails the call); sources say it in their definition.
+    - ``launches``: CUDA programs of several kernel functions, or with launch attributes:
+      a list of `Launch`, run in order on one stream at every call (then ``name`` names
+      the program, and ``grid``/``block``/``shared_mem``/``kernel_args`` stay unset).
     """
 
     name: str
@@ -52,6 +107,7 @@ class Program:
     binary: bytes | str | os.PathLike | None = None
     readonly_params: Sequence = ()
     returns: str | None = None
+    launches: Sequence[Launch] | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -85,12 +141,28 @@ class Program:
         object.__setattr__(self, "block", tuple(self.block))
         object.__setattr__(self, "readonly_params", tuple(self.readonly_params))
         if self.kernel_args is not None:
-            args = tuple(self.kernel_args)
-            for i, a in enumerate(args):
-                if not isinstance(a, (Param, Expr, str, int)) or isinstance(a, bool):
-                    raise TypeError(f"{self.name}: kernel_args[{i}] must be a parameter, its "
-                                    f"name, a symbol or an expression, got {type(a).__name__}")
-            object.__setattr__(self, "kernel_args", args)
+            object.__setattr__(self, "kernel_args",
+                               _check_kernel_args(self.name, self.kernel_args))
+        if self.launches is not None:
+            launches = tuple(self.launches)
+            if not launches or not all(isinstance(x, Launch) for x in launches):
+                raise TypeError(f"{self.name}: launches must be a non-empty list of "
+                                "tilejit.Launch")
+            if self.grid or self.block or self.shared_mem or self.kernel_args is not None:
+                raise ValueError(f"{self.name}: with launches=, give grid, block, shared_mem "
+                                 "and kernel_args per Launch")
+            names = [x.name for x in launches]
+            if len(set(names)) != len(names):
+                raise ValueError(f"{self.name}: launches name a kernel function twice")
+            object.__setattr__(self, "launches", launches)
+
+    def kernel_launches(self) -> tuple[Launch, ...]:
+        """The kernel functions a CUDA program launches, in order: ``launches``, or the
+        one function ``name`` with the program's grid, block, shared memory and
+        kernel_args."""
+        if self.launches is not None:
+            return self.launches
+        return (Launch(self.name, self.grid, self.block, self.shared_mem, self.kernel_args),)
 
     @property
     def returns_status(self) -> bool:

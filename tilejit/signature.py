@@ -14,8 +14,17 @@ from typing import NamedTuple
 
 from . import abi
 from . import dtypes as _dtypes
-from .lang import Buffer, Expr, PointerParam, Scalar, Symbol, lower_expr
-from .program import Program
+from .lang import (
+    TENSORMAP_DATA_TYPES,
+    Buffer,
+    Expr,
+    PointerParam,
+    Scalar,
+    Symbol,
+    TensorMap,
+    lower_expr,
+)
+from .program import Launch, Program
 
 TARGETS = {"cpu": abi.TJ_TARGET_CPU, "cuda": abi.TJ_TARGET_CUDA}
 BUF_OPTIONAL, BUF_CONST, BUF_OUTPUT = abi.TJ_BUF_OPTIONAL, abi.TJ_BUF_CONST, abi.TJ_BUF_OUTPUT
@@ -34,20 +43,41 @@ class ParamSpec(NamedTuple):
     flags: int                   # abi.TJ_BUF_* bits
 
 
-class LaunchSpec(NamedTuple):
-    """A CUDA kernel's launch shape, as expression ids."""
-
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    shared_memory: int
-
-
 class AbiSpec(NamedTuple):
     """One argument of the kernel function (``tj_kernel_set_abi``)."""
 
-    source: int                  # abi.TJ_ABI_PARAM / _SYMBOL / _EXPR
+    source: int                  # abi.TJ_ABI_PARAM / _SYMBOL / _EXPR / _TENSORMAP
     index: int
     dtype: tuple[int, int, int]  # expressions: the integer type passed
+
+
+class LaunchSpec(NamedTuple):
+    """One CUDA kernel function's launch: its name, shape (expression ids), arguments and
+    attributes (``tj_kernel_set_launch`` / ``tj_kernel_add_launch``)."""
+
+    symbol: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_memory: int
+    abi: tuple[AbiSpec, ...]
+    cluster: tuple[int, int, int] | None  # expression ids
+    flags: int                            # abi.TJ_LAUNCH_*
+
+
+class TensorMapSpec(NamedTuple):
+    """A tensor map (``tj_kernel_add_tensormap``); arrays of expression ids."""
+
+    name: str
+    param: int
+    data_type: int
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    box: tuple[int, ...]
+    element_strides: tuple[int, ...]
+    interleave: int
+    swizzle: int
+    l2_promotion: int
+    oob_fill: int
 
 
 class KernelArg(NamedTuple):
@@ -64,6 +94,8 @@ class KernelArg(NamedTuple):
     @property
     def c_type(self) -> str:
         """``const float *`` for a pointer, ``int32_t`` for a value."""
+        if self.source == abi.TJ_ABI_TENSORMAP:
+            return "const CUtensorMap"
         c_type = _dtypes.DTYPES[self.dtype].c_type
         if self.pointer:
             return f"{'const ' if self.const else ''}{c_type} *"
@@ -71,7 +103,16 @@ class KernelArg(NamedTuple):
 
     @property
     def c_decl(self) -> str:
-        return f"{self.c_type}{'' if self.pointer else ' '}{self.name}"
+        grid_constant = "__grid_constant__ " if self.source == abi.TJ_ABI_TENSORMAP else ""
+        return f"{grid_constant}{self.c_type}{'' if self.pointer else ' '}{self.name}"
+
+
+class KernelFunction(NamedTuple):
+    """One kernel function the program calls (CPU) or launches (CUDA)."""
+
+    name: str
+    kernel_args: tuple[KernelArg, ...]
+    c_prototype: str
 
 
 class CoreSpec(NamedTuple):
@@ -83,8 +124,9 @@ class CoreSpec(NamedTuple):
     symbols: tuple[tuple[str, int, tuple], ...]  # (name, divisibility, dtype)
     exprs: tuple[tuple[tuple[int, ...], str], ...]  # (opcode pairs, text)
     params: tuple[ParamSpec, ...]
-    launch: LaunchSpec | None           # CUDA only
-    abi: tuple[AbiSpec, ...] | None     # None: every parameter, then every symbol
+    abi: tuple[AbiSpec, ...] | None     # launch 0's; None: every parameter, then every symbol
+    launches: tuple[LaunchSpec, ...] = ()   # CUDA only
+    tensormaps: tuple[TensorMapSpec, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,10 +137,19 @@ class Signature:
     out_idx: tuple[int, ...]      # normalized, in the order outputs are returned
     symbols: tuple[Symbol, ...]   # in order of first appearance
     spec: CoreSpec                # what the core kernel is built from
-    c_prototype: str
-    kernel_args: tuple[KernelArg, ...]  # what the kernel function receives, in order
+    functions: tuple[KernelFunction, ...]  # the kernel functions, in launch order
     entry: str = ENTRY_SYMBOL     # what tj_kernel_load resolves: the glue's entry, or the
-                                  # CUDA kernel itself
+                                  # (first) CUDA kernel itself
+
+    @property
+    def kernel_args(self) -> tuple[KernelArg, ...]:
+        """What the (first) kernel function receives, in order."""
+        return self.functions[0].kernel_args
+
+    @property
+    def c_prototype(self) -> str:
+        """The prototype tilejit declares for each kernel function, one per line."""
+        return "\n".join(f.c_prototype for f in self.functions)
 
 
 def normalize_out_idx(out_idx, nparams: int, kernel: str) -> tuple[int, ...]:
@@ -205,28 +256,65 @@ def lower(program: Program, out_idx, target: str) -> Signature:
             spec_params.append(ParamSpec(abi.TJ_PARAM_POINTER, names[i], dt.dlpack, (), None,
                                          p.align or 0, BUF_CONST if p.const else 0))
 
-    kargs = _kernel_args(program, names, symbols, expr_id)
     target_id = TARGETS[target]
-    launch = _lower_launch(program, symbols, expr_id) if target == "cuda" else None
-    abi_spec = None if program.kernel_args is None else tuple(
-        AbiSpec(a.source, a.index, _dtypes.DTYPES[a.dtype].dlpack) for a in kargs)
-    spec = CoreSpec(kname, target_id,
+    maps: dict[TensorMap, int] = {}
+    map_specs: list[TensorMapSpec] = []
+
+    def tensormap_id(m: TensorMap, where: str) -> int:
+        if m not in maps:
+            maps[m] = len(map_specs)
+            map_specs.append(_lower_tensormap(m, where, params, names, symbols, expr_id))
+        return maps[m]
+
+    returns = "int32_t" if program.returns_status else "void"
+    if target != "cuda":
+        if program.launches is not None:
+            raise ValueError(f"{kname}: launches= is for CUDA programs")
+        kargs = _kernel_args(kname, program.kernel_args, params, names, symbols, expr_id, None)
+        abi_spec = None if program.kernel_args is None else _abi(kargs)
+        prototype = f"{returns} {kname}({', '.join(a.c_decl for a in kargs) or 'void'})"
+        spec = _core_spec(kname, target_id, symbols, exprs, spec_params, abi_spec)
+        return Signature(kname, target, tuple(names), outs, tuple(symbols), spec,
+                         (KernelFunction(kname, kargs, prototype),))
+
+    functions, launch_specs = [], []
+    for launch in program.kernel_launches():
+        where = kname if program.launches is None else f"{kname}: {launch.name}"
+        kargs = _kernel_args(where, launch.kernel_args, params, names, symbols, expr_id,
+                             tensormap_id)
+        prototype = (f'extern "C" __global__ {returns} {launch.name}('
+                     f"{', '.join(a.c_decl for a in kargs) or 'void'})")
+        functions.append(KernelFunction(launch.name, kargs, prototype))
+        launch_specs.append(_lower_launch(where, launch, symbols, expr_id, _abi(kargs)))
+    first = program.kernel_launches()[0]
+    abi_spec = None if first.kernel_args is None else launch_specs[0].abi
+    spec = _core_spec(kname, target_id, symbols, exprs, spec_params, abi_spec,
+                      tuple(launch_specs), tuple(map_specs))
+    return Signature(kname, target, tuple(names), outs, tuple(symbols), spec,
+                     tuple(functions), first.name)
+
+
+def _abi(kargs) -> tuple[AbiSpec, ...]:
+    return tuple(AbiSpec(a.source, a.index, _dtypes.DTYPES[a.dtype].dlpack
+                         if a.source == abi.TJ_ABI_EXPR else _INT64) for a in kargs)
+
+
+_INT64 = (abi.kDLInt, 64, 1)
+
+
+def _core_spec(kname, target_id, symbols, exprs, spec_params, abi_spec, launches=(),
+               tensormaps=()) -> CoreSpec:
+    return CoreSpec(kname, target_id,
                     tuple((s.name, s.divisibility, _dtypes.DTYPES[s.dtype].dlpack)
                           for s in symbols),
-                    tuple(exprs), tuple(spec_params), launch, abi_spec)
-    returns = "int32_t" if program.returns_status else "void"
-    prototype = f"{returns} {kname}({', '.join(a.c_decl for a in kargs) or 'void'})"
-    if target == "cuda":
-        return Signature(kname, target, tuple(names), outs, tuple(symbols), spec,
-                         f'extern "C" __global__ {prototype}', kargs, kname)
-    return Signature(kname, target, tuple(names), outs, tuple(symbols), spec, prototype, kargs)
+                    tuple(exprs), tuple(spec_params), abi_spec, launches, tensormaps)
 
 
-def _kernel_args(program: Program, names: list[str], symbols: dict, expr_id) -> tuple:
-    """The arguments the kernel function receives, in its order (``Program.kernel_args``,
-    or every parameter then every symbol)."""
-    kname, params = program.name, program.params
-    items = program.kernel_args
+def _kernel_args(kname: str, items, params, names: list[str], symbols: dict, expr_id,
+                 tensormap_id) -> tuple:
+    """The arguments a kernel function receives, in its order (``kernel_args``, or every
+    parameter then every symbol). ``tensormap_id`` registers a T.TensorMap (None: the
+    target has none)."""
     if items is None:
         items = (*params, *symbols)
     by_name = {n: i for i, n in enumerate(names)}
@@ -247,6 +335,15 @@ def _kernel_args(program: Program, names: list[str], symbols: dict, expr_id) -> 
             const = pointer and p.const
             result.append(KernelArg(names[index], abi.TJ_ABI_PARAM, index, p.dtype, pointer,
                                     const, index))
+            continue
+        if isinstance(item, TensorMap):
+            if tensormap_id is None:
+                raise ValueError(f"{kname}: kernel_args[{position}] is a T.TensorMap, which "
+                                 "only CUDA kernels take")
+            index = tensormap_id(item, f"{kname}: kernel_args[{position}]")
+            name = item.name or f"{_map_target(item, params, names)}_desc"
+            result.append(KernelArg(name, abi.TJ_ABI_TENSORMAP, index, "uint8", False, False,
+                                    None))
             continue
         if isinstance(item, Symbol) and item in symbols:
             result.append(KernelArg(item.name, abi.TJ_ABI_SYMBOL, symbols[item], item.dtype,
@@ -274,37 +371,102 @@ def _kernel_args(program: Program, names: list[str], symbols: dict, expr_id) -> 
     return tuple(result)
 
 
-def _lower_launch(program: Program, symbols: dict, expr_id) -> LaunchSpec:
-    """A CUDA program's grid, block (padded to 3 with 1) and shared memory as expression
-    ids; every symbol they use must be one the parameters bind."""
-    kname = program.name
-    for what, dims in (("grid", program.grid), ("block", program.block)):
+def _check_launch_value(where: str, what: str, value, low: int, symbols: dict) -> None:
+    """`value` (an int or expression) is a launch dimension: ints at least `low`, and
+    expressions only over the symbols the parameters bind."""
+    if isinstance(value, bool) or not isinstance(value, (int, Expr)):
+        raise TypeError(f"{where}: {what} must be an int or a symbolic expression, got "
+                        f"{type(value).__name__}")
+    if isinstance(value, int) and value < low:
+        raise ValueError(f"{where}: {what} = {value}, expected >= {low}")
+    if isinstance(value, Expr):
+        for s in value.symbols():
+            if s in symbols:
+                continue
+            if any(known.name == s.name for known in symbols):
+                raise ValueError(f"{where}: {what} = {value} uses a symbol '{s.name}' other "
+                                 f"than the parameters' '{s.name}' (each T.symbol() call "
+                                 "makes a new symbol)")
+            raise ValueError(f"{where}: {what} = {value} uses symbol '{s.name}', which "
+                             "no parameter's shape or strides carry")
+
+
+def _lower_launch(where: str, launch: Launch, symbols: dict, expr_id, abi_spec) -> LaunchSpec:
+    """A CUDA kernel function's grid, block (padded to 3 with 1), shared memory and
+    cluster as expression ids, with its arguments and attribute flags."""
+    padded = {}
+    for what, dims, low in (("grid", launch.grid, 0), ("block", launch.block, 1),
+                            ("cluster", launch.cluster, 1)):
+        if dims is None:
+            continue
         if not 1 <= len(dims) <= 3:
-            raise ValueError(f"{kname}: a CUDA program needs {what}= with 1 to 3 entries, got "
-                             f"{dims!r}")
-    entries = [(f"grid[{i}]", g, 0) for i, g in enumerate(program.grid)]
-    entries += [(f"block[{i}]", b, 1) for i, b in enumerate(program.block)]
-    entries.append(("shared_mem", program.shared_mem, 0))
-    for what, value, low in entries:
-        if isinstance(value, bool) or not isinstance(value, (int, Expr)):
-            raise TypeError(f"{kname}: {what} must be an int or a symbolic expression, got "
-                            f"{type(value).__name__}")
-        if isinstance(value, int) and value < low:
-            raise ValueError(f"{kname}: {what} = {value}, expected >= {low}")
-        if isinstance(value, Expr):
-            for s in value.symbols():
-                if s in symbols:
-                    continue
-                if any(known.name == s.name for known in symbols):
-                    raise ValueError(f"{kname}: {what} = {value} uses a symbol '{s.name}' other "
-                                     f"than the parameters' '{s.name}' (each T.symbol() call "
-                                     "makes a new symbol)")
-                raise ValueError(f"{kname}: {what} = {value} uses symbol '{s.name}', which "
-                                 "no parameter's shape or strides carry")
-    ids = [expr_id(value) for _, value, _ in entries]
-    grid = ids[:len(program.grid)] + [expr_id(1)] * (3 - len(program.grid))
-    block = ids[len(program.grid):-1] + [expr_id(1)] * (3 - len(program.block))
-    return LaunchSpec(tuple(grid), tuple(block), ids[-1])
+            raise ValueError(f"{where}: a CUDA program needs {what}= with 1 to 3 entries, "
+                             f"got {dims!r}")
+        for i, value in enumerate(dims):
+            _check_launch_value(where, f"{what}[{i}]", value, low, symbols)
+        padded[what] = tuple(expr_id(v) for v in dims) + (expr_id(1),) * (3 - len(dims))
+    _check_launch_value(where, "shared_mem", launch.shared_mem, 0, symbols)
+    flags = ((abi.TJ_LAUNCH_COOPERATIVE if launch.cooperative else 0)
+             | (abi.TJ_LAUNCH_PDL if launch.pdl else 0))
+    return LaunchSpec(launch.name, padded["grid"], padded["block"], expr_id(launch.shared_mem),
+                      abi_spec, padded.get("cluster"), flags)
+
+
+def _map_target(m: TensorMap, params, names) -> str:
+    return m.buffer if isinstance(m.buffer, str) else next(
+        (names[i] for i, p in enumerate(params) if p is m.buffer), "?")
+
+
+def _lower_tensormap(m: TensorMap, where: str, params, names, symbols: dict,
+                     expr_id) -> TensorMapSpec:
+    """A T.TensorMap's fields as expression ids, its defaults filled from the buffer."""
+    if isinstance(m.buffer, str):
+        if m.buffer not in names:
+            raise ValueError(f"{where}: T.TensorMap of {m.buffer!r}, which names no parameter "
+                             f"(parameters: {', '.join(names)})")
+        index = names.index(m.buffer)
+    else:
+        index = next((i for i, p in enumerate(params) if p is m.buffer), None)
+        if index is None:
+            raise ValueError(f"{where}: T.TensorMap of a buffer that is not in params")
+    p = params[index]
+    if not isinstance(p, (Buffer, PointerParam)):
+        raise TypeError(f"{where}: T.TensorMap of '{names[index]}', which is a scalar")
+    rank = len(m.box)
+    itemsize = _dtypes.DTYPES[p.dtype].itemsize
+    dims, strides = m.dims, m.strides
+    if dims is None or strides is None:
+        if not isinstance(p, Buffer) or len(p.shape) != rank:
+            what = (f"has {len(p.shape)} dimensions" if isinstance(p, Buffer)
+                    else "is a pointer")
+            raise ValueError(f"{where}: T.TensorMap of '{names[index]}' needs dims= and "
+                             f"strides= (its box has {rank} entries, the parameter {what})")
+        shape = p.shape[::-1]
+        if p.strides is not None:
+            elem_strides = p.strides[::-1]
+        else:
+            elem_strides, step = [], 1
+            for extent in shape:
+                elem_strides.append(step)
+                step = step * extent
+        dims = shape if dims is None else dims
+        strides = tuple(s * itemsize for s in elem_strides[1:]) if strides is None else strides
+    data_type = m.data_type
+    if data_type is None:
+        if p.dtype not in TENSORMAP_DATA_TYPES:
+            raise ValueError(f"{where}: T.TensorMap of '{names[index]}': the TMA unit has no "
+                             f"{p.dtype} elements; give data_type=")
+        data_type = TENSORMAP_DATA_TYPES[p.dtype]
+    fields = {}
+    for field, values in (("dims", dims), ("strides", strides), ("box", m.box),
+                          ("element_strides", m.element_strides)):
+        for i, v in enumerate(values):
+            _check_launch_value(where, f"T.TensorMap {field}[{i}]", v, 1, symbols)
+        fields[field] = tuple(expr_id(v) for v in values)
+    name = m.name or f"{names[index]}_desc"
+    return TensorMapSpec(name, index, data_type, fields["dims"], fields["strides"],
+                         fields["box"], fields["element_strides"], m.interleave, m.swizzle,
+                         m.l2_promotion, m.oob_fill)
 
 
 def _buffer_symbols(p) -> set:

@@ -116,6 +116,7 @@ cdef extern from "tilejit/tilejit.h" nogil:
         TJ_ABI_PARAM
         TJ_ABI_SYMBOL
         TJ_ABI_EXPR
+        TJ_ABI_TENSORMAP
 
     ctypedef struct tj_abi_arg:
         int32_t source
@@ -158,6 +159,27 @@ cdef extern from "tilejit/tilejit.h" nogil:
                             const char *symbol)
     int tj_kernel_set_launch(tj_kernel *kernel, const int32_t *grid_ids, const int32_t *block_ids,
                              int32_t shared_mem_id)
+    int tj_kernel_add_launch(tj_kernel *kernel, const char *symbol, const int32_t *grid_ids,
+                             const int32_t *block_ids, int32_t shared_mem_id, int32_t nargs,
+                             const tj_abi_arg *args, int32_t *out_index)
+    int tj_kernel_set_launch_attrs(tj_kernel *kernel, int32_t index, const int32_t *cluster_ids,
+                                   uint32_t flags)
+
+    ctypedef struct tj_tensormap:
+        const char *name
+        int32_t param
+        int32_t data_type
+        int32_t rank
+        int32_t dims[5]
+        int32_t strides[4]
+        int32_t box[5]
+        int32_t element_strides[5]
+        int32_t interleave
+        int32_t swizzle
+        int32_t l2_promotion
+        int32_t oob_fill
+
+    int tj_kernel_add_tensormap(tj_kernel *kernel, const tj_tensormap *map, int32_t *out_id)
     int tj_kernel_set_entry(tj_kernel *kernel, tj_cpu_entry entry)
 
     const char *tj_kernel_name(const tj_kernel *kernel)

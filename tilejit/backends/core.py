@@ -14,7 +14,7 @@ import threading
 from ctypes import POINTER, byref, c_char_p, c_int, c_int32, c_int64, c_uint32, c_void_p
 
 from .. import abi
-from .ctypes_abi import DLDataType, TjAbiArg, TjArg, TjCall, TjErrorInfo
+from .ctypes_abi import DLDataType, TjAbiArg, TjArg, TjCall, TjErrorInfo, TjTensorMap
 
 _lock = threading.Lock()
 _core = None  # ctypes.CDLL: calls drop the GIL (the kernel build, tj_call_launch)
@@ -64,6 +64,10 @@ _PROTOTYPES = {
     "tj_kernel_set_pointer": (c_int, [c_void_p, c_int32, c_char_p, DLDataType, c_int64,
                                       c_uint32]),
     "tj_kernel_set_launch": (c_int, [c_void_p, POINTER(c_int32), POINTER(c_int32), c_int32]),
+    "tj_kernel_add_launch": (c_int, [c_void_p, c_char_p, POINTER(c_int32), POINTER(c_int32),
+                                     c_int32, c_int32, POINTER(TjAbiArg), POINTER(c_int32)]),
+    "tj_kernel_set_launch_attrs": (c_int, [c_void_p, c_int32, POINTER(c_int32), c_uint32]),
+    "tj_kernel_add_tensormap": (c_int, [c_void_p, POINTER(TjTensorMap), POINTER(c_int32)]),
     "tj_kernel_finalize": (c_int, [c_void_p]),
     "tj_kernel_load": (c_int, [c_void_p, c_char_p, c_char_p]),
     "tj_kernel_num_outputs": (c_int32, [c_void_p]),
@@ -109,6 +113,11 @@ def cuda_device_capability(device_id: int = -1) -> tuple[int, int]:
 _INT64 = (abi.kDLInt, 64, 1)
 
 
+def _abi_array(entries):
+    return (TjAbiArg * max(len(entries), 1))(
+        *(TjAbiArg(a.source, a.index, DLDataType(*a.dtype)) for a in entries))
+
+
 class CoreKernel:
     """A finalized, loaded ``tj_kernel`` built from a lowered signature (``spec``: see
     ``tilejit.signature``); freed when the last backend kernel using it goes."""
@@ -142,14 +151,25 @@ class CoreKernel:
                     (c_int32 * max(len(p.strides), 1))(*p.strides)
                 check(core.tj_kernel_set_buffer(handle, index, bname, dtype, len(p.shape),
                                                 shape, strides, p.align, p.flags))
-        launch = spec.launch
-        if launch is not None:  # a CUDA kernel: grid, block, shared memory expression ids
-            check(core.tj_kernel_set_launch(handle, (c_int32 * 3)(*launch.grid),
-                                            (c_int32 * 3)(*launch.block), launch.shared_memory))
+        for m in spec.tensormaps:
+            rank = len(m.dims)
+            fields = TjTensorMap(m.name.encode(), m.param, m.data_type, rank, (*m.dims,),
+                                 (*m.strides,), (*m.box,), (*m.element_strides,), m.interleave,
+                                 m.swizzle, m.l2_promotion, m.oob_fill)
+            check(core.tj_kernel_add_tensormap(handle, byref(fields), byref(expr_id)))
         if spec.abi is not None:
-            args = (TjAbiArg * max(len(spec.abi), 1))(
-                *(TjAbiArg(a.source, a.index, DLDataType(*a.dtype)) for a in spec.abi))
-            check(core.tj_kernel_set_abi(handle, len(spec.abi), args))
+            check(core.tj_kernel_set_abi(handle, len(spec.abi), _abi_array(spec.abi)))
+        for index, launch in enumerate(spec.launches):  # CUDA: kernel functions in order
+            grid, block = (c_int32 * 3)(*launch.grid), (c_int32 * 3)(*launch.block)
+            if index == 0:
+                check(core.tj_kernel_set_launch(handle, grid, block, launch.shared_memory))
+            else:
+                check(core.tj_kernel_add_launch(handle, launch.symbol.encode(), grid, block,
+                                                launch.shared_memory, len(launch.abi),
+                                                _abi_array(launch.abi), byref(expr_id)))
+            if launch.cluster is not None or launch.flags:
+                cluster = None if launch.cluster is None else (c_int32 * 3)(*launch.cluster)
+                check(core.tj_kernel_set_launch_attrs(handle, index, cluster, launch.flags))
         check(core.tj_kernel_finalize(handle))
         self.num_outputs = core.tj_kernel_num_outputs(handle)
         self.num_inputs = len(params) - self.num_outputs

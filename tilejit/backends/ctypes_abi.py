@@ -23,6 +23,8 @@ from ctypes import (
     c_void_p,
 )
 
+from .. import abi
+
 # ---- dlpack_abi.h -------------------------------------------------------------------
 
 
@@ -75,6 +77,18 @@ class DLPackExchangeAPI(Structure):
 class TjAbiArg(Structure):
     _c_name_ = "tj_abi_arg"
     _fields_ = [("source", c_int32), ("index", c_int32), ("dtype", DLDataType)]
+
+
+_RANK = abi.TJ_MAX_TENSORMAP_RANK
+
+
+class TjTensorMap(Structure):
+    _c_name_ = "tj_tensormap"
+    _fields_ = [("name", c_char_p), ("param", c_int32), ("data_type", c_int32),
+                ("rank", c_int32), ("dims", c_int32 * _RANK), ("strides", c_int32 * (_RANK - 1)),
+                ("box", c_int32 * _RANK), ("element_strides", c_int32 * _RANK),
+                ("interleave", c_int32), ("swizzle", c_int32), ("l2_promotion", c_int32),
+                ("oob_fill", c_int32)]
 
 
 class TjValue(Union):
