@@ -785,3 +785,116 @@ def test_a_prebuilt_cubin_launches_with_its_parameters_checked(fake, tmp_path, b
         k(FakeCudaTensor((10,)), FakeCudaTensor((10,)))
     with pytest.raises(ValueError, match="scale: binary= for target='cuda' must be a cubin"):
         tilejit.compile(_scale_as_written(source=None, binary=b"garbage"), target="cuda")
+
+
+# ---- Several kernel functions, tensor maps, launch attributes ---------------------------------
+
+TMA_PROGRAM = r"""
+#include <cuda.h>
+
+__global__ void load_tiles(const __grid_constant__ CUtensorMap A_desc, float *C, int m) {
+  if (threadIdx.x == 0 && blockIdx.x == 0 && m < 0) C[0] = (float)(size_t)&A_desc;
+}
+
+__global__ void finish(float *C, int m, int tiles) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < m) C[i] += (float)tiles;
+}
+"""
+
+
+def _tma_program():
+    m = T.symbol("m", dtype="int32")
+    a = T.Buffer((m, 64), "float32", name="A", const=True)
+    c = T.Buffer((m, 64), "float32", name="C")
+    desc = T.TensorMap(a, box=(32, 16), swizzle=2, l2_promotion=2)
+    return tilejit.Program("tma", [a, c], TMA_PROGRAM, launches=[
+        tilejit.Launch("load_tiles", grid=(T.ceildiv(m, 16), 2), block=(128,),
+                       shared_mem=32 * 16 * 4, kernel_args=[desc, c, m], cluster=(1, 2, 1),
+                       pdl=True),
+        tilejit.Launch("finish", grid=(T.ceildiv(m, 256),), block=(256,),
+                       kernel_args=[c, m, T.ceildiv(m, 16)], cooperative=True),
+    ])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_launches_in_order_with_tensor_maps_and_attributes(fake, backend):
+    k = tilejit.compile(_tma_program(), target="cuda", arch="sm_90a", compiler="nvcc",
+                        execution_backend=backend)
+    assert k.c_prototype == (
+        'extern "C" __global__ void load_tiles(__grid_constant__ const CUtensorMap A_desc, '
+        "float *C, int32_t m)\n"
+        'extern "C" __global__ void finish(float *C, int32_t m, int32_t arg2)')
+    fake.set_capability(9, 0)
+    for m in (16, 100, 1000):
+        a, c = FakeCudaTensor((m, 64)), FakeCudaTensor((m, 64))
+        before = len(fake.launches())
+        k(a, c, stream=0x77)
+        encode = fake.records("cuTensorMapEncodeTiled")[-1]
+        assert encode == {
+            "fn": "cuTensorMapEncodeTiled", "result": 0, "context": 0, "data_type": 7,
+            "rank": 2, "address": a.address, "dims": [64, m], "strides": [256],
+            "box": [32, 16], "element_strides": [1, 1], "interleave": 0, "swizzle": 2,
+            "l2_promotion": 2, "oob_fill": 0}
+        first, second = fake.launches()[before:]
+        # The map reaches the kernel as the 128 bytes the driver encoded (the fake writes
+        # the address, the dims, the strides and the box into them).
+        words = [a.address, 64, m, 0, 0, 0, 256, 0, 0, 0, 0, 32, 16, 0, 0, 0]
+        assert first == {
+            "fn": "cuLaunchKernelEx", "result": 0, "context": 0, "function": "load_tiles",
+            "module": first["module"], "grid": [-(-m // 16), 2, 1], "block": [128, 1, 1],
+            "shared_mem": 2048, "stream": 0x77,
+            "args": [b"".join(w.to_bytes(8, "little") for w in words).hex(),
+                     ptr(c.address), m.to_bytes(4, "little").hex()],
+            "attrs": [{"id": 4, "cluster": [1, 2, 1]},
+                      {"id": 6, "programmatic_stream_serialization": 1}]}
+        assert second == {
+            "fn": "cuLaunchKernelEx", "result": 0, "context": 0, "function": "finish",
+            "module": first["module"], "grid": [-(-m // 256), 1, 1], "block": [256, 1, 1],
+            "shared_mem": 0, "stream": 0x77,
+            "args": [ptr(c.address), m.to_bytes(4, "little").hex(),
+                     (-(-m // 16)).to_bytes(4, "little").hex()],
+            "attrs": [{"id": 2, "cooperative": 1}]}
+    assert len(fake.records("cuModuleLoadData")) == 1
+    assert [f["name"] for f in fake.records("cuModuleGetFunction")] == ["load_tiles", "finish"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tensor_map_encode_errors_name_the_map(fake, backend):
+    k = tilejit.compile(_tma_program(), target="cuda", arch="sm_90a", compiler="nvcc",
+                        execution_backend=backend)
+    fake.set_capability(9, 0)
+    # A misaligned address: the driver refuses to encode, nothing launches.
+    a = FakeCudaTensor((100, 64), byte_offset=4)
+    with pytest.raises(RuntimeError, match=r"tma: tensor map 'A_desc' \(of 'A'\): "
+                                           r"cuTensorMapEncodeTiled\(data type 7, rank 2, "
+                                           r".*dims \(64, 100\), strides \(256,\), box \(32, 16\)"
+                                           r".*CUDA_ERROR_INVALID_VALUE"):
+        k(a, FakeCudaTensor((100, 64)))
+    assert fake.launches() == []
+
+
+def test_launch_and_tensor_map_declarations_are_checked():
+    m = T.symbol("m")
+    a = T.Buffer((m, 64), "float32", name="A")
+    with pytest.raises(ValueError, match="cooperative launch cannot have cluster"):
+        tilejit.Launch("k", grid=(1,), block=(1,), cluster=(2,), cooperative=True)
+    with pytest.raises(ValueError, match="with launches=, give grid"):
+        tilejit.Program("p", [a], "", grid=(1,), launches=[tilejit.Launch("k", (1,), (1,))])
+    with pytest.raises(ValueError, match="T.TensorMap: 3 dims entries, expected 2"):
+        T.TensorMap(a, box=(8, 8), dims=(1, 2, 3))
+    bad = tilejit.Program("p", [a], "", launches=[tilejit.Launch(
+        "k", (1,), (1,), kernel_args=[T.TensorMap("B", box=(8, 8))])])
+    with pytest.raises(ValueError, match=r"p: k: kernel_args\[0\]: T.TensorMap of 'B', which "
+                                         "names no parameter"):
+        tilejit.compile(bad, target="cuda", arch="sm_90a", compiler="nvcc")
+    cpu = tilejit.Program("p", [a], "void p(float *A, int64_t m) {}",
+                          kernel_args=[T.TensorMap(a, box=(8, 8)), m])
+    with pytest.raises(ValueError, match="only CUDA kernels take"):
+        tilejit.compile(cpu)
+    # The definition must take the map by value.
+    wrong = tilejit.Program("p", [a], "__global__ void k(const CUtensorMap *A_desc) {}",
+                            launches=[tilejit.Launch("k", (1,), (1,),
+                                                     kernel_args=[T.TensorMap(a, box=(8, 8))])])
+    with pytest.raises(tilejit.CompileError, match="expected a tensor map passed by value"):
+        tilejit.compile(wrong, target="cuda", arch="sm_90a", compiler="nvcc")

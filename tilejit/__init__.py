@@ -17,7 +17,7 @@ from .kernel import JITKernel
 from .lang import T
 from .layout import from_dlpack
 from .pointer import Pointer, make_ptr
-from .program import Program
+from .program import Launch, Program
 from .version import VERSION as __version__
 
 

@@ -112,7 +112,8 @@ class FakeDriver:
         return [c for c in calls if fn is None or c["fn"] == fn]
 
     def launches(self) -> list[dict]:
-        return self.records("cuLaunchKernel")
+        """cuLaunchKernel and cuLaunchKernelEx records, oldest first."""
+        return [c for c in self.records() if c["fn"] in ("cuLaunchKernel", "cuLaunchKernelEx")]
 
 
 # ---- DLPack structures (the ctypes backend's mirrors, plus the managed wrapper) ----------

@@ -345,11 +345,11 @@ int tj_kernel_set_image(tj_kernel *kernel, const void *image, int64_t size, cons
 int tj_kernel_set_launch(tj_kernel *kernel, const int32_t grid_ids[3], const int32_t block_ids[3],
                          int32_t shared_mem_id);
 
-/* Launch attributes (tj_kernel_set_launch_attrs flags). */
-#define TJ_LAUNCH_COOPERATIVE 1u /* a cooperative launch (grid-wide sync) */
-#define TJ_LAUNCH_PDL                                      \
-  2u /* programmatic dependent launch: may start while the \
-        previous kernel on the stream finishes */
+/* Launch attributes (tj_kernel_set_launch_attrs flags): a cooperative launch
+ * (grid-wide sync); programmatic dependent launch (the kernel may start while
+ * the previous one on the stream finishes). */
+#define TJ_LAUNCH_COOPERATIVE 1u
+#define TJ_LAUNCH_PDL 2u
 
 /* CUDA kernel, before tj_kernel_finalize: one more kernel function of the
  * same module image, launched after the ones before it on the same stream,
