@@ -35,7 +35,10 @@ _BINARY = {
     "//": (OP_FLOORDIV, operator.floordiv),
     "%": (OP_MOD, operator.mod),
     "ceildiv": (OP_CEILDIV, lambda a, b: -(-a // b)),
+    "min": (abi.TJ_OP_MIN, min),
+    "max": (abi.TJ_OP_MAX, max),
 }
+_CALLS = ("ceildiv", "min", "max")  # written as calls: ceildiv(n, 4)
 
 
 def _wrap(value: object) -> Expr | int:
@@ -150,9 +153,9 @@ class BinaryExpr(Expr):
 
     def __str__(self) -> str:
         def part(x):
-            return f"({x})" if isinstance(x, BinaryExpr) and x.op != "ceildiv" else str(x)
-        if self.op == "ceildiv":
-            return f"ceildiv({self.lhs}, {self.rhs})"
+            return f"({x})" if isinstance(x, BinaryExpr) and x.op not in _CALLS else str(x)
+        if self.op in _CALLS:
+            return f"{self.op}({self.lhs}, {self.rhs})"
         return f"{part(self.lhs)} {self.op} {part(self.rhs)}"
 
     def symbols(self) -> Iterator[Symbol]:
@@ -187,6 +190,16 @@ def symbol(name: str, divisibility: int = 1, dtype: str = "int64") -> Symbol:
 def ceildiv(a: IntLike, b: IntLike) -> Expr | int:
     """``ceil(a / b)`` for positive b, as an expression. ``T.ceildiv(n, 256)``."""
     return _binary("ceildiv", a, b)
+
+
+def min_(a: IntLike, b: IntLike) -> Expr | int:
+    """The smaller of two values, as an expression: ``T.min(n, 1024)``."""
+    return _binary("min", a, b)
+
+
+def max_(a: IntLike, b: IntLike) -> Expr | int:
+    """The larger of two values, as an expression: ``T.max(n, 1)``."""
+    return _binary("max", a, b)
 
 
 class Param:
@@ -420,6 +433,8 @@ class _T:
 
     symbol = staticmethod(symbol)
     ceildiv = staticmethod(ceildiv)
+    min = staticmethod(min_)
+    max = staticmethod(max_)
     Buffer = Buffer
     Scalar = Scalar
     Pointer = PointerParam
