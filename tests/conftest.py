@@ -7,6 +7,7 @@ is shared by the whole session, each distinct kernel (and the wrapper) compiles 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -100,3 +101,39 @@ def vec_add(build):
     return build("vec_add", [T.Buffer((n,), "float32", name="A", const=True),
                              T.Buffer((n,), "float32", name="B", const=True),
                              T.Buffer((n,), "float32", name="C")], VEC_ADD, out_idx=-1)
+
+
+# ---- The fake CUDA driver (tests/fake_cuda) ------------------------------------------------
+
+
+def load_fakes():
+    """tests/fake_cuda/fakes.py, imported once by file path (tests/ is not a package)."""
+    name = "tilejit_test_fakes"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, Path(__file__).resolve().parent / "fake_cuda" / "fakes.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="session")
+def fake_driver_path(tmp_path_factory):
+    return load_fakes().build_fake_driver(tmp_path_factory.mktemp("fake-cuda"))
+
+
+@pytest.fixture(scope="module")
+def driver(fake_driver_path):
+    """The fake driver, loaded by the core (TILEJIT_LIBCUDA) for the module's tests."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TILEJIT_LIBCUDA", str(fake_driver_path))
+        yield load_fakes().FakeDriver(fake_driver_path)
+
+
+@pytest.fixture
+def fake(driver):
+    """The fake driver, with no records, no current context, two devices of capability 8.0."""
+    driver.reset()
+    driver.set_current(-1)
+    return driver

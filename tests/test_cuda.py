@@ -16,7 +16,6 @@ sees no GPU).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import struct
 import subprocess
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import load_fakes
 
 import tilejit
 from tilejit import T
@@ -37,17 +37,7 @@ HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent
 
 
-def _load_fakes():
-    name = "tilejit_test_fakes"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / "fake_cuda" / "fakes.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fakes = _load_fakes()
+fakes = load_fakes()
 FakeCudaTensor = fakes.FakeCudaTensor
 SENTINEL = fakes.SENTINEL_STREAM
 COMPILERS = ["nvcc", "nvrtc"]
@@ -340,26 +330,6 @@ def test_program_checks_for_cuda():
 
 
 # ---- Launches through the fake driver ---------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def fake_driver_path(tmp_path_factory):
-    return fakes.build_fake_driver(tmp_path_factory.mktemp("fake-cuda"))
-
-
-@pytest.fixture(scope="module")
-def driver(fake_driver_path):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TILEJIT_LIBCUDA", str(fake_driver_path))
-        yield fakes.FakeDriver(fake_driver_path)
-
-
-@pytest.fixture
-def fake(driver):
-    """The fake driver, with no records, no current context, two devices of capability 8.0."""
-    driver.reset()
-    driver.set_current(-1)
-    return driver
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

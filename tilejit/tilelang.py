@@ -294,8 +294,7 @@ def program(description: dict, source: str | None, binary=None) -> tuple[Program
     if description["target"] == "cpu":
         (function,) = description["functions"]
         prog = Program(function["name"], params, source, kernel_args=kernel_args(function),
-                       language="c++", binary=binary, readonly_params=readonly,
-                       returns="int32" if binary is not None else None)
+                       language="c++", readonly_params=readonly)
         return prog, ["-std=c++17", *(f"-I{d}" for d in template_include_dirs())]
     launches = [Launch(f["name"], grid=[_to_expr(g, symbols) for g in f["grid"]],
                        block=[_to_expr(b, symbols) for b in f["block"]],
@@ -322,7 +321,11 @@ def build(description: dict, source: str | None, out_idx, *, binary=None, compil
           execution_backend: str = "auto", verbose: bool = False):
     """Compiles (or, with ``binary``, loads) a described kernel as a tilejit JITKernel."""
     description = _outputs_writable(description, out_idx)
-    prog, flags = program(description, source, binary)
+    if description["target"] == "cpu":
+        # A CPU library is tilejit's own build of the source (the kernel and its packed
+        # entry): rebuilt from the source, which tilejit's artifact cache finds.
+        binary = None
+    prog, flags = program(description, None if binary is not None else source, binary)
     options = {"out_idx": list(out_idx or []), "execution_backend": execution_backend,
                "compile_flags": [*flags, *compile_flags], "verbose": verbose}
     if description["target"] == "cuda":
@@ -361,6 +364,7 @@ class TilejitKernelAdapter(BaseKernelAdapter):
             next(iter(func_or_mod.functions.values()))
         self.description = describe(func, host_mod, device_mod, _target_kind(target),
                                     _arch(target))
+        self.from_cache = False
         self._finish(device_kernel_source, None, compile_flags, verbose)
 
     def _finish(self, source, binary, compile_flags, verbose):
@@ -391,6 +395,7 @@ class TilejitKernelAdapter(BaseKernelAdapter):
             with open(device.path, encoding="utf-8") as f:
                 source = f.read()
         adapter.description = json.loads(text)
+        adapter.from_cache = True
         if adapter.description.get("version") != DESCRIPTION_VERSION:
             raise TileLangError("a cached tilejit kernel description of another version")
         adapter._finish(source, kernel_lib_path, compile_flags, verbose)
