@@ -38,6 +38,7 @@ __all__ = [
     "CompileError",
     "JITFunction",
     "JITKernel",
+    "Launch",
     "Pointer",
     "Program",
     "T",

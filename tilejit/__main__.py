@@ -15,6 +15,9 @@ def main(argv=None) -> int:
     demo = sub.add_parser("demo", help="compile and run the demo kernels on torch tensors")
     demo.add_argument("--target", choices=("cpu", "cuda"), default="cpu",
                       help="cpu (default), or cuda: the same kernels in CUDA C on the GPU")
+    demo.add_argument("--tilelang", action="store_true",
+                      help="run TileLang kernels through tilejit (target c; CUDA too when a "
+                           "GPU is present); needs tilelang (pip install 'tilejit[tilelang]')")
     bench = sub.add_parser("bench", help="time the host overhead per call against the peers "
                                          "(docs/cli.md) and print a markdown table")
     bench.add_argument("--calls", type=int, default=100_000, help="calls per timed repeat")
@@ -36,6 +39,10 @@ def main(argv=None) -> int:
 
         return bench(args)
     if args.command == "demo":
+        if args.tilelang:
+            from .demo import run_tilelang
+
+            return 0 if run_tilelang() else 1
         from .demo import run
 
         return 0 if run(target=args.target) else 1

@@ -1,5 +1,5 @@
-"""``python -m tilejit demo [--target cuda]``: compile three kernels, run them on torch
-tensors, check them.
+"""``python -m tilejit demo [--target cuda] [--tilelang]``: compile three kernels, run them
+on torch tensors, check them (``--tilelang``: TileLang kernels, through tilejit).
 
 Each row: the kernel, the shape it ran on, the max error against torch, the compile
 time (cold or from the disk cache, as it happened) and the median per-call time (for
@@ -255,4 +255,99 @@ def run_cuda(print_fn=print) -> bool:
     rows.append(("row_stats (max, sum)", "(300, 77) strided", err, t_rs,
                  timed(row_stats, x, calls=500)))
     print_fn(f"on {torch.cuda.get_device_name()}")
+    return _report(rows, print_fn)
+
+
+# ---- TileLang kernels through tilejit (--tilelang) -------------------------------------------
+
+
+def _tilelang_kernels(TL):
+    """An elementwise kernel, a row reduction and a GEMM with a dynamic M, as TileLang users
+    write them (``TL`` is ``tilelang.language``)."""
+    m, n = TL.dynamic("m"), TL.dynamic("n")
+
+    @TL.prim_func
+    def axpy(X: TL.Tensor((m, n), "float32"), Y: TL.Tensor((m, n), "float32"),
+             Z: TL.Tensor((m, n), "float32")):
+        with TL.Kernel(TL.ceildiv(n, 32), TL.ceildiv(m, 8), threads=128) as (bx, by):
+            for i, j in TL.Parallel(8, 32):
+                if by * 8 + i < m and bx * 32 + j < n:
+                    Z[by * 8 + i, bx * 32 + j] = (2.0 * X[by * 8 + i, bx * 32 + j]
+                                                  + Y[by * 8 + i, bx * 32 + j])
+
+    @TL.prim_func
+    def row_sum(A: TL.Tensor((m, 64), "float32"), S: TL.Tensor((m,), "float32")):
+        with TL.Kernel(m, threads=1) as bx:
+            acc = TL.alloc_local((1,), "float32")
+            acc[0] = 0.0
+            for j in TL.serial(64):
+                acc[0] += A[bx, j]
+            S[bx] = acc[0]
+
+    @TL.prim_func
+    def gemm(A: TL.Tensor((m, 256), "float16"), B: TL.Tensor((256, 256), "float16"),
+             C: TL.Tensor((m, 256), "float16")):
+        with TL.Kernel(4, TL.ceildiv(m, 64), threads=128) as (bx, by):
+            a_s = TL.alloc_shared((64, 32), "float16")
+            b_s = TL.alloc_shared((32, 64), "float16")
+            c_l = TL.alloc_fragment((64, 64), "float")
+            TL.clear(c_l)
+            for ko in TL.Pipelined(8, num_stages=2):
+                TL.copy(A[by * 64, ko * 32], a_s)
+                TL.copy(B[ko * 32, bx * 64], b_s)
+                TL.gemm(a_s, b_s, c_l)
+            TL.copy(c_l, C[by * 64, bx * 64])
+
+    return axpy, row_sum, gemm
+
+
+def run_tilelang(print_fn=print) -> bool:
+    """TileLang kernels through ``execution_backend="tilejit"``: on target "c" always, on
+    the GPU when there is one; True when every kernel matches torch."""
+    try:
+        import tilelang
+        import tilelang.language as TL
+        import torch
+
+        from . import tilelang as _registers  # noqa: F401  (makes "tilejit" a backend)
+    except ImportError as exc:
+        print_fn(f"tilejit demo --tilelang: {exc}; install it with "
+                 "pip install 'tilejit[tilelang]' (beside a pinned torch)")
+        return False
+    torch.manual_seed(0)
+    axpy, row_sum, gemm = _tilelang_kernels(TL)
+    rows = []
+
+    def build(func, out_idx, target):
+        start = time.perf_counter()
+        kernel = tilelang.compile(func, out_idx=out_idx, target=target,
+                                  execution_backend="tilejit")
+        return kernel, (time.perf_counter() - start) * 1e3
+
+    k_axpy, t_axpy = build(axpy, -1, "c")
+    for m, n in ((1, 1), (300, 77)):
+        x, y = torch.randn(m, n), torch.randn(m, n)
+        err = (k_axpy(x, y) - (2 * x + y)).abs().max().item()
+        rows.append(("tilelang axpy (c)", f"({m}, {n})", err, t_axpy,
+                     _per_call_us(k_axpy, x, y)))
+    k_rows, t_rows = build(row_sum, [1], "c")
+    a = torch.randn(257, 64)
+    err = (k_rows(a) - a.sum(dim=1)).abs().max().item()
+    rows.append(("tilelang row sum (c)", "(257, 64)", err, t_rows, _per_call_us(k_rows, a)))
+    if torch.cuda.is_available():
+        dev = torch.device("cuda")
+        major, minor = torch.cuda.get_device_capability()
+        arch = f"sm_{major}{minor}" + ("a" if major == 9 else "")
+        k_gemm, t_gemm = build(gemm, -1, {"kind": "cuda", "arch": arch})
+        for m in (64, 1000):
+            a = torch.randn(m, 256, device=dev, dtype=torch.float16)
+            b = torch.randn(256, 256, device=dev, dtype=torch.float16)
+            ref = a.float() @ b.float()
+            # float16 output: the error relative to the largest element.
+            err = ((k_gemm(a, b).float() - ref).abs().max() / ref.abs().max()).item()
+            rows.append((f"tilelang gemm ({arch})", f"({m}, 256) @ (256, 256)", err, t_gemm,
+                         _per_call_us(k_gemm, a, b, calls=500)))
+        print_fn(f"on {torch.cuda.get_device_name()}")
+    else:
+        print_fn("no CUDA GPU here: the TileLang GEMM is not run (target c only)")
     return _report(rows, print_fn)
