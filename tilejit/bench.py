@@ -408,6 +408,40 @@ def _tvm_ffi_rows(tensor_sets: list[tuple]) -> list[Row]:
     return _count_rows(name, tensor_sets, load, required=False)
 
 
+def _tilelang_rows(a, b, c) -> list[Row]:
+    """Case E: a no-op TileLang kernel on target "c" (3 tensors; and 2 inputs + 1 out_idx
+    output) through execution_backend="tilejit" and through TileLang's own "cython"."""
+    names = [f"TileLang {backend}{suffix}" for suffix in ("", " (out_idx)")
+             for backend in ("tilejit", "cython")]
+    try:
+        import tilelang
+        import tilelang.language as TL
+
+        from . import tilelang as _registers  # noqa: F401
+    except ImportError as exc:
+        return [_missing(name, f"not installed ({exc})") for name in names]
+    n = TL.dynamic("n")
+
+    @TL.prim_func
+    def noop(A: TL.Tensor((n,), "float32"), B: TL.Tensor((n,), "float32"),
+             C: TL.Tensor((n,), "float32")):
+        with TL.Kernel(1, threads=1) as _:
+            if n < 0:  # never: the kernel does nothing, and reads every argument
+                C[0] = A[0] + B[0]
+
+    rows = []
+    for out_idx, args in ((None, (a, b, c)), (-1, (a, b))):
+        for backend in ("tilejit", "cython"):
+            name = names[len(rows)]
+            try:
+                kernel = tilelang.compile(noop, out_idx=out_idx, target="c",
+                                          execution_backend=backend)
+                rows.append(Row(name, kernel, args, required=backend == "tilejit"))
+            except Exception as exc:  # noqa: BLE001  (a peer that fails is reported)
+                rows.append(_failed(name, exc, required=backend == "tilejit"))
+    return rows
+
+
 def _pybind_row(a, b, c, quick: bool) -> Row:
     name = "torch cpp_extension.load_inline (pybind11, torch::Tensor x3)"
     if quick:
@@ -549,7 +583,8 @@ def _header(calls: int, repeats: int, quick: bool, elapsed_build: float) -> list
         else ""
     machine = (f"machine: {platform.platform()}, {_cpu_model()} ({os.cpu_count()} logical "
                f"CPUs) · python {platform.python_version()} · torch {torch.__version__} · "
-               f"apache-tvm-ffi {_version('tvm_ffi')} · tilejit {__version__}")
+               f"apache-tvm-ffi {_version('tvm_ffi')} · tilelang {_version('tilelang')} · "
+               f"tilejit {__version__}")
     method = (f"calls: {repeats} repeats × {calls:,} calls per row{fewer}, rows interleaved per "
               f"repeat, after {max(_WARMUP_MIN, calls // _WARMUP_FRACTION):,} warm-up calls; "
               f"median and min over the repeats · builds took {elapsed_build:.1f} s"
@@ -601,6 +636,7 @@ def run(calls: int = SPEC_MIN_CALLS, repeats: int = 11, quick: bool = False) -> 
     tvms = _tvm_ffi_rows(tensor_sets)
     pybind = _pybind_row(a, b, c, quick)
     views = _view_rows(kernels, tensor_sets[0])
+    tilelang_rows = _tilelang_rows(a, b, c)
     empty = Row("torch.empty((16,), dtype=torch.float32) alone", torch.empty, ((N,),),
                 {"dtype": torch.float32}, required=True)
     composite = Row("torch.empty + tilejit cython no-alloc call, in one Python function",
@@ -624,7 +660,8 @@ def run(calls: int = SPEC_MIN_CALLS, repeats: int = 11, quick: bool = False) -> 
     rows_c = [[*tj_rows, tvm_n, floor_n, ctypes_floor_n] for tj_rows, tvm_n, floor_n, ctypes_floor_n
               in zip(tj_wide, tvms[1:], floors[1:], ctypes_floors[1:])]
     rows_d = [row for _, row in views]
-    every_row = rows_a + rows_b + [row for rows in rows_c for row in rows] + rows_d
+    every_row = (rows_a + rows_b + [row for rows in rows_c for row in rows] + rows_d
+                 + tilelang_rows)
     _measure(every_row, calls, repeats)
 
     by_name = {row.name: row for row in rows_a + rows_b}
@@ -651,6 +688,13 @@ def run(calls: int = SPEC_MIN_CALLS, repeats: int = 11, quick: bool = False) -> 
     table_d = [(row, (floor.median, by_name[f"tilejit {backend}"].median), "")
                for backend, row in views]
 
+    table_e = []
+    for tilejit_row, cython_row in (tilelang_rows[:2], tilelang_rows[2:]):
+        target = _targets([("≤ 0.5× TileLang cython", tilejit_row.median,
+                            _scaled(0.5, cython_row.median))])
+        table_e += [(tilejit_row, (cython_row.median,), target),
+                    (cython_row, (cython_row.median,), "")]
+
     wide = " and ".join(str(count) for count in WIDE)
     lines = [
         *_header(calls, repeats, quick, elapsed_build),
@@ -668,6 +712,11 @@ def run(calls: int = SPEC_MIN_CALLS, repeats: int = 11, quick: bool = False) -> 
         *_table("D. No-op CPU kernel, 3 arguments converted once up front (layout views of "
                 "the torch tensors, tilejit.Array), no allocation",
                 ("× floor", "× same backend, torch tensors"), table_d),
+        "",
+        *_table(f"E. No-op TileLang kernel on target \"c\", {N} float32 elements: 3 tensors, "
+                "then 2 inputs + 1 out_idx output; tilejit checks every argument, TileLang's "
+                "cython backend (its backend for \"c\") checks none",
+                ("× TileLang cython",), table_e),
         "",
     ]
     ok = not any(row.required and not row.times for row in [*every_row, reference])
