@@ -17,6 +17,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import io
+import linecache
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,4 +153,8 @@ def run_block(block: Block, where: str, namespace: dict) -> None:
         return
     namespace.setdefault("_md_prints", _prints)
     namespace.setdefault("_md_raises", _raises)
-    exec(compile(checked_source(block.code), filename, "exec"), namespace)  # noqa: S102
+    source = checked_source(block.code)
+    # inspect.getsource (which TileLang's @prim_func reads its function with) finds the
+    # block's text through linecache, as it would a file's.
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102
