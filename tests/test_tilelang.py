@@ -23,6 +23,7 @@ from conftest import load_fakes
 
 import tilejit
 import tilejit.tilelang as tt
+from tilejit.demo import tilelang_kernels
 
 fakes = load_fakes()
 FakeCudaTensor = fakes.FakeCudaTensor
@@ -37,55 +38,19 @@ def tilelang_cache(tmp_path_factory):
         yield
 
 
-# ---- Kernels, written as TileLang users write them ---------------------------------------------
+# ---- Kernels, written as TileLang users write them (the demo's, and two more) ------------------
 
 
 def elementwise():
-    m, n = TL.dynamic("m"), TL.dynamic("n")
-
-    @TL.prim_func
-    def axpy(X: TL.Tensor((m, n), "float32"), Y: TL.Tensor((m, n), "float32"),
-             Z: TL.Tensor((m, n), "float32")):
-        with TL.Kernel(TL.ceildiv(n, 32), TL.ceildiv(m, 8), threads=128) as (bx, by):
-            for i, j in TL.Parallel(8, 32):
-                if by * 8 + i < m and bx * 32 + j < n:
-                    Z[by * 8 + i, bx * 32 + j] = 2.0 * X[by * 8 + i, bx * 32 + j] + \
-                        Y[by * 8 + i, bx * 32 + j]
-    return axpy
+    return tilelang_kernels(TL)[0]
 
 
 def row_sum():
-    m = TL.dynamic("m")
-
-    @TL.prim_func
-    def rows(A: TL.Tensor((m, 64), "float32"), S: TL.Tensor((m,), "float32")):
-        with TL.Kernel(m, threads=1) as bx:
-            acc = TL.alloc_local((1,), "float32")
-            acc[0] = 0.0
-            for j in TL.serial(64):
-                acc[0] += A[bx, j]
-            S[bx] = acc[0]
-    return rows
+    return tilelang_kernels(TL)[1]
 
 
-def gemm(block_m=64, block_n=64, block_k=32):
-    m = TL.dynamic("m")
-    n = k = 256
-
-    @TL.prim_func
-    def main(A: TL.Tensor((m, k), "float16"), B: TL.Tensor((k, n), "float16"),
-             C: TL.Tensor((m, n), "float16")):
-        with TL.Kernel(TL.ceildiv(n, block_n), TL.ceildiv(m, block_m), threads=128) as (bx, by):
-            a_s = TL.alloc_shared((block_m, block_k), "float16")
-            b_s = TL.alloc_shared((block_k, block_n), "float16")
-            c_l = TL.alloc_fragment((block_m, block_n), "float")
-            TL.clear(c_l)
-            for ko in TL.Pipelined(TL.ceildiv(k, block_k), num_stages=2):
-                TL.copy(A[by * block_m, ko * block_k], a_s)
-                TL.copy(B[ko * block_k, bx * block_n], b_s)
-                TL.gemm(a_s, b_s, c_l)
-            TL.copy(c_l, C[by * block_m, bx * block_n])
-    return main
+def gemm():
+    return tilelang_kernels(TL)[2]
 
 
 def two_kernels():
@@ -360,6 +325,7 @@ def test_gpu_tilelang_kernels_match_torch(child_env):
         import sys, torch, tilelang
         sys.path.insert(0, {str(HERE)!r})
         import tilejit.tilelang as tt
+from tilejit.demo import tilelang_kernels
         from test_tilelang import gemm, two_kernels, clustered
         target = {{"kind": "cuda", "arch": {arch!r}}}
         dev = torch.device("cuda")

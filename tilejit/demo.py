@@ -261,7 +261,7 @@ def run_cuda(print_fn=print) -> bool:
 # ---- TileLang kernels through tilejit (--tilelang) -------------------------------------------
 
 
-def _tilelang_kernels(TL):
+def tilelang_kernels(TL):
     """An elementwise kernel, a row reduction and a GEMM with a dynamic M, as TileLang users
     write them (``TL`` is ``tilelang.language``)."""
     m, n = TL.dynamic("m"), TL.dynamic("n")
@@ -315,7 +315,7 @@ def run_tilelang(print_fn=print) -> bool:
                  "pip install 'tilejit[tilelang]' (beside a pinned torch)")
         return False
     torch.manual_seed(0)
-    axpy, row_sum, gemm = _tilelang_kernels(TL)
+    axpy, row_sum, gemm = tilelang_kernels(TL)
     rows = []
 
     def build(func, out_idx, target):
