@@ -230,16 +230,16 @@ def _map_bytes(address, dims, strides, box) -> str:
 
 def test_sm80_gemm_with_dynamic_m_launches_exactly(fake, cuda_kernels):
     k = cuda_kernels["gemm80"]
-    assert k.c_prototype == ('extern "C" __global__ void main_kernel(const tj_float16 *A, '
+    assert k.c_prototype == ('extern "C" __global__ void gemm_kernel(const tj_float16 *A, '
                              "const tj_float16 *B, tj_float16 *C, int32_t m)")
     for m in (1, 64, 1000):
         a, b = FakeCudaTensor((m, 256), "float16"), FakeCudaTensor((256, 256), "float16")
         c = k(a, b, stream=0x42)
         assert c.shape == (m, 256) and c.dtype == "float16"
         (function,) = fake.records("cuModuleGetFunction")  # loaded once
-        assert function["name"] == "main_kernel" and function["param_sizes"] == [8, 8, 8, 4]
+        assert function["name"] == "gemm_kernel" and function["param_sizes"] == [8, 8, 8, 4]
         assert fake.launches()[-1] == {
-            "fn": "cuLaunchKernel", "result": 0, "context": 0, "function": "main_kernel",
+            "fn": "cuLaunchKernel", "result": 0, "context": 0, "function": "gemm_kernel",
             "module": function["module"], "grid": [4, -(-m // 64), 1], "block": [128, 1, 1],
             "shared_mem": 16384, "stream": 0x42,
             "args": [_ptr(a.address), _ptr(b.address), _ptr(c.address), _i32(m)]}
@@ -264,7 +264,7 @@ def test_sm90a_tma_gemm_encodes_its_tensor_maps_per_call(fake, cuda_kernels):
         assert function["param_sizes"] == [128, 128, 8, 4]
         # Warp-specialised: 256 threads where the user wrote 128.
         assert fake.launches()[-1] == {
-            "fn": "cuLaunchKernel", "result": 0, "context": 0, "function": "main_kernel",
+            "fn": "cuLaunchKernel", "result": 0, "context": 0, "function": "gemm_kernel",
             "module": function["module"], "grid": [4, -(-m // 64), 1], "block": [256, 1, 1],
             "shared_mem": 16384, "stream": 0x42,
             "args": [_map_bytes(a.address, [256, m], [512], [32, 64]),
