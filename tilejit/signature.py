@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from . import abi
 from . import dtypes as _dtypes
+from .cdecl import classify, find_definition
 from .lang import (
     TENSORMAP_DATA_TYPES,
     Buffer,
@@ -266,7 +267,7 @@ def lower(program: Program, out_idx, target: str) -> Signature:
             map_specs.append(_lower_tensormap(m, where, params, names, symbols, expr_id))
         return maps[m]
 
-    returns = "int32_t" if program.returns_status else "void"
+    returns = "int32_t" if _returns_status(program, target) else "void"
     if target != "cuda":
         if program.launches is not None:
             raise ValueError(f"{kname}: launches= is for CUDA programs")
@@ -292,6 +293,16 @@ def lower(program: Program, out_idx, target: str) -> Signature:
                       tuple(launch_specs), tuple(map_specs))
     return Signature(kname, target, tuple(names), outs, tuple(symbols), spec,
                      tuple(functions), first.name)
+
+
+def _returns_status(program: Program, target: str) -> bool:
+    """Whether the CPU kernel returns an int status: as its definition says (a definition
+    returning something else is refused when compiled), else ``Program.returns``."""
+    if target == "cpu" and program.source is not None:
+        definition = find_definition(program.source, program.name)
+        if definition is not None:
+            return classify(definition.returns) == ("int", 32)
+    return program.returns_status
 
 
 def _abi(kargs) -> tuple[AbiSpec, ...]:
