@@ -174,25 +174,37 @@ def test_read_only_inputs_are_const(cpu_kernels):
     torch.testing.assert_close(torch.from_numpy(k(ro, x)), 3 * x)
 
 
-def test_disk_cache_reloads_without_lowering(tmp_path):
+_CACHE_RUN = """
+import sys, torch, tilelang
+sys.path.insert(0, {here!r})
+import tilejit.tilelang
+from conftest import load_fakes
+from test_tilelang import elementwise, two_kernels
+fakes = load_fakes()
+k = tilelang.compile(elementwise(), out_idx=-1, target="c", execution_backend="tilejit")
+x = torch.randn(5, 6)
+assert torch.allclose(k(x, x), 3 * x)
+kc = tilelang.compile(two_kernels(), out_idx=-1, target={{"kind": "cuda", "arch": "sm_80"}},
+                      execution_backend="tilejit")
+kc(fakes.FakeCudaTensor((300,)))
+print("from-cache" if k.adapter.from_cache else "compiled",
+      "from-cache" if kc.adapter.from_cache else "compiled")
+"""
+
+
+def test_disk_cache_reloads_without_lowering(tmp_path, fake_driver_path):
     # Two processes with one TileLang cache: the second loads the description and the
-    # compiled library tilejit stored, and runs them.
-    script = textwrap.dedent(f"""
-        import sys, torch, tilelang
-        sys.path.insert(0, {str(HERE)!r})
-        import tilejit.tilelang
-        from test_tilelang import elementwise
-        k = tilelang.compile(elementwise(), out_idx=-1, target="c", execution_backend="tilejit")
-        x = torch.randn(5, 6)
-        assert torch.allclose(k(x, x), 3 * x)
-        print("from-cache" if k.adapter.from_cache else "compiled")
-    """)
-    env = dict(os.environ, TILELANG_CACHE_DIR=str(tmp_path / "tl-cache"))
-    runs = [subprocess.run([sys.executable, "-c", script], check=False, capture_output=True,
-                           text=True, env=env, cwd=HERE.parent, timeout=600) for _ in range(2)]
+    # image tilejit stored (a CPU kernel, and a CUDA one launched on the fake driver).
+    env = dict(os.environ, TILELANG_CACHE_DIR=str(tmp_path / "tl-cache"),
+               TILEJIT_LIBCUDA=str(fake_driver_path))
+    runs = [subprocess.run([sys.executable, "-c", _CACHE_RUN.format(here=str(HERE))],
+                           check=False, capture_output=True, text=True, env=env,
+                           cwd=HERE.parent, timeout=600) for _ in range(2)]
     for run in runs:
         assert run.returncode == 0, run.stdout + run.stderr
-    assert [r.stdout.split()[-1] for r in runs] == ["compiled", "from-cache"]
+        assert "WARNING" not in run.stderr, run.stderr
+    assert [r.stdout.split()[-2:] for r in runs] == [["compiled", "compiled"],
+                                                     ["from-cache", "from-cache"]]
 
 
 # ---- CUDA: real lowering and nvcc, the fake driver ----------------------------------------------

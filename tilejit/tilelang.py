@@ -329,7 +329,9 @@ def build(description: dict, source: str | None, out_idx, *, binary=None, compil
     options = {"out_idx": list(out_idx or []), "execution_backend": execution_backend,
                "compile_flags": [*flags, *compile_flags], "verbose": verbose}
     if description["target"] == "cuda":
-        options.update(target="cuda", arch=description["arch"], compiler="nvcc")
+        options["target"] = "cuda"
+        if binary is None:  # compiled here; a cached image is loaded as it is
+            options.update(arch=description["arch"], compiler="nvcc")
     return compilation.compile(prog, **options)
 
 
