@@ -10,6 +10,7 @@ import gc
 import numpy as np
 import pytest
 import torch
+from fake_dlpack import FakeTensor
 from kernels import VEC_ADD
 
 from tilejit import T
@@ -649,3 +650,119 @@ def test_torch_tensors_the_producer_cannot_export(vec_add, backend):
         assert message.startswith("vec_add: argument 1 'B': cannot import the tensor through "
                                   "DLPack: ")
         assert "\n" not in message
+
+
+# --- tensors no memory can hold, and stride symbols of size-1 dimensions ----------------------
+
+
+COUNTED = """
+void counted(const float *A, int64_t *N, int64_t n, int64_t m, int64_t s) {
+  (void)A; (void)n; (void)m; (void)s;
+  N[0] += 1;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def counted(build):
+    """A kernel over an (n, m) tensor with strides (s, 1), s divisible by 4, that counts its
+    launches in its second argument: a refused call must leave the count alone."""
+    n, m, s = T.symbol("n"), T.symbol("m"), T.symbol("s", divisibility=4)
+    kernel = build("counted", [T.Buffer((n, m), "float32", strides=(s, 1), name="A",
+                                        const=True),
+                               T.Pointer("int64", name="N")], COUNTED)
+    launches = np.zeros(1, np.int64)
+
+    def call(tensor):
+        before = int(launches[0])
+        try:
+            kernel(tensor, launches)
+        finally:
+            gc.collect()
+        return int(launches[0]) - before
+
+    call.launches = launches
+    return call
+
+
+@pytest.mark.parametrize(("fake", "message"), [
+    ({"shape": (-2, 3)}, "expected shape[0] >= 0, got -2"),
+    ({"shape": (3, -1), "strides": (4, 1)}, "expected shape[1] >= 0, got -1"),
+    ({"shape": (1 << 32, 1 << 32), "strides": (0, 0)},
+     "expected at most 2**63 - 1 elements, got shape (4294967296, 4294967296)"),
+    ({"shape": (3, 2), "strides": (1 << 62, 1)},
+     ("expected elements within the address space, got shape (3, 2) with strides "
+     "(4611686018427387904, 1) from address 0x10000")),
+    ({"shape": (3, 2), "strides": (4, 1), "byte_offset": (1 << 64) - 8},
+     ("expected data + byte_offset within the address space, got 0x10000 + "
+     "18446744073709551608")),
+    ({"shape": (3, 2), "strides": (4, 1), "data": 0},
+     "expected a data pointer, got NULL for a tensor of shape (3, 2)"),
+], ids=["negative", "negative-bound", "count", "extent", "offset", "null-data"])
+def test_tensors_no_memory_can_hold_are_refused(counted, fake, message):
+    bad = FakeTensor(**fake)
+    with pytest.raises(ValueError) as info:
+        counted(bad)
+    assert str(info.value) == f"counted: argument 0 'A': {message}"
+    assert bad.exports == bad.deletes == 1
+    assert counted(FakeTensor((3, 2), strides=(4, 1), data=0x10000)) == 1
+
+
+def test_empty_tensors_may_have_no_data(counted):
+    assert counted(FakeTensor((0, 2), strides=(4, 1), data=0)) == 1
+
+
+def test_compact_strides_must_fit(build):
+    n = T.symbol("n")
+    k = build("cube", [T.Buffer((n, n, n), "float32", name="A", const=True)],
+              "void cube(const float *A, int64_t n) { (void)A; (void)n; }")
+    with pytest.raises(ValueError) as info:
+        k(FakeTensor((0, 1 << 40, 1 << 40)))
+    assert str(info.value) == ("cube: argument 0 'A': expected shape[1] == n (= 0, bound by "
+                               "argument 0 'A'), got 1099511627776")
+    m, p = T.symbol("m"), T.symbol("p")
+    k = build("box", [T.Buffer((n, m, p), "float32", strides=(T.symbol("s"), m * p, 1),
+                               name="A", const=True)],
+              "void box(const float *A, int64_t n, int64_t m, int64_t p, int64_t s) {}")
+    with pytest.raises(ValueError) as info:
+        k(FakeTensor((0, 1 << 40, 1 << 40)))
+    assert str(info.value) == ("box: argument 0 'A': expected compact strides that fit in 64 "
+                               "bits, got shape (0, 1099511627776, 1099511627776)")
+
+
+def test_a_size_one_stride_binds_loosely(counted):
+    # A single row's stride is never stepped over, so any value passes, even one the
+    # declaration would refuse (not divisible by 4, negative)...
+    assert counted(torch.empty_strided((1, 2), (3, 1))) == 1
+    assert counted(torch.empty_strided((1, 2), (-4, 1))) == 1
+
+
+@pytest.fixture(scope="module")
+def row_and_rows(build):
+    """A (1, m) row then an (n, m) block, both with row stride s (divisible by 4)."""
+    n, m, s = T.symbol("n"), T.symbol("m"), T.symbol("s", divisibility=4)
+    return build("rows", [T.Buffer((1, m), "float32", strides=(s, 1), name="R", const=True),
+                          T.Buffer((n, m), "float32", strides=(s, 1), name="B", const=True),
+                          T.Buffer((1,), "int64", name="S")],
+                 "void rows(const float *R, const float *B, int64_t *S, int64_t m, int64_t s, "
+                 "int64_t n) { (void)R; (void)B; (void)m; (void)n; S[0] = s; }", out_idx=-1)
+
+
+def test_a_loosely_bound_stride_symbol_is_checked_where_it_reappears(row_and_rows):
+    base = np.zeros(64, np.float32)
+    row = np.lib.stride_tricks.as_strided(base, (1, 2), (3 * 4, 4))
+    for stride, error in [
+        (3, "stride[0] = 3 binds s, which must be divisible by 4"),
+        (-4, "stride[0] = -4 is negative, and negative strides are not declared (symbol s)"),
+    ]:
+        block = np.lib.stride_tricks.as_strided(base[32:], (3, 2), (stride * 4, 4))
+        row = np.lib.stride_tricks.as_strided(base, (1, 2), (stride * 4, 4))
+        with pytest.raises(ValueError) as info:
+            row_and_rows(row, block)
+        assert str(info.value) == f"rows: argument 1 'B': {error}"
+    # The row's stride says nothing: the block's binds s.
+    row = np.lib.stride_tricks.as_strided(base, (1, 2), (3 * 4, 4))
+    block = np.lib.stride_tricks.as_strided(base, (3, 2), (8 * 4, 4))
+    assert np.asarray(row_and_rows(row, block)).tolist() == [8]
+    assert np.asarray(row_and_rows(torch.empty_strided((1, 2), (5, 1)),
+                                   torch.empty(3, 12)[:, :2])).tolist() == [12]

@@ -432,11 +432,6 @@ typedef union {
   double f64;
 } slot;
 
-static void *tensor_address(const tj_arg *arg) {
-  if (arg == NULL || arg->kind != TJ_ARG_TENSOR) return NULL;
-  return (char *)arg->tensor.data + arg->tensor.byte_offset;
-}
-
 static void pack(const tj_frame *f, slot *slots, void **params) {
   const tj_kernel *k = f->kernel;
   for (int32_t a = 0; a < k->nabi; ++a) {
@@ -476,7 +471,7 @@ static void pack(const tj_frame *f, slot *slots, void **params) {
     } else if (p->kind == TJ_PARAM_POINTER && arg->kind != TJ_ARG_TENSOR) {
       s->p = arg->kind == TJ_ARG_NONE ? NULL : arg->value.p;
     } else {
-      s->p = tensor_address(arg);
+      s->p = tj__tensor_address(arg);
     }
   }
 }

@@ -69,6 +69,10 @@
   X(validate_null_strides_compact)    \
   X(validate_size1_strides_ignored)   \
   X(validate_zero_size)               \
+  X(validate_loose_stride_symbols)    \
+  X(validate_negative_shape)          \
+  X(validate_size_overflow)           \
+  X(validate_null_data)               \
   X(validate_scalar_int_range)        \
   X(validate_scalar_kinds)            \
   X(validate_pointer)                 \
