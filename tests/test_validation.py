@@ -766,3 +766,106 @@ def test_a_loosely_bound_stride_symbol_is_checked_where_it_reappears(row_and_row
     assert np.asarray(row_and_rows(row, block)).tolist() == [8]
     assert np.asarray(row_and_rows(torch.empty_strided((1, 2), (5, 1)),
                                    torch.empty(3, 12)[:, :2])).tolist() == [12]
+
+
+# --- what producers and frameworks report, labelled ------------------------------------------
+
+
+class RaisingProducer:
+    """A DLPack producer whose ``__dlpack__`` raises ``error``."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        raise self.error
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+def test_a_producer_error_is_labelled_and_chained(vec_add):
+    with pytest.raises(ValueError) as info:
+        vec_add(torch.ones(2), RaisingProducer(KeyError("stream")))
+    assert str(info.value) == ("vec_add: argument 1 'B': cannot import the tensor through "
+                               "DLPack: 'stream'")
+    assert isinstance(info.value.__cause__, KeyError)
+    with pytest.raises(TypeError) as info:  # a TypeError stays one
+        vec_add(RaisingProducer(TypeError("no such tensor\nmore detail")), torch.ones(2))
+    assert str(info.value) == ("vec_add: argument 0 'A': cannot import the tensor through "
+                               "DLPack: no such tensor")
+    assert isinstance(info.value.__cause__, TypeError)
+
+
+def test_from_dlpack_labels_a_producer_error():
+    import tilejit
+
+    with pytest.raises(ValueError) as info:
+        tilejit.from_dlpack(RaisingProducer(KeyError("stream")))
+    assert str(info.value) == "from_dlpack: cannot import the tensor through DLPack: 'stream'"
+    assert isinstance(info.value.__cause__, KeyError)
+    with pytest.raises(ValueError) as info:  # torch's own refusal, through the exchange API
+        tilejit.from_dlpack(torch.ones(2).to_sparse())
+    assert str(info.value).startswith("from_dlpack: cannot import the tensor through DLPack: ")
+    assert "\n" not in str(info.value)
+
+
+@pytest.fixture(scope="module")
+def cube(build):
+    """An (n, n, n) output of an (n,) input."""
+    n = T.symbol("n")
+    return build("cube", [T.Buffer((n,), "float32", name="A", const=True),
+                          T.Buffer((n, n, n), "float32", name="O")],
+                 "void cube(const float *A, float *O, int64_t n) { (void)A; (void)O; }",
+                 out_idx=-1)
+
+
+@pytest.mark.parametrize("framework", ["torch", "numpy"])
+def test_an_output_no_allocator_can_make_is_refused_alike(cube, framework):
+    # 2**21 cubed float32 elements: 2**65 bytes, refused before any framework is asked.
+    n = 1 << 21
+    x = torch.empty(n) if framework == "torch" else np.empty(n, np.float32)
+    with pytest.raises(ValueError) as info:
+        cube(x)
+    assert str(info.value) == ("cube: output 'O': expected at most 2**63 - 1 bytes, got shape "
+                               "(2097152, 2097152, 2097152) of float32")
+
+
+@pytest.mark.parametrize(("framework", "error"), [("torch", RuntimeError),
+                                                  ("numpy", MemoryError)])
+def test_a_failed_allocation_is_labelled(build, framework, error):
+    # 2**48 float32 (a petabyte): within 64 bits, beyond any machine; the framework's
+    # own error (first line), labelled with the output.
+    n = T.symbol("n")
+    k = build("peta", [T.Buffer((n,), "float32", name="A", const=True),
+                       T.Buffer((n * (1 << 40),), "float32", name="O")],
+              "void peta(const float *A, float *O, int64_t n) { (void)A; (void)O; }",
+              out_idx=-1)
+    x = torch.empty(256) if framework == "torch" else np.empty(256, np.float32)
+    with pytest.raises(error) as info:
+        k(x)
+    message = str(info.value)
+    assert message.startswith("peta: output 'O': cannot allocate the output: ")
+    assert "\n" not in message
+
+
+@pytest.fixture(scope="module")
+def scaled(build):
+    return build("scaled", [T.Buffer((1,), "float32", name="O"), T.Scalar("float32", name="s")],
+                 "void scaled(float *O, float s) { O[0] = s; }", out_idx=0)
+
+
+@pytest.mark.parametrize("value", [1 + 2j, np.complex128(1 + 2j), np.complex64(3)],
+                         ids=["complex", "numpy.complex128", "numpy.complex64"])
+def test_a_complex_is_no_float_scalar(scaled, value):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no ComplexWarning: the value is never cast
+        with pytest.raises(TypeError) as info:
+            scaled(value)
+    name = "complex" if type(value) is complex else f"numpy.{type(value).__name__}"
+    assert str(info.value) == (f"scaled: argument 0 's': expected a float or int scalar "
+                               f"(float32), got {name}")
+    assert np.from_dlpack(scaled(np.float32(2.5))).tolist() == [2.5]
+    assert np.from_dlpack(scaled(np.int16(3))).tolist() == [3.0]

@@ -27,14 +27,15 @@ static int import_failed(const tj_kernel *k, int32_t position, int rc) {
   return tj_error_at(rc, position, -1, TJ_PRODUCER_NONE);
 }
 
+/* One wording for every producer, whether its error is the core's (an
+ * exchange API allocator) or pending on the host (a framework's allocator). */
 static int output_failed(const tj_kernel *k, int32_t o, int rc) {
   const char *name = k->params[k->output_params[o]].name;
   if (rc == TJ_EPYERR) {
-    tj_set_error(rc, "%s: output '%s': the producer could not return the output", k->name, name);
+    tj_set_error(rc, "%s: output '%s': cannot allocate the output", k->name, name);
     return tj_error_at(rc, -1, o, TJ_PRODUCER_ALLOCATE);
   }
-  tj__prefix_error(rc, "%s: output '%s': the producer could not allocate the output: ", k->name,
-                   name);
+  tj__prefix_error(rc, "%s: output '%s': cannot allocate the output: ", k->name, name);
   return tj_error_at(rc, -1, o, TJ_PRODUCER_NONE);
 }
 

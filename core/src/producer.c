@@ -20,12 +20,14 @@ static int exchange_import(const tj_producer *self, void *object, tj_arg *arg) {
   return tj_arg_from_versioned(arg, managed, NULL);
 }
 
-/* The allocator's error callback: keeps the producer's message for the caller
- * to prefix with the output's label. */
+/* The allocator's error callback: keeps the first line of the producer's
+ * message (torch's C++ errors append a backtrace) for the caller to prefix
+ * with the output's label, as bindings do with a framework's own errors. */
 static void allocator_error(void *context, const char *kind, const char *message) {
   (void)context;
   (void)kind; /* an exception class name ("MemoryError"); the message says enough */
-  tj_set_error(TJ_ERUNTIME, "%s", message ? message : "unknown error");
+  const char *text = message && message[0] ? message : "unknown error";
+  tj_set_error(TJ_ERUNTIME, "%.*s", (int)strcspn(text, "\n"), text);
 }
 
 static int exchange_allocate(const tj_producer *self, const DLTensor *prototype, tj_arg *out,

@@ -582,6 +582,22 @@ int tj_call_bind(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *fram
       }
       frame->out_shape[o][d] = v;
     }
+    /* An output no allocator could make is refused here, the same way for every
+     * framework, rather than with each allocator's own words. */
+    int64_t bytes = tj__dtype_bytes(p->dtype);
+    int empty = 0, fits = 1;
+    for (int32_t d = 0; d < p->ndim; ++d) {
+      empty |= frame->out_shape[o][d] == 0;
+      fits = fits && !__builtin_mul_overflow(bytes, frame->out_shape[o][d], &bytes);
+    }
+    if (!fits && !empty) {
+      char shape[200], dtype[48], msg[400];
+      tj__format_tuple(frame->out_shape[o], p->ndim, shape, sizeof(shape));
+      tj_dtype_format(p->dtype, dtype, sizeof(dtype));
+      snprintf(msg, sizeof(msg), "expected at most 2**63 - 1 bytes, got shape %s of %s", shape,
+               dtype);
+      return fail(&b, TJ_EVALUE, k->output_params[o], msg);
+    }
   }
   return TJ_OK;
 }

@@ -211,8 +211,7 @@ TEST(call_run_allocation_failure) {
   tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs};
   CHECK_STATUS(tj_call_run(k, &call), TJ_ERUNTIME);
   CHECK_EQ_STR(tj_last_error(),
-               "vec_add: output 'C': the producer could not allocate the "
-               "output: out of fake memory");
+               "vec_add: output 'C': cannot allocate the output: out of fake memory");
   CHECK_EQ_INT(tj_last_error_info()->output, 0);
   CHECK_EQ_INT(tj_last_error_info()->argument, -1);
   tj_kernel_free(k);
@@ -242,7 +241,7 @@ TEST(call_run_producer_error_pending) {
   object_arg(&args[1], &b);
   rec.epyerr_allocate = 1;
   CHECK_STATUS(tj_call_run(k, &call), TJ_EPYERR);
-  CHECK_EQ_STR(tj_last_error(), "vec_add: output 'C': the producer could not return the output");
+  CHECK_EQ_STR(tj_last_error(), "vec_add: output 'C': cannot allocate the output");
   CHECK_EQ_INT(tj_last_error_info()->producer, TJ_PRODUCER_ALLOCATE);
   CHECK_EQ_INT(tj_last_error_info()->output, 0);
   tj_kernel_free(k);
@@ -407,7 +406,8 @@ TEST(call_sequence_dispatch) {
 static int x_alloc(DLTensor *proto, DLManagedTensorVersioned **out, void *ctx,
                    void (*set_error)(void *, const char *, const char *)) {
   (void)proto, (void)out;
-  set_error(ctx, "MemoryError", "the table's allocator refuses");
+  /* A C++ framework's error text: its first line, then a backtrace. */
+  set_error(ctx, "MemoryError", "the table's allocator refuses\nframe #0: alloc() + 0x9d");
   return -1;
 }
 static int x_export(void *obj, DLManagedTensorVersioned **out) {
@@ -486,7 +486,8 @@ TEST(producer_exchange_view_or_export) {
   CHECK_EQ_INT(arg.owner_kind, TJ_OWNER_NONE);
   CHECK(arg.tensor.data == a_data);
 
-  /* The allocator's refusal keeps its message for the caller's prefix. */
+  /* The allocator's refusal keeps its message for the caller's prefix: the
+   * first line only. */
   DLTensor proto;
   memset(&proto, 0, sizeof(proto));
   void *object = (void *)1;

@@ -951,6 +951,30 @@ TEST(validate_output_shapes) {
   CHECK_EQ_INT(f.out_shape[0][0], 13);
   CHECK_EQ_INT(f.out_shape[1][0], 3);
   tj_kernel_free(k);
+
+  /* An output of more bytes than 64 bits count is refused before any
+   * allocator is asked (issue 12, item 8); an empty one never is. */
+  CHECK_OK(tj_kernel_create("big", 2, TJ_TARGET_CPU, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  CHECK_OK(tj_kernel_add_symbol(k, "m", 1));
+  int32_t nm[2] = {tjt_sym(k, 0), tjt_sym(k, 1)};
+  int32_t cube[3] = {tjt_sym(k, 0), tjt_sym(k, 0), tjt_sym(k, 1)};
+  tjt_buffer(k, 0, "A", TJT_F32, 2, nm, NULL, 0, 0);
+  tjt_buffer(k, 1, "O", TJT_F32, 3, cube, NULL, 0, TJ_BUF_OUTPUT);
+  CHECK_OK(tj_kernel_finalize(k));
+  tjt_tensor b;
+  const int64_t huge[2] = {(int64_t)1 << 31, 1}, empty[2] = {(int64_t)1 << 40, 0};
+  tjt_tensor_init(&b, tjt_data, TJT_F32, 2, huge, NULL);
+  tjt_arg_tensor(&arg, &b, 0);
+  CHECK_STATUS(tj_call_bind(k, &arg, 1, &f), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(),
+               "big: output 'O': expected at most 2**63 - 1 bytes, got shape (2147483648, "
+               "2147483648, 1) of float32");
+  CHECK_EQ_INT(tj_last_error_info()->output, 0);
+  tjt_tensor_init(&b, tjt_data, TJT_F32, 2, empty, NULL);
+  tjt_arg_tensor(&arg, &b, 0);
+  CHECK_OK(tj_call_bind(k, &arg, 1, &f));
+  tj_kernel_free(k);
 }
 
 TEST(validate_output_eval_error) {

@@ -212,11 +212,11 @@ def _classify(obj, arg: TjArg, kernel) -> None:
         arg.kind, arg.value.p = ARG_ADDRESS, obj.address
         arg.tensor.dtype.code, arg.tensor.dtype.bits, arg.tensor.dtype.lanes = obj.dlpack_dtype
         arg.tensor.device.device_type = obj.dlpack_device_type
-    elif cls.__name__ in ("bool", "bool_"):
+    elif (kind := host.scalar_kind(cls)) == host.SCALAR_BOOL:
         arg.kind, arg.value.i = ARG_BOOL, 1 if obj else 0
-    elif hasattr(cls, "__index__"):
+    elif kind == host.SCALAR_INDEX:
         _classify(obj.__index__(), arg, kernel)
-    elif hasattr(cls, "__float__") and not hasattr(cls, "__len__"):
+    elif kind == host.SCALAR_FLOAT:
         arg.kind, arg.value.f = ARG_FLOAT, float(obj)
     else:
         arg.kind, arg.type_name = ARG_OTHER, host.type_name(cls)
