@@ -28,8 +28,9 @@ def core_library() -> ctypes.CDLL:
         if _core is None:
             from .._build import build_tools
 
-            path = str(build_tools.build_core_library())
-            lib = ctypes.CDLL(path)
+            # Rebuilt once if the loader rejects the cached file (build_tools.core_build).
+            built, lib = build_tools.load_core_library()
+            path = str(built)
             gil = ctypes.PyDLL(path)
             for handle, protos in ((lib, _PROTOTYPES), (gil, _GIL_PROTOTYPES)):
                 for name, (restype, argtypes) in protos.items():
