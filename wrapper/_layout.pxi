@@ -35,7 +35,8 @@ cdef class TensorView:
     Made by ``tilejit.from_dlpack(x)``; ``shape``/``stride`` are the tensor's own,
     ``layout`` the marked layout, ``str(view)`` CuTe's ``Tensor<0x...@generic o
     (30, 20):(20, 1)>``. Passed to a kernel, the view is used without importing the
-    tensor again; it keeps ``source`` alive.
+    tensor again; it keeps ``source`` alive, not the memory ``source`` has after it is
+    resized in place or given another storage (make a new view then).
     """
     cdef DLTensor _tensor
     cdef int64_t _shape[TJ_MAX_NDIM]
@@ -232,7 +233,9 @@ def from_dlpack(object tensor, assumed_align=None):
 
     Producers with the DLPack C exchange API (torch) are imported in C, the others
     through ``__dlpack__``. ``assumed_align`` (bytes, default the element size) must
-    divide the base address.
+    divide the base address. The view keeps ``tensor`` alive but not its later memory:
+    resized in place or given another storage, the source may free the memory the view
+    still describes (see tilejit.from_dlpack).
     """
     cdef TensorView view = TensorView.__new__(TensorView)
     cdef const tj_producer *producer = _producer_of(type(tensor), True)
