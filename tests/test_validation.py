@@ -869,3 +869,127 @@ def test_a_complex_is_no_float_scalar(scaled, value):
                                f"(float32), got {name}")
     assert np.from_dlpack(scaled(np.float32(2.5))).tolist() == [2.5]
     assert np.from_dlpack(scaled(np.int16(3))).tolist() == [3.0]
+
+
+# --- lazy views: torch's conjugate and negative views ----------------------------------------
+
+
+COPY_C64 = """
+void copy_c64(const tj_complex64 *A, tj_complex64 *B, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) B[i] = A[i];
+}
+"""
+COPY_F32 = """
+void copy_f32(const float *A, float *B, int64_t n, int64_t s) {
+  for (int64_t i = 0; i < n; ++i) B[i] = A[i * s];
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def copy_c64(build):
+    n = T.symbol("n")
+    return build("copy_c64", [T.Buffer((n,), "complex64", name="A", const=True),
+                              T.Buffer((n,), "complex64", name="B")], COPY_C64, out_idx=-1)
+
+
+@pytest.fixture(scope="module")
+def copy_f32(build):
+    n, s = T.symbol("n"), T.symbol("s")
+    return build("copy_f32", [T.Buffer((n,), "float32", strides=(s,), name="A", const=True),
+                              T.Buffer((n,), "float32", name="B")], COPY_F32, out_idx=-1)
+
+
+_LAZY = "expected a tensor that holds its values in memory, got a"
+
+
+def test_a_conjugate_view_is_refused(copy_c64):
+    x = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64)
+    with pytest.raises(ValueError) as info:
+        copy_c64(x.conj())
+    assert str(info.value) == (f"copy_c64: argument 0 'A': {_LAZY} conjugate view (its "
+                               f"conjugate bit is set); materialise it with .resolve_conj()")
+    # Materialised, the values are the conjugates; the plain tensor is unaffected.
+    assert copy_c64(x.conj().resolve_conj()).tolist() == [1 - 2j, 3 + 4j]
+    assert copy_c64(x).tolist() == [1 + 2j, 3 - 4j]
+    assert copy_c64(x.conj().conj()).tolist() == [1 + 2j, 3 - 4j]  # no bit left
+
+
+@pytest.mark.parametrize("make", ["imag of a conjugate", "_neg_view"])
+def test_a_negative_view_is_refused(copy_f32, make):
+    x = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64)
+    view = x.conj().imag if make == "imag of a conjugate" else torch._neg_view(x.real)
+    with pytest.raises(ValueError) as info:
+        copy_f32(view)
+    assert str(info.value) == (f"copy_f32: argument 0 'A': {_LAZY} negative view (its "
+                               f"negative bit is set); materialise it with .resolve_neg()")
+    want = [-2.0, 4.0] if make == "imag of a conjugate" else [-1.0, -3.0]
+    assert copy_f32(view.resolve_neg()).tolist() == want
+
+
+def test_a_conjugate_and_negative_view_is_refused(copy_c64, build):
+    x = torch.tensor([1 + 2j], dtype=torch.complex64)
+    with pytest.raises(ValueError) as info:
+        copy_c64(torch._neg_view(x.conj()))
+    assert str(info.value) == (f"copy_c64: argument 0 'A': {_LAZY} conjugate and negative view "
+                               f"(its conjugate and negative bits are set); materialise it with "
+                               f".resolve_conj().resolve_neg()")
+    # A pointer parameter takes a tensor's memory too: the same refusal.
+    k = build("at", [T.Pointer("complex64", name="P")],
+              "void at(tj_complex64 *P) { (void)P; }")
+    with pytest.raises(ValueError, match=r"^at: argument 0 'P': .* got a conjugate view"):
+        k(x.conj())
+    k(x)
+
+
+def test_from_dlpack_refuses_a_lazy_view():
+    import tilejit
+
+    x = torch.tensor([1 + 2j], dtype=torch.complex64)
+    with pytest.raises(ValueError) as info:
+        tilejit.from_dlpack(x.conj())
+    assert str(info.value) == (f"from_dlpack: {_LAZY} conjugate view (its conjugate bit is "
+                               f"set); materialise it with .resolve_conj()")
+    with pytest.raises(ValueError, match="negative view"):
+        tilejit.from_dlpack(torch._neg_view(torch.ones(2)))
+    assert tilejit.from_dlpack(x.conj().resolve_conj()).shape == (1,)
+
+
+def test_the_bits_are_read_in_place_on_this_torch():
+    # The fast way: where torch keeps the bits was found (and checked) for this torch, so
+    # no call into torch is made per tensor.
+    from tilejit import host, torch_views
+
+    location = torch_views.locate()
+    assert location is not None
+    assert host.view_check(torch.Tensor) == location
+    assert host.view_check(torch.nn.Parameter) == location
+    assert host.view_check(np.ndarray) is None
+
+
+ASKING = """
+import torch, tilejit
+from tilejit import T, torch_views
+torch_views._located.append(None)  # as if torch kept the bits elsewhere: ask torch
+n = T.symbol("n")
+for backend in ("cython", "dlpack", "ctypes"):
+    k = tilejit.compile(tilejit.Program(name="f", source="void f(const float *A, int64_t n) {}",
+        params=[T.Buffer((n,), "float32", name="A", const=True)]), execution_backend=backend)
+    k(torch.ones(2))
+    try:
+        k(torch._neg_view(torch.ones(2)))
+    except ValueError as exc:
+        print(backend, exc)
+"""
+
+
+def test_without_the_bits_torch_is_asked(child_env):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", ASKING], env=child_env(), capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"{backend} f: argument 0 'A': {_LAZY} negative view (its negative bit is set); "
+        f"materialise it with .resolve_neg()" for backend in ("cython", "dlpack", "ctypes")]

@@ -64,6 +64,28 @@ def producer_error(prefix: str, step: int, exc: BaseException) -> BaseException:
         return base(f"{prefix}: {text}")
 
 
+def view_check(cls: type):
+    """How a binding learns whether an object of type ``cls`` is a lazy view (the core's
+    ``TJ_VIEW_*`` bits: torch's conjugate and negative views, which DLPack cannot
+    describe): None when such objects never are (anything but torch tensors); the
+    ``tj_view_bits`` location to read the bits in place (``tilejit.torch_views.locate``);
+    or, when that could not be found for this torch, ``lazy_view`` to ask torch itself."""
+    if framework_of(cls) != "torch" or not hasattr(cls, "is_neg"):
+        return None
+    from . import torch_views
+
+    location = torch_views.locate()
+    return location if location is not None else torch_views.lazy_view
+
+
+def lazy_view(tensor) -> int:
+    """The ``TJ_VIEW_*`` bits of a torch tensor, asked of torch (``view_check``'s slow
+    way)."""
+    from . import torch_views
+
+    return torch_views.lazy_view(tensor)
+
+
 def framework_of(cls: type) -> str:
     """``"torch"``, ``"tilejit"`` or ``"numpy"``: whose allocator makes outputs for
     arguments of type ``cls``. Subclasses follow their base (a ``torch.Tensor``

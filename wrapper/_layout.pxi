@@ -244,7 +244,12 @@ def from_dlpack(object tensor, assumed_align=None):
     if producer == NULL or type(tensor) is TensorView:
         raise TypeError(f"from_dlpack: expected a tensor supporting DLPack (__dlpack__), got "
                         f"{type(tensor).__name__}")
+    rc = tj_producer_check_view(producer, <void *>tensor)  # torch's conjugate views...
+    if rc == TJ_EVALUE:
+        raise ValueError("from_dlpack: " + tj_last_error().decode("utf-8", "replace"))
     try:
+        if rc == TJ_EPYERR:
+            _pending()
         if producer.api != NULL:  # an owning export: the view outlives this call
             if producer.api.managed_tensor_from_py_object_no_sync(<void *>tensor,
                                                                   &managed) != 0:

@@ -36,6 +36,7 @@
   X(call_run_imports_binds_allocates) \
   X(call_run_count_first)             \
   X(call_run_import_failure)          \
+  X(call_run_refuses_lazy_views)      \
   X(call_run_validation_failure)      \
   X(call_run_allocation_failure)      \
   X(call_run_producer_error_pending)  \
