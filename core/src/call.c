@@ -58,6 +58,9 @@ static int import_args(const tj_kernel *k, tj_arg *args, int32_t nargs) {
     void *object = arg->value.p;
     arg->kind = TJ_ARG_NONE;
     arg->producer = NULL;
+    if (producer == NULL || producer->import == NULL)
+      return import_failed(k, i,
+                           tj_set_error(TJ_ETYPE, "the binding gave no producer for the object"));
     int rc = tj_producer_check_view(producer, object);
     if (rc != TJ_OK) return view_refused(k, i, rc);
     rc = producer->import(producer, object, arg);

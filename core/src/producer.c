@@ -59,11 +59,17 @@ static int exchange_stream(const tj_producer *self, int32_t device_type, int32_t
 int tj_producer_from_exchange(tj_producer *producer, const DLPackExchangeAPIHeader *header,
                               void *type) {
   memset(producer, 0, sizeof(*producer));
+  /* A chain is one table per DLPack major version a producer still serves: a
+   * few. The walk is bounded, so a chain that loops back on itself (a broken
+   * producer) is refused rather than walked forever. */
   const DLPackExchangeAPIHeader *h = header;
-  while (h != NULL && h->version.major != TJ_DLPACK_MAJOR) h = h->prev_api;
+  for (int32_t steps = 0; h != NULL && h->version.major != TJ_DLPACK_MAJOR; ++steps)
+    h = steps < TJ_MAX_EXCHANGE_CHAIN ? h->prev_api : NULL;
   if (h == NULL)
-    return tj_set_error(TJ_EVALUE, "the DLPack exchange API table offers no version %d.x",
-                        TJ_DLPACK_MAJOR);
+    return tj_set_error(TJ_EVALUE,
+                        "the DLPack exchange API table offers no version %d.x (within %d tables "
+                        "of its prev_api chain)",
+                        TJ_DLPACK_MAJOR, TJ_MAX_EXCHANGE_CHAIN);
   const DLPackExchangeAPI *api = (const DLPackExchangeAPI *)h;
   if (api->managed_tensor_allocator == NULL || api->managed_tensor_from_py_object_no_sync == NULL ||
       api->managed_tensor_to_py_object_no_sync == NULL || api->current_work_stream == NULL)

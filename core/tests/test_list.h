@@ -130,6 +130,9 @@
   X(layout_names)                     \
   X(layout_assumed_align)             \
   X(layout_random_compact)            \
-  X(layout_random_mark_dynamic)
+  X(layout_random_mark_dynamic)       \
+  /* test_fuzz_findings.c */          \
+  X(fuzz_exchange_chain_cycle)        \
+  X(fuzz_object_without_producer)
 
 #endif /* TILEJIT_TESTS_TEST_LIST_H_ */

@@ -504,8 +504,12 @@ int tj_view_from_bits(const tj_producer *self, void *object, uint32_t *view);
  * it with .resolve_conj()"); TJ_EPYERR from the producer. Borrows both. */
 int tj_producer_check_view(const tj_producer *producer, void *object);
 
+/* How many tables of a prev_api chain tj_producer_from_exchange looks at. */
+#define TJ_MAX_EXCHANGE_CHAIN 16
+
 /* Makes `producer` the core's adapter over a DLPack exchange API table, given
- * by the header a type publishes: walks prev_api to major TJ_DLPACK_MAJOR and
+ * by the header a type publishes: walks prev_api (at most TJ_MAX_EXCHANGE_CHAIN
+ * tables: a chain that loops is refused) to major TJ_DLPACK_MAJOR and
  * requires every function the API says must not be NULL (allocator, owning
  * export, to-object, current work stream); the view function is used when
  * present, else the owning export. `type` is stored for tj_call_sequence.
