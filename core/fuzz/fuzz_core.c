@@ -440,6 +440,7 @@ static void fuzz_steps(input *in, tj_kernel *k) {
     launching = &frame;
     int before = launched;
     rc = tj_call_launch(&frame);
+    launching = NULL; /* the frame goes out of scope */
     check_status(rc);
     if (rc == TJ_OK && launched != before + 1) abort();
   }
@@ -506,10 +507,12 @@ static int fuzz_view(const tj_producer *self, void *object, uint32_t *view) {
 static _Alignas(8) unsigned char viewed_object[64];
 static uint64_t viewed_block[8];
 
-static void next_view(input *in, tj_producer *producer, tj_view_bits *bits) {
+/* `in_place`: the objects are viewed_object, laid out as view_bits says (the
+ * binding vouches for the layout of every object of the producer's type). */
+static void next_view(input *in, tj_producer *producer, tj_view_bits *bits, int in_place) {
   uint8_t how = next_u8(in);
   if (how < 128) return;
-  if (how < 192) {
+  if (how < 192 || !in_place) {
     producer->view = fuzz_view;
     return;
   }
@@ -535,7 +538,7 @@ static void fuzz_call_run(input *in, tj_kernel *k) {
   producer.current_stream = next_u8(in) < 200 ? fuzz_stream : NULL;
   producer.context = &st;
   tj_view_bits bits;
-  next_view(in, &producer, &bits);
+  next_view(in, &producer, &bits, 1);
   tj_arg args[TJ_MAX_PARAMS + 2];
   int32_t nargs = next_u8(in) < 250 ? k->ninputs : next_small(in, TJ_MAX_PARAMS + 2);
   for (int32_t i = 0; i < nargs; ++i) {
@@ -551,9 +554,121 @@ static void fuzz_call_run(input *in, tj_kernel *k) {
   void *outputs[TJ_MAX_OUTPUTS];
   tj_call call = {args, nargs,  next_u8(in) > 240, NULL, next_u8(in) < 128 ? &producer : NULL,
                   NULL, outputs};
-  launching = NULL;
   if (k->target == TJ_TARGET_CPU) check_status(tj_call_run(k, &call));
   for (int32_t i = 0; i < nargs; ++i) tj_arg_release(&args[i]);
+  free(pl);
+}
+
+/* ---- The one-call entry (tj_call_sequence), over a host of fake objects ------- */
+
+/* A host object: its type (an address), and a reference count the host
+ * operations keep, so that every reference the core takes is given back. */
+typedef struct {
+  void *type;
+  int refs;
+} fake_object;
+
+typedef struct {
+  fake_object *items[TJ_MAX_PARAMS + 2];
+  intptr_t n;
+} fake_sequence;
+
+/* Types are objects too: object_type returns a new reference, like
+ * PyObject_Type. */
+static fake_object type_a = {NULL, 1}, type_b = {NULL, 1}, type_list = {NULL, 1};
+static fake_object fake_none = {&type_b, 1}, fake_failed = {&type_b, 1},
+                   fake_list = {&type_list, 0};
+static int list_fails;
+
+static void host_release(void *object) { --((fake_object *)object)->refs; }
+static void host_retain(void *object) { ++((fake_object *)object)->refs; }
+static void *host_object_type(void *object) {
+  host_retain(((fake_object *)object)->type);
+  return ((fake_object *)object)->type;
+}
+static intptr_t host_sequence_size(void *sequence) { return ((fake_sequence *)sequence)->n; }
+static void *host_sequence_item(void *sequence, intptr_t i) {
+  return ((fake_sequence *)sequence)->items[i];
+}
+static void *host_list_new(void) {
+  if (list_fails) return NULL;
+  ++fake_list.refs;
+  return &fake_list;
+}
+static int host_list_append(void *list, void *item) {
+  (void)list;
+  host_retain(item);
+  return 0;
+}
+
+/* Outputs are fake objects with one reference, the caller's. */
+static fake_object made_outputs[TJ_MAX_OUTPUTS * 4];
+static int32_t made_count;
+
+static int sequence_allocate(const tj_producer *self, const DLTensor *prototype, tj_arg *out,
+                             void **object) {
+  int rc = fuzz_allocate(self, prototype, out, object);
+  if (*object != NULL) {
+    fake_object *o = &made_outputs[made_count++ % (TJ_MAX_OUTPUTS * 4)];
+    o->type = &type_a;
+    o->refs = 1;
+    *object = o;
+  }
+  return rc;
+}
+
+static void fuzz_sequence(input *in, tj_kernel *k) {
+  pool *pl = calloc(1, sizeof(*pl));
+  producer_state st = {in, pl, k};
+  tj_host host;
+  memset(&host, 0, sizeof(host));
+  host.object_type = host_object_type;
+  host.release = host_release;
+  host.retain = host_retain;
+  host.sequence_size = host_sequence_size;
+  host.sequence_item = host_sequence_item;
+  host.list_new = host_list_new;
+  host.list_append = host_list_append;
+  tj_producer producer;
+  memset(&producer, 0, sizeof(producer));
+  producer.import = fuzz_import;
+  producer.allocate = sequence_allocate;
+  producer.current_stream = fuzz_stream;
+  producer.context = &st;
+  producer.type = &type_a;
+  tj_view_bits bits;
+  next_view(in, &producer, &bits, 0);
+  const tj_producer *producers[1] = {&producer};
+  tj_call_plan plan = {k, &host, &producer, producers, next_u8(in) < 250, &fake_none, &fake_failed};
+  fake_object objects[TJ_MAX_PARAMS + 2];
+  fake_sequence sequence;
+  sequence.n = next_u8(in) < 250 ? k->ninputs : next_small(in, TJ_MAX_PARAMS + 2);
+  for (intptr_t i = 0; i < sequence.n; ++i) {
+    objects[i].type = next_u8(in) < 240 ? (void *)&type_a : (void *)&type_b;
+    objects[i].refs = 1;
+    sequence.items[i] = &objects[i];
+  }
+  list_fails = next_u8(in) > 240;
+  made_count = 0;
+  fake_list.refs = 0;
+  int none = fake_none.refs, failed = fake_failed.refs;
+  void *result = NULL;
+  if (k->target == TJ_TARGET_CPU)
+    result = next_u8(in) < 200 ? tj_call_sequence(&plan, &sequence)
+                               : tj_call_sequence_on(&plan, &sequence, 0);
+  if (result != NULL) {
+    if (result == &fake_failed) check_status(tj_last_error_info()->code);
+    host_release(result); /* the caller's reference */
+  }
+  /* Every reference the core took or made is accounted for: the arguments are
+   * untouched, the sentinels and the list back where they were, each output held
+   * by the result (released above) or released by the core. */
+  for (intptr_t i = 0; i < sequence.n; ++i)
+    if (objects[i].refs != 1) abort();
+  if (fake_none.refs != none || fake_failed.refs != failed) abort();
+  for (int32_t o = 0; o < made_count && o < TJ_MAX_OUTPUTS * 4; ++o)
+    if (made_outputs[o].refs != (result == &fake_list ? 1 : 0)) abort();
+  if (fake_list.refs != 0 || type_a.refs != 1 || type_b.refs != 1) abort();
   free(pl);
 }
 
@@ -761,10 +876,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       tj_kernel *k = next_kernel(&in);
       if (k == NULL) break;
       for (int32_t calls = 1 + next_small(&in, 3); calls > 0; --calls) {
-        if (next_u8(&in) < 160)
+        uint8_t how = next_u8(&in);
+        if (how < 160)
           fuzz_steps(&in, k);
-        else
+        else if (how < 220)
           fuzz_call_run(&in, k);
+        else
+          fuzz_sequence(&in, k);
       }
       tj_kernel_free(k);
       break;
