@@ -4,8 +4,9 @@ Installed as `tilejit._build_tools`; importable as `build_tools` from a checkout
 Dependencies run one way: `wrapper_build` -> `core_build` -> `toolchain`, `disk_cache`;
 nothing here imports `tilejit`.
 
-- `disk_cache`: the one on-disk cache (locking, atomic publish, validation), also used
-  by tilejit for kernels and the benchmark;
+- `disk_cache`: the one on-disk cache (locking, atomic publish, validation, the fallback
+  to a private root), also used by tilejit for kernels and the benchmark;
+- `elf`: whether a shared library is whole before it is loaded;
 - `toolchain`: finding and running the C compiler (`find_executable`, `c_compiler`);
 - `core_build`: the core as a shared library, the one every backend uses;
 - `wrapper_build`: the Cython extension, linked against that library, and its import.
@@ -23,6 +24,7 @@ _EXPORTS = {
     "build_core_library": "core_build",
     "core_library_path": "core_build",
     "core_source_hash": "core_build",
+    "load_core_library": "core_build",
     "source_dirs": "core_build",
     "WRAPPER_MODULE": "wrapper_build",
     "abi_tag": "wrapper_build",
@@ -41,6 +43,7 @@ __all__ = [  # the keys of _EXPORTS
     "cache_root",
     "core_library_path",
     "core_source_hash",
+    "load_core_library",
     "load_wrapper",
     "source_dirs",
     "source_hash",

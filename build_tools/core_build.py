@@ -17,16 +17,18 @@ with only the repository root on `sys.path`.
 
 from __future__ import annotations
 
+import ctypes
 import sys
 from pathlib import Path
 
-from . import disk_cache, toolchain
+from . import disk_cache, elf, toolchain
 
 __all__ = [
     "build_core_library",
     "core_library_name",
     "core_library_path",
     "core_source_hash",
+    "load_core_library",
     "source_dirs",
     "tree_files",
 ]
@@ -133,7 +135,9 @@ def build_core_library(
     Compiles every `core/src/*.c` with `$TILEJIT_CC` (else `cc`). `force=True` rebuilds
     even when cached; `verbose=True` prints the commands and compiler output to stderr.
     `core_dir` replaces the source tree (tests). Raises `RuntimeError` with the failing
-    command and its full output when the compiler fails.
+    command and its full output when the compiler fails. A cached library that is not a
+    whole ELF file (`elf.problem`) is rebuilt; an unusable cache directory moves the
+    process to a private one (`disk_cache.with_fallback`).
 
     Example:
         >>> lib = ctypes.CDLL(str(build_core_library()))
@@ -142,17 +146,46 @@ def build_core_library(
     sources = sorted((core_dir / "src").glob("*.c"))
     if not sources:
         raise RuntimeError(f"tilejit: no C sources in {core_dir / 'src'}")
-    target = core_library_path(core_dir)
 
-    def build(output: Path) -> None:
-        include_dirs = [core_dir / "include", core_dir / "src"]
-        # The soname is the file's own name: the wrapper records it as its dependency, and
-        # the loader then knows the library ctypes opened by path as the same one.
-        link_args = (*_CORE_LINK_ARGS, f"-Wl,-soname,{target.name}")
-        # The object files go beside the output, into the cache's private build directory.
-        toolchain.compile_and_link(sources, include_dirs, CFLAGS, output, output.parent,
-                                   verbose, link_args)
+    def build_in_cache() -> Path:
+        target = core_library_path(core_dir)
 
-    return disk_cache.get_or_build(target.parent, target.name, build, force=force,
-                                   log=lambda message: log(verbose, message))
+        def build(output: Path) -> None:
+            include_dirs = [core_dir / "include", core_dir / "src"]
+            # The soname is the file's own name: the wrapper records it as its dependency,
+            # and the loader then knows the library ctypes opened by path as the same one.
+            link_args = (*_CORE_LINK_ARGS, f"-Wl,-soname,{target.name}")
+            # The object files go beside the output, into the cache's private build
+            # directory.
+            toolchain.compile_and_link(sources, include_dirs, CFLAGS, output, output.parent,
+                                       verbose, link_args)
+
+        return disk_cache.get_or_build(target.parent, target.name, build, force=force,
+                                       log=lambda message: log(verbose, message),
+                                       check=elf.problem)
+
+    return disk_cache.with_fallback(build_in_cache)
+
+
+def load_core_library(verbose: bool = False, *, core_dir: Path | None = None
+                      ) -> tuple[Path, ctypes.CDLL]:
+    """Return the core library's path and the library opened with ctypes, building it if
+    needed. A cached file the loader rejects although it passed the cache's checks is
+    deleted and rebuilt once; a second failure propagates (`OSError`).
+
+    Example:
+        >>> path, lib = load_core_library()
+    """
+    path = build_core_library(verbose=verbose, core_dir=core_dir)
+    try:
+        seen = path.stat()
+    except FileNotFoundError:
+        seen = None
+    try:
+        return path, ctypes.CDLL(str(path))
+    except OSError as exc:
+        log(verbose, f"cannot load {path} ({exc}); rebuilding it")
+        disk_cache.discard(path, seen, lambda message: log(verbose, message))
+    path = build_core_library(verbose=verbose, core_dir=core_dir)
+    return path, ctypes.CDLL(str(path))
 

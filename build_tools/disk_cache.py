@@ -8,7 +8,9 @@ An entry is a directory holding one artifact and its `meta.json`::
     <parent>/<name>.lock          flock()ed while the entry is being built
     <tmp_dir>/.tmp-*/             private build directories
 
-An entry is valid only when `meta.json` exists and matches the artifact's size and hash.
+An entry is valid only when `meta.json` exists and matches the artifact's size and hash,
+and the artifact passes the caller's `check` (for shared libraries: `elf.problem`, that no
+header points past the end of the file, which a loader would turn into SIGBUS).
 Because the artifact is renamed into place before `meta.json` is, a reader never trusts a
 half-published entry, and a crash at any point leaves either nothing or an entry that the
 next lookup sees as corrupt and rebuilds. No fsync is needed for the same reason: a file
@@ -17,6 +19,11 @@ truncated by a power loss fails the hash check.
 Only the slow path (a miss or a corrupt entry) takes the lock, and it checks again once it
 holds it, so many processes racing on an empty cache build once. A hit costs a stat, a
 small JSON read and one hash of the artifact per process.
+
+A cache root that cannot hold entries (`TILEJIT_CACHE_DIR` read-only, full, or a file)
+costs speed, not the ability to run: `with_fallback` moves this process to a private root
+with one warning naming the variable, and every artifact (kernels, the wrapper, the core)
+is cached there instead.
 
 This module imports nothing from `tilejit`: it serves `build_tools` (the wrapper and the
 core), and `tilejit` uses it from above.
@@ -41,6 +48,7 @@ __all__ = [
     "get_or_build",
     "hash_files",
     "reset_memo",
+    "with_fallback",
 ]
 
 # Bumped whenever the entry layout or meta.json changes, so an old entry is rebuilt rather
@@ -63,15 +71,81 @@ class CacheUnusableError(OSError):
     """The cache directory cannot hold the entry (read-only, full, or not a directory)."""
 
 
+# Configured roots this process found unusable -> the private root used instead.
+_fallback_lock = threading.Lock()
+_fallbacks: dict[Path, Path] = {}
+
+
+def configured_root() -> Path:
+    """Return the configured cache root: `$TILEJIT_CACHE_DIR`, else `~/.cache/tilejit`."""
+    configured = os.environ.get("TILEJIT_CACHE_DIR", "").strip()
+    return Path(configured or "~/.cache/tilejit").expanduser()
+
+
 def cache_root() -> Path:
-    """Return the cache root: `$TILEJIT_CACHE_DIR`, else `~/.cache/tilejit`.
+    """Return the cache root: `$TILEJIT_CACHE_DIR`, else `~/.cache/tilejit`; or the private
+    directory this process uses instead when that one proved unusable (`with_fallback`).
 
     Example:
         >>> os.environ["TILEJIT_CACHE_DIR"] = "/tmp/tj"; cache_root()
         PosixPath('/tmp/tj')
     """
-    configured = os.environ.get("TILEJIT_CACHE_DIR", "").strip()
-    return Path(configured or "~/.cache/tilejit").expanduser()
+    configured = configured_root()
+    return _fallbacks.get(configured, configured)
+
+
+def with_fallback(make: Callable[[], Path]) -> Path:
+    """Return `make()`, which builds or finds an artifact under `cache_root()`; when the
+    cache is unusable (`CacheUnusableError`), move this process to a private cache root
+    and return `make()` again, there.
+
+    The move happens once per configured root, with one `RuntimeWarning` naming
+    `TILEJIT_CACHE_DIR`; every artifact made afterwards (kernels, the wrapper, the core)
+    lives in the private root, which is removed at exit. An unusable private root is an
+    error.
+
+    Example:
+        >>> path = with_fallback(lambda: get_or_build(cache_root() / "core" / key, name, build))
+    """
+    try:
+        return make()
+    except CacheUnusableError as exc:
+        if not _fall_back(exc):
+            raise
+    return make()
+
+
+def _fall_back(reason: OSError) -> bool:
+    """Switch to a private root for the configured one; False if this process already
+    uses a private root (which then is what failed)."""
+    import tempfile
+    import warnings
+
+    configured = configured_root()
+    with _fallback_lock:
+        if configured in _fallbacks:
+            return False
+        private = Path(tempfile.mkdtemp(prefix="tilejit-cache-"))
+        _fallbacks[configured] = private
+        if len(_fallbacks) == 1:
+            import atexit
+
+            atexit.register(_remove_fallbacks)
+    variable = ("TILEJIT_CACHE_DIR=" if os.environ.get("TILEJIT_CACHE_DIR", "").strip()
+                else "the default cache directory ")
+    warnings.warn(f"tilejit: {variable}{configured} is unusable ({reason.strerror or reason}); "
+                  f"this process caches kernels, the wrapper and the core in {private} "
+                  f"instead (set TILEJIT_CACHE_DIR to a writable directory)",
+                  RuntimeWarning, stacklevel=3)
+    return True
+
+
+def _remove_fallbacks() -> None:
+    # A library that is still loaded stays mapped after its file is unlinked.
+    with _fallback_lock:
+        for private in _fallbacks.values():
+            _rmtree(str(private))
+        _fallbacks.clear()
 
 
 def hash_files(kind: str, extra: Iterable[str], files: Iterable[tuple[str, Path]]) -> str:
@@ -112,8 +186,12 @@ def _fingerprint(info: os.stat_result) -> tuple[int, int, int]:
     return (info.st_ino, info.st_size, info.st_mtime_ns)
 
 
-def _valid(artifact: str, meta_path: str, name: str) -> bool:
-    """Return True when `artifact` exists and matches its meta.json (cheap when known)."""
+Check = Callable[[str], "str | None"]  # the artifact's path -> why it is unusable, or None
+
+
+def _valid(artifact: str, meta_path: str, name: str, check: Check | None) -> bool:
+    """Return True when `artifact` exists, matches its meta.json and passes `check` (cheap
+    when known)."""
     try:
         info = os.stat(artifact)
     except OSError:
@@ -131,6 +209,7 @@ def _valid(artifact: str, meta_path: str, name: str) -> bool:
             and meta.get("key") == name
             and meta.get("size") == info.st_size
             and meta.get("sha256") == _sha256_file(artifact)
+            and (check is None or check(artifact) is None)
         )
     except (OSError, ValueError):
         valid = False
@@ -161,7 +240,7 @@ def _entry_lock(entry: Path) -> Iterator[None]:
         fd = os.open(entry.parent / f"{entry.name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
                      0o644)
     except OSError as exc:
-        raise CacheUnusableError(exc.errno, f"cannot lock {entry}: {exc}") from exc
+        raise CacheUnusableError(exc.errno, f"cannot lock {entry}: {exc.strerror}") from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -178,6 +257,7 @@ def get_or_build(
     tmp_dir: Path | None = None,
     force: bool = False,
     log: Callable[[str], None] | None = None,
+    check: Check | None = None,
 ) -> Path:
     """Return `entry / artifact_name`, a valid artifact, calling `build(path)` on a miss.
 
@@ -186,9 +266,11 @@ def get_or_build(
     writes is published atomically; concurrent callers in any thread or process wait for
     one build. If `build` raises, nothing is published and the exception propagates, so a
     failure is retried next time rather than cached. A corrupt entry (missing meta.json,
-    size or hash mismatch) is deleted and rebuilt; `force=True` rebuilds a valid one too.
-    `log` receives one line per build. Raises `CacheUnusableError` when the directory
-    cannot hold the entry.
+    size or hash mismatch, or refused by `check`, which returns why an artifact is unusable
+    or None: `elf.problem` for shared libraries) is deleted and rebuilt; a build that
+    `check` refuses raises RuntimeError and publishes nothing. `force=True` rebuilds a
+    valid entry too. `log` receives one line per build. Raises `CacheUnusableError` when
+    the directory cannot hold the entry (see `with_fallback`).
 
     Example:
         >>> so = get_or_build(cache_root() / "core" / key, "libtilejit_core.so", compile_core)
@@ -196,11 +278,11 @@ def get_or_build(
     entry = Path(entry)
     artifact = os.path.join(entry, artifact_name)
     meta_path = os.path.join(entry, _META_NAME)
-    if not force and _valid(artifact, meta_path, entry.name):
+    if not force and _valid(artifact, meta_path, entry.name, check):
         return Path(artifact)
     with _entry_lock(entry):
         # Another process may have published the entry while this one waited.
-        if not force and _valid(artifact, meta_path, entry.name):
+        if not force and _valid(artifact, meta_path, entry.name, check):
             if log is not None:
                 log(f"using {artifact}, built by another process")
             return Path(artifact)
@@ -211,7 +293,7 @@ def get_or_build(
         _remove_entry(entry)
         scratch = Path(tmp_dir) if tmp_dir is not None else entry.parent
         _remove_stale_tmp_dirs(scratch)
-        _build_and_publish(scratch, entry, artifact_name, build)
+        _build_and_publish(scratch, entry, artifact_name, build, check)
         return Path(artifact)
 
 
@@ -237,18 +319,24 @@ def discard(artifact: Path, seen: os.stat_result | None, log: Callable[[str], No
 
 
 def _build_and_publish(scratch: Path, entry: Path, artifact_name: str,
-                       build: Callable[[Path], None]) -> None:
+                       build: Callable[[Path], None], check: Check | None) -> None:
     """Build into a temp dir on the cache's filesystem, then rename into `entry`."""
     import tempfile
 
-    scratch.mkdir(parents=True, exist_ok=True)
-    # Same filesystem as the entry, so os.replace() is an atomic rename, never a copy.
-    workdir = tempfile.mkdtemp(prefix=TMP_PREFIX, dir=scratch)
+    def make_workdir() -> str:
+        # Same filesystem as the entry, so os.replace() is an atomic rename, never a copy.
+        scratch.mkdir(parents=True, exist_ok=True)
+        return tempfile.mkdtemp(prefix=TMP_PREFIX, dir=scratch)
+
+    workdir = _unusable_on_error(entry, make_workdir)
     try:
         built = os.path.join(workdir, artifact_name)
         build(Path(built))
         if not os.path.isfile(built):
             raise RuntimeError(f"the build function did not write {built}")
+        problem = check(built) if check is not None else None
+        if problem is not None:
+            raise RuntimeError(f"the build wrote an unusable {artifact_name}: {problem}")
         info = os.stat(built)
         meta = {
             "format": _FORMAT,
@@ -257,17 +345,30 @@ def _build_and_publish(scratch: Path, entry: Path, artifact_name: str,
             "sha256": _sha256_file(built),
             "created": time.time(),
         }
-        # mkdtemp() makes private 0700 directories; a cache entry is readable like any
-        # other file its owner creates.
-        entry.mkdir(mode=0o755, exist_ok=True)
-        os.replace(built, os.path.join(entry, artifact_name))
-        # meta.json goes last: its presence is what marks the entry as complete.
-        meta_tmp = os.path.join(workdir, _META_NAME)
-        with open(meta_tmp, "w", encoding="utf-8") as handle:
-            json.dump(meta, handle, sort_keys=True)
-        os.replace(meta_tmp, os.path.join(entry, _META_NAME))
+        _unusable_on_error(entry, lambda: _publish(workdir, built, entry, artifact_name, meta))
     finally:
         _rmtree(workdir)
+
+
+def _publish(workdir: str, built: str, entry: Path, artifact_name: str, meta: dict) -> None:
+    # mkdtemp() makes private 0700 directories; a cache entry is readable like any other
+    # file its owner creates.
+    entry.mkdir(mode=0o755, exist_ok=True)
+    os.replace(built, os.path.join(entry, artifact_name))
+    # meta.json goes last: its presence is what marks the entry as complete.
+    meta_tmp = os.path.join(workdir, _META_NAME)
+    with open(meta_tmp, "w", encoding="utf-8") as handle:
+        json.dump(meta, handle, sort_keys=True)
+    os.replace(meta_tmp, os.path.join(entry, _META_NAME))
+
+
+def _unusable_on_error(entry: Path, step: Callable[[], object]) -> object:
+    """`step()`, a file operation on the cache itself: its OSError (no space, read-only)
+    means the cache cannot hold `entry`."""
+    try:
+        return step()
+    except OSError as exc:
+        raise CacheUnusableError(exc.errno, f"cannot write {entry}: {exc.strerror}") from exc
 
 
 def _remove_entry(entry: Path) -> None:

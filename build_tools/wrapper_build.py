@@ -34,12 +34,13 @@ import threading
 import types
 from pathlib import Path
 
-from . import disk_cache, toolchain
+from . import disk_cache, elf, toolchain
 from .core_build import (
     CFLAGS,
     build_core_library,
     build_tools_files,
     core_source_hash,
+    load_core_library,
     log,
     source_dirs,
     tree_files,
@@ -229,21 +230,28 @@ def build_wrapper(
     pyx = wrapper_dir / _WRAPPER_PYX
     if not pyx.is_file():
         raise RuntimeError(f"tilejit: wrapper source {pyx} is missing")
-    core = build_core_library(verbose=verbose, core_dir=core_dir)
-    target = wrapper_path(core_dir, wrapper_dir)
 
-    def build(output: Path) -> None:
-        # Generated C and objects go beside the output, into the cache's private build
-        # directory, never into the (possibly read-only) source tree.
-        workdir = output.parent
-        c_file = workdir / pyx.with_suffix(".c").name
-        _cythonize(pyx, wrapper_dir, c_file, verbose)
-        include_dirs = [core_dir / "include", core_dir / "src", *_python_include_dirs()]
-        toolchain.compile_and_link([c_file], include_dirs, _WRAPPER_CFLAGS, output, workdir,
-                                   verbose, _core_link_args(core, target.parent))
+    def build_in_cache() -> Path:
+        # The core first: should the cache fall back to a private root, both the core and
+        # the wrapper (whose run path points at the core) are then made there.
+        core = build_core_library(verbose=verbose, core_dir=core_dir)
+        target = wrapper_path(core_dir, wrapper_dir)
 
-    return disk_cache.get_or_build(target.parent, target.name, build, force=force,
-                                   log=lambda message: log(verbose, message))
+        def build(output: Path) -> None:
+            # Generated C and objects go beside the output, into the cache's private build
+            # directory, never into the (possibly read-only) source tree.
+            workdir = output.parent
+            c_file = workdir / pyx.with_suffix(".c").name
+            _cythonize(pyx, wrapper_dir, c_file, verbose)
+            include_dirs = [core_dir / "include", core_dir / "src", *_python_include_dirs()]
+            toolchain.compile_and_link([c_file], include_dirs, _WRAPPER_CFLAGS, output,
+                                       workdir, verbose, _core_link_args(core, target.parent))
+
+        return disk_cache.get_or_build(target.parent, target.name, build, force=force,
+                                       log=lambda message: log(verbose, message),
+                                       check=elf.problem)
+
+    return disk_cache.with_fallback(build_in_cache)
 
 
 def _open_extension(path: Path) -> tuple[importlib.machinery.ModuleSpec, types.ModuleType]:
@@ -277,7 +285,8 @@ def load_wrapper(
     return it at once (`core_dir`/`wrapper_dir` are then ignored). A cached file that
     fails its checksum is rebuilt before loading; one the loader still rejects is deleted
     and rebuilt once, and a second failure propagates, as do exceptions raised by the
-    module's own initialisation.
+    module's own initialisation. The core is loaded first (`load_core_library`), so a
+    core the loader rejects is rebuilt rather than blamed on the wrapper.
 
     Example:
         >>> _tilejit = load_wrapper()
@@ -289,6 +298,9 @@ def load_wrapper(
         module = sys.modules.get(WRAPPER_MODULE)
         if module is not None:
             return module
+        # The core the wrapper links against, loaded (and rebuilt if the loader rejects
+        # it) first: a wrapper failing to load for its core's sake is not damaged itself.
+        load_core_library(verbose=verbose, core_dir=core_dir)
         path = build_wrapper(verbose=verbose, core_dir=core_dir, wrapper_dir=wrapper_dir)
         try:
             seen = path.stat()

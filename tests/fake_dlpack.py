@@ -29,7 +29,7 @@ class FakeTensor:
     """
 
     def __init__(self, shape, strides=None, device=(1, 0), dtype=(2, 32, 1), flags=0,
-                 data=0x10000):
+                 data=0x10000, byte_offset=0):
         n = len(shape)
         self.device = device
         self.exports = 0
@@ -41,7 +41,7 @@ class FakeTensor:
         m.major, m.minor, m.flags = 1, 3, flags
         m.deleter = ctypes.cast(self._deleter, ctypes.c_void_p)
         t = m.dl_tensor
-        t.data, t.ndim = data, n
+        t.data, t.ndim, t.byte_offset = data, n, byte_offset
         t.device.device_type, t.device.device_id = device
         t.dtype.code, t.dtype.bits, t.dtype.lanes = dtype
         t.shape = self._shape

@@ -306,3 +306,120 @@ def test_real_sources_build_and_load(cache):
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+# --- damaged and unusable caches (issue 12, items 5 to 7) -------------------------------------
+
+# Loads the fixture core through ctypes (as the ctypes backend does) in a fresh interpreter.
+CORE_SCRIPT = """\
+import sys
+from build_tools import core_build
+path, lib = core_build.load_core_library(verbose=True, core_dir=sys.argv[1])
+print(path)
+print(lib.tj_fixture_add(2, 3))
+"""
+
+
+def _damage(path: Path, how: str) -> None:
+    """Damages a published library and rewrites its meta.json to match, as a file that was
+    already damaged when it was published (or copied so) would be: size and hash alone
+    cannot tell."""
+    import hashlib
+    import json
+
+    data = path.read_bytes()
+    data = {"truncated": data[: len(data) // 2], "empty": b"",
+            "garbage": b"\x7fELF garbage " * 100}[how]
+    path.write_bytes(data)
+    meta = path.parent / "meta.json"
+    record = json.loads(meta.read_text())
+    record.update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+    meta.write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize("how", ["truncated", "empty", "garbage"])
+@pytest.mark.parametrize("artifact", ["core", "wrapper"])
+def test_a_damaged_library_with_a_matching_meta_is_rebuilt_not_loaded(cache, tree, artifact,
+                                                                       how):
+    wrapper = wrapper_build.build_wrapper(core_dir=tree[0], wrapper_dir=tree[1])
+    core = core_build.core_library_path(tree[0])
+    damaged = core if artifact == "core" else wrapper
+    _damage(damaged, how)
+    # A truncated library used to be loaded, and the first touch of a missing page killed
+    # the process with SIGBUS.
+    done = _load_in_subprocess(cache, tree)
+    assert _loaded(done) == (wrapper, 5)
+    assert f"{damaged} is damaged; rebuilding it" in done.stderr
+    assert damaged.read_bytes()[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("how", ["truncated", "empty", "garbage"])
+def test_the_ctypes_core_rebuilds_a_damaged_library(cache, tree, how):
+    path = core_build.build_core_library(core_dir=tree[0])
+    _damage(path, how)
+    done = subprocess.run([sys.executable, "-c", CORE_SCRIPT, str(tree[0])], env=_env(cache),
+                          cwd=cache.parent, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert _loaded(done) == (path, 5)
+    assert "is damaged; rebuilding it" in done.stderr
+
+
+def test_a_core_the_loader_rejects_is_rebuilt_once(cache, tree):
+    # A whole ELF file that is no loadable library (an executable): it passes every check
+    # of the cache, and only dlopen() refuses it. Deleted and rebuilt, once.
+    import hashlib
+    import json
+
+    path = core_build.build_core_library(core_dir=tree[0])
+    path.write_bytes(Path(sys.executable).resolve().read_bytes())
+    meta = path.parent / "meta.json"
+    record = json.loads(meta.read_text())
+    data = path.read_bytes()
+    record.update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+    meta.write_text(json.dumps(record))
+    done = subprocess.run([sys.executable, "-c", CORE_SCRIPT, str(tree[0])], env=_env(cache),
+                          cwd=cache.parent, capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert _loaded(done) == (path, 5)
+    assert "rebuilding it" in done.stderr and f"removing unusable {path}" in done.stderr
+
+
+FALLBACK_SCRIPT = """\
+import sys, warnings
+from build_tools import core_build, disk_cache, wrapper_build
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    module = wrapper_build.load_wrapper(core_dir=sys.argv[1], wrapper_dir=sys.argv[2])
+    core, lib = core_build.load_core_library(core_dir=sys.argv[1])
+print(module.add(2, 3), lib.tj_fixture_add(1, 1))
+print(disk_cache.cache_root())
+print(module.__file__)
+print(core)
+for warning in caught:
+    print("WARNING", warning.message)
+"""
+
+
+@pytest.mark.parametrize("unusable", ["a file", "files where its directories go"])
+def test_an_unusable_cache_falls_back_to_one_private_root(cache, tree, unusable):
+    if unusable == "a file":
+        cache.write_text("not a directory")
+    else:
+        cache.mkdir()
+        for name in ("core", "wrapper", "kernels"):
+            (cache / name).write_text("not a directory")
+    done = subprocess.run([sys.executable, "-c", FALLBACK_SCRIPT, *map(str, tree)],
+                          env=_env(cache), cwd=cache.parent, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "5 2"
+    private = Path(lines[1])
+    assert private != cache and private.name.startswith("tilejit-cache-")
+    # The wrapper and the core it links against are both in the private root...
+    assert Path(lines[2]).is_relative_to(private) and Path(lines[3]).is_relative_to(private)
+    # ...which is removed at exit, after one warning naming the variable.
+    assert not private.exists()
+    warnings = [line for line in lines if line.startswith("WARNING")]
+    assert len(warnings) == 1, warnings
+    assert f"TILEJIT_CACHE_DIR={cache} is unusable" in warnings[0]

@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -239,14 +240,56 @@ def test_disabled_cache_builds_every_time_privately(isolated_cache, monkeypatch)
         cache.get_or_build(key, lambda _out: 1 / 0)
 
 
-def test_unwritable_cache_falls_back_to_private_build(isolated_cache):
+@pytest.mark.parametrize("unusable", ["file", "kernels is a file"])
+def test_unusable_cache_falls_back_to_a_private_root_once(isolated_cache, unusable):
+    # The root is a file, or a file sits where a directory of it goes (as good as
+    # read-only for the kernels, and read-only directories do not stop root).
     isolated_cache.parent.mkdir(parents=True, exist_ok=True)
-    isolated_cache.write_text("a file where the cache directory should be")
+    if unusable == "file":
+        isolated_cache.write_text("a file where the cache directory should be")
+    else:
+        isolated_cache.mkdir()
+        (isolated_cache / "kernels").write_text("a file where a directory should be")
     build = CountingBuild()
-    with pytest.warns(RuntimeWarning, match="building without the cache"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         path = cache.get_or_build(cache.artifact_key(source="ro"), build)
-    assert path.read_bytes() == build.payload
-    assert path.parent.name.startswith("tilejit-")
+        second = cache.get_or_build(cache.artifact_key(source="ro 2"), build)
+    assert len(caught) == 1 and caught[0].category is RuntimeWarning
+    assert str(caught[0].message).startswith(
+        f"tilejit: TILEJIT_CACHE_DIR={isolated_cache} is unusable (")
+    assert "set TILEJIT_CACHE_DIR to a writable directory" in str(caught[0].message)
+    private = cache.cache_dir()
+    assert private != isolated_cache and private.name.startswith("tilejit-cache-")
+    for built in (path, second):
+        assert built.read_bytes() == build.payload
+        assert built.is_relative_to(private / "kernels")
+    # The private root is a cache like any other: a second lookup is a hit.
+    assert cache.get_or_build(cache.artifact_key(source="ro"), build) == path
+    assert len(build.calls) == 2
+
+
+def test_a_check_refuses_a_damaged_artifact_and_a_bad_build(isolated_cache):
+    import hashlib
+
+    def whole(path):
+        return None if Path(path).read_bytes().endswith(b"END") else "no END"
+
+    key = cache.artifact_key(source="checked")
+    build = CountingBuild(b"library END")
+    path = cache.get_or_build(key, build, check=whole)
+    # Damaged with its meta.json rewritten to match: only the check can tell.
+    path.write_bytes(b"library")
+    meta = path.parent / "meta.json"
+    record = json.loads(meta.read_text())
+    record.update(size=7, sha256=hashlib.sha256(b"library").hexdigest())
+    meta.write_text(json.dumps(record))
+    cache._reset_memo()
+    assert cache.get_or_build(key, build, check=whole) == path
+    assert path.read_bytes() == b"library END" and len(build.calls) == 2
+    with pytest.raises(RuntimeError, match="the build wrote an unusable kernel.so: no END"):
+        cache.get_or_build(cache.artifact_key(source="bad"), CountingBuild(b"x"), check=whole)
+    assert not _entry(isolated_cache, cache.artifact_key(source="bad")).exists()
 
 
 def test_stale_tmp_dirs_are_swept(isolated_cache):

@@ -127,10 +127,10 @@ def test_prev_api_is_walked_to_a_major_version_we_speak(xp, counts, add):
                              "xproducer: view refused")),
     ("fail_export", "XTensorOld", ("add: argument 1 'B': cannot import the tensor through "
                                   "DLPack: xproducer: export refused")),
-    ("fail_alloc", "XTensor", ("add: output 'C': the producer could not allocate the output: "
-                              "xproducer: allocation refused")),
-    ("fail_to_py", "XTensor", ("add: output 'C': the producer could not return the output: "
-                              "xproducer: to_py refused")),
+    ("fail_alloc", "XTensor", ("add: output 'C': cannot allocate the output: xproducer: "
+                              "allocation refused")),
+    ("fail_to_py", "XTensor", ("add: output 'C': cannot allocate the output: xproducer: to_py "
+                              "refused")),
 ])
 @pytest.mark.parametrize("backend", ["cython", "ctypes"])
 def test_a_failing_producer_raises_cleanly_and_leaks_nothing(xp, counts, add, mode, cls, text,

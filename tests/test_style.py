@@ -33,6 +33,7 @@ def test_cython_lint():
 
 def test_clang_format():
     sources = sorted(str(p.relative_to(ROOT)) for pattern in
-                     ("core/src/*.[ch]", "core/include/tilejit/*.h", "core/tests/*.[ch]")
+                     ("core/src/*.[ch]", "core/include/tilejit/*.h", "core/tests/*.[ch]",
+                      "core/fuzz/*.c")
                      for p in ROOT.glob(pattern))
     _run([_tool("clang-format"), "--dry-run", "-Werror", *sources])

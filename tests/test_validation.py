@@ -10,6 +10,7 @@ import gc
 import numpy as np
 import pytest
 import torch
+from fake_dlpack import FakeTensor
 from kernels import VEC_ADD
 
 from tilejit import T
@@ -649,3 +650,346 @@ def test_torch_tensors_the_producer_cannot_export(vec_add, backend):
         assert message.startswith("vec_add: argument 1 'B': cannot import the tensor through "
                                   "DLPack: ")
         assert "\n" not in message
+
+
+# --- tensors no memory can hold, and stride symbols of size-1 dimensions ----------------------
+
+
+COUNTED = """
+void counted(const float *A, int64_t *N, int64_t n, int64_t m, int64_t s) {
+  (void)A; (void)n; (void)m; (void)s;
+  N[0] += 1;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def counted(build):
+    """A kernel over an (n, m) tensor with strides (s, 1), s divisible by 4, that counts its
+    launches in its second argument: a refused call must leave the count alone."""
+    n, m, s = T.symbol("n"), T.symbol("m"), T.symbol("s", divisibility=4)
+    kernel = build("counted", [T.Buffer((n, m), "float32", strides=(s, 1), name="A",
+                                        const=True),
+                               T.Pointer("int64", name="N")], COUNTED)
+    launches = np.zeros(1, np.int64)
+
+    def call(tensor):
+        before = int(launches[0])
+        try:
+            kernel(tensor, launches)
+        finally:
+            gc.collect()
+        return int(launches[0]) - before
+
+    call.launches = launches
+    return call
+
+
+@pytest.mark.parametrize(("fake", "message"), [
+    ({"shape": (-2, 3)}, "expected shape[0] >= 0, got -2"),
+    ({"shape": (3, -1), "strides": (4, 1)}, "expected shape[1] >= 0, got -1"),
+    ({"shape": (1 << 32, 1 << 32), "strides": (0, 0)},
+     "expected at most 2**63 - 1 elements, got shape (4294967296, 4294967296)"),
+    ({"shape": (3, 2), "strides": (1 << 62, 1)},
+     ("expected elements within the address space, got shape (3, 2) with strides "
+     "(4611686018427387904, 1) from address 0x10000")),
+    ({"shape": (3, 2), "strides": (4, 1), "byte_offset": (1 << 64) - 8},
+     ("expected data + byte_offset within the address space, got 0x10000 + "
+     "18446744073709551608")),
+    ({"shape": (3, 2), "strides": (4, 1), "data": 0},
+     "expected a data pointer, got NULL for a tensor of shape (3, 2)"),
+], ids=["negative", "negative-bound", "count", "extent", "offset", "null-data"])
+def test_tensors_no_memory_can_hold_are_refused(counted, fake, message):
+    bad = FakeTensor(**fake)
+    with pytest.raises(ValueError) as info:
+        counted(bad)
+    assert str(info.value) == f"counted: argument 0 'A': {message}"
+    assert bad.exports == bad.deletes == 1
+    assert counted(FakeTensor((3, 2), strides=(4, 1), data=0x10000)) == 1
+
+
+def test_empty_tensors_may_have_no_data(counted):
+    assert counted(FakeTensor((0, 2), strides=(4, 1), data=0)) == 1
+
+
+def test_compact_strides_must_fit(build):
+    n = T.symbol("n")
+    k = build("cube", [T.Buffer((n, n, n), "float32", name="A", const=True)],
+              "void cube(const float *A, int64_t n) { (void)A; (void)n; }")
+    with pytest.raises(ValueError) as info:
+        k(FakeTensor((0, 1 << 40, 1 << 40)))
+    assert str(info.value) == ("cube: argument 0 'A': expected shape[1] == n (= 0, bound by "
+                               "argument 0 'A'), got 1099511627776")
+    m, p = T.symbol("m"), T.symbol("p")
+    k = build("box", [T.Buffer((n, m, p), "float32", strides=(T.symbol("s"), m * p, 1),
+                               name="A", const=True)],
+              "void box(const float *A, int64_t n, int64_t m, int64_t p, int64_t s) {}")
+    with pytest.raises(ValueError) as info:
+        k(FakeTensor((0, 1 << 40, 1 << 40)))
+    assert str(info.value) == ("box: argument 0 'A': expected compact strides that fit in 64 "
+                               "bits, got shape (0, 1099511627776, 1099511627776)")
+
+
+def test_a_size_one_stride_binds_loosely(counted):
+    # A single row's stride is never stepped over, so any value passes, even one the
+    # declaration would refuse (not divisible by 4, negative)...
+    assert counted(torch.empty_strided((1, 2), (3, 1))) == 1
+    assert counted(torch.empty_strided((1, 2), (-4, 1))) == 1
+
+
+@pytest.fixture(scope="module")
+def row_and_rows(build):
+    """A (1, m) row then an (n, m) block, both with row stride s (divisible by 4)."""
+    n, m, s = T.symbol("n"), T.symbol("m"), T.symbol("s", divisibility=4)
+    return build("rows", [T.Buffer((1, m), "float32", strides=(s, 1), name="R", const=True),
+                          T.Buffer((n, m), "float32", strides=(s, 1), name="B", const=True),
+                          T.Buffer((1,), "int64", name="S")],
+                 "void rows(const float *R, const float *B, int64_t *S, int64_t m, int64_t s, "
+                 "int64_t n) { (void)R; (void)B; (void)m; (void)n; S[0] = s; }", out_idx=-1)
+
+
+def test_a_loosely_bound_stride_symbol_is_checked_where_it_reappears(row_and_rows):
+    base = np.zeros(64, np.float32)
+    row = np.lib.stride_tricks.as_strided(base, (1, 2), (3 * 4, 4))
+    for stride, error in [
+        (3, "stride[0] = 3 binds s, which must be divisible by 4"),
+        (-4, "stride[0] = -4 is negative, and negative strides are not declared (symbol s)"),
+    ]:
+        block = np.lib.stride_tricks.as_strided(base[32:], (3, 2), (stride * 4, 4))
+        row = np.lib.stride_tricks.as_strided(base, (1, 2), (stride * 4, 4))
+        with pytest.raises(ValueError) as info:
+            row_and_rows(row, block)
+        assert str(info.value) == f"rows: argument 1 'B': {error}"
+    # The row's stride says nothing: the block's binds s.
+    row = np.lib.stride_tricks.as_strided(base, (1, 2), (3 * 4, 4))
+    block = np.lib.stride_tricks.as_strided(base, (3, 2), (8 * 4, 4))
+    assert np.asarray(row_and_rows(row, block)).tolist() == [8]
+    assert np.asarray(row_and_rows(torch.empty_strided((1, 2), (5, 1)),
+                                   torch.empty(3, 12)[:, :2])).tolist() == [12]
+
+
+# --- what producers and frameworks report, labelled ------------------------------------------
+
+
+class RaisingProducer:
+    """A DLPack producer whose ``__dlpack__`` raises ``error``."""
+
+    def __init__(self, error):
+        self.error = error
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        raise self.error
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+def test_a_producer_error_is_labelled_and_chained(vec_add):
+    with pytest.raises(ValueError) as info:
+        vec_add(torch.ones(2), RaisingProducer(KeyError("stream")))
+    assert str(info.value) == ("vec_add: argument 1 'B': cannot import the tensor through "
+                               "DLPack: 'stream'")
+    assert isinstance(info.value.__cause__, KeyError)
+    with pytest.raises(TypeError) as info:  # a TypeError stays one
+        vec_add(RaisingProducer(TypeError("no such tensor\nmore detail")), torch.ones(2))
+    assert str(info.value) == ("vec_add: argument 0 'A': cannot import the tensor through "
+                               "DLPack: no such tensor")
+    assert isinstance(info.value.__cause__, TypeError)
+
+
+def test_from_dlpack_labels_a_producer_error():
+    import tilejit
+
+    with pytest.raises(ValueError) as info:
+        tilejit.from_dlpack(RaisingProducer(KeyError("stream")))
+    assert str(info.value) == "from_dlpack: cannot import the tensor through DLPack: 'stream'"
+    assert isinstance(info.value.__cause__, KeyError)
+    with pytest.raises(ValueError) as info:  # torch's own refusal, through the exchange API
+        tilejit.from_dlpack(torch.ones(2).to_sparse())
+    assert str(info.value).startswith("from_dlpack: cannot import the tensor through DLPack: ")
+    assert "\n" not in str(info.value)
+
+
+@pytest.fixture(scope="module")
+def cube(build):
+    """An (n, n, n) output of an (n,) input."""
+    n = T.symbol("n")
+    return build("cube", [T.Buffer((n,), "float32", name="A", const=True),
+                          T.Buffer((n, n, n), "float32", name="O")],
+                 "void cube(const float *A, float *O, int64_t n) { (void)A; (void)O; }",
+                 out_idx=-1)
+
+
+@pytest.mark.parametrize("framework", ["torch", "numpy"])
+def test_an_output_no_allocator_can_make_is_refused_alike(cube, framework):
+    # 2**21 cubed float32 elements: 2**65 bytes, refused before any framework is asked.
+    n = 1 << 21
+    x = torch.empty(n) if framework == "torch" else np.empty(n, np.float32)
+    with pytest.raises(ValueError) as info:
+        cube(x)
+    assert str(info.value) == ("cube: output 'O': expected at most 2**63 - 1 bytes, got shape "
+                               "(2097152, 2097152, 2097152) of float32")
+
+
+@pytest.mark.parametrize(("framework", "error"), [("torch", RuntimeError),
+                                                  ("numpy", MemoryError)])
+def test_a_failed_allocation_is_labelled(build, framework, error):
+    # 2**48 float32 (a petabyte): within 64 bits, beyond any machine; the framework's
+    # own error (first line), labelled with the output.
+    n = T.symbol("n")
+    k = build("peta", [T.Buffer((n,), "float32", name="A", const=True),
+                       T.Buffer((n * (1 << 40),), "float32", name="O")],
+              "void peta(const float *A, float *O, int64_t n) { (void)A; (void)O; }",
+              out_idx=-1)
+    x = torch.empty(256) if framework == "torch" else np.empty(256, np.float32)
+    with pytest.raises(error) as info:
+        k(x)
+    message = str(info.value)
+    assert message.startswith("peta: output 'O': cannot allocate the output: ")
+    assert "\n" not in message
+
+
+@pytest.fixture(scope="module")
+def scaled(build):
+    return build("scaled", [T.Buffer((1,), "float32", name="O"), T.Scalar("float32", name="s")],
+                 "void scaled(float *O, float s) { O[0] = s; }", out_idx=0)
+
+
+@pytest.mark.parametrize("value", [1 + 2j, np.complex128(1 + 2j), np.complex64(3)],
+                         ids=["complex", "numpy.complex128", "numpy.complex64"])
+def test_a_complex_is_no_float_scalar(scaled, value):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no ComplexWarning: the value is never cast
+        with pytest.raises(TypeError) as info:
+            scaled(value)
+    name = "complex" if type(value) is complex else f"numpy.{type(value).__name__}"
+    assert str(info.value) == (f"scaled: argument 0 's': expected a float or int scalar "
+                               f"(float32), got {name}")
+    assert np.from_dlpack(scaled(np.float32(2.5))).tolist() == [2.5]
+    assert np.from_dlpack(scaled(np.int16(3))).tolist() == [3.0]
+
+
+# --- lazy views: torch's conjugate and negative views ----------------------------------------
+
+
+COPY_C64 = """
+void copy_c64(const tj_complex64 *A, tj_complex64 *B, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) B[i] = A[i];
+}
+"""
+COPY_F32 = """
+void copy_f32(const float *A, float *B, int64_t n, int64_t s) {
+  for (int64_t i = 0; i < n; ++i) B[i] = A[i * s];
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def copy_c64(build):
+    n = T.symbol("n")
+    return build("copy_c64", [T.Buffer((n,), "complex64", name="A", const=True),
+                              T.Buffer((n,), "complex64", name="B")], COPY_C64, out_idx=-1)
+
+
+@pytest.fixture(scope="module")
+def copy_f32(build):
+    n, s = T.symbol("n"), T.symbol("s")
+    return build("copy_f32", [T.Buffer((n,), "float32", strides=(s,), name="A", const=True),
+                              T.Buffer((n,), "float32", name="B")], COPY_F32, out_idx=-1)
+
+
+_LAZY = "expected a tensor that holds its values in memory, got a"
+
+
+def test_a_conjugate_view_is_refused(copy_c64):
+    x = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64)
+    with pytest.raises(ValueError) as info:
+        copy_c64(x.conj())
+    assert str(info.value) == (f"copy_c64: argument 0 'A': {_LAZY} conjugate view (its "
+                               f"conjugate bit is set); materialise it with .resolve_conj()")
+    # Materialised, the values are the conjugates; the plain tensor is unaffected.
+    assert copy_c64(x.conj().resolve_conj()).tolist() == [1 - 2j, 3 + 4j]
+    assert copy_c64(x).tolist() == [1 + 2j, 3 - 4j]
+    assert copy_c64(x.conj().conj()).tolist() == [1 + 2j, 3 - 4j]  # no bit left
+
+
+@pytest.mark.parametrize("make", ["imag of a conjugate", "_neg_view"])
+def test_a_negative_view_is_refused(copy_f32, make):
+    x = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64)
+    view = x.conj().imag if make == "imag of a conjugate" else torch._neg_view(x.real)
+    with pytest.raises(ValueError) as info:
+        copy_f32(view)
+    assert str(info.value) == (f"copy_f32: argument 0 'A': {_LAZY} negative view (its "
+                               f"negative bit is set); materialise it with .resolve_neg()")
+    want = [-2.0, 4.0] if make == "imag of a conjugate" else [-1.0, -3.0]
+    assert copy_f32(view.resolve_neg()).tolist() == want
+
+
+def test_a_conjugate_and_negative_view_is_refused(copy_c64, build):
+    x = torch.tensor([1 + 2j], dtype=torch.complex64)
+    with pytest.raises(ValueError) as info:
+        copy_c64(torch._neg_view(x.conj()))
+    assert str(info.value) == (f"copy_c64: argument 0 'A': {_LAZY} conjugate and negative view "
+                               f"(its conjugate and negative bits are set); materialise it with "
+                               f".resolve_conj().resolve_neg()")
+    # A pointer parameter takes a tensor's memory too: the same refusal.
+    k = build("at", [T.Pointer("complex64", name="P")],
+              "void at(tj_complex64 *P) { (void)P; }")
+    with pytest.raises(ValueError, match=r"^at: argument 0 'P': .* got a conjugate view"):
+        k(x.conj())
+    k(x)
+
+
+def test_from_dlpack_refuses_a_lazy_view():
+    import tilejit
+
+    x = torch.tensor([1 + 2j], dtype=torch.complex64)
+    with pytest.raises(ValueError) as info:
+        tilejit.from_dlpack(x.conj())
+    assert str(info.value) == (f"from_dlpack: {_LAZY} conjugate view (its conjugate bit is "
+                               f"set); materialise it with .resolve_conj()")
+    with pytest.raises(ValueError, match="negative view"):
+        tilejit.from_dlpack(torch._neg_view(torch.ones(2)))
+    assert tilejit.from_dlpack(x.conj().resolve_conj()).shape == (1,)
+
+
+def test_the_bits_are_read_in_place_on_this_torch():
+    # The fast way: where torch keeps the bits was found (and checked) for this torch, so
+    # no call into torch is made per tensor.
+    from tilejit import host, torch_views
+
+    location = torch_views.locate()
+    assert location is not None
+    assert host.view_check(torch.Tensor) == location
+    assert host.view_check(torch.nn.Parameter) == location
+    assert host.view_check(np.ndarray) is None
+
+
+ASKING = """
+import torch, tilejit
+from tilejit import T, torch_views
+torch_views._located.append(None)  # as if torch kept the bits elsewhere: ask torch
+n = T.symbol("n")
+for backend in ("cython", "dlpack", "ctypes"):
+    k = tilejit.compile(tilejit.Program(name="f", source="void f(const float *A, int64_t n) {}",
+        params=[T.Buffer((n,), "float32", name="A", const=True)]), execution_backend=backend)
+    k(torch.ones(2))
+    try:
+        k(torch._neg_view(torch.ones(2)))
+    except ValueError as exc:
+        print(backend, exc)
+"""
+
+
+def test_without_the_bits_torch_is_asked(child_env):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", ASKING], env=child_env(), capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"{backend} f: argument 0 'A': {_LAZY} negative view (its negative bit is set); "
+        f"materialise it with .resolve_neg()" for backend in ("cython", "dlpack", "ctypes")]

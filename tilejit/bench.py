@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ._build import build_tools, disk_cache, toolchain
+from ._build import build_tools, disk_cache, elf, toolchain
 
 N = 16
 """Elements per tensor."""
@@ -205,7 +205,8 @@ def _key(*parts: str) -> str:
 def _cached_so(stem: str, source: str, flags: list[str], suffix: str = ".so") -> Path:
     """Compiles ``source`` (C) into a shared object, once per source, flags, compiler and
     interpreter; returns its path. Cached like kernels (`build_tools/disk_cache.py`):
-    locked, published atomically and checked against its recorded hash."""
+    locked, published atomically and checked against its recorded hash and as a whole
+    library."""
     from . import compiler
 
     cc = compiler.find_cc()
@@ -220,7 +221,8 @@ def _cached_so(stem: str, source: str, flags: list[str], suffix: str = ".so") ->
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(command)}\n{done.stderr.strip()}")
 
-    return disk_cache.get_or_build(_bench_dir() / f"{stem}-{key}", f"{stem}{suffix}", build)
+    return disk_cache.with_fallback(lambda: disk_cache.get_or_build(
+        _bench_dir() / f"{stem}-{key}", f"{stem}{suffix}", build, check=elf.problem))
 
 
 def _load_extension(name: str, path: Path):

@@ -7,10 +7,11 @@ Layout under `cache_dir()`::
     kernels/<key[:2]>/<key>.lock             flock()ed while the entry is being built
     kernels/.tmp-*/                          private build directories
 
-Locking, atomic publishing, validation and the sweep of stale build directories are the
-one disk-cache implementation tilejit has (`build_tools/disk_cache.py`, which also caches
-the core, the wrapper and the benchmark's extensions); this module adds the kernel's key,
-`TILEJIT_DISABLE_CACHE` and the fallback to a private build when the cache is unusable.
+Locking, atomic publishing, validation, the sweep of stale build directories and the
+fallback to a private cache root when the configured one is unusable are the one
+disk-cache implementation tilejit has (`build_tools/disk_cache.py`, which also caches the
+core, the wrapper and the benchmark's extensions); this module adds the kernel's key and
+`TILEJIT_DISABLE_CACHE`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from ._build import disk_cache
+from ._build import disk_cache, elf
 
 __all__ = ["artifact_key", "cache_dir", "cache_disabled", "get_or_build"]
 
@@ -106,7 +107,8 @@ def _reset_memo() -> None:
     disk_cache.reset_memo()
 
 
-def get_or_build(key: str, build: Callable[[Path], None], suffix: str = ".so") -> Path:
+def get_or_build(key: str, build: Callable[[Path], None], suffix: str = ".so",
+                 check: Callable[[str], str | None] | None = None) -> Path:
     """Return the path of a valid artifact for `key`, calling `build(path)` on a miss.
 
     `build` must write the artifact to the path it is given (a fresh file in a private
@@ -114,8 +116,11 @@ def get_or_build(key: str, build: Callable[[Path], None], suffix: str = ".so") -
     same key, in any process, wait for one build instead of each running their own. If
     `build` raises, nothing is published and the exception propagates, so a failure is
     retried on the next call rather than cached. A corrupt entry (missing meta.json, size
-    or hash mismatch) is deleted and rebuilt. With `TILEJIT_DISABLE_CACHE` set, every call
-    builds into a new private temporary directory and nothing is shared.
+    or hash mismatch, or refused by `check`: `elf.problem` for a library that will be
+    loaded) is deleted and rebuilt. An unusable cache directory moves the process to a
+    private one, with one warning (`disk_cache.with_fallback`). With
+    `TILEJIT_DISABLE_CACHE` set, every call builds into a new private temporary directory
+    and nothing is shared.
 
     Example:
         >>> key = artifact_key(source=src, target="cpu", flags=[])
@@ -125,35 +130,29 @@ def get_or_build(key: str, build: Callable[[Path], None], suffix: str = ".so") -
     """
     _check_key(key, suffix)
     if cache_disabled():
-        return _build_private(build, suffix)
-    kernels = cache_dir() / "kernels"
-    try:
-        return disk_cache.get_or_build(kernels / key[:2] / key, "kernel" + suffix, build,
-                                       tmp_dir=kernels)
-    except disk_cache.CacheUnusableError as exc:
-        # A read-only or full cache (a locked-down home directory, a CI sandbox) should
-        # cost speed, not the ability to run kernels at all.
-        import warnings
+        return _build_private(build, suffix, check)
 
-        warnings.warn(
-            f"tilejit: cache directory {kernels} is unusable ({exc}); building without"
-            " the cache (set TILEJIT_CACHE_DIR to a writable directory)",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        return _build_private(build, suffix)
+    def find_or_build() -> Path:
+        kernels = cache_dir() / "kernels"
+        return disk_cache.get_or_build(kernels / key[:2] / key, "kernel" + suffix, build,
+                                       tmp_dir=kernels, check=check)
+
+    return disk_cache.with_fallback(find_or_build)
 
 
 def store_bytes(data: bytes, suffix: str = ".so", **parts: object) -> Path:
     """`data` as an artifact keyed by its content hash (and `parts`): a copy that no later
-    change to the file it came from can alter (prebuilt kernels)."""
+    change to the file it came from can alter (prebuilt kernels). A shared library
+    (`suffix` ".so") must be whole (`elf.problem`), in the cache as when stored."""
     import hashlib
 
     key = artifact_key(prebuilt=hashlib.sha256(data).hexdigest(), **parts)
-    return get_or_build(key, lambda out: out.write_bytes(data), suffix)
+    return get_or_build(key, lambda out: out.write_bytes(data), suffix,
+                        check=elf.problem if suffix == ".so" else None)
 
 
-def _build_private(build: Callable[[Path], None], suffix: str) -> Path:
+def _build_private(build: Callable[[Path], None], suffix: str,
+                   check: Callable[[str], str | None] | None) -> Path:
     import tempfile
 
     workdir = tempfile.mkdtemp(prefix="tilejit-")
@@ -162,6 +161,9 @@ def _build_private(build: Callable[[Path], None], suffix: str) -> Path:
         build(target)
         if not target.is_file():
             raise RuntimeError(f"the build function did not write {target}")
+        problem = check(str(target)) if check is not None else None
+        if problem is not None:
+            raise RuntimeError(f"the build wrote an unusable {target.name}: {problem}")
     except BaseException:
         _rmtree(workdir)
         raise

@@ -14,6 +14,7 @@ from typing import Any
 from . import cache as _cache
 from . import compiler as _compiler
 from . import glue as _glue
+from ._build import elf as _elf
 from .kernel import JITKernel
 from .program import Program
 from .signature import lower
@@ -120,7 +121,7 @@ def compile(program: Program, out_idx=None, target=None, execution_backend=None,
     def build(out_path):
         _compiler.compile_cpu(source, program.name, flags, out_path, cc=cc, language=language)
 
-    path = _cache.get_or_build(key, build)
+    path = _cache.get_or_build(key, build, check=_elf.problem)  # loaded: whole, or rebuilt
     kernel = JITKernel(program, sig, str(path), source, execution_backend, prebuilt=prebuilt)
     if verbose:
         print(f"tilejit: {program.name}: {kernel.c_prototype} -> {path} "
@@ -135,4 +136,8 @@ def _stored_binary(program: Program):
     if not data.startswith(b"\x7fELF"):
         raise ValueError(f"{program.name}: binary= for target='cpu' must be a shared library "
                          f"(ELF), got {len(data)} bytes starting {data[:8]!r}")
+    problem = _elf.problem_in(data)
+    if problem is not None:
+        raise ValueError(f"{program.name}: binary= for target='cpu' is no whole shared "
+                         f"library: {problem}")
     return _cache.store_bytes(data, tilejit=VERSION)

@@ -45,21 +45,45 @@ PRODUCER_IMPORT = abi.TJ_PRODUCER_IMPORT  # tj_producer_step: which producer ste
 
 def producer_error(prefix: str, step: int, exc: BaseException) -> BaseException:
     """The exception for a producer that failed inside a call, formatted once for every
-    binding: the core's prefix (kernel, argument or output, what failed) and the
-    producer's text. An import keeps TypeError for a wrong kind of object and makes any
-    other refusal (BufferError, RuntimeError, ...) a ValueError, with only the first line
-    of the producer's message (torch appends a C++ backtrace); other steps keep the
-    producer's exception class.
+    binding: the core's prefix (kernel, argument or output, what failed) and the first
+    line of the producer's message (torch appends a C++ backtrace). An import keeps
+    TypeError for a wrong kind of object and makes any other refusal (BufferError,
+    KeyError, RuntimeError, ...) a ValueError; other steps keep the producer's exception
+    class. The caller chains ``exc`` as the cause.
     """
+    lines = str(exc).strip().splitlines()
+    text = lines[0] if lines else type(exc).__name__
     if step == PRODUCER_IMPORT:
-        lines = str(exc).strip().splitlines()
-        text = lines[0] if lines else type(exc).__name__
         cls = TypeError if isinstance(exc, TypeError) else ValueError
         return cls(f"{prefix}: {text}")
     try:
-        return type(exc)(f"{prefix}: {exc}")
-    except Exception:  # noqa: BLE001 - an exception class with another constructor
-        return RuntimeError(f"{prefix}: {exc}")
+        return type(exc)(f"{prefix}: {text}")
+    except Exception:  # noqa: BLE001 - a class with another constructor (NumPy's
+        # _ArrayMemoryError takes a shape and a dtype): its nearest builtin base.
+        base = next(c for c in type(exc).__mro__ if c.__module__ == "builtins")
+        return base(f"{prefix}: {text}")
+
+
+def view_check(cls: type):
+    """How a binding learns whether an object of type ``cls`` is a lazy view (the core's
+    ``TJ_VIEW_*`` bits: torch's conjugate and negative views, which DLPack cannot
+    describe): None when such objects never are (anything but torch tensors); the
+    ``tj_view_bits`` location to read the bits in place (``tilejit.torch_views.locate``);
+    or, when that could not be found for this torch, ``lazy_view`` to ask torch itself."""
+    if framework_of(cls) != "torch" or not hasattr(cls, "is_neg"):
+        return None
+    from . import torch_views
+
+    location = torch_views.locate()
+    return location if location is not None else torch_views.lazy_view
+
+
+def lazy_view(tensor) -> int:
+    """The ``TJ_VIEW_*`` bits of a torch tensor, asked of torch (``view_check``'s slow
+    way)."""
+    from . import torch_views
+
+    return torch_views.lazy_view(tensor)
 
 
 def framework_of(cls: type) -> str:
@@ -175,6 +199,40 @@ def stream_handle(stream, kernel: str) -> int:
     if not isinstance(handle, int) or not 0 <= handle < (1 << 64):
         raise ValueError(f"{kernel}: stream handle must be a non-negative int, got {handle!r}")
     return handle
+
+
+# How an argument that is no None, bool, int, float, tensor or tilejit.Pointer is read.
+SCALAR_BOOL, SCALAR_INDEX, SCALAR_FLOAT, SCALAR_OTHER = "bool", "index", "float", "other"
+_scalar_kinds: dict = {}
+
+
+def scalar_kind(cls: type) -> str:
+    """How both bindings read an argument of type ``cls`` that is none of the types they
+    recognise at once (NumPy scalars and the like), decided once per type: a bool
+    (``numpy.bool_``), an integer through ``__index__`` (integers first, so 3 never
+    becomes 3.0), a float through ``__float__``, or something else, named in the
+    message. A complex type (``numpy.complex128``) is something else, as Python's
+    ``complex`` is: a float parameter refuses it rather than drop its imaginary part.
+
+    >>> scalar_kind(numpy.float32), scalar_kind(numpy.complex64)
+    ('float', 'other')
+    """
+    kind = _scalar_kinds.get(cls)
+    if kind is None:
+        import numbers
+
+        if cls.__name__ in ("bool", "bool_"):
+            kind = SCALAR_BOOL
+        elif hasattr(cls, "__index__"):
+            kind = SCALAR_INDEX
+        elif issubclass(cls, numbers.Complex) and not issubclass(cls, numbers.Real):
+            kind = SCALAR_OTHER
+        elif hasattr(cls, "__float__") and not hasattr(cls, "__len__"):
+            kind = SCALAR_FLOAT
+        else:
+            kind = SCALAR_OTHER
+        kind = _scalar_kinds.setdefault(cls, kind)
+    return kind
 
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE

@@ -38,6 +38,12 @@ def from_dlpack(tensor, assumed_align=None):
     """A zero-copy view of ``tensor`` (torch, NumPy, any ``__dlpack__`` producer) with a
     fully static layout, keeping ``tensor`` alive.
 
+    The view reads the data pointer, shape and strides once. It keeps the source object
+    alive, not the memory the source has later: after the source is resized in place
+    (``torch.Tensor.resize_``, ``numpy.ndarray.resize(refcheck=False)``) or given another
+    storage (``torch.Tensor.set_``, assigning ``.data``), the view still describes the
+    old memory, which may be freed; make a new view.
+
     ``assumed_align`` is the alignment in bytes the base address is promised to have
     (default: the element size); an address it does not divide raises ``ValueError``.
     Attributes: ``shape``, ``stride`` (ints), ``memspace`` (``"generic"`` host,

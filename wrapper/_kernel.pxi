@@ -63,19 +63,19 @@ cdef int _convert(object obj, tj_arg *arg, bint exchange) except -1:
         arg.tensor.dtype.code, arg.tensor.dtype.bits, arg.tensor.dtype.lanes = obj.dlpack_dtype
         arg.tensor.device.device_type = obj.dlpack_device_type
         return 0
-    # NumPy and other scalar types: integers first, so 3 never becomes 3.0.
-    kind = <object>cls
-    if kind.__name__ in ("bool", "bool_"):
+    # NumPy and other scalar types, read as tilejit.host.scalar_kind says.
+    kind = _hooks.scalar_kind(<object>cls)
+    if kind == "bool":
         arg.kind = TJ_ARG_BOOL
         arg.value.i = 1 if obj else 0
-    elif hasattr(kind, "__index__"):
+    elif kind == "index":
         return _convert(obj.__index__(), arg, exchange)
-    elif hasattr(kind, "__float__") and not hasattr(kind, "__len__"):
+    elif kind == "float":
         arg.kind = TJ_ARG_FLOAT
         arg.value.f = float(obj)
     else:
         arg.kind = TJ_ARG_OTHER
-        name = _hooks.type_name(kind)  # cached there: alive for the call
+        name = _hooks.type_name(<object>cls)  # cached there: alive for the call
         arg.type_name = <bytes>name
     return 0
 

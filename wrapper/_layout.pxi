@@ -35,7 +35,8 @@ cdef class TensorView:
     Made by ``tilejit.from_dlpack(x)``; ``shape``/``stride`` are the tensor's own,
     ``layout`` the marked layout, ``str(view)`` CuTe's ``Tensor<0x...@generic o
     (30, 20):(20, 1)>``. Passed to a kernel, the view is used without importing the
-    tensor again; it keeps ``source`` alive.
+    tensor again; it keeps ``source`` alive, not the memory ``source`` has after it is
+    resized in place or given another storage (make a new view then).
     """
     cdef DLTensor _tensor
     cdef int64_t _shape[TJ_MAX_NDIM]
@@ -232,7 +233,9 @@ def from_dlpack(object tensor, assumed_align=None):
 
     Producers with the DLPack C exchange API (torch) are imported in C, the others
     through ``__dlpack__``. ``assumed_align`` (bytes, default the element size) must
-    divide the base address.
+    divide the base address. The view keeps ``tensor`` alive but not its later memory:
+    resized in place or given another storage, the source may free the memory the view
+    still describes (see tilejit.from_dlpack).
     """
     cdef TensorView view = TensorView.__new__(TensorView)
     cdef const tj_producer *producer = _producer_of(type(tensor), True)
@@ -241,13 +244,23 @@ def from_dlpack(object tensor, assumed_align=None):
     if producer == NULL or type(tensor) is TensorView:
         raise TypeError(f"from_dlpack: expected a tensor supporting DLPack (__dlpack__), got "
                         f"{type(tensor).__name__}")
-    if producer.api != NULL:  # an owning export: the view outlives this call
-        if producer.api.managed_tensor_from_py_object_no_sync(<void *>tensor, &managed) != 0:
-            return _pending()
-        rc = tj_arg_from_versioned(&view._owner, managed, NULL)
-    else:
-        capsule = _hooks.dlpack_capsule(tensor)
-        rc = tj_arg_from_capsule(&view._owner, <void *>capsule, &_host)
+    rc = tj_producer_check_view(producer, <void *>tensor)  # torch's conjugate views...
+    if rc == TJ_EVALUE:
+        raise ValueError("from_dlpack: " + tj_last_error().decode("utf-8", "replace"))
+    try:
+        if rc == TJ_EPYERR:
+            _pending()
+        if producer.api != NULL:  # an owning export: the view outlives this call
+            if producer.api.managed_tensor_from_py_object_no_sync(<void *>tensor,
+                                                                  &managed) != 0:
+                _pending()
+            rc = tj_arg_from_versioned(&view._owner, managed, NULL)
+        else:
+            capsule = _hooks.dlpack_capsule(tensor)
+            rc = tj_arg_from_capsule(&view._owner, <void *>capsule, &_host)
+    except Exception as exc:  # the producer's own error, labelled as a kernel's would be
+        raise _hooks.producer_error("from_dlpack: cannot import the tensor through DLPack",
+                                    TJ_PRODUCER_IMPORT, exc) from exc
     if rc != TJ_OK:
         raise _exception_class(rc)("from_dlpack: " + tj_last_error().decode("utf-8", "replace"))
     view._sources[0] = _producer_of(type(tensor), False)

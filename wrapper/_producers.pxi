@@ -150,6 +150,40 @@ cdef int _dlpack_stream(const tj_producer *self, int32_t device_type, int32_t de
     return TJ_OK
 
 
+# ---- Lazy views: torch's conjugate and negative views -----------------------------------
+
+cdef int _ask_view(const tj_producer *self, void *obj, uint32_t *view) noexcept:
+    """The view bits asked of the framework, when tilejit.torch_views could not find
+    where torch keeps them (slow: two calls into torch per tensor)."""
+    cdef object failure = None
+    try:
+        view[0] = _hooks.lazy_view(<object>obj)
+    except BaseException as exc:
+        failure = exc
+    if failure is not None:
+        return _fail_pending(failure)
+    return TJ_OK
+
+
+cdef int _set_view(tj_producer *producer, object cls) except -1:
+    """Makes the core check objects of ``cls`` for lazy views before import
+    (tilejit.host.view_check): in place, or by asking the framework."""
+    cdef tj_view_bits *bits
+    check = _hooks.view_check(cls)
+    if check is None:
+        return 0
+    if isinstance(check, tuple):
+        bits = <tj_view_bits *>calloc(1, sizeof(tj_view_bits))  # lives with the producer
+        if bits == NULL:
+            raise MemoryError()
+        bits.block_offset, bits.word_offset, bits.conjugate, bits.negative = check
+        producer.view_bits = bits
+        producer.view = tj_view_from_bits
+    else:
+        producer.view = _ask_view
+    return 0
+
+
 # ---- The registry ---------------------------------------------------------------------
 
 # (type, exchange) -> int address of its tj_producer (0: objects of the type are no
@@ -207,6 +241,8 @@ cdef const tj_producer *_discover(object cls, bint exchange) except? NULL:
             producer.current_stream = _dlpack_stream
             producer.type = <void *>cls
             producer.context = <void *>cls
+        if producer != NULL:
+            _set_view(producer, cls)
     _registry[(cls, exchange)] = PyLong_FromVoidPtr(<void *>producer)
     return producer
 

@@ -25,7 +25,7 @@ from cpython.long cimport (PyLong_AsLongLongAndOverflow, PyLong_AsVoidPtr, PyLon
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName
-from libc.stdint cimport int32_t, int64_t, intptr_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, intptr_t, uint32_t, uintptr_t
 from libc.stdlib cimport calloc, free
 
 from core cimport *
@@ -46,13 +46,16 @@ class _Hooks:
     stream_handle = None
     pointer_type = None
     type_name = None
+    scalar_kind = None
+    view_check = None
+    lazy_view = None
 
 
 cdef object _hooks = _Hooks
 
 
 def configure(*, dlpack_capsule, producer_error, allocate, framework_stream, stream_handle,
-              pointer_type, type_name):
+              pointer_type, type_name, scalar_kind, view_check, lazy_view):
     """Installs the Python functions the binding calls back (see tilejit.host): once,
     by tilejit, before any kernel is made."""
     _hooks.dlpack_capsule = dlpack_capsule
@@ -62,6 +65,9 @@ def configure(*, dlpack_capsule, producer_error, allocate, framework_stream, str
     _hooks.stream_handle = stream_handle
     _hooks.pointer_type = pointer_type
     _hooks.type_name = type_name
+    _hooks.scalar_kind = scalar_kind
+    _hooks.view_check = view_check
+    _hooks.lazy_view = lazy_view
 
 
 include "_errors.pxi"

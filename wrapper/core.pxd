@@ -1,6 +1,6 @@
 # Mirrors core/include/tilejit/tilejit.h. Keep the two in step: a declaration
 # added there is added here, in the same order.
-from libc.stdint cimport int32_t, int64_t, intptr_t, uint32_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, intptr_t, uint32_t, uint64_t, uintptr_t
 
 from dlpack_abi cimport (DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned,
                          DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor)
@@ -222,6 +222,15 @@ cdef extern from "tilejit/tilejit.h" nogil:
         void *(*unlock)() noexcept
         void (*lock)(void *token) noexcept
 
+    uint32_t TJ_VIEW_CONJUGATE
+    uint32_t TJ_VIEW_NEGATIVE
+
+    ctypedef struct tj_view_bits:
+        int64_t block_offset
+        int64_t word_offset
+        uint64_t conjugate
+        uint64_t negative
+
     ctypedef struct tj_producer:
         int (*import_ "import")(const tj_producer *self, void *object, tj_arg *arg) noexcept
         int (*allocate)(const tj_producer *self, const DLTensor *prototype, tj_arg *out,
@@ -232,6 +241,11 @@ cdef extern from "tilejit/tilejit.h" nogil:
         void *type
         void *context
         const tj_host *host
+        int (*view)(const tj_producer *self, void *object, uint32_t *view) noexcept
+        const tj_view_bits *view_bits
+
+    int tj_view_from_bits(const tj_producer *self, void *object, uint32_t *view) noexcept
+    int tj_producer_check_view(const tj_producer *producer, void *object)
 
     int tj_producer_from_exchange(tj_producer *producer, const DLPackExchangeAPIHeader *header,
                                   void *type)

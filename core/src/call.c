@@ -27,14 +27,23 @@ static int import_failed(const tj_kernel *k, int32_t position, int rc) {
   return tj_error_at(rc, position, -1, TJ_PRODUCER_NONE);
 }
 
+/* One wording for every producer, whether its error is the core's (an
+ * exchange API allocator) or pending on the host (a framework's allocator). */
+/* A lazy view: refused with the argument's label, before any import. */
+static int view_refused(const tj_kernel *k, int32_t position, int rc) {
+  if (rc == TJ_EPYERR) return import_failed(k, position, rc);
+  const tj__param *p = input_param(k, position);
+  tj__prefix_error(rc, "%s: argument %d '%s': ", k->name, position, p ? p->name : "?");
+  return tj_error_at(rc, position, -1, TJ_PRODUCER_NONE);
+}
+
 static int output_failed(const tj_kernel *k, int32_t o, int rc) {
   const char *name = k->params[k->output_params[o]].name;
   if (rc == TJ_EPYERR) {
-    tj_set_error(rc, "%s: output '%s': the producer could not return the output", k->name, name);
+    tj_set_error(rc, "%s: output '%s': cannot allocate the output", k->name, name);
     return tj_error_at(rc, -1, o, TJ_PRODUCER_ALLOCATE);
   }
-  tj__prefix_error(rc, "%s: output '%s': the producer could not allocate the output: ", k->name,
-                   name);
+  tj__prefix_error(rc, "%s: output '%s': cannot allocate the output: ", k->name, name);
   return tj_error_at(rc, -1, o, TJ_PRODUCER_NONE);
 }
 
@@ -49,7 +58,12 @@ static int import_args(const tj_kernel *k, tj_arg *args, int32_t nargs) {
     void *object = arg->value.p;
     arg->kind = TJ_ARG_NONE;
     arg->producer = NULL;
-    int rc = producer->import(producer, object, arg);
+    if (producer == NULL || producer->import == NULL)
+      return import_failed(k, i,
+                           tj_set_error(TJ_ETYPE, "the binding gave no producer for the object"));
+    int rc = tj_producer_check_view(producer, object);
+    if (rc != TJ_OK) return view_refused(k, i, rc);
+    rc = producer->import(producer, object, arg);
     if (arg->producer == NULL) arg->producer = producer;
     if (rc != TJ_OK) return import_failed(k, i, rc);
   }

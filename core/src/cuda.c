@@ -521,11 +521,6 @@ typedef union {
   double f64;
 } slot;
 
-static void *tensor_address(const tj_arg *arg) {
-  if (arg == NULL || arg->kind != TJ_ARG_TENSOR) return NULL;
-  return (char *)arg->tensor.data + arg->tensor.byte_offset;
-}
-
 /* Encodes tensor map `m` for this call into *out. */
 static int encode_tensormap(const driver *d, const tj_frame *f, int32_t m, CUtensorMap *out) {
   const tj_kernel *k = f->kernel;
@@ -538,7 +533,7 @@ static int encode_tensormap(const driver *d, const tj_frame *f, int32_t m, CUten
                         "%s: the CUDA driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12 "
                         "and a Hopper or newer GPU)",
                         who);
-  void *address = tensor_address(f->params[t->param]);
+  void *address = tj__tensor_address(f->params[t->param]);
   if (address == NULL && f->params[t->param] != NULL && f->params[t->param]->kind == TJ_ARG_ADDRESS)
     address = f->params[t->param]->value.p;
   if (address == NULL)
@@ -630,7 +625,7 @@ static void pack(const tj_frame *f, const tj__launch *launch, const CUtensorMap 
     } else if (p->kind == TJ_PARAM_POINTER && arg->kind != TJ_ARG_TENSOR) {
       s->p = arg->kind == TJ_ARG_NONE ? NULL : arg->value.p;
     } else {
-      s->p = tensor_address(arg);
+      s->p = tj__tensor_address(arg);
     }
   }
 }

@@ -107,6 +107,10 @@ int tj__prefix_error(int code, const char *fmt, ...)
  * over the frame's bound symbols. */
 int tj__abi_integer(const tj_frame *f, const tj_abi_arg *a, int64_t *out);
 
+/* What the kernel receives for a tensor argument: data + byte_offset (NULL for
+ * no tensor). */
+void *tj__tensor_address(const tj_arg *arg);
+
 /* Bytes a kernel ABI argument takes in the kernel's parameter list. */
 int64_t tj__abi_bytes(const tj_kernel *k, const tj_abi_arg *a);
 

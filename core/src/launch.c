@@ -1,9 +1,11 @@
 /* Packing bound arguments and running the kernel. */
 #include "internal.h"
 
-static void *tensor_address(const tj_arg *arg) {
+void *tj__tensor_address(const tj_arg *arg) {
   if (arg == NULL || arg->kind != TJ_ARG_TENSOR) return NULL;
-  return (char *)arg->tensor.data + arg->tensor.byte_offset;
+  /* On integers: validation checked the sum does not wrap, and a NULL data
+   * pointer with an offset is no pointer C may add to. */
+  return (void *)((uintptr_t)arg->tensor.data + arg->tensor.byte_offset);
 }
 
 int tj__abi_integer(const tj_frame *f, const tj_abi_arg *a, int64_t *out) {
@@ -45,7 +47,7 @@ static void pack(const tj_frame *f, tj_value *values) {
     } else if (p->kind == TJ_PARAM_POINTER && arg->kind != TJ_ARG_TENSOR) {
       values[a].p = arg->kind == TJ_ARG_NONE ? NULL : arg->value.p;
     } else {
-      values[a].p = tensor_address(arg);
+      values[a].p = tj__tensor_address(arg);
     }
   }
 }

@@ -20,12 +20,14 @@ static int exchange_import(const tj_producer *self, void *object, tj_arg *arg) {
   return tj_arg_from_versioned(arg, managed, NULL);
 }
 
-/* The allocator's error callback: keeps the producer's message for the caller
- * to prefix with the output's label. */
+/* The allocator's error callback: keeps the first line of the producer's
+ * message (torch's C++ errors append a backtrace) for the caller to prefix
+ * with the output's label, as bindings do with a framework's own errors. */
 static void allocator_error(void *context, const char *kind, const char *message) {
   (void)context;
   (void)kind; /* an exception class name ("MemoryError"); the message says enough */
-  tj_set_error(TJ_ERUNTIME, "%s", message ? message : "unknown error");
+  const char *text = message && message[0] ? message : "unknown error";
+  tj_set_error(TJ_ERUNTIME, "%.*s", (int)strcspn(text, "\n"), text);
 }
 
 static int exchange_allocate(const tj_producer *self, const DLTensor *prototype, tj_arg *out,
@@ -57,11 +59,17 @@ static int exchange_stream(const tj_producer *self, int32_t device_type, int32_t
 int tj_producer_from_exchange(tj_producer *producer, const DLPackExchangeAPIHeader *header,
                               void *type) {
   memset(producer, 0, sizeof(*producer));
+  /* A chain is one table per DLPack major version a producer still serves: a
+   * few. The walk is bounded, so a chain that loops back on itself (a broken
+   * producer) is refused rather than walked forever. */
   const DLPackExchangeAPIHeader *h = header;
-  while (h != NULL && h->version.major != TJ_DLPACK_MAJOR) h = h->prev_api;
+  for (int32_t steps = 0; h != NULL && h->version.major != TJ_DLPACK_MAJOR; ++steps)
+    h = steps < TJ_MAX_EXCHANGE_CHAIN ? h->prev_api : NULL;
   if (h == NULL)
-    return tj_set_error(TJ_EVALUE, "the DLPack exchange API table offers no version %d.x",
-                        TJ_DLPACK_MAJOR);
+    return tj_set_error(TJ_EVALUE,
+                        "the DLPack exchange API table offers no version %d.x (within %d tables "
+                        "of its prev_api chain)",
+                        TJ_DLPACK_MAJOR, TJ_MAX_EXCHANGE_CHAIN);
   const DLPackExchangeAPI *api = (const DLPackExchangeAPI *)h;
   if (api->managed_tensor_allocator == NULL || api->managed_tensor_from_py_object_no_sync == NULL ||
       api->managed_tensor_to_py_object_no_sync == NULL || api->current_work_stream == NULL)
@@ -90,4 +98,36 @@ int tj_arg_from_capsule(tj_arg *arg, void *capsule, const tj_host *host) {
     return TJ_OK;
   }
   return tj_set_error(TJ_ETYPE, "__dlpack__ returned an object that is not a DLPack capsule");
+}
+
+int tj_view_from_bits(const tj_producer *self, void *object, uint32_t *view) {
+  const tj_view_bits *bits = self->view_bits;
+  const char *block;
+  uint64_t word;
+  *view = 0;
+  memcpy(&block, (const char *)object + bits->block_offset, sizeof(block));
+  if (block == NULL) return TJ_OK;
+  memcpy(&word, block + bits->word_offset, sizeof(word));
+  *view = ((word & bits->conjugate) ? TJ_VIEW_CONJUGATE : 0u) |
+          ((word & bits->negative) ? TJ_VIEW_NEGATIVE : 0u);
+  return TJ_OK;
+}
+
+int tj_producer_check_view(const tj_producer *producer, void *object) {
+  uint32_t view = 0;
+  if (producer->view == NULL) return TJ_OK;
+  int rc = producer->view(producer, object, &view);
+  if (rc != TJ_OK || view == 0) return rc;
+  int conjugate = (view & TJ_VIEW_CONJUGATE) != 0, negative = (view & TJ_VIEW_NEGATIVE) != 0;
+  return tj_set_error(TJ_EVALUE,
+                      "expected a tensor that holds its values in memory, got a %s view (its "
+                      "%s bit%s set); materialise it with %s%s",
+                      conjugate && negative ? "conjugate and negative"
+                      : conjugate           ? "conjugate"
+                                            : "negative",
+                      conjugate && negative ? "conjugate and negative"
+                      : conjugate           ? "conjugate"
+                                            : "negative",
+                      conjugate && negative ? "s are" : " is", conjugate ? ".resolve_conj()" : "",
+                      negative ? ".resolve_neg()" : "");
 }

@@ -13,7 +13,12 @@ typedef struct {
   tj_frame *frame;
   const tj_kernel *k;
   int32_t bound_by[TJ_MAX_SYMBOLS]; /* parameter index, -1 while unbound */
-  int32_t device_param;             /* parameter that set frame->device, -1 if none */
+  /* Bit s: symbol s is bound only by the stride of a size-1 or empty dimension,
+   * which is never stepped over and so carries no information (any value is
+   * valid there, its sign and divisibility unchecked). A later occurrence that
+   * matters binds it again, with every check (check_direct). */
+  uint64_t loose;
+  int32_t device_param; /* parameter that set frame->device, -1 if none */
 } binder;
 
 /* bound_by value while checking an output: tj_call_bind bound every symbol,
@@ -65,16 +70,27 @@ static int check_device(binder *b, int32_t index, const DLDevice *dev) {
   return TJ_OK;
 }
 
-static int check_alignment(binder *b, int32_t index, const void *addr, int64_t align) {
+static int check_alignment(binder *b, int32_t index, uintptr_t addr, int64_t align) {
   /* align is a power of two (tj_kernel_set_buffer/set_pointer check it). */
-  if (((uintptr_t)addr & (uint64_t)(align - 1)) != 0) {
+  if ((addr & (uint64_t)(align - 1)) != 0) {
     char msg[200];
     snprintf(msg, sizeof(msg),
              "expected the data pointer aligned to %lld bytes, got address %p (misaligned by %llu)",
-             (long long)align, addr, (unsigned long long)((uintptr_t)addr % (uint64_t)align));
+             (long long)align, (void *)addr, (unsigned long long)(addr % (uint64_t)align));
     return fail(b, TJ_EVALUE, index, msg);
   }
   return TJ_OK;
+}
+
+/* The address of a tensor's first element, data + byte_offset, computed on
+ * integers: a producer's byte_offset must not make pointer arithmetic wrap,
+ * which C leaves undefined. */
+static int first_element(binder *b, int32_t index, const DLTensor *t, uintptr_t *out) {
+  if (!__builtin_add_overflow((uintptr_t)t->data, t->byte_offset, out)) return TJ_OK;
+  char msg[200];
+  snprintf(msg, sizeof(msg), "expected data + byte_offset within the address space, got %p + %llu",
+           t->data, (unsigned long long)t->byte_offset);
+  return fail(b, TJ_EVALUE, index, msg);
 }
 
 /*
@@ -96,7 +112,7 @@ static int check_direct(binder *b, int32_t index, const char *what, int32_t d, i
   }
   int32_t s = e->sym;
   if (s < 0) return TJ_OK;
-  if (b->bound_by[s] != -1) {
+  if (b->bound_by[s] != -1 && !(b->loose >> s & 1)) {
     if (actual == b->frame->symbols[s]) return TJ_OK;
     char other[160] = "the inputs";
     if (b->bound_by[s] >= 0) LABEL(b, b->bound_by[s], other);
@@ -117,6 +133,7 @@ static int check_direct(binder *b, int32_t index, const char *what, int32_t d, i
   }
   b->frame->symbols[s] = actual;
   b->bound_by[s] = index;
+  b->loose &= ~((uint64_t)1 << s);
   return TJ_OK;
 }
 
@@ -137,25 +154,88 @@ static int check_complex_one(binder *b, int32_t index, const char *what, int32_t
   return fail(b, TJ_EVALUE, index, msg);
 }
 
-static void compact_strides(const int64_t *shape, int32_t ndim, int64_t *out) {
+/* The compact row-major strides of `shape` (non-negative extents); 1 when one
+ * does not fit int64, which only an empty tensor's can fail to (a non-empty
+ * tensor's are bounded by its element count, checked by count_elements). */
+static int compact_strides(const int64_t *shape, int32_t ndim, int64_t *out) {
   int64_t expected = 1;
   for (int32_t d = ndim - 1; d >= 0; --d) {
     out[d] = expected;
-    expected *= shape[d];
+    if (__builtin_mul_overflow(expected, shape[d], &expected)) return 1;
   }
+  return 0;
 }
 
-static int64_t numel(const DLTensor *t) {
-  int64_t n = 1;
-  for (int32_t d = 0; d < t->ndim; ++d) n *= t->shape[d];
-  return n;
+static int is_empty(const DLTensor *t) {
+  for (int32_t d = 0; d < t->ndim; ++d)
+    if (t->shape[d] == 0) return 1;
+  return 0;
 }
 
-/* Strides as the producer gave them, or the compact ones for NULL strides. */
+/* Strides as the producer gave them, or the compact ones for NULL strides
+ * (NULL when those do not fit int64). */
 static const int64_t *effective_strides(const DLTensor *t, int64_t *scratch) {
   if (t->strides) return t->strides;
-  compact_strides(t->shape, t->ndim, scratch);
-  return scratch;
+  return compact_strides(t->shape, t->ndim, scratch) ? NULL : scratch;
+}
+
+/* A shape no memory can hold: more than INT64_MAX elements, or strides that
+ * do not fit int64. Refused before a kernel computes indices with them. */
+static int too_large(binder *b, int32_t index, const DLTensor *t, const char *expected) {
+  char shape[200], msg[400];
+  tj__format_tuple(t->shape, t->ndim, shape, sizeof(shape));
+  snprintf(msg, sizeof(msg), "expected %s, got shape %s", expected, shape);
+  return fail(b, TJ_EVALUE, index, msg);
+}
+
+/* The element count of a tensor whose extents are known non-negative: fails
+ * when it does not fit int64. */
+static int count_elements(binder *b, int32_t index, const DLTensor *t) {
+  int64_t n = 1;
+  if (is_empty(t)) return TJ_OK;
+  for (int32_t d = 0; d < t->ndim; ++d)
+    if (__builtin_mul_overflow(n, t->shape[d], &n))
+      return too_large(b, index, t, "at most 2**63 - 1 elements");
+  return TJ_OK;
+}
+
+/*
+ * A non-empty tensor must describe memory that can exist: a data pointer, and
+ * every element's address, data + byte_offset + offset * element size, within
+ * the address space. Producers hand over raw integers; a kernel indexing with
+ * them must never wrap around. Writes the first element's address to *first.
+ */
+static int check_extent(binder *b, int32_t index, const DLTensor *t, const int64_t *strides,
+                        uintptr_t *first) {
+  char msg[600];
+  if (t->data == NULL) {
+    char shape[200];
+    tj__format_tuple(t->shape, t->ndim, shape, sizeof(shape));
+    snprintf(msg, sizeof(msg), "expected a data pointer, got NULL for a tensor of shape %s", shape);
+    return fail(b, TJ_EVALUE, index, msg);
+  }
+  int rc = first_element(b, index, t, first);
+  if (rc) return rc;
+  /* The lowest and highest element, in elements from the first, then in bytes. */
+  int64_t low = 0, high = 0, step, bytes = tj__dtype_bytes(t->dtype);
+  int ok = 1;
+  for (int32_t d = 0; d < t->ndim && ok; ++d)
+    ok = !__builtin_mul_overflow(t->shape[d] - 1, strides[d], &step) &&
+         !__builtin_add_overflow(step < 0 ? low : high, step, step < 0 ? &low : &high);
+  uintptr_t lowest, highest;
+  ok = ok && !__builtin_mul_overflow(low, bytes, &low) && !__builtin_add_overflow(high, 1, &high) &&
+       !__builtin_mul_overflow(high, bytes, &high) &&
+       !__builtin_sub_overflow(*first, (uintptr_t)0 - (uintptr_t)low, &lowest) &&
+       !__builtin_add_overflow(*first, (uintptr_t)high, &highest);
+  if (ok) return TJ_OK;
+  char shape[200], st[200];
+  tj__format_tuple(t->shape, t->ndim, shape, sizeof(shape));
+  tj__format_tuple(strides, t->ndim, st, sizeof(st));
+  snprintf(msg, sizeof(msg),
+           "expected elements within the address space, got shape %s with strides %s from "
+           "address %p",
+           shape, st, (void *)*first);
+  return fail(b, TJ_EVALUE, index, msg);
 }
 
 /* Phase 1 for a buffer: everything but complex expressions. */
@@ -179,46 +259,56 @@ static int check_buffer(binder *b, int32_t index, const tj_arg *arg) {
   }
   if (t->ndim != p->ndim) {
     char shape[200] = "";
-    if (t->ndim >= 0 && t->ndim <= TJ_MAX_NDIM * 4)
+    if (t->ndim >= 0 && t->ndim <= TJ_MAX_NDIM * 4 && t->shape != NULL)
       tj__format_tuple(t->shape, t->ndim, shape, sizeof(shape));
     snprintf(msg, sizeof(msg), "expected a %d-d tensor, got %d-d with shape %s", p->ndim, t->ndim,
              shape);
     return fail(b, TJ_EVALUE, index, msg);
   }
+  if (t->ndim > 0 && t->shape == NULL)
+    return fail(b, TJ_EVALUE, index, "expected a shape array, got NULL");
   if ((arg->flags & TJ_ARG_READ_ONLY) && !(p->flags & TJ_BUF_CONST))
     return fail(b, TJ_EVALUE, index,
                 "the tensor is read-only (DLPack READ_ONLY flag), but the parameter is not "
                 "declared const=True");
   for (int32_t d = 0; d < p->ndim; ++d) {
-    /* The common case inline: a constant, or a symbol already bound, that matches.
+    /* The common case inline: a constant, or a symbol firmly bound, that matches.
      * Binding and every mismatch go through check_direct. */
     const tj__expr *e = &k->exprs[p->shape[d]];
-    if (e->is_const
-            ? t->shape[d] == e->cval
-            : e->sym >= 0 && b->bound_by[e->sym] != -1 && t->shape[d] == b->frame->symbols[e->sym])
+    if (t->shape[d] < 0) {
+      snprintf(msg, sizeof(msg), "expected shape[%d] >= 0, got %lld", d, (long long)t->shape[d]);
+      return fail(b, TJ_EVALUE, index, msg);
+    }
+    if (e->is_const ? t->shape[d] == e->cval
+                    : e->sym >= 0 && b->bound_by[e->sym] != -1 && !(b->loose >> e->sym & 1) &&
+                          t->shape[d] == b->frame->symbols[e->sym])
       continue;
     if ((rc = check_direct(b, index, "shape", d, p->shape[d], t->shape[d], 0))) return rc;
   }
-  int empty = numel(t) == 0;
+  if ((rc = count_elements(b, index, t))) return rc;
+  int empty = is_empty(t);
+  int64_t scratch[TJ_MAX_NDIM];
+  const int64_t *strides = effective_strides(t, scratch);
+  if (strides == NULL) return too_large(b, index, t, "compact strides that fit in 64 bits");
   if (p->has_strides) {
-    int64_t scratch[TJ_MAX_NDIM];
-    const int64_t *strides = effective_strides(t, scratch);
     for (int32_t d = 0; d < p->ndim; ++d) {
       /* A size-1 (or empty) dimension is never stepped over, so its stride
-       * carries no information: it only binds a still-unbound symbol. */
+       * carries no information: it only binds a still-unbound symbol, loosely. */
       int32_t id = p->strides[d];
       const tj__expr *e = &k->exprs[id];
       if (empty || t->shape[d] == 1) {
         if (e->sym >= 0 && b->bound_by[e->sym] == -1) {
           b->frame->symbols[e->sym] = strides[d];
           b->bound_by[e->sym] = index;
+          b->loose |= (uint64_t)1 << e->sym;
         }
         continue;
       }
       if ((rc = check_direct(b, index, "stride", d, id, strides[d], 0))) return rc;
     }
   } else if (!empty && t->strides) {
-    /* Compact row-major, right to left; size-1 dimensions may have any stride. */
+    /* Compact row-major, right to left; size-1 dimensions may have any stride.
+     * The running product stays below the element count, which fits. */
     int64_t expected = 1;
     int compact = 1;
     for (int32_t d = p->ndim - 1; d >= 0; --d) {
@@ -238,8 +328,10 @@ static int check_buffer(binder *b, int32_t index, const tj_arg *arg) {
       return fail(b, TJ_EVALUE, index, msg);
     }
   }
-  if (!empty) return check_alignment(b, index, (const char *)t->data + t->byte_offset, p->align);
-  return TJ_OK;
+  if (empty) return TJ_OK;
+  uintptr_t first;
+  if ((rc = check_extent(b, index, t, strides, &first))) return rc;
+  return check_alignment(b, index, first, p->align);
 }
 
 static int check_complex(binder *b, int32_t index, const tj_arg *arg) {
@@ -248,8 +340,9 @@ static int check_complex(binder *b, int32_t index, const tj_arg *arg) {
   int rc;
   for (int32_t d = 0; d < p->ndim; ++d)
     if ((rc = check_complex_one(b, index, "shape", d, p->shape[d], t->shape[d]))) return rc;
-  if (!p->has_strides || numel(t) == 0) return TJ_OK;
+  if (!p->has_strides || is_empty(t)) return TJ_OK;
   int64_t scratch[TJ_MAX_NDIM];
+  /* check_buffer made sure the compact strides fit. */
   const int64_t *strides = effective_strides(t, scratch);
   for (int32_t d = 0; d < p->ndim; ++d)
     if (t->shape[d] != 1 &&
@@ -321,7 +414,7 @@ static int check_pointer(binder *b, int32_t index, const tj_arg *arg) {
                                                     : "a negative int");
         return fail(b, TJ_EVALUE, index, msg);
       }
-      return check_alignment(b, index, arg->value.p, p->align);
+      return check_alignment(b, index, (uintptr_t)arg->value.p, p->align);
     case TJ_ARG_ADDRESS:
       /* A typed address (tilejit.make_ptr) must point to the declared element type,
        * in memory the target can address. */
@@ -341,7 +434,7 @@ static int check_pointer(binder *b, int32_t index, const tj_arg *arg) {
           return fail(b, TJ_EVALUE, index, msg);
         }
       }
-      return check_alignment(b, index, arg->value.p, p->align);
+      return check_alignment(b, index, (uintptr_t)arg->value.p, p->align);
     case TJ_ARG_TENSOR: {
       int rc = check_device(b, index, &arg->tensor.device);
       if (rc) return rc;
@@ -349,8 +442,17 @@ static int check_pointer(binder *b, int32_t index, const tj_arg *arg) {
         return fail(b, TJ_EVALUE, index,
                     "the tensor is read-only (DLPack READ_ONLY flag), but the parameter is not "
                     "declared const=True");
-      return check_alignment(b, index, (const char *)arg->tensor.data + arg->tensor.byte_offset,
-                             p->align);
+      /* The shape is not checked, but a tensor that claims elements has data. */
+      const DLTensor *t = &arg->tensor;
+      int empty = 0;
+      for (int32_t d = 0; t->data == NULL && t->shape != NULL && d < t->ndim && !empty; ++d)
+        empty = t->shape[d] == 0;
+      if (t->data == NULL && !empty)
+        return fail(b, TJ_EVALUE, index,
+                    "expected a data pointer, got NULL for a tensor that is not empty");
+      uintptr_t first;
+      if ((rc = first_element(b, index, t, &first))) return rc;
+      return check_alignment(b, index, first, p->align);
     }
   }
   snprintf(msg, sizeof(msg), "expected a pointer (tensor, tilejit.Pointer or int address), got %s",
@@ -418,6 +520,7 @@ static int check_integers(binder *b) {
 static void binder_init(binder *b, const tj_kernel *k, tj_frame *frame) {
   b->frame = frame;
   b->k = k;
+  b->loose = 0;
   b->device_param = -1;
   for (int32_t s = 0; s < k->nsymbols; ++s) b->bound_by[s] = -1;
 }
@@ -485,6 +588,22 @@ int tj_call_bind(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *fram
         return fail(&b, TJ_EVALUE, k->output_params[o], msg);
       }
       frame->out_shape[o][d] = v;
+    }
+    /* An output no allocator could make is refused here, the same way for every
+     * framework, rather than with each allocator's own words. */
+    int64_t bytes = tj__dtype_bytes(p->dtype);
+    int empty = 0, fits = 1;
+    for (int32_t d = 0; d < p->ndim; ++d) {
+      empty |= frame->out_shape[o][d] == 0;
+      fits = fits && !__builtin_mul_overflow(bytes, frame->out_shape[o][d], &bytes);
+    }
+    if (!fits && !empty) {
+      char shape[200], dtype[48], msg[400];
+      tj__format_tuple(frame->out_shape[o], p->ndim, shape, sizeof(shape));
+      tj_dtype_format(p->dtype, dtype, sizeof(dtype));
+      snprintf(msg, sizeof(msg), "expected at most 2**63 - 1 bytes, got shape %s of %s", shape,
+               dtype);
+      return fail(&b, TJ_EVALUE, k->output_params[o], msg);
     }
   }
   return TJ_OK;

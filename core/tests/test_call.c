@@ -86,8 +86,10 @@ static int fake_stream(const tj_producer *self, int32_t device_type, int32_t dev
   return TJ_OK;
 }
 
-static tj_producer fake_producer = {fake_import,  fake_allocate, fake_stream, NULL,
-                                    &type_tensor, NULL,          NULL};
+static tj_producer fake_producer = {.import = fake_import,
+                                    .allocate = fake_allocate,
+                                    .current_stream = fake_stream,
+                                    .type = &type_tensor};
 
 /* A kernel entry adding A and B into C (C is argument 2, n argument 3). */
 static int32_t add_entry(const tj_value *args) {
@@ -175,6 +177,80 @@ TEST(call_run_import_failure) {
   tj_kernel_free(k);
 }
 
+/* Issue 12, item 1: lazy views are refused before their import, with the
+ * argument's label. The bits are read in place (tj_view_from_bits) from a
+ * block the object points to, as torch keeps them in its TensorImpl. */
+typedef struct {
+  char header[16];
+  uint64_t *block; /* at byte 16, like a torch.Tensor's TensorImpl pointer */
+  tjt_object inner;
+} tjt_viewed;
+
+static int viewed_import(const tj_producer *self, void *object, tj_arg *arg) {
+  return fake_import(self, &((tjt_viewed *)object)->inner, arg);
+}
+
+TEST(call_run_refuses_lazy_views) {
+  memset(&rec, 0, sizeof(rec));
+  tj_kernel *k = adder(TJ_BUF_OUTPUT);
+  uint64_t block[4] = {0, 0, 0, 0};
+  const tj_view_bits bits = {16, 2 * sizeof(uint64_t), (uint64_t)1 << 31, (uint64_t)1 << 32};
+  tj_producer viewed = fake_producer;
+  viewed.import = viewed_import;
+  viewed.view = tj_view_from_bits;
+  viewed.view_bits = &bits;
+  tjt_object a;
+  object_tensor(&a, a_data, 8);
+  tjt_viewed b;
+  memset(&b, 0, sizeof(b));
+  b.block = block;
+  object_tensor(&b.inner, b_data, 8);
+  struct {
+    uint64_t word;
+    const char *error; /* NULL: accepted */
+  } cases[] = {
+      {0, NULL},
+      {(uint64_t)1 << 5, NULL}, /* other bits of the word say nothing of views */
+      {(uint64_t)1 << 31,
+       "vec_add: argument 1 'B': expected a tensor that holds its values in memory, got a "
+       "conjugate view (its conjugate bit is set); materialise it with .resolve_conj()"},
+      {(uint64_t)1 << 32,
+       "vec_add: argument 1 'B': expected a tensor that holds its values in memory, got a "
+       "negative view (its negative bit is set); materialise it with .resolve_neg()"},
+      {3ull << 31,
+       "vec_add: argument 1 'B': expected a tensor that holds its values in memory, got a "
+       "conjugate and negative view (its conjugate and negative bits are set); materialise it "
+       "with .resolve_conj().resolve_neg()"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    tj_arg args[2];
+    object_arg(&args[0], &a);
+    object_arg(&args[1], &b.inner);
+    args[1].value.p = &b;
+    args[1].producer = &viewed;
+    block[2] = cases[i].word;
+    void *outputs[1];
+    tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs};
+    int imports = rec.imports;
+    if (cases[i].error == NULL) {
+      CHECK_OK(tj_call_run(k, &call));
+      CHECK_EQ_INT(rec.imports, imports + 2);
+      continue;
+    }
+    CHECK_STATUS(tj_call_run(k, &call), TJ_EVALUE);
+    CHECK_EQ_STR(tj_last_error(), cases[i].error);
+    CHECK_EQ_INT(tj_last_error_info()->argument, 1);
+    CHECK_EQ_INT(rec.imports, imports + 1); /* B was never imported */
+  }
+  /* No block (NULL where its address goes): nothing to read, no view. */
+  uint32_t view = 7;
+  b.block = NULL;
+  CHECK_OK(tj_view_from_bits(&viewed, &b, &view));
+  CHECK_EQ_INT(view, 0);
+  CHECK_OK(tj_producer_check_view(&fake_producer, &a)); /* no view function: never */
+  tj_kernel_free(k);
+}
+
 TEST(call_run_validation_failure) {
   memset(&rec, 0, sizeof(rec));
   rec.own = 1;
@@ -211,8 +287,7 @@ TEST(call_run_allocation_failure) {
   tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs};
   CHECK_STATUS(tj_call_run(k, &call), TJ_ERUNTIME);
   CHECK_EQ_STR(tj_last_error(),
-               "vec_add: output 'C': the producer could not allocate the "
-               "output: out of fake memory");
+               "vec_add: output 'C': cannot allocate the output: out of fake memory");
   CHECK_EQ_INT(tj_last_error_info()->output, 0);
   CHECK_EQ_INT(tj_last_error_info()->argument, -1);
   tj_kernel_free(k);
@@ -242,7 +317,7 @@ TEST(call_run_producer_error_pending) {
   object_arg(&args[1], &b);
   rec.epyerr_allocate = 1;
   CHECK_STATUS(tj_call_run(k, &call), TJ_EPYERR);
-  CHECK_EQ_STR(tj_last_error(), "vec_add: output 'C': the producer could not return the output");
+  CHECK_EQ_STR(tj_last_error(), "vec_add: output 'C': cannot allocate the output");
   CHECK_EQ_INT(tj_last_error_info()->producer, TJ_PRODUCER_ALLOCATE);
   CHECK_EQ_INT(tj_last_error_info()->output, 0);
   tj_kernel_free(k);
@@ -407,7 +482,8 @@ TEST(call_sequence_dispatch) {
 static int x_alloc(DLTensor *proto, DLManagedTensorVersioned **out, void *ctx,
                    void (*set_error)(void *, const char *, const char *)) {
   (void)proto, (void)out;
-  set_error(ctx, "MemoryError", "the table's allocator refuses");
+  /* A C++ framework's error text: its first line, then a backtrace. */
+  set_error(ctx, "MemoryError", "the table's allocator refuses\nframe #0: alloc() + 0x9d");
   return -1;
 }
 static int x_export(void *obj, DLManagedTensorVersioned **out) {
@@ -486,7 +562,8 @@ TEST(producer_exchange_view_or_export) {
   CHECK_EQ_INT(arg.owner_kind, TJ_OWNER_NONE);
   CHECK(arg.tensor.data == a_data);
 
-  /* The allocator's refusal keeps its message for the caller's prefix. */
+  /* The allocator's refusal keeps its message for the caller's prefix: the
+   * first line only. */
   DLTensor proto;
   memset(&proto, 0, sizeof(proto));
   void *object = (void *)1;

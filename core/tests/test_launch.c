@@ -488,7 +488,7 @@ TEST(call_run_exchange_vec_add) {
   fake_fail_alloc = 1;
   CHECK_STATUS(run_objects(k, &producer, &host, objects, outputs), TJ_ERUNTIME);
   CHECK_ERROR_CONTAINS(
-      "vec_add: output 'C': the producer could not allocate the output: "
+      "vec_add: output 'C': cannot allocate the output: "
       "no memory today");
   fake_fail_alloc = 0;
 

@@ -36,6 +36,7 @@
   X(call_run_imports_binds_allocates)           \
   X(call_run_count_first)                       \
   X(call_run_import_failure)                    \
+  X(call_run_refuses_lazy_views)                \
   X(call_run_validation_failure)                \
   X(call_run_allocation_failure)                \
   X(call_run_producer_error_pending)            \
@@ -69,6 +70,10 @@
   X(validate_null_strides_compact)              \
   X(validate_size1_strides_ignored)             \
   X(validate_zero_size)                         \
+  X(validate_loose_stride_symbols)              \
+  X(validate_negative_shape)                    \
+  X(validate_size_overflow)                     \
+  X(validate_null_data)                         \
   X(validate_scalar_int_range)                  \
   X(validate_scalar_kinds)                      \
   X(validate_pointer)                           \
@@ -112,8 +117,8 @@
   X(cuda_threads)                               \
   X(cuda_abi_order_and_widths)                  \
   X(cuda_param_info_checked)                    \
-  X(cuda_launches_tensor_maps_and_attributes)   \
   X(cuda_tensor_map_encode_error_names_the_map) \
+  X(cuda_launches_tensor_maps_and_attributes)   \
   /* test_layout.c */                           \
   X(layout_init_and_format)                     \
   X(layout_init_errors)                         \
@@ -127,6 +132,9 @@
   X(layout_names)                               \
   X(layout_assumed_align)                       \
   X(layout_random_compact)                      \
-  X(layout_random_mark_dynamic)
+  X(layout_random_mark_dynamic)                 \
+  /* test_fuzz_findings.c */                    \
+  X(fuzz_exchange_chain_cycle)                  \
+  X(fuzz_object_without_producer)
 
 #endif /* TILEJIT_TESTS_TEST_LIST_H_ */

@@ -951,6 +951,30 @@ TEST(validate_output_shapes) {
   CHECK_EQ_INT(f.out_shape[0][0], 13);
   CHECK_EQ_INT(f.out_shape[1][0], 3);
   tj_kernel_free(k);
+
+  /* An output of more bytes than 64 bits count is refused before any
+   * allocator is asked (issue 12, item 8); an empty one never is. */
+  CHECK_OK(tj_kernel_create("big", 2, TJ_TARGET_CPU, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  CHECK_OK(tj_kernel_add_symbol(k, "m", 1));
+  int32_t nm[2] = {tjt_sym(k, 0), tjt_sym(k, 1)};
+  int32_t cube[3] = {tjt_sym(k, 0), tjt_sym(k, 0), tjt_sym(k, 1)};
+  tjt_buffer(k, 0, "A", TJT_F32, 2, nm, NULL, 0, 0);
+  tjt_buffer(k, 1, "O", TJT_F32, 3, cube, NULL, 0, TJ_BUF_OUTPUT);
+  CHECK_OK(tj_kernel_finalize(k));
+  tjt_tensor b;
+  const int64_t huge[2] = {(int64_t)1 << 31, 1}, empty[2] = {(int64_t)1 << 40, 0};
+  tjt_tensor_init(&b, tjt_data, TJT_F32, 2, huge, NULL);
+  tjt_arg_tensor(&arg, &b, 0);
+  CHECK_STATUS(tj_call_bind(k, &arg, 1, &f), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(),
+               "big: output 'O': expected at most 2**63 - 1 bytes, got shape (2147483648, "
+               "2147483648, 1) of float32");
+  CHECK_EQ_INT(tj_last_error_info()->output, 0);
+  tjt_tensor_init(&b, tjt_data, TJT_F32, 2, empty, NULL);
+  tjt_arg_tensor(&arg, &b, 0);
+  CHECK_OK(tj_call_bind(k, &arg, 1, &f));
+  tj_kernel_free(k);
 }
 
 TEST(validate_output_eval_error) {
@@ -1233,5 +1257,222 @@ TEST(kernel_introspection) {
   CHECK_EQ_INT(tj_kernel_param_kind(k, 4), 0);
   CHECK_EQ_STR(tj_kernel_param_name(k, 2), "alpha");
   CHECK(tj_kernel_param_name(k, -1) == NULL);
+  tj_kernel_free(k);
+}
+
+/* Issue 12, item 2: a stride symbol bound by a size-1 (or empty) dimension
+ * holds a value that carries no information. Where it reappears in a dimension
+ * that is stepped over, that occurrence binds it with every check: sign,
+ * divisibility, and its own value. */
+TEST(validate_loose_stride_symbols) {
+  /* two(A: (m, n) strides (s, 1), B: (k, n) strides (s, 1)), s divisible by 4 */
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("two", 2, TJ_TARGET_CPU, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "m", 1));
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  CHECK_OK(tj_kernel_add_symbol(k, "s", 4));
+  CHECK_OK(tj_kernel_add_symbol(k, "k", 1));
+  int32_t a_shape[2] = {tjt_sym(k, 0), tjt_sym(k, 1)};
+  int32_t b_shape[2] = {tjt_sym(k, 3), tjt_sym(k, 1)};
+  int32_t strides[2] = {tjt_sym(k, 2), tjt_const(k, 1)};
+  tjt_buffer(k, 0, "A", TJT_F32, 2, a_shape, strides, 0, 0);
+  tjt_buffer(k, 1, "B", TJT_F32, 2, b_shape, strides, 0, 0);
+  CHECK_OK(tj_kernel_finalize(k));
+  const int64_t one_row[2] = {1, 2}, rows[2] = {3, 2};
+  tjt_tensor a, b;
+  tj_arg args[2];
+  tj_frame f;
+  struct {
+    int64_t a_stride, b_stride;
+    const char *error; /* NULL: accepted, and s is b_stride */
+  } cases[] = {
+      {3, 3, "two: argument 1 'B': stride[0] = 3 binds s, which must be divisible by 4"},
+      {-4, -4,
+       "two: argument 1 'B': stride[0] = -4 is negative, and negative strides are not declared "
+       "(symbol s)"},
+      {3, 8, NULL}, /* A's row stride was never stepped over: B's binds s */
+      {8, 8, NULL},
+      {-4, 12, NULL},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i) {
+    const int64_t sa[2] = {cases[i].a_stride, 1}, sb[2] = {cases[i].b_stride, 1};
+    tjt_tensor_init(&a, tjt_data + 1024, TJT_F32, 2, one_row, sa);
+    tjt_tensor_init(&b, tjt_data + 1024, TJT_F32, 2, rows, sb);
+    tjt_arg_tensor(&args[0], &a, 0);
+    tjt_arg_tensor(&args[1], &b, 0);
+    if (cases[i].error == NULL) {
+      CHECK_OK(tj_call_bind(k, args, 2, &f));
+      CHECK_EQ_INT(f.symbols[2], cases[i].b_stride);
+    } else {
+      CHECK_STATUS(tj_call_bind(k, args, 2, &f), TJ_EVALUE);
+      CHECK_EQ_STR(tj_last_error(), cases[i].error);
+      CHECK_EQ_INT(tj_last_error_info()->argument, 1);
+    }
+  }
+  /* Bound only loosely, s keeps the value given (nothing steps over it). */
+  const int64_t odd[2] = {-3, 1};
+  tjt_tensor_init(&a, tjt_data, TJT_F32, 2, one_row, odd);
+  tjt_tensor_init(&b, tjt_data, TJT_F32, 2, one_row, odd);
+  tjt_arg_tensor(&args[0], &a, 0);
+  tjt_arg_tensor(&args[1], &b, 0);
+  CHECK_OK(tj_call_bind(k, args, 2, &f));
+  CHECK_EQ_INT(f.symbols[2], -3);
+  tj_kernel_free(k);
+}
+
+/* Item 8: a negative extent is reported as one, whatever the declaration. */
+TEST(validate_negative_shape) {
+  tj_kernel *k = tjt_vec_add(TJ_BUF_OUTPUT, 1);
+  tjt_tensor a, b;
+  const int64_t minus = -2, two = 2;
+  tjt_tensor_init(&a, tjt_data, TJT_F32, 1, &minus, NULL);
+  tjt_tensor_init(&b, tjt_data, TJT_F32, 1, &two, NULL);
+  tj_frame f;
+  CHECK_STATUS(bind_ab(k, &a, 0, &b, 0, &f), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(), "vec_add: argument 0 'A': expected shape[0] >= 0, got -2");
+  /* Also where the symbol is already bound, or the dimension is a constant. */
+  CHECK_STATUS(bind_ab(k, &b, 0, &a, 0, &f), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(), "vec_add: argument 1 'B': expected shape[0] >= 0, got -2");
+  tj_kernel_free(k);
+  k = matrix_kernel("strided", 1, 1);
+  const int64_t st[2] = {-4, 1};
+  CHECK_STATUS(bind_matrix(k, 3, -1, st, &f), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(), "strided: argument 0 'A': expected shape[1] >= 0, got -1");
+  tj_kernel_free(k);
+}
+
+/* Item 3: every product and sum over a producer's shape, strides, data and
+ * byte_offset is checked; a tensor no memory can hold is refused, never
+ * taken for empty or launched on. */
+TEST(validate_size_overflow) {
+  tj_frame f;
+  tj_kernel *k = matrix_kernel("mat", 1, 1); /* strides (s, 1) */
+  tj_kernel *compact = matrix_kernel("mat", 0, 1);
+  /* (2**32, 2**32) with zero strides: 2**64 elements wrap to 0. */
+  const int64_t zero[2] = {0, 0};
+  CHECK_STATUS(bind_matrix(compact, (int64_t)1 << 32, (int64_t)1 << 32, zero, &f), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(),
+               "mat: argument 0 'A': expected at most 2**63 - 1 elements, got shape (4294967296, "
+               "4294967296)");
+  /* Empty, but its compact strides (NULL strides) do not fit. */
+  tj_kernel *three = NULL;
+  CHECK_OK(tj_kernel_create("cube", 1, TJ_TARGET_CPU, &three));
+  CHECK_OK(tj_kernel_add_symbol(three, "a", 1));
+  CHECK_OK(tj_kernel_add_symbol(three, "b", 1));
+  CHECK_OK(tj_kernel_add_symbol(three, "c", 1));
+  CHECK_OK(tj_kernel_add_symbol(three, "s", 1));
+  int32_t shape3[3] = {tjt_sym(three, 0), tjt_sym(three, 1), tjt_sym(three, 2)};
+  int32_t strides3[3] = {tjt_sym(three, 3), tjt_const(three, 1), tjt_const(three, 1)};
+  tjt_buffer(three, 0, "A", TJT_F32, 3, shape3, strides3, 0, 0);
+  CHECK_OK(tj_kernel_finalize(three));
+  const int64_t huge[3] = {0, (int64_t)1 << 40, (int64_t)1 << 40};
+  tjt_tensor t;
+  tjt_tensor_init(&t, tjt_data, TJT_F32, 3, huge, NULL);
+  tj_arg arg;
+  tjt_arg_tensor(&arg, &t, 0);
+  CHECK_STATUS(tj_call_bind(three, &arg, 1, &f), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(),
+               "cube: argument 0 'A': expected compact strides that fit in 64 bits, got shape (0, "
+               "1099511627776, 1099511627776)");
+  tj_kernel_free(three);
+  /* Offsets past int64: (n - 1) * stride, and then in bytes. */
+  const int64_t big[2] = {(int64_t)1 << 62, 1};
+  CHECK_STATUS(bind_matrix(k, 3, 1, big, &f), TJ_EVALUE);
+  CHECK_ERROR_STARTS_WITH(
+      "mat: argument 0 'A': expected elements within the address space, got shape (3, 1) with "
+      "strides (4611686018427387904, 1) from address ");
+  const int64_t bytes[2] = {(int64_t)1 << 61, 1};
+  CHECK_STATUS(bind_matrix(k, 3, 1, bytes, &f), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("within the address space");
+  /* Below address 0 with a negative stride (declared by a constant). */
+  tj_kernel *neg = NULL;
+  CHECK_OK(tj_kernel_create("neg", 1, TJ_TARGET_CPU, &neg));
+  CHECK_OK(tj_kernel_add_symbol(neg, "n", 1));
+  int32_t n = tjt_sym(neg, 0);
+  int32_t minus = tjt_const(neg, -((int64_t)1 << 60));
+  tjt_buffer(neg, 0, "A", TJT_F32, 1, &n, &minus, 0, 0);
+  CHECK_OK(tj_kernel_finalize(neg));
+  const int64_t four = 4, down = -((int64_t)1 << 60);
+  tjt_tensor_init(&t, tjt_data, TJT_F32, 1, &four, &down);
+  tjt_arg_tensor(&arg, &t, 0);
+  CHECK_STATUS(tj_call_bind(neg, &arg, 1, &f), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("expected elements within the address space");
+  const int64_t near[1] = {-1};
+  tjt_tensor_init(&t, tjt_data + 64, TJT_F32, 1, &four, near);
+  tjt_arg_tensor(&arg, &t, 0);
+  CHECK_STATUS(tj_call_bind(neg, &arg, 1, &f), TJ_EVALUE); /* a mismatch, not an overflow */
+  CHECK_ERROR_CONTAINS("expected stride[0] == -1152921504606846976, got -1");
+  tj_kernel_free(neg);
+  /* data + byte_offset past the end of the address space. */
+  const int64_t ok[2] = {4, 1};
+  tjt_tensor_init(&t, tjt_data, TJT_F32, 2, (const int64_t[]){3, 4}, ok);
+  t.t.byte_offset = UINT64_MAX - 8;
+  tjt_arg_tensor(&arg, &t, 0);
+  CHECK_STATUS(tj_call_bind(k, &arg, 1, &f), TJ_EVALUE);
+  CHECK_ERROR_STARTS_WITH(
+      "mat: argument 0 'A': expected data + byte_offset within the address space, got ");
+  /* A valid large offset is fine. */
+  t.t.data = NULL;
+  t.t.byte_offset = (uint64_t)(uintptr_t)tjt_data;
+  CHECK_STATUS(tj_call_bind(k, &arg, 1, &f), TJ_EVALUE); /* NULL data: item 4 */
+  tj_kernel_free(k);
+  tj_kernel_free(compact);
+}
+
+/* Item 4: a tensor with elements but no data pointer is refused; an empty one
+ * may have none. Also for outputs and tensors given to pointer parameters. */
+TEST(validate_null_data) {
+  tj_kernel *k = tjt_vec_add(TJ_BUF_OUTPUT, 1);
+  tjt_tensor a, b, c;
+  tjt_tensor_1d(&a, NULL, TJT_F32, 4);
+  tjt_tensor_1d(&b, tjt_data, TJT_F32, 4);
+  tj_frame f;
+  CHECK_STATUS(bind_ab(k, &b, 0, &a, 0, &f), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(),
+               "vec_add: argument 1 'B': expected a data pointer, got NULL for a tensor of shape "
+               "(4,)");
+  CHECK_OK(bind_ab(k, &b, 0, &b, 0, &f));
+  tjt_tensor_1d(&c, NULL, TJT_F32, 4);
+  tj_arg out;
+  tjt_arg_tensor(&out, &c, 0);
+  CHECK_STATUS(tj_call_set_output(&f, 0, &out), TJ_EVALUE);
+  CHECK_ERROR_STARTS_WITH("vec_add: output 'C': expected a data pointer, got NULL");
+  tjt_tensor_1d(&a, NULL, TJT_F32, 0);
+  tjt_tensor_1d(&b, NULL, TJT_F32, 0);
+  CHECK_OK(bind_ab(k, &a, 0, &b, 0, &f));
+  tj_kernel_free(k);
+
+  /* A shape array is required when there are dimensions. */
+  k = tjt_vec_add(TJ_BUF_OUTPUT, 1);
+  tjt_tensor_1d(&a, tjt_data, TJT_F32, 4);
+  tjt_tensor_1d(&b, tjt_data, TJT_F32, 4);
+  b.t.shape = NULL;
+  CHECK_STATUS(bind_ab(k, &a, 0, &b, 0, &f), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(), "vec_add: argument 1 'B': expected a shape array, got NULL");
+  b.t.ndim = 3; /* and the ndim message does not read it */
+  CHECK_STATUS(bind_ab(k, &a, 0, &b, 0, &f), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(),
+               "vec_add: argument 1 'B': expected a 1-d tensor, got 3-d with shape ");
+  tj_kernel_free(k);
+
+  /* ptr(P: pointer) given a tensor */
+  CHECK_OK(tj_kernel_create("ptr", 1, TJ_TARGET_CPU, &k));
+  CHECK_OK(tj_kernel_set_pointer(k, 0, "P", TJT_F32, 0, 0));
+  CHECK_OK(tj_kernel_finalize(k));
+  tjt_tensor_1d(&a, NULL, TJT_F32, 4);
+  tj_arg arg;
+  tjt_arg_tensor(&arg, &a, 0);
+  CHECK_STATUS(tj_call_bind(k, &arg, 1, &f), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(),
+               "ptr: argument 0 'P': expected a data pointer, got NULL for a tensor that is not "
+               "empty");
+  tjt_tensor_1d(&a, NULL, TJT_F32, 0);
+  tjt_arg_tensor(&arg, &a, 0);
+  CHECK_OK(tj_call_bind(k, &arg, 1, &f));
+  tjt_tensor_1d(&a, tjt_data, TJT_F32, 4);
+  a.t.byte_offset = UINT64_MAX;
+  tjt_arg_tensor(&arg, &a, 0);
+  CHECK_STATUS(tj_call_bind(k, &arg, 1, &f), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("expected data + byte_offset within the address space");
   tj_kernel_free(k);
 }

@@ -28,8 +28,9 @@ def core_library() -> ctypes.CDLL:
         if _core is None:
             from .._build import build_tools
 
-            path = str(build_tools.build_core_library())
-            lib = ctypes.CDLL(path)
+            # Rebuilt once if the loader rejects the cached file (build_tools.core_build).
+            built, lib = build_tools.load_core_library()
+            path = str(built)
             gil = ctypes.PyDLL(path)
             for handle, protos in ((lib, _PROTOTYPES), (gil, _GIL_PROTOTYPES)):
                 for name, (restype, argtypes) in protos.items():
@@ -73,6 +74,7 @@ _PROTOTYPES = {
     "tj_kernel_num_outputs": (c_int32, [c_void_p]),
     "tj_cuda_device_capability": (c_int, [c_int32, POINTER(c_int32), POINTER(c_int32)]),
     "tj_producer_from_exchange": (c_int, [c_void_p, c_void_p, c_void_p]),
+    "tj_view_from_bits": (c_int, [c_void_p, c_void_p, c_void_p]),
 }
 # Called with the GIL held: they run producers, which are Python (or need the GIL).
 _GIL_PROTOTYPES = {

@@ -122,11 +122,17 @@ class TjHost(Structure):
                 ("list_append", c_void_p), ("unlock", c_void_p), ("lock", c_void_p)]
 
 
+class TjViewBits(Structure):
+    _c_name_ = "tj_view_bits"
+    _fields_ = [("block_offset", c_int64), ("word_offset", c_int64), ("conjugate", c_uint64),
+                ("negative", c_uint64)]
+
+
 class TjProducer(Structure):
     _c_name_ = "tj_producer"
     _fields_ = [("import_", c_void_p), ("allocate", c_void_p), ("current_stream", c_void_p),
                 ("api", c_void_p), ("type", c_void_p), ("context", c_void_p),
-                ("host", c_void_p)]
+                ("host", c_void_p), ("view", c_void_p), ("view_bits", c_void_p)]
 
 
 class TjCall(Structure):
@@ -150,5 +156,6 @@ IMPORT_FN = CFUNCTYPE(c_int, POINTER(TjProducer), c_void_p, POINTER(TjArg))
 ALLOCATE_FN = CFUNCTYPE(c_int, POINTER(TjProducer), POINTER(DLTensor), POINTER(TjArg),
                         POINTER(c_void_p))
 STREAM_FN = CFUNCTYPE(c_int, POINTER(TjProducer), c_int32, c_int32, POINTER(c_void_p))
+VIEW_FN = CFUNCTYPE(c_int, POINTER(TjProducer), c_void_p, POINTER(c_uint32))
 
 __all__ = [name for name in dir() if name[0].isupper() and not name.startswith("_")]

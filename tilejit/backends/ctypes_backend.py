@@ -23,11 +23,13 @@ from .ctypes_abi import (
     ALLOCATE_FN,
     IMPORT_FN,
     STREAM_FN,
+    VIEW_FN,
     TjArg,
     TjCall,
     TjCallPlan,
     TjHost,
     TjProducer,
+    TjViewBits,
 )
 
 ARG_TENSOR, ARG_INT, ARG_BOOL, ARG_FLOAT = (abi.TJ_ARG_TENSOR, abi.TJ_ARG_INT, abi.TJ_ARG_BOOL,
@@ -124,6 +126,31 @@ def _dlpack_stream(producer, device_type, device_id, stream):
     return 0
 
 
+@VIEW_FN
+def _ask_view(producer, obj, view):
+    """The view bits asked of the framework, when tilejit.torch_views could not find
+    where torch keeps them (slow)."""
+    try:
+        view[0] = host.lazy_view(ctypes.cast(obj, py_object).value)
+    except BaseException as exc:  # noqa: BLE001
+        return _park(exc)
+    return 0
+
+
+def _set_view(producer: TjProducer, cls) -> TjProducer:
+    """Makes the core check objects of ``cls`` for lazy views before import
+    (tilejit.host.view_check): in place, or by asking the framework."""
+    check = host.view_check(cls)
+    if isinstance(check, tuple):
+        bits = TjViewBits(*check)
+        producer._keep = bits  # the producer, kept in the registry, keeps its bits alive
+        producer.view = ctypes.cast(core_library().tj_view_from_bits, c_void_p).value
+        producer.view_bits = addressof(bits)
+    elif check is not None:
+        producer.view = ctypes.cast(_ask_view, c_void_p).value
+    return producer
+
+
 _incref = ctypes.pythonapi.Py_IncRef
 _incref.restype, _incref.argtypes = None, [py_object]
 _decref = ctypes.pythonapi.Py_DecRef
@@ -165,9 +192,9 @@ def _discover(cls):
         producer = TjProducer()
         if core_library().tj_producer_from_exchange(addressof(producer), header, id(cls)) == 0:
             producer.host = _HOST_ADDRESS
-            return producer
+            return _set_view(producer, cls)
     if hasattr(cls, "__dlpack__") or cls is type(None):
-        return _dlpack_producer(cls)
+        return _set_view(_dlpack_producer(cls), cls)
     return None
 
 
@@ -212,11 +239,11 @@ def _classify(obj, arg: TjArg, kernel) -> None:
         arg.kind, arg.value.p = ARG_ADDRESS, obj.address
         arg.tensor.dtype.code, arg.tensor.dtype.bits, arg.tensor.dtype.lanes = obj.dlpack_dtype
         arg.tensor.device.device_type = obj.dlpack_device_type
-    elif cls.__name__ in ("bool", "bool_"):
+    elif (kind := host.scalar_kind(cls)) == host.SCALAR_BOOL:
         arg.kind, arg.value.i = ARG_BOOL, 1 if obj else 0
-    elif hasattr(cls, "__index__"):
+    elif kind == host.SCALAR_INDEX:
         _classify(obj.__index__(), arg, kernel)
-    elif hasattr(cls, "__float__") and not hasattr(cls, "__len__"):
+    elif kind == host.SCALAR_FLOAT:
         arg.kind, arg.value.f = ARG_FLOAT, float(obj)
     else:
         arg.kind, arg.type_name = ARG_OTHER, host.type_name(cls)

@@ -18,7 +18,8 @@ def wrapper_module():
         module.configure(dlpack_capsule=host.dlpack_capsule, producer_error=host.producer_error,
                          allocate=host.allocate, framework_stream=host.framework_stream,
                          stream_handle=host.stream_handle, pointer_type=Pointer,
-                         type_name=host.type_name)
+                         type_name=host.type_name, scalar_kind=host.scalar_kind,
+                         view_check=host.view_check, lazy_view=host.lazy_view)
         host.use_array_empty(module.empty)
         _module = module
     return _module

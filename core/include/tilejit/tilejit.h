@@ -497,6 +497,29 @@ typedef struct tj_host {
   void (*lock)(void *token);
 } tj_host;
 
+/* Lazy views: tensors whose values are not what their memory holds, such as
+ * torch's conjugate views (x.conj() of a complex tensor: the values are the
+ * conjugates of the memory's) and negative views (x.conj().imag,
+ * torch._neg_view(x): the negatives). No DLPack tensor can say so, and a
+ * kernel reading the memory would compute with the wrong values, so the core
+ * refuses them before import, as the producer reports them
+ * (tj_producer.view). */
+#define TJ_VIEW_CONJUGATE 1u
+#define TJ_VIEW_NEGATIVE 2u
+
+/* Where a host keeps the lazy-view bits of its objects, for reading them with
+ * no call into the host: the 64-bit word at byte `word_offset` of the block
+ * whose address is stored at byte `block_offset` of the object (for torch: the
+ * dispatch key set of the TensorImpl a torch.Tensor points to), with the masks
+ * of the two bits in it. The binding finds and verifies the offsets and vouches
+ * for them for every object of the producer's type; the core only reads. */
+typedef struct tj_view_bits {
+  int64_t block_offset;
+  int64_t word_offset;
+  uint64_t conjugate;
+  uint64_t negative;
+} tj_view_bits;
+
 typedef struct tj_producer tj_producer;
 struct tj_producer {
   /* Makes `arg` (initialised by the caller) a TENSOR from `object`: a borrowed
@@ -519,10 +542,29 @@ struct tj_producer {
   void *type;                   /* the exact object type served (opaque), or NULL */
   void *context;                /* the binding's own; the core never reads it */
   const tj_host *host;          /* the host operations it may use, or NULL */
+  /* Optional: writes the TJ_VIEW_* bits of `object` to *view (0: it holds its
+   * values), before every import; TJ_EPYERR when the host failed. NULL: the
+   * producer's objects are never lazy views. tj_view_from_bits is one that
+   * reads `view_bits` (borrowed) in place. */
+  int (*view)(const tj_producer *self, void *object, uint32_t *view);
+  const tj_view_bits *view_bits;
 };
 
+/* A tj_producer.view that reads the bits where self->view_bits says. */
+int tj_view_from_bits(const tj_producer *self, void *object, uint32_t *view);
+
+/* TJ_OK when `object` holds its values in memory (or its producer has no view
+ * function); TJ_EVALUE when it is a lazy view, the message saying which and how
+ * to materialise it ("a conjugate view (its conjugate bit is set); materialise
+ * it with .resolve_conj()"); TJ_EPYERR from the producer. Borrows both. */
+int tj_producer_check_view(const tj_producer *producer, void *object);
+
+/* How many tables of a prev_api chain tj_producer_from_exchange looks at. */
+#define TJ_MAX_EXCHANGE_CHAIN 16
+
 /* Makes `producer` the core's adapter over a DLPack exchange API table, given
- * by the header a type publishes: walks prev_api to major TJ_DLPACK_MAJOR and
+ * by the header a type publishes: walks prev_api (at most TJ_MAX_EXCHANGE_CHAIN
+ * tables: a chain that loops is refused) to major TJ_DLPACK_MAJOR and
  * requires every function the API says must not be NULL (allocator, owning
  * export, to-object, current work stream); the view function is used when
  * present, else the owning export. `type` is stored for tj_call_sequence.

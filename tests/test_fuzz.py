@@ -1,0 +1,84 @@
+"""The core's fuzz target (core/fuzz/fuzz_core.c) in the test command: built with clang's
+libFuzzer, AddressSanitizer and UndefinedBehaviorSanitizer, it runs for about a minute
+from the committed seed corpus (core/fuzz/corpus); any finding (a crash, a leak, undefined
+behaviour, a hang, a broken promise of the target) fails the test. ``make -C core fuzz``
+runs it longer.
+
+Without clang (and its libFuzzer runtime) the test is skipped, except under CI
+(``CI`` set), where that is a failure: CI installs clang first (.ci/run).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+CORE = Path(__file__).resolve().parent.parent / "core"
+# TILEJIT_FUZZ_SECONDS changes how long the test command fuzzes.
+FUZZ_SECONDS = int(os.environ.get("TILEJIT_FUZZ_SECONDS", "60"))
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _clang_with_libfuzzer(tmp_path: Path) -> tuple[str | None, str]:
+    """clang's path when it links a libFuzzer target, else None and why not."""
+    clang = shutil.which("clang")
+    if clang is None:
+        return None, "clang is not installed"
+    probe = tmp_path / "probe.c"
+    probe.write_text("#include <stddef.h>\n#include <stdint.h>\n"
+                     "int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) "
+                     "{ (void)d; (void)n; return 0; }\n")
+    result = subprocess.run([clang, "-fsanitize=fuzzer,address,undefined", str(probe), "-o",
+                             str(tmp_path / "probe")], capture_output=True, text=True,
+                            check=False, timeout=300)
+    if result.returncode != 0:
+        return None, f"clang cannot link a libFuzzer target:\n{result.stderr[-2000:]}"
+    return clang, ""
+
+
+def _require_clang(tmp_path: Path) -> str:
+    """clang with libFuzzer, or a skip (a failure under CI)."""
+    clang, why = _clang_with_libfuzzer(tmp_path)
+    if clang is None:
+        message = (f"{why}; the fuzz test needs clang with libFuzzer (Debian/Ubuntu: "
+                   "apt-get install clang libclang-rt-dev)")
+        if _in_ci():
+            pytest.fail(message)
+        pytest.skip(message)
+    return clang
+
+
+@pytest.mark.parametrize(("ci", "outcome"), [("true", pytest.fail.Exception),
+                                             ("1", pytest.fail.Exception),
+                                             ("", pytest.skip.Exception),
+                                             ("false", pytest.skip.Exception)])
+def test_missing_clang_fails_only_under_ci(tmp_path, monkeypatch, ci, outcome):
+    monkeypatch.setenv("CI", ci)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(outcome, match="clang is not installed"):
+        _require_clang(tmp_path)
+
+
+def test_fuzz_target_runs_clean(tmp_path):
+    clang = _require_clang(tmp_path)
+    if shutil.which("make") is None:
+        pytest.fail("make is required to build the fuzz target")
+    # New inputs go to a private corpus: the committed seeds are only read.
+    result = subprocess.run(
+        ["make", "-C", str(CORE), "fuzz", f"FUZZ_CC={clang}", f"FUZZ_TIME={FUZZ_SECONDS}",
+         f"FUZZ_CORPUS={tmp_path / 'corpus'}"],
+        capture_output=True, text=True, check=False, timeout=FUZZ_SECONDS + 900)
+    output = result.stdout + result.stderr
+    artifacts = re.findall(r"Test unit written to (\S+)", output)
+    assert result.returncode == 0, (f"the fuzz target found something (input: {artifacts})\n"
+                                    f"{output[-8000:]}")
+    executed = re.search(r"stat::number_of_executed_units: (\d+)", output)
+    assert executed and int(executed.group(1)) > 0, output[-3000:]
