@@ -177,6 +177,93 @@ def stream_handle(stream, kernel: str) -> int:
     return handle
 
 
+# ---- Claims: calls a framework takes over (tj_claim) ----------------------------------
+
+_claim_lock = threading.Lock()
+_grad_functions_found: list = []
+
+
+def framework_claim(cls: type):
+    """What the core needs to hand calls with objects of ``cls`` back to their framework
+    (``tj_claim``, see core/include/tilejit/tilejit.h): ``(always, requires_grad,
+    closure, grad_enabled, grad_enabled_self, yes)`` as addresses, or None when no
+    framework claims such calls.
+
+    torch claims a call when a tensor requires grad while grad mode is on (autograd must
+    record it: the call goes through the kernel's custom op, ``tilejit.torch_op``), and
+    every call with a tensor subclass that has its own ``__torch_dispatch__`` (FakeTensor,
+    FunctionalTensor and other tensors a tracer makes, which hold no data the kernel
+    could read): their framework runs the op on them. The question is asked in C for
+    each tensor, through the very functions CPython calls for ``t.requires_grad`` and
+    ``torch.is_grad_enabled()``, so that a call with no such tensor pays a few
+    nanoseconds per tensor for it.
+    """
+    if framework_of(cls) != "torch":
+        return None
+    import torch
+
+    if not isinstance(cls, type) or not issubclass(cls, torch.Tensor):
+        return None
+    yes = id(True)
+    base = torch.Tensor
+    if (_static(cls, "__torch_dispatch__") is not _static(base, "__torch_dispatch__")
+            or _static(cls, "requires_grad") is not _static(base, "requires_grad")):
+        return (1, 0, 0, 0, 0, yes)
+    with _claim_lock:
+        if not _grad_functions_found:
+            _grad_functions_found.append(_grad_functions(torch))
+    functions = _grad_functions_found[0]
+    return None if functions is None else (0, *functions, yes)
+
+
+def _static(cls: type, name: str):
+    import inspect
+
+    return inspect.getattr_static(cls, name, None)
+
+
+def _grad_functions(torch):
+    """``(requires_grad, closure, grad_enabled, grad_enabled_self)``: the C functions
+    behind ``torch.Tensor.requires_grad`` (a getset descriptor's getter) and
+    ``torch.is_grad_enabled`` (a METH_NOARGS builtin), read from CPython's descriptor and
+    function objects; None when either is not what it was (then no call is claimed for
+    autograd). Each is checked by calling it as the core will."""
+    import ctypes
+    import types
+
+    descriptor = _static(torch.Tensor, "requires_grad")
+    function = torch.is_grad_enabled
+    if (type(descriptor) is not types.GetSetDescriptorType
+            or type(function) is not types.BuiltinFunctionType):
+        return None
+    word = ctypes.sizeof(ctypes.c_void_p)
+
+    def read(address: int) -> int:
+        return ctypes.c_void_p.from_address(address).value or 0
+
+    # PyGetSetDescrObject ends with its PyGetSetDef *; a PyGetSetDef is {name, get, set,
+    # doc, closure}. PyCFunctionObject: PyObject_HEAD, then PyMethodDef *m_ml and m_self;
+    # a PyMethodDef is {ml_name, ml_meth, ml_flags, ml_doc}.
+    getset = read(id(descriptor) + type(descriptor).__basicsize__ - word)
+    get, closure = read(getset + word), read(getset + 4 * word)
+    method = read(id(function) + object.__basicsize__)
+    owner = read(id(function) + object.__basicsize__ + word)
+    meth_noargs = 0x0004
+    if (not get or not method or owner != id(function.__self__)
+            or ctypes.c_int.from_address(method + 2 * word).value != meth_noargs):
+        return None
+    call = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object, ctypes.c_void_p)
+    getter = call(get)
+    enabled = call(read(method + word))
+    with torch.no_grad():
+        off = enabled(function.__self__, None)
+    if not (getter(torch.ones(1, requires_grad=True), closure) is True
+            and getter(torch.ones(1), closure) is False
+            and enabled(function.__self__, None) is torch.is_grad_enabled() and off is False):
+        return None
+    return get, closure, read(method + word), owner
+
+
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE
 _type_names: dict = {}
 

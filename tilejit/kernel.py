@@ -79,6 +79,51 @@ class JITKernel:
         or prelude, the kernel's declaration and its source (CUDA)."""
         return self._host_source
 
+    @property
+    def torch_op(self):
+        """The kernel as a torch custom op (``torch._ops.OpOverload``,
+        ``torch.ops.tilejit.<name>_<hash>.default``), registered with ``torch.library``
+        on first use: schema, mutated buffers and a fake implementation come from the
+        signature. ``torch.compile`` traces calls of the kernel as this op; see
+        docs/torch-compile.md.
+
+        >>> kernel.torch_op(a, b)     # what torch.compile and autograd run
+        """
+        from . import torch_op
+
+        return torch_op.torch_op(self)
+
+    def register_autograd(self, backward, setup_context=None) -> None:
+        """Makes the kernel differentiable: ``torch.library.register_autograd`` on its
+        op, with that function's meaning (``backward(ctx, *grads)`` returns one gradient
+        per input, None for those without; ``setup_context(ctx, inputs, output)`` saves
+        what backward needs). Calls with tensors that require grad then run as the op,
+        in eager mode and under ``torch.compile``; without a backward they raise.
+
+        >>> def setup(ctx, inputs, output):
+        ...     ctx.save_for_backward(inputs[0])
+        >>> square.register_autograd(lambda ctx, g: twice_product(g, *ctx.saved_tensors),
+        ...                          setup_context=setup)
+        """
+        from . import torch_op
+
+        torch_op.register_autograd(self, backward, setup_context)
+
+    def _traced_call(self, *args, **keywords):
+        """The call as ``torch.compile`` traces it: the kernel's op. A call from Python
+        never comes here (see ``tilejit.backends.kernel_class``). The signature is the
+        ctypes ``__call__``'s: Dynamo guards on the defaults of the function it replaces."""
+        from . import torch_op
+
+        return torch_op.traced_call(self, args, keywords)
+
+    def _claimed_call(self, args: tuple, stream):
+        """A call the core handed back because torch must run it (``tj_claim``): a tensor
+        requires grad while grad mode is on, or a tracer made it."""
+        from . import torch_op
+
+        return torch_op.claimed_call(self, args, stream)
+
     def with_backend(self, name: str) -> JITKernel:
         """The same compiled library behind another execution backend; no recompilation."""
         return JITKernel(self.program, self._sig, self.library_path, self._host_source, name,

@@ -187,6 +187,30 @@ cdef const DLPackExchangeAPIHeader *_exchange_header(object cls) except? NULL:
     return NULL
 
 
+ctypedef void *(*_host_function)(void *, void *) noexcept
+
+
+cdef int _set_claim(tj_producer *producer, object cls) except -1:
+    """Gives the producer its framework's claim on calls (tj_claim), if the framework
+    makes one for objects of ``cls`` (tilejit.host.framework_claim). The claim lives as
+    long as the producer: the process."""
+    found = _hooks.framework_claim(cls)
+    if found is None:
+        return 0
+    cdef tj_claim *claim = <tj_claim *>calloc(1, sizeof(tj_claim))
+    if claim == NULL:
+        raise MemoryError()
+    always, requires_grad, closure, grad_enabled, grad_enabled_self, yes = found
+    claim.always = always
+    claim.requires_grad = <_host_function><uintptr_t>requires_grad
+    claim.closure = <void *><uintptr_t>closure
+    claim.grad_enabled = <_host_function><uintptr_t>grad_enabled
+    claim.grad_enabled_self = <void *><uintptr_t>grad_enabled_self
+    claim.yes = <void *><uintptr_t>yes
+    producer.claim = claim
+    return 0
+
+
 cdef const tj_producer *_discover(object cls, bint exchange) except? NULL:
     cdef const DLPackExchangeAPIHeader *header
     cdef tj_producer *producer = NULL
@@ -207,6 +231,8 @@ cdef const tj_producer *_discover(object cls, bint exchange) except? NULL:
             producer.current_stream = _dlpack_stream
             producer.type = <void *>cls
             producer.context = <void *>cls
+        if producer != NULL:
+            _set_claim(producer, cls)
     _registry[(cls, exchange)] = PyLong_FromVoidPtr(<void *>producer)
     return producer
 

@@ -46,13 +46,14 @@ class _Hooks:
     stream_handle = None
     pointer_type = None
     type_name = None
+    framework_claim = None
 
 
 cdef object _hooks = _Hooks
 
 
 def configure(*, dlpack_capsule, producer_error, allocate, framework_stream, stream_handle,
-              pointer_type, type_name):
+              pointer_type, type_name, framework_claim):
     """Installs the Python functions the binding calls back (see tilejit.host): once,
     by tilejit, before any kernel is made."""
     _hooks.dlpack_capsule = dlpack_capsule
@@ -62,6 +63,7 @@ def configure(*, dlpack_capsule, producer_error, allocate, framework_stream, str
     _hooks.stream_handle = stream_handle
     _hooks.pointer_type = pointer_type
     _hooks.type_name = type_name
+    _hooks.framework_claim = framework_claim
 
 
 include "_errors.pxi"

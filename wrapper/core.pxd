@@ -23,6 +23,7 @@ cdef extern from "tilejit/tilejit.h" nogil:
         TJ_ENOMEM
         TJ_EPYERR
         TJ_EDECLINED
+        TJ_ECLAIMED
 
     const char *tj_last_error()
     int tj_set_error(int code, const char *fmt, ...)
@@ -200,6 +201,14 @@ cdef extern from "tilejit/tilejit.h" nogil:
         void *(*unlock)() noexcept
         void (*lock)(void *token) noexcept
 
+    ctypedef struct tj_claim:
+        int32_t always
+        void *(*requires_grad)(void *object, void *closure) noexcept
+        void *closure
+        void *(*grad_enabled)(void *self, void *unused) noexcept
+        void *grad_enabled_self
+        void *yes
+
     ctypedef struct tj_producer:
         int (*import_ "import")(const tj_producer *self, void *object, tj_arg *arg) noexcept
         int (*allocate)(const tj_producer *self, const DLTensor *prototype, tj_arg *out,
@@ -210,6 +219,7 @@ cdef extern from "tilejit/tilejit.h" nogil:
         void *type
         void *context
         const tj_host *host
+        const tj_claim *claim
 
     int tj_producer_from_exchange(tj_producer *producer, const DLPackExchangeAPIHeader *header,
                                   void *type)

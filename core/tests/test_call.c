@@ -87,7 +87,7 @@ static int fake_stream(const tj_producer *self, int32_t device_type, int32_t dev
 }
 
 static tj_producer fake_producer = {fake_import,  fake_allocate, fake_stream, NULL,
-                                    &type_tensor, NULL,          NULL};
+                                    &type_tensor, NULL,          NULL,        NULL};
 
 /* A kernel entry adding A and B into C (C is argument 2, n argument 3). */
 static int32_t add_entry(const tj_value *args) {
@@ -400,6 +400,97 @@ TEST(call_sequence_dispatch) {
   CHECK_EQ_INT(retains, 1);
   CHECK(rec.out_data[1][0] == 11.0f);
   tj_kernel_free(k3);
+}
+
+/* ---- A framework's claim (tj_claim) ------------------------------------------ */
+
+/* The host's booleans and the framework's state: requires_grad reads `refs` of
+ * the object as "requires grad" (1) or "cannot tell" (2). */
+static char yes_object, no_object;
+static int grad_mode, grad_asks, grad_releases;
+
+static void *fake_requires_grad(void *object, void *closure) {
+  (void)closure;
+  int state = ((tjt_object *)object)->refs;
+  return state == 2 ? NULL : state ? &yes_object : &no_object;
+}
+static void *fake_grad_enabled(void *self, void *unused) {
+  (void)self, (void)unused;
+  grad_asks++;
+  return grad_mode ? &yes_object : &no_object;
+}
+static void count_release(void *object) {
+  (void)object;
+  grad_releases++;
+}
+
+TEST(call_run_claims) {
+  memset(&rec, 0, sizeof(rec));
+  tj_host host;
+  memset(&host, 0, sizeof(host));
+  host.release = count_release;
+  tj_claim claim = {0, fake_requires_grad, NULL, fake_grad_enabled, NULL, &yes_object};
+  tj_producer claimed = fake_producer;
+  claimed.host = &host;
+  claimed.claim = &claim;
+  tj_kernel *k = adder(TJ_BUF_OUTPUT);
+  tjt_object a, b;
+  object_tensor(&a, a_data, 8);
+  object_tensor(&b, b_data, 8);
+  tj_arg args[2];
+  void *outputs[1];
+  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs};
+#define CLAIMED_ARGS()           \
+  do {                           \
+    object_arg(&args[0], &a);    \
+    object_arg(&args[1], &b);    \
+    args[0].producer = &claimed; \
+    args[1].producer = &claimed; \
+  } while (0)
+
+  /* Nothing requires grad: the call runs, grad mode is never asked. */
+  grad_mode = 1, grad_asks = 0, grad_releases = 0;
+  CLAIMED_ARGS();
+  CHECK_OK(tj_call_run(k, &call));
+  CHECK_EQ_INT(grad_asks, 0);
+  CHECK_EQ_INT(grad_releases, 2); /* each answer given back */
+  CHECK_EQ_INT(rec.imports, 2);
+
+  /* B requires grad with grad mode on: claimed before its import, nothing made. */
+  memset(&rec, 0, sizeof(rec));
+  b.refs = 1;
+  CLAIMED_ARGS();
+  CHECK_STATUS(tj_call_run(k, &call), TJ_ECLAIMED);
+  CHECK_EQ_STR(tj_last_error(), "vec_add: argument 1 'B': requires grad");
+  CHECK_EQ_INT(tj_last_error_info()->argument, 1);
+  CHECK_EQ_INT(rec.imports, 1);
+  CHECK_EQ_INT(rec.allocations, 0);
+  CHECK(outputs[0] == NULL);
+
+  /* Both require grad with grad mode off: grad mode asked once, the call runs. */
+  memset(&rec, 0, sizeof(rec));
+  a.refs = 1;
+  grad_mode = 0, grad_asks = 0;
+  CLAIMED_ARGS();
+  CHECK_OK(tj_call_run(k, &call));
+  CHECK_EQ_INT(grad_asks, 1);
+  CHECK(rec.out_data[0][0] == 11.0f);
+
+  /* The framework cannot tell: its error stays pending (TJ_EPYERR, at the import). */
+  a.refs = 2;
+  CLAIMED_ARGS();
+  CHECK_STATUS(tj_call_run(k, &call), TJ_EPYERR);
+  CHECK_EQ_INT(tj_last_error_info()->producer, TJ_PRODUCER_IMPORT);
+  CHECK_EQ_INT(tj_last_error_info()->argument, 0);
+
+  /* Tensors the framework traces are always claimed, whatever they require. */
+  a.refs = 0;
+  claim.always = 1;
+  CLAIMED_ARGS();
+  CHECK_STATUS(tj_call_run(k, &call), TJ_ECLAIMED);
+  CHECK_EQ_STR(tj_last_error(), "vec_add: argument 0 'A': a tensor the framework traces");
+#undef CLAIMED_ARGS
+  tj_kernel_free(k);
 }
 
 /* ---- The exchange-API adapter ------------------------------------------------- */

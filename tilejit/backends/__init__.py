@@ -53,17 +53,29 @@ def _wrapper_available() -> bool:
 
 
 def kernel_class(base: type, name: str) -> type:
-    """The JITKernel subclass running through backend ``name`` (created once)."""
+    """The JITKernel subclass running through backend ``name`` (created once).
+
+    Its ``__call__`` is what ``torch.compile`` sees (``base._traced_call``, which traces
+    the call as the kernel's custom op) while a call in Python runs the backend's own
+    entry: the wrapper's vectorcall slot, which CPython calls before any ``__call__``,
+    or the ctypes ``__call__``, whose ``_torchdynamo_inline`` names the function Dynamo
+    inlines in its place (the attribute ``torch.compile`` itself marks its wrappers
+    with). Neither costs an eager call anything.
+    """
     cls = _classes.get(name)
     if cls is None:
         if name == "ctypes":
             from .ctypes_backend import CtypesKernel as impl
+
+            call = impl.__call__
+            call._torchdynamo_inline = base._traced_call
         else:
             from .cython_backend import wrapper_module
 
             impl = wrapper_module().Kernel
+            call = base._traced_call
         cls = type(f"{name.capitalize()}JITKernel", (base, impl),
-                   {"__module__": base.__module__, "__doc__": base.__doc__})
+                   {"__module__": base.__module__, "__doc__": base.__doc__, "__call__": call})
         if name != "ctypes":
             # Calls straight into the wrapper's vectorcall entry (no argument tuple).
             wrapper_module()._enable_vectorcall(cls)

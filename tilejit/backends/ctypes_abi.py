@@ -108,11 +108,17 @@ class TjHost(Structure):
                 ("list_append", c_void_p), ("unlock", c_void_p), ("lock", c_void_p)]
 
 
+class TjClaim(Structure):
+    _c_name_ = "tj_claim"
+    _fields_ = [("always", c_int32), ("requires_grad", c_void_p), ("closure", c_void_p),
+                ("grad_enabled", c_void_p), ("grad_enabled_self", c_void_p), ("yes", c_void_p)]
+
+
 class TjProducer(Structure):
     _c_name_ = "tj_producer"
     _fields_ = [("import_", c_void_p), ("allocate", c_void_p), ("current_stream", c_void_p),
                 ("api", c_void_p), ("type", c_void_p), ("context", c_void_p),
-                ("host", c_void_p)]
+                ("host", c_void_p), ("claim", c_void_p)]
 
 
 class TjCall(Structure):

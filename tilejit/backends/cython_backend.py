@@ -18,7 +18,7 @@ def wrapper_module():
         module.configure(dlpack_capsule=host.dlpack_capsule, producer_error=host.producer_error,
                          allocate=host.allocate, framework_stream=host.framework_stream,
                          stream_handle=host.stream_handle, pointer_type=Pointer,
-                         type_name=host.type_name)
+                         type_name=host.type_name, framework_claim=host.framework_claim)
         host.use_array_empty(module.empty)
         _module = module
     return _module

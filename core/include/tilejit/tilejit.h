@@ -42,14 +42,15 @@ extern "C" {
 /* ---- Status codes --------------------------------------------------------- */
 
 /* X(name, value, python exception class) */
-#define TJ_STATUS_MAP(X)                                               \
-  X(TJ_OK, 0, "")                                                      \
-  X(TJ_ETYPE, -1, "TypeError")       /* wrong kind of argument */      \
-  X(TJ_EVALUE, -2, "ValueError")     /* right kind, bad value */       \
-  X(TJ_ERUNTIME, -3, "RuntimeError") /* loader, driver, launch */      \
-  X(TJ_ENOMEM, -4, "MemoryError")                                      \
-  X(TJ_EPYERR, -5, "")    /* a producer's (Python) error is pending */ \
-  X(TJ_EDECLINED, -6, "") /* tj_call_sequence: not for it, nothing done */
+#define TJ_STATUS_MAP(X)                                                   \
+  X(TJ_OK, 0, "")                                                          \
+  X(TJ_ETYPE, -1, "TypeError")       /* wrong kind of argument */          \
+  X(TJ_EVALUE, -2, "ValueError")     /* right kind, bad value */           \
+  X(TJ_ERUNTIME, -3, "RuntimeError") /* loader, driver, launch */          \
+  X(TJ_ENOMEM, -4, "MemoryError")                                          \
+  X(TJ_EPYERR, -5, "")    /* a producer's (Python) error is pending */     \
+  X(TJ_EDECLINED, -6, "") /* tj_call_sequence: not for it, nothing done */ \
+  X(TJ_ECLAIMED, -7, "")  /* a framework takes the call over (tj_claim) */
 
 typedef enum {
 #define TJ__STATUS_ENUM(name, value, exc) name = value,
@@ -71,7 +72,7 @@ int tj_set_error(int code, const char *fmt, ...)
 
 /* Name of a status code ("TJ_EVALUE"), and the Python exception class name it
  * maps to ("ValueError"; "" for codes that raise nothing of their own: TJ_OK,
- * TJ_EPYERR, TJ_EDECLINED). Static strings. The one map from codes to
+ * TJ_EPYERR, TJ_EDECLINED, TJ_ECLAIMED). Static strings. The one map from codes to
  * exception classes: bindings raise what this names. */
 const char *tj_status_name(int code);
 const char *tj_status_exception(int code);
@@ -442,6 +443,34 @@ typedef struct tj_host {
   void (*lock)(void *token);
 } tj_host;
 
+/* A framework's claim on calls with its objects: such a call is not run by the
+ * core but handed back to the binding, which runs it through the framework
+ * (torch: the kernel's custom op, so that autograd records it and traced
+ * tensors reach its fake implementation). Before importing an object whose
+ * producer has a claim, the core asks: the call is claimed when `always` is 1
+ * (tensors a framework traces, which hold no data), or when
+ * requires_grad(object, closure) and then grad_enabled(grad_enabled_self, NULL)
+ * both return `yes` (a tensor that requires grad, while the framework records
+ * gradients). grad_enabled is asked at most once per call, and only then.
+ *
+ * Both functions take and return host objects: a new reference, released with
+ * the producer's host->release (a producer with a claim has a host), or NULL
+ * with the host's error pending. For
+ * CPython they are the getter of torch.Tensor.requires_grad (PyGetSetDef.get)
+ * and torch.is_grad_enabled (the ml_meth of a METH_NOARGS function), called as
+ * CPython would call them: the cost of reading one attribute, with no lookup.
+ * The call then fails with TJ_ECLAIMED, before anything is allocated or
+ * launched, and the record names the argument. Caller-owned; borrowed by the
+ * producers that point to it, for as long as they live. */
+typedef struct tj_claim {
+  int32_t always;
+  void *(*requires_grad)(void *object, void *closure);
+  void *closure;
+  void *(*grad_enabled)(void *self, void *unused);
+  void *grad_enabled_self;
+  void *yes; /* the host's true object (Py_True); borrowed */
+} tj_claim;
+
 typedef struct tj_producer tj_producer;
 struct tj_producer {
   /* Makes `arg` (initialised by the caller) a TENSOR from `object`: a borrowed
@@ -464,6 +493,7 @@ struct tj_producer {
   void *type;                   /* the exact object type served (opaque), or NULL */
   void *context;                /* the binding's own; the core never reads it */
   const tj_host *host;          /* the host operations it may use, or NULL */
+  const tj_claim *claim;        /* the framework's claim on calls, or NULL: none */
 };
 
 /* Makes `producer` the core's adapter over a DLPack exchange API table, given
@@ -508,7 +538,8 @@ typedef struct tj_call {
 
 /* Runs one call, each step here and nowhere else:
  *   1. the argument count;
- *   2. imports each TJ_ARG_OBJECT argument with its producer;
+ *   2. imports each TJ_ARG_OBJECT argument with its producer, unless the
+ *      producer's framework claims the call (tj_claim: TJ_ECLAIMED);
  *   3. validates every argument and binds the symbols (tj_call_bind);
  *   4. the stream: explicit > the current work stream of the first tensor's
  *      producer (devices other than the CPU) > none;
