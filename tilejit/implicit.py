@@ -154,14 +154,33 @@ class LayoutJITFunction:
     def compile_for(self, *args, **kwargs):
         """The ``JITKernel`` a call with these arguments runs (compiled if needed), without
         running it."""
+        return self.entry_for(*args, **kwargs)[0]
+
+    def entry_for(self, *args, **kwargs):
+        """``(kernel, order)`` for a call with these arguments: the kernel it runs
+        (compiled if needed) and, for each kernel input, the index of the tensor argument
+        it is (tensor arguments counted in call order, positional then keyword)."""
         if not self._takes_stream:
             kwargs.pop("stream", None)
         views, keys, raw = self._views(args, kwargs)
         try:
-            return self._calls[raw][0]
+            return self._calls[raw]
         except (KeyError, TypeError):
-            return self._resolve(args, kwargs, views, keys, raw)[0]
+            return self._resolve(args, kwargs, views, keys, raw)
 
     def cache_info(self) -> int:
         """Number of distinct compiled kernels held."""
         return len({id(entry[0]) for entry in self._kernels.values()})
+
+
+def _traced_layout_call(self, *args, **kwargs):
+    """What ``torch.compile`` traces for a call of a ``LayoutJITFunction``: the kernel
+    is specialised from the tensors' layouts at trace time, outside the graph, and runs
+    as its op (``tilejit.torch_op.traced_layout_call``). Dynamo inlines this in place of
+    ``__call__``; a call from Python never comes here."""
+    from . import torch_op
+
+    return torch_op.traced_layout_call(self, args, kwargs)
+
+
+LayoutJITFunction.__call__._torchdynamo_inline = _traced_layout_call

@@ -79,6 +79,19 @@ class JITFunction:
         return len({id(k) for k in self._kernels.values()})
 
 
+def _traced_factory_call(self, *args, **kwargs):
+    """What ``torch.compile`` traces for a call of a ``JITFunction``: the kernel is
+    compiled (or found) at trace time, outside the graph, and stands in the graph as its
+    op (``tilejit.torch_op.traced_jit_call``). Dynamo inlines this in place of
+    ``__call__`` (``_torchdynamo_inline``); a call from Python never comes here."""
+    from . import torch_op
+
+    return torch_op.traced_jit_call(self, *args, **kwargs)
+
+
+JITFunction.__call__._torchdynamo_inline = _traced_factory_call
+
+
 def jit(func=None, *, out_idx=None, target=None, execution_backend=None, compile_flags=None,
         verbose=None, layout=None, arch=None, compiler=None):
     """Decorator: ``@tilejit.jit`` or ``@tilejit.jit(out_idx=-1, target="cpu")``.

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import weakref
+from typing import ClassVar
+
 from . import backends as _backends
 from .backends.core import CoreKernel
 from .program import Program
@@ -24,6 +27,11 @@ class JITKernel:
         impl = _backends.kernel_class(JITKernel, _backends.resolve(execution_backend))
         return super(JITKernel, impl).__new__(impl)
 
+    # Every kernel alive in the process: torch.compile registers all their ops before it
+    # compiles a graph (tilejit.torch_op), so that a graph loaded from torch's caches finds
+    # the op of a kernel that only a registered backward calls.
+    _alive: ClassVar[weakref.WeakSet] = weakref.WeakSet()
+
     def __init__(self, program: Program, signature: Signature, library_path: str,
                  host_source: str, execution_backend: str = "auto", prebuilt=None):
         self.program = program
@@ -39,6 +47,7 @@ class JITKernel:
         # Each JITKernel has its own core kernel (and so its own CUDA modules).
         self._core_kernel = CoreKernel(signature.spec, library_path, signature.entry, prebuilt)
         _backends.bind(self, self.execution_backend, self._core_kernel, order)
+        JITKernel._alive.add(self)
 
     @property
     def params(self):

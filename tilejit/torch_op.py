@@ -252,7 +252,20 @@ def _traced_op_name(kernel) -> str:
     """The op name, computed (and the op registered) while Dynamo traces, outside the
     graph: Dynamo calls this at trace time and keeps the result as a constant."""
     definition(kernel)
+    _define_alive(kernel)
     return op_name(kernel)
+
+
+def _define_alive(kernel) -> None:
+    """Registers the op of every kernel alive. A graph torch.compile loads from its caches
+    is not traced again: an op that only a registered backward calls (whose kernel
+    tracing would have met) must already exist when the graph runs."""
+    for other in list(type(kernel)._alive):
+        if op_name(other) not in _definitions:
+            try:
+                definition(other)
+            except (TypeError, ValueError, RuntimeError):
+                pass  # not expressible as an op (a T.Pointer): it says so if ever traced
 
 
 def traced_call(kernel, args: tuple, keywords: dict):
@@ -290,3 +303,23 @@ def traced_jit_call(function, *args, **kwargs):
     """What ``torch.compile`` traces for ``factory(*args, **kwargs)`` of a
     ``@tilejit.jit`` function: the kernel it returns, as a callable of its op."""
     return functools.partial(call_op, _jit_op_name(function, *args, **kwargs))
+
+
+@torch.compiler.assume_constant_result
+def _layout_entry(function, *args, **kwargs) -> tuple:
+    """``(op name, order)`` of the kernel a ``jit(layout=...)`` call runs, specialised
+    and registered at trace time from the tensors' example values (Dynamo hands this
+    function real tensors), outside the graph."""
+    kernel, order = function.entry_for(*args, **kwargs)
+    return _traced_op_name(kernel), order
+
+
+def traced_layout_call(function, args: tuple, kwargs: dict):
+    """What ``torch.compile`` traces for a call of a ``jit(layout=...)`` function: its
+    kernel's op on the tensor arguments, in the kernel's order. The layout the kernel was
+    specialised for is not guarded: a later call whose layout the kernel does not accept
+    fails its validation (ValueError), as a direct call of that kernel would."""
+    stream = None if function._takes_stream else kwargs.pop("stream", None)
+    name, order = _layout_entry(function, *args, **kwargs)
+    tensors = [value for value in (*args, *kwargs.values()) if isinstance(value, torch.Tensor)]
+    return call_op(name, *[tensors[j] for j in order], stream=stream)

@@ -187,7 +187,8 @@ cdef const DLPackExchangeAPIHeader *_exchange_header(object cls) except? NULL:
     return NULL
 
 
-ctypedef void *(*_host_function)(void *, void *) noexcept
+ctypedef c_bool (*_requires_grad_fn)(const void *) noexcept
+ctypedef c_bool (*_grad_enabled_fn)() noexcept
 
 
 cdef int _set_claim(tj_producer *producer, object cls) except -1:
@@ -200,13 +201,11 @@ cdef int _set_claim(tj_producer *producer, object cls) except -1:
     cdef tj_claim *claim = <tj_claim *>calloc(1, sizeof(tj_claim))
     if claim == NULL:
         raise MemoryError()
-    always, requires_grad, closure, grad_enabled, grad_enabled_self, yes = found
+    always, offset, requires_grad, grad_enabled = found
     claim.always = always
-    claim.requires_grad = <_host_function><uintptr_t>requires_grad
-    claim.closure = <void *><uintptr_t>closure
-    claim.grad_enabled = <_host_function><uintptr_t>grad_enabled
-    claim.grad_enabled_self = <void *><uintptr_t>grad_enabled_self
-    claim.yes = <void *><uintptr_t>yes
+    claim.offset = offset
+    claim.requires_grad = <_requires_grad_fn><uintptr_t>requires_grad
+    claim.grad_enabled = <_grad_enabled_fn><uintptr_t>grad_enabled
     producer.claim = claim
     return 0
 

@@ -6,6 +6,10 @@ from dlpack_abi cimport (DLDataType, DLDevice, DLManagedTensor, DLManagedTensorV
                          DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor)
 
 
+cdef extern from "<stdbool.h>":
+    ctypedef bint c_bool "bool"  # what the C++ functions of tj_claim return
+
+
 cdef extern from "tilejit/tilejit.h" nogil:
     const char *TJ_VERSION
     enum:
@@ -203,11 +207,9 @@ cdef extern from "tilejit/tilejit.h" nogil:
 
     ctypedef struct tj_claim:
         int32_t always
-        void *(*requires_grad)(void *object, void *closure) noexcept
-        void *closure
-        void *(*grad_enabled)(void *self, void *unused) noexcept
-        void *grad_enabled_self
-        void *yes
+        int32_t offset
+        c_bool (*requires_grad)(const void *state) noexcept
+        c_bool (*grad_enabled)() noexcept
 
     ctypedef struct tj_producer:
         int (*import_ "import")(const tj_producer *self, void *object, tj_arg *arg) noexcept

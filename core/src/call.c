@@ -38,40 +38,21 @@ static int output_failed(const tj_kernel *k, int32_t o, int rc) {
   return tj_error_at(rc, -1, o, TJ_PRODUCER_NONE);
 }
 
-/* A host function's answer: 1 when it returned `yes`, 0 otherwise, -1 with the
- * host's error pending. Releases the answer. */
-static int host_says_yes(const tj_producer *producer, void *answer) {
-  if (answer == NULL) return -1;
-  int yes = answer == producer->claim->yes;
-  producer->host->release(answer);
-  return yes;
-}
-
 /* Whether the producer's framework claims the call for argument `i` (tj_claim):
- * TJ_OK to go on, TJ_ECLAIMED, or TJ_EPYERR when the framework failed to say.
- * `grad_enabled` caches the framework's answer for the call (-1: not asked). */
-static int check_claim(const tj_kernel *k, const tj_producer *producer, void *object, int32_t i,
+ * TJ_OK to go on, or TJ_ECLAIMED. `grad_enabled` caches the framework's answer
+ * for the call (-1: not asked yet). */
+static int check_claim(const tj_kernel *k, const tj_claim *claim, void *object, int32_t i,
                        int *grad_enabled) {
-  const tj_claim *claim = producer->claim;
-  int yes = claim->always;
-  if (!yes) {
-    yes = host_says_yes(producer, claim->requires_grad(object, claim->closure));
-    if (yes == 1) {
-      if (*grad_enabled < 0)
-        *grad_enabled =
-            host_says_yes(producer, claim->grad_enabled(claim->grad_enabled_self, NULL));
-      yes = *grad_enabled;
-    }
+  int claimed = claim->always;
+  if (!claimed) {
+    const void *state = *(void *const *)((const char *)object + claim->offset);
+    if (state == NULL || !claim->requires_grad(state)) return TJ_OK;
+    if (*grad_enabled < 0) *grad_enabled = claim->grad_enabled();
+    if (!*grad_enabled) return TJ_OK;
   }
-  if (yes == 0) return TJ_OK;
   const tj__param *p = input_param(k, i);
-  if (yes < 0) {
-    tj_set_error(TJ_EPYERR, "%s: argument %d '%s': cannot tell whether it requires grad", k->name,
-                 i, p ? p->name : "?");
-    return tj_error_at(TJ_EPYERR, i, -1, TJ_PRODUCER_IMPORT);
-  }
   tj_set_error(TJ_ECLAIMED, "%s: argument %d '%s': %s", k->name, i, p ? p->name : "?",
-               claim->always ? "a tensor the framework traces" : "requires grad");
+               claimed ? "a tensor the framework traces" : "requires grad");
   return tj_error_at(TJ_ECLAIMED, i, -1, TJ_PRODUCER_NONE);
 }
 
@@ -86,7 +67,7 @@ static int import_args(const tj_kernel *k, tj_arg *args, int32_t nargs) {
     const tj_producer *producer = arg->producer;
     void *object = arg->value.p;
     if (producer->claim != NULL) {
-      int rc = check_claim(k, producer, object, i, &grad_enabled);
+      int rc = check_claim(k, producer->claim, object, i, &grad_enabled);
       if (rc != TJ_OK) return rc;
     }
     arg->kind = TJ_ARG_NONE;

@@ -110,8 +110,8 @@ class TjHost(Structure):
 
 class TjClaim(Structure):
     _c_name_ = "tj_claim"
-    _fields_ = [("always", c_int32), ("requires_grad", c_void_p), ("closure", c_void_p),
-                ("grad_enabled", c_void_p), ("grad_enabled_self", c_void_p), ("yes", c_void_p)]
+    _fields_ = [("always", c_int32), ("offset", c_int32), ("requires_grad", c_void_p),
+                ("grad_enabled", c_void_p)]
 
 
 class TjProducer(Structure):

@@ -21,6 +21,7 @@
 #ifndef TILEJIT_TILEJIT_H_
 #define TILEJIT_TILEJIT_H_
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "tilejit/dlpack_abi.h"
@@ -448,27 +449,27 @@ typedef struct tj_host {
  * (torch: the kernel's custom op, so that autograd records it and traced
  * tensors reach its fake implementation). Before importing an object whose
  * producer has a claim, the core asks: the call is claimed when `always` is 1
- * (tensors a framework traces, which hold no data), or when
- * requires_grad(object, closure) and then grad_enabled(grad_enabled_self, NULL)
- * both return `yes` (a tensor that requires grad, while the framework records
- * gradients). grad_enabled is asked at most once per call, and only then.
+ * (tensors a framework traces, which hold no data), or when the object
+ * requires grad and grad_enabled() says the framework records gradients now.
+ * Whether it requires grad is requires_grad(state), `state` being the pointer
+ * the object holds at byte `offset` (NULL: it does not). grad_enabled is
+ * asked at most once per call, and only then. The call then fails with
+ * TJ_ECLAIMED, before anything is allocated or launched, and the record names
+ * the argument.
  *
- * Both functions take and return host objects: a new reference, released with
- * the producer's host->release (a producer with a claim has a host), or NULL
- * with the host's error pending. For
- * CPython they are the getter of torch.Tensor.requires_grad (PyGetSetDef.get)
- * and torch.is_grad_enabled (the ml_meth of a METH_NOARGS function), called as
- * CPython would call them: the cost of reading one attribute, with no lookup.
- * The call then fails with TJ_ECLAIMED, before anything is allocated or
- * launched, and the record names the argument. Caller-owned; borrowed by the
- * producers that point to it, for as long as they live. */
+ * Both are plain C calls of a few nanoseconds, because every call of a kernel
+ * on torch tensors asks: for torch, `offset` is where a tensor's Python object
+ * keeps its TensorImpl (THPVariable::cdata, torch/csrc/autograd/
+ * python_variable.h), requires_grad is c10::TensorImpl::requires_grad() const
+ * and grad_enabled c10::GradMode::is_enabled(), both exported by libc10
+ * (tilejit.host checks all three against torch's own answers before use).
+ * Caller-owned; borrowed by the producers that point to it, for as long as
+ * they live. */
 typedef struct tj_claim {
   int32_t always;
-  void *(*requires_grad)(void *object, void *closure);
-  void *closure;
-  void *(*grad_enabled)(void *self, void *unused);
-  void *grad_enabled_self;
-  void *yes; /* the host's true object (Py_True); borrowed */
+  int32_t offset;
+  bool (*requires_grad)(const void *state);
+  bool (*grad_enabled)(void);
 } tj_claim;
 
 typedef struct tj_producer tj_producer;
