@@ -161,9 +161,11 @@ def _returned(outputs: list):
     return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
-def _impl(kernel):
-    """The real implementation: the kernel itself, on the tensors the dispatcher gives
-    (plain tensors: grad mode is off under autograd, so the core claims nothing)."""
+def implementation(kernel):
+    """The op's real implementation: the kernel itself, on the tensors the dispatcher
+    gives (plain tensors: grad mode is off under autograd, so the core claims nothing).
+    It passes no stream, so a CUDA kernel launches on torch's current stream, the one a
+    CUDA graph capture records."""
     count = len(kernel.out_idx)
 
     def impl(*args):
@@ -195,7 +197,7 @@ def definition(kernel):
         found = _definitions.get(name)
         if found is None:
             text, mutated = schema(kernel)
-            found = torch.library.custom_op(f"{NAMESPACE}::{name}", _impl(kernel),
+            found = torch.library.custom_op(f"{NAMESPACE}::{name}", implementation(kernel),
                                             mutates_args=mutated, schema=text)
             found.register_fake(_fake(kernel))
             _definitions[name] = found
