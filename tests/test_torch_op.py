@@ -179,6 +179,12 @@ def test_the_op_computes_what_the_kernel_does(kernels):
     z = x.clone()
     assert kernels["scale_"].torch_op(z, 3.0) is None
     torch.testing.assert_close(z, 3 * x)
+    # Written in place through the op, a tensor autograd saved is known to have changed.
+    w = torch.rand(6, requires_grad=True)
+    saved = w * z
+    kernels["scale_"].torch_op(z, 2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        saved.sum().backward()
 
 
 def test_fake_tensors_get_symbolic_shapes_from_the_symbols(kernels):
@@ -356,7 +362,7 @@ def test_jit_factories_compile_outside_the_graph(backend):
 def test_layout_jit_specialises_at_trace_time(backend):
     @tilejit.jit(layout="dynamic", out_idx=-1, execution_backend=backend)
     def rowsum(A):
-        m, n = A.shape
+        m = A.shape[0]
         source = ("void rowsum(float *A, float *S, int64_t m, int64_t n, int64_t s) {\n"
                   "  for (int64_t i = 0; i < m; ++i) {\n    S[i] = 0.0f;\n"
                   "    for (int64_t j = 0; j < n; ++j) S[i] += A[i * s + j];\n  }\n}\n")

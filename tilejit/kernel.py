@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import weakref
 from typing import ClassVar
 
@@ -48,6 +49,11 @@ class JITKernel:
         self._core_kernel = CoreKernel(signature.spec, library_path, signature.entry, prebuilt)
         _backends.bind(self, self.execution_backend, self._core_kernel, order)
         JITKernel._alive.add(self)
+        if "torch" in sys.modules:
+            # Loading it makes Dynamo inline its traced_call in place of __call__ (see
+            # _traced_call). A process that imports torch only later traces through
+            # _traced_call until a kernel made after torch loads it.
+            from . import torch_op  # noqa: F401
 
     @property
     def params(self):
@@ -119,12 +125,15 @@ class JITKernel:
         torch_op.register_autograd(self, backward, setup_context)
 
     def _traced_call(self, *args, **keywords):
-        """The call as ``torch.compile`` traces it: the kernel's op. A call from Python
-        never comes here (see ``tilejit.backends.kernel_class``). The signature is the
-        ctypes ``__call__``'s: Dynamo guards on the defaults of the function it replaces."""
+        """The call as ``torch.compile`` traces it: the kernel's op (see
+        ``tilejit.backends.kernel_class``; a call from Python never comes here). Once
+        ``tilejit.torch_op`` is loaded Dynamo inlines its ``traced_call`` in place of this
+        (``_torchdynamo_inline``): a module imported inside traced code costs every call
+        of the compiled function a guard written in Python. The signature is the ctypes
+        ``__call__``'s: Dynamo guards on the defaults of the function it replaces."""
         from . import torch_op
 
-        return torch_op.traced_call(self, args, keywords)
+        return torch_op.traced_call(self, *args, **keywords)
 
     def _claimed_call(self, args: tuple, stream):
         """A call the core handed back because torch must run it (``tj_claim``): a tensor

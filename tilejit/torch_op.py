@@ -35,14 +35,15 @@ from pathlib import Path
 
 import torch
 
+from . import backends
 from .cache import artifact_key
 from .lang import Buffer, Expr, PointerParam, Scalar, Symbol
 
 NAMESPACE = "tilejit"
 
 _lock = threading.RLock()
-_definitions: dict = {}  # op name -> torch.library CustomOpDef
-_with_backward: set = set()  # op names with a backward registered through tilejit
+_ops: dict = {}  # op name -> its OpOverload, once registered
+_library = None  # the torch.library.Library fragment of the namespace, made on first use
 
 
 # ---- Naming ------------------------------------------------------------------------------
@@ -162,25 +163,29 @@ def _returned(outputs: list):
 
 
 def implementation(kernel):
-    """The op's real implementation: the kernel itself, on the tensors the dispatcher
-    gives (plain tensors: grad mode is off under autograd, so the core claims nothing).
-    It passes no stream, so a CUDA kernel launches on torch's current stream, the one a
-    CUDA graph capture records."""
-    count = len(kernel.out_idx)
+    """The op's real implementation: the kernel itself, called by the dispatcher with no
+    Python frame in between (inside a compiled region every Python frame also costs
+    Dynamo's frame hook) on plain tensors. Under autograd grad mode is off, so the core
+    claims nothing; it passes no stream, so a CUDA kernel launches on torch's current
+    stream, the one a CUDA graph capture records. A kernel whose outputs may not be
+    torch's (no required tensor input to allocate them like) gets them converted."""
+    sig = kernel._sig
+    if any(isinstance(p, Buffer) and not p.optional and i not in sig.out_idx
+           for i, p in enumerate(kernel.params)) or not sig.out_idx:
+        return kernel
 
     def impl(*args):
-        result = kernel(*args)
-        if count == 0:
-            return None
-        if count == 1:
-            return _as_tensor(result)
-        return tuple(_as_tensor(r) for r in result)
+        return _returned([_as_tensor(out) for out in _as_list(kernel(*args))])
 
     return impl
 
 
+def _as_list(result) -> list:
+    return result if isinstance(result, list) else [result]
+
+
 def _as_tensor(value):
-    # A kernel with no tensor argument allocates with tilejit's own arrays.
+    # Without a torch tensor argument, outputs are tilejit's own arrays.
     return value if isinstance(value, torch.Tensor) else torch.from_dlpack(value)
 
 
@@ -188,41 +193,74 @@ def _as_tensor(value):
 
 
 def definition(kernel):
-    """The ``torch.library`` CustomOpDef of ``kernel``, registered on first use."""
+    """The OpOverload of ``kernel``, registered on first use.
+
+    Registered with the dispatcher directly (``Library.define`` and ``impl``), not as a
+    ``torch.library.custom_op``: a call then costs the dispatcher and one Python function,
+    about a sixth of what custom_op's Python autograd and aliasing checks add to every call
+    (see ``python -m tilejit bench --torch-compile``). Autograd is registered only with a
+    backward (``register_autograd``); eager calls that would need one raise first
+    (``claimed_call``).
+    """
+    global _library
     name = op_name(kernel)
-    found = _definitions.get(name)
+    found = _ops.get(name)
     if found is not None:
         return found
     with _lock:
-        found = _definitions.get(name)
+        found = _ops.get(name)
         if found is None:
-            text, mutated = schema(kernel)
-            found = torch.library.custom_op(f"{NAMESPACE}::{name}", implementation(kernel),
-                                            mutates_args=mutated, schema=text)
-            found.register_fake(_fake(kernel))
-            _definitions[name] = found
+            text, _ = schema(kernel)
+            if _library is None:
+                _library = torch.library.Library(NAMESPACE, "FRAGMENT")
+            _library.define(name + text)
+            _library.impl(name, implementation(kernel), "CompositeExplicitAutograd")
+            torch.library.register_fake(f"{NAMESPACE}::{name}", _fake(kernel), lib=_library)
+            found = getattr(getattr(torch.ops, NAMESPACE), name).default
+            written = [i for i, arg in enumerate(found._schema.arguments)
+                       if arg.alias_info is not None and arg.alias_info.is_write]
+            if written:
+                _library.impl(name, _versions_bumped(found, written), "ADInplaceOrView",
+                              with_keyset=True)
+            _ops[name] = found
     return found
+
+
+def _versions_bumped(op, written: list[int]):
+    """The ADInplaceOrView kernel of an op that writes its arguments ``written``: it bumps
+    their version counters, as torch's in-place ops do, so that autograd refuses a
+    backward through a tensor the kernel changed after it was saved."""
+    after = torch._C._after_ADInplaceOrView_keyset
+    increment_version = torch.autograd.graph.increment_version
+
+    def inplace_or_view(keyset, *args):
+        for i in written:
+            if args[i] is not None:
+                increment_version(args[i])
+        return op.redispatch(keyset & after, *args)
+
+    return inplace_or_view
 
 
 def torch_op(kernel):
     """``torch.ops.tilejit.<name>.default``, the OpOverload of ``kernel``."""
-    return definition(kernel)._opoverload
+    return definition(kernel)
 
 
 def register_autograd(kernel, backward, setup_context=None) -> None:
     """``torch.library.register_autograd`` for the kernel's op (see
     ``JITKernel.register_autograd``)."""
-    definition(kernel).register_autograd(backward, setup_context=setup_context)
+    op = definition(kernel)
     with _lock:
-        _with_backward.add(op_name(kernel))
+        torch.library.register_autograd(op, backward, setup_context=setup_context,
+                                        lib=_library)
 
 
 def has_backward(kernel) -> bool:
-    """Whether a backward is registered for the kernel's op, by tilejit or directly with
-    ``torch.library.register_autograd``."""
-    name = op_name(kernel)
-    found = _definitions.get(name)
-    return name in _with_backward or getattr(found, "_backward_fn", None) is not None
+    """Whether the kernel's op has an autograd kernel: a backward registered by tilejit or
+    directly with ``torch.library.register_autograd``."""
+    return torch._C._dispatch_has_kernel_for_dispatch_key(
+        f"{NAMESPACE}::{op_name(kernel)}", "Autograd")
 
 
 # ---- Calls ------------------------------------------------------------------------------
@@ -263,15 +301,17 @@ def _define_alive(kernel) -> None:
     is not traced again: an op that only a registered backward calls (whose kernel
     tracing would have met) must already exist when the graph runs."""
     for other in list(type(kernel)._alive):
-        if op_name(other) not in _definitions:
+        if op_name(other) not in _ops:
             try:
                 definition(other)
             except (TypeError, ValueError, RuntimeError):
                 pass  # not expressible as an op (a T.Pointer): it says so if ever traced
 
 
-def traced_call(kernel, args: tuple, keywords: dict):
-    """What ``torch.compile`` traces for ``kernel(*args, **keywords)``: the kernel's op."""
+def traced_call(kernel, *args, **keywords):
+    """What ``torch.compile`` traces for ``kernel(*args, **keywords)``: the kernel's op.
+    Dynamo inlines it in place of the kernel's ``__call__`` (``tilejit.backends.
+    trace_calls_with``, below)."""
     return call_op(_traced_op_name(kernel), *args, **keywords)
 
 
@@ -316,7 +356,7 @@ def _layout_entry(function, *args, **kwargs) -> tuple:
     return _traced_op_name(kernel), order
 
 
-def traced_layout_call(function, args: tuple, kwargs: dict):
+def traced_layout_call(function, *args, **kwargs):
     """What ``torch.compile`` traces for a call of a ``jit(layout=...)`` function: its
     kernel's op on the tensor arguments, in the kernel's order. The layout the kernel was
     specialised for is not guarded: a later call whose layout the kernel does not accept
@@ -325,3 +365,6 @@ def traced_layout_call(function, args: tuple, kwargs: dict):
     name, order = _layout_entry(function, *args, **kwargs)
     tensors = [value for value in (*args, *kwargs.values()) if isinstance(value, torch.Tensor)]
     return call_op(name, *[tensors[j] for j in order], stream=stream)
+
+
+backends.trace_calls_with(traced_call)

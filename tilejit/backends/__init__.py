@@ -52,6 +52,9 @@ def _wrapper_available() -> bool:
     return _wrapper_state[0]
 
 
+_traced_call = None  # what Dynamo inlines for a kernel call, once tilejit.torch_op is loaded
+
+
 def kernel_class(base: type, name: str) -> type:
     """The JITKernel subclass running through backend ``name`` (created once).
 
@@ -68,7 +71,7 @@ def kernel_class(base: type, name: str) -> type:
             from .ctypes_backend import CtypesKernel as impl
 
             call = impl.__call__
-            call._torchdynamo_inline = base._traced_call
+            call._torchdynamo_inline = _traced_call or base._traced_call
         else:
             from .cython_backend import wrapper_module
 
@@ -81,6 +84,16 @@ def kernel_class(base: type, name: str) -> type:
             wrapper_module()._enable_vectorcall(cls)
         _classes[name] = cls
     return cls
+
+
+def trace_calls_with(traced_call) -> None:
+    """Makes ``traced_call`` (``tilejit.torch_op.traced_call``) what Dynamo inlines for a
+    call of a kernel of any backend, made or to be made: the ``_torchdynamo_inline`` of
+    every kernel class's ``__call__``."""
+    global _traced_call
+    _traced_call = traced_call
+    for cls in _classes.values():
+        cls.__call__._torchdynamo_inline = traced_call
 
 
 def bind(kernel, name: str, core_kernel, out_order: tuple) -> None:
