@@ -9,6 +9,10 @@ per backend (``kernels``).
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 import torch._dynamo.testing
@@ -375,3 +379,28 @@ def test_layout_jit_specialises_at_trace_time(backend):
         a = torch.rand(shape)
         torch.testing.assert_close(compiled(a), a.sum(1) * 2)
     assert counter.frame_count == 1 and rowsum.cache_info() == 1
+
+
+def test_a_kernel_made_before_torch_is_imported(kernels, backend, child_env):
+    # And the op's name is the same in another process: a stable name for a same kernel.
+    if backend != "cython":
+        pytest.skip("one child process (torch's import is slow), behind the default backend")
+    code = textwrap.dedent(f"""
+        import sys
+        import tilejit
+        from tilejit import T
+        n = T.symbol("n")
+        k = tilejit.compile(tilejit.Program(name="pad1", source={PAD1!r}, params=[
+            T.Buffer((n,), "float32", name="A", const=True),
+            T.Buffer((n + 1,), "float32", name="B")]), out_idx=-1)
+        assert "torch" not in sys.modules
+        import torch
+        f = torch.compile(lambda x: k(x) * 2, fullgraph=True, backend="eager")
+        print(f(torch.ones(2)).tolist())
+        from tilejit import torch_op
+        print(torch_op.op_name(k))
+        """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=child_env(), timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["[2.0, 2.0, -2.0]", top.op_name(kernels["pad1"])]
