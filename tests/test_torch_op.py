@@ -63,7 +63,7 @@ void rowsum(const float *A, float *S, int64_t m, int64_t n) {
 }
 """
 SQUARE = """
-void square(const double *X, double *Y, int64_t n) {
+void square64(const double *X, double *Y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) Y[i] = X[i] * X[i];
 }
 """
@@ -106,7 +106,7 @@ def kernels(build):
                                            n=n32), COPY32, out_idx=-1),
         "rowsum": build("rowsum", [T.Buffer((m, n), "float32", name="A", const=True),
                                    T.Buffer((m,), "float32", name="S")], ROWSUM, out_idx=-1),
-        "square": build("square", _buffers(("X", "float64", const), ("Y", "float64", {})),
+        "square": build("square64", _buffers(("X", "float64", const), ("Y", "float64", {})),
                         SQUARE, out_idx=-1),
         "square_backward": build("square_backward",
                                  _buffers(("G", "float64", const), ("X", "float64", const),
@@ -231,8 +231,14 @@ def test_eager_calls_run_the_kernel_directly(kernels):
     assert not [op for op in log.ops if op.startswith("tilejit.")]
 
 
-def test_requires_grad_without_a_backward_says_so(kernels):
+def test_requires_grad_without_a_backward_says_so(kernels, build):
     x = torch.rand(5, requires_grad=True)
+    # A kernel whose op nobody has asked for yet.
+    n = T.symbol("n")
+    fresh = build("fresh", [T.Buffer((n,), "float32", name="A", const=True)],
+                  "void fresh(const float *A, int64_t n) { (void)A; (void)n; }")
+    with pytest.raises(RuntimeError, match=r"^fresh: argument 0 'A' requires grad"):
+        fresh(x)
     with pytest.raises(RuntimeError, match=r"^sum_diff: argument 1 'B' requires grad, but no "
                                            r"backward is registered for this kernel"):
         kernels["sum_diff"](torch.rand(5), x)

@@ -259,8 +259,9 @@ def register_autograd(kernel, backward, setup_context=None) -> None:
 def has_backward(kernel) -> bool:
     """Whether the kernel's op has an autograd kernel: a backward registered by tilejit or
     directly with ``torch.library.register_autograd``."""
-    return torch._C._dispatch_has_kernel_for_dispatch_key(
-        f"{NAMESPACE}::{op_name(kernel)}", "Autograd")
+    name = op_name(kernel)
+    return name in _ops and torch._C._dispatch_has_kernel_for_dispatch_key(
+        f"{NAMESPACE}::{name}", "Autograd")
 
 
 # ---- Calls ------------------------------------------------------------------------------
