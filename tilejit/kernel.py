@@ -23,8 +23,8 @@ class JITKernel:
 
     def __new__(cls, program, signature, library_path, host_source, execution_backend="auto",
                 prebuilt=None):
-        # The instance is of the backend's subclass, whose __call__ is the backend's own:
-        # no Python frame between the caller and the wrapper.
+        # The instance is of the backend's subclass, whose calls go to the backend's own
+        # entry: no Python frame between the caller and the wrapper.
         impl = _backends.kernel_class(JITKernel, _backends.resolve(execution_backend))
         return super(JITKernel, impl).__new__(impl)
 
