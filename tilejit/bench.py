@@ -703,6 +703,15 @@ def run_torch_compile(calls: int = SPEC_MIN_CALLS, repeats: int = 11) -> tuple[s
         T.Buffer((n,), "float32", name="B", const=True),
         T.Buffer((n,), "float32", name="C")]), out_idx=-1, compile_flags=[])
     a, b = torch.rand(N), torch.rand(N)
+    # The reference for what torch charges any custom op: one registered the same way
+    # (torch.library, CompositeExplicitAutograd) whose implementation is a Python function
+    # that only allocates its output.
+    library = torch.library.Library("tilejit_bench", "FRAGMENT")
+    library.define("empty_like_add(Tensor a, Tensor b) -> Tensor")
+    library.impl("empty_like_add", lambda x, y: torch.empty_like(x), "CompositeExplicitAutograd")
+    torch.library.register_fake("tilejit_bench::empty_like_add",
+                                lambda x, y: torch.empty_like(x), lib=library)
+    python_op = torch.ops.tilejit_bench.empty_like_add.default
 
     def compiled(fn):
         return torch.compile(fn, fullgraph=True, backend="inductor")
@@ -716,6 +725,9 @@ def run_torch_compile(calls: int = SPEC_MIN_CALLS, repeats: int = 11) -> tuple[s
             required=True),
         Row("compiled graph: add(a, b)", compiled(lambda x, y: add(x, y)), (a, b),
             required=True),
+        Row("compiled graph: a torch.library op whose Python implementation only allocates",
+            compiled(lambda x, y: python_op(x, y)), (a, b), required=True,
+            note="what torch charges any custom op it calls from a compiled graph"),
         Row("compiled graph: add(torch.add(a, b), b)",
             compiled(lambda x, y: add(torch.add(x, y), y)), (a, b), required=True,
             note="minus the torch.add graph: what the tilejit op adds to a graph"),
