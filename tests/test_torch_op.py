@@ -387,6 +387,15 @@ def test_layout_jit_specialises_at_trace_time(backend):
     assert counter.frame_count == 1 and rowsum.cache_info() == 1
 
 
+def test_the_trace_time_constants_are_marked_as_torch_marks_them():
+    def probe():
+        return 0
+
+    torch.compiler.assume_constant_result(probe)
+    marked = {name: value for name, value in vars(probe).items()}
+    assert marked == {name: vars(top._traced_op_name)[name] for name in marked}
+
+
 def test_a_kernel_made_before_torch_is_imported(kernels, backend, child_env):
     # And the op's name is the same in another process: a stable name for a same kernel.
     if backend != "cython":

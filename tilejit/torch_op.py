@@ -46,6 +46,16 @@ _ops: dict = {}  # op name -> its OpOverload, once registered
 _library = None  # the torch.library.Library fragment of the namespace, made on first use
 
 
+def _constant_at_trace_time(fn):
+    """``torch.compiler.assume_constant_result``: Dynamo calls ``fn`` while it traces and
+    keeps the result as a constant. The decorator imports Dynamo (seconds) to set one
+    attribute; this module loads in every process that makes a kernel with torch loaded,
+    most of which never compile, so the attribute is set here (a test checks that it is
+    the decorator's)."""
+    fn._dynamo_marked_constant = True
+    return fn
+
+
 # ---- Naming ------------------------------------------------------------------------------
 
 
@@ -289,7 +299,7 @@ def claimed_call(kernel, args: tuple, stream):
     return _eager_result(torch_op(kernel)(*args))
 
 
-@torch.compiler.assume_constant_result
+@_constant_at_trace_time
 def _traced_op_name(kernel) -> str:
     """The op name, computed (and the op registered) while Dynamo traces, outside the
     graph: Dynamo calls this at trace time and keeps the result as a constant."""
@@ -336,7 +346,7 @@ def _eager_result(result):
 # ---- @tilejit.jit under torch.compile ------------------------------------------------
 
 
-@torch.compiler.assume_constant_result
+@_constant_at_trace_time
 def _jit_op_name(function, *args, **kwargs) -> str:
     """Compiles (or finds) the kernel a jit factory call makes and registers its op, at
     trace time, outside the graph."""
@@ -349,7 +359,7 @@ def traced_jit_call(function, *args, **kwargs):
     return functools.partial(call_op, _jit_op_name(function, *args, **kwargs))
 
 
-@torch.compiler.assume_constant_result
+@_constant_at_trace_time
 def _layout_entry(function, *args, **kwargs) -> tuple:
     """``(op name, order)`` of the kernel a ``jit(layout=...)`` call runs, specialised
     and registered at trace time from the tensors' example values (Dynamo hands this
