@@ -91,3 +91,16 @@ def test_bench_quick_runs_and_reports_every_row(tmp_path):
     # tilejit ctypes is printed as a ratio of the ctypes floor, with its target.
     assert "× ctypes floor |" in report
     assert "≤ 2× ctypes floor" in rows["tilejit ctypes"][-2]
+
+
+def test_bench_torch_compile_runs_and_reports_every_row(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done = subprocess.run(
+        [sys.executable, "-m", "tilejit", "bench", "--torch-compile", "--calls", "200",
+         "--repeats", "1"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = _table_rows(done.stdout)
+    assert len(rows) == 8 and all(cells[0] != "—" for cells in rows.values()), done.stdout
+    assert "compiled graph: add(a, b)" in rows and "eager: torch.add(a, b)" in rows

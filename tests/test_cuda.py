@@ -388,6 +388,19 @@ def test_stream_is_the_producers_current_work_stream(fake, kernels, backend):
     assert FakeCudaTensor.api_calls["current_work_stream"] == before + 1
 
 
+@pytest.mark.parametrize("backend", ["cython", "ctypes"])
+def test_the_torch_op_launches_on_the_current_stream(fake, kernels, backend):
+    # What torch.compile and CUDA graphs run: the op's implementation passes no stream, so
+    # the launch is on the producer's current work stream (for torch: its current stream).
+    from tilejit import torch_op
+
+    k = kernels(vec_add_program).with_backend(backend)
+    assert torch_op.schema(k) == ("(Tensor A, Tensor B, Tensor(a0!) C) -> ()", ("C",))
+    implementation = torch_op.implementation(k)
+    assert implementation(*(FakeCudaTensor((10,)) for _ in range(3))) is None
+    assert fake.launches()[-1]["stream"] == SENTINEL
+
+
 def test_dlpack_backend_uses_the_frameworks_stream(fake, kernels):
     # The standard protocol carries no stream; a producer that is not torch has none: 0.
     k = kernels(vec_add_program).with_backend("dlpack")
@@ -674,6 +687,36 @@ def test_gpu_cuda_graph_capture_and_replay(child_env):
         with torch.cuda.graph(graph):
             c = add(a, b)
         a.copy_(torch.rand(4096, device=dev))
+        b.fill_(1.0)
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(c, a + 1.0)
+        print("ok")
+        """, child_env)
+
+
+@pytest.mark.cuda
+@gpu
+def test_gpu_torch_compile_and_cuda_graphs(child_env):
+    _run_gpu("""
+        add = tilejit.compile(vec_add_program(), out_idx=-1, target="cuda")
+        a = torch.rand(4096, device=dev)
+        b = torch.rand(4096, device=dev)
+        # reduce-overhead: the compiled graph, the kernel's op included, replays as a CUDA graph.
+        f = torch.compile(lambda x, y: add(x, y) * 2, fullgraph=True, mode="reduce-overhead")
+        for _ in range(3):
+            out = f(a, b)
+        torch.testing.assert_close(out, (a + b) * 2)
+        # The op captured in a CUDA graph by hand, on a side stream made current.
+        op = add.torch_op
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            op(a, b)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            c = op(a, b)
         b.fill_(1.0)
         graph.replay()
         torch.cuda.synchronize()

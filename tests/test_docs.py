@@ -14,7 +14,8 @@ PAGES = sorted(DOCS.glob("*.md"))
 def test_pages_exist():
     names = {p.name for p in PAGES}
     assert {"README.md", "signature.md", "kernel-abi.md", "validation.md", "backends.md",
-            "layout-views.md", "caching.md", "environment.md", "cli.md"} <= names
+            "layout-views.md", "caching.md", "environment.md", "cli.md",
+            "torch-compile.md"} <= names
 
 
 def test_index_links_every_page():

@@ -637,10 +637,15 @@ def test_every_backend_gives_the_same_results_and_errors(vec_add):
 
 
 def test_torch_tensors_the_producer_cannot_export(vec_add, backend):
-    # Requiring grad is no obstacle: the kernel works on the storage, as through the
-    # exchange API (the capsule protocol exports the detached alias).
+    # Requiring grad is no obstacle where autograd records nothing: the kernel works on
+    # the storage, as through the exchange API (the capsule protocol exports the detached
+    # alias). Where it would record, a kernel without a backward says so (test_torch_op).
     a = torch.ones(4, requires_grad=True)
-    assert vec_add(a, torch.ones(4)).tolist() == [2.0] * 4
+    with torch.no_grad():
+        assert vec_add(a, torch.ones(4)).tolist() == [2.0] * 4
+    with pytest.raises(RuntimeError, match="^vec_add: argument 0 'A' requires grad, but no "
+                                           "backward is registered"):
+        vec_add(a, torch.ones(4))
     # No strided storage to hand over: the same ValueError on every backend, with the
     # producer's reason on one line (torch's C++ backtrace dropped).
     for bad in (torch.ones(4).to_sparse(), torch.ones(4, device="meta")):

@@ -25,6 +25,9 @@ def main(argv=None) -> int:
     bench.add_argument("--out", help="also write the table to this file")
     bench.add_argument("--quick", action="store_true",
                        help="skip peers that take long to build (the pybind11 extension)")
+    bench.add_argument("--torch-compile", action="store_true",
+                       help="instead: a tilejit kernel inside torch.compile (inductor), next "
+                            "to torch.add")
     sub.add_parser("version", help="print the version")
     args = parser.parse_args(argv)
 

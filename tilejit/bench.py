@@ -725,11 +725,88 @@ def run(calls: int = SPEC_MIN_CALLS, repeats: int = 11, quick: bool = False) -> 
     return "\n".join(lines), ok
 
 
+# ---- E. inside torch.compile (``--torch-compile``) ----------------------------------------
+
+_ADD_SOURCE = """
+void tj_bench_add(const float *A, const float *B, float *C, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) C[i] = A[i] + B[i];
+}
+"""
+
+
+def run_torch_compile(calls: int = SPEC_MIN_CALLS, repeats: int = 11) -> tuple[str, bool]:
+    """Case E: a tilejit kernel called inside a graph compiled by ``torch.compile``
+    (inductor), where it runs as its torch op, next to ``torch.add`` in the same graph
+    and in graphs of their own; and the same calls in eager mode. Returns the report and
+    whether every row ran.
+
+    >>> report, ok = run_torch_compile(calls=10_000, repeats=5)
+    """
+    import torch
+
+    import tilejit
+    from tilejit import T
+
+    start = time.perf_counter()
+    n = T.symbol("n")
+    add = tilejit.compile(tilejit.Program(name="tj_bench_add", source=_ADD_SOURCE, params=[
+        T.Buffer((n,), "float32", name="A", const=True),
+        T.Buffer((n,), "float32", name="B", const=True),
+        T.Buffer((n,), "float32", name="C")]), out_idx=-1, compile_flags=[])
+    a, b = torch.rand(N), torch.rand(N)
+    # The reference for what torch charges any custom op: one registered the same way
+    # (torch.library, CompositeExplicitAutograd) whose implementation is a Python function
+    # that only allocates its output.
+    library = torch.library.Library("tilejit_bench", "FRAGMENT")
+    library.define("empty_like_add(Tensor a, Tensor b) -> Tensor")
+    library.impl("empty_like_add", lambda x, y: torch.empty_like(x), "CompositeExplicitAutograd")
+    torch.library.register_fake("tilejit_bench::empty_like_add",
+                                lambda x, y: torch.empty_like(x), lib=library)
+    python_op = torch.ops.tilejit_bench.empty_like_add.default
+
+    def compiled(fn):
+        return torch.compile(fn, fullgraph=True, backend="inductor")
+
+    rows = [
+        Row("eager: torch.add(a, b)", torch.add, (a, b), required=True),
+        Row("eager: tilejit add(a, b), direct call", add, (a, b), required=True),
+        Row("eager: add.torch_op(a, b), the op through torch's dispatcher", add.torch_op,
+            (a, b), required=True),
+        Row("compiled graph: torch.add(a, b)", compiled(lambda x, y: torch.add(x, y)), (a, b),
+            required=True),
+        Row("compiled graph: add(a, b)", compiled(lambda x, y: add(x, y)), (a, b),
+            required=True),
+        Row("compiled graph: a torch.library op whose Python implementation only allocates",
+            compiled(lambda x, y: python_op(x, y)), (a, b), required=True,
+            note="what torch charges any custom op it calls from a compiled graph"),
+        Row("compiled graph: add(torch.add(a, b), b)",
+            compiled(lambda x, y: add(torch.add(x, y), y)), (a, b), required=True,
+            note="minus the torch.add graph: what the tilejit op adds to a graph"),
+        Row("compiled graph: torch.add(torch.add(a, b), b)",
+            compiled(lambda x, y: torch.add(torch.add(x, y), y)), (a, b), required=True,
+            note="inductor fuses the two adds into one loop"),
+    ]
+    for row in rows[3:]:  # compiled (and checked) before anything is timed
+        row.fn(a, b)
+    elapsed_build = time.perf_counter() - start
+    _measure(rows, calls, repeats)
+    base = rows[3].median
+    lines = [*_header(calls, repeats, False, elapsed_build), "",
+             *_table(f"E. torch.compile (inductor, CPU): a tilejit kernel as its torch op, "
+                     f"{N} float32 elements, one output allocated per call",
+                     ("× compiled torch.add",), [(row, (base,), "") for row in rows]), ""]
+    return "\n".join(lines), all(row.times for row in rows)
+
+
 def main(args) -> int:
     """Entry point of ``python -m tilejit bench``; ``args`` has ``calls``, ``repeats``,
-    ``out`` and ``quick``. Returns 1 when a row tilejit is responsible for could not run."""
+    ``out``, ``quick`` and ``torch_compile``. Returns 1 when a row tilejit is responsible
+    for could not run."""
     start = time.perf_counter()
-    report, ok = run(calls=args.calls, repeats=args.repeats, quick=args.quick)
+    if getattr(args, "torch_compile", False):
+        report, ok = run_torch_compile(calls=args.calls, repeats=args.repeats)
+    else:
+        report, ok = run(calls=args.calls, repeats=args.repeats, quick=args.quick)
     print(report, end="")
     if args.out:
         Path(args.out).write_text(report)

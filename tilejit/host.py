@@ -234,6 +234,101 @@ def scalar_kind(cls: type) -> str:
         kind = _scalar_kinds.setdefault(cls, kind)
     return kind
 
+# ---- Claims: calls a framework takes over (tj_claim) ----------------------------------
+
+_claim_lock = threading.Lock()
+_torch_probe: list = []  # [(offset, requires_grad, grad_enabled) or None], once found
+
+
+def framework_claim(cls: type):
+    """What the core needs to hand calls with objects of ``cls`` back to their framework
+    (``tj_claim``, core/include/tilejit/tilejit.h): ``(always, offset, requires_grad,
+    grad_enabled)``, the functions as addresses, or None when no framework claims them.
+
+    torch claims a call when a tensor requires grad while grad mode is on (autograd must
+    record it: the call runs as the kernel's custom op, ``tilejit.torch_op``), and every
+    call with a tensor subclass that has its own ``__torch_dispatch__`` (FakeTensor,
+    FunctionalTensor: tensors a tracer makes, with no data a kernel could read): torch
+    runs the op on them. Every kernel call on torch tensors asks, so the question is
+    answered by two C functions of libc10 (see ``_torch_grad_probe``): about 2 ns a
+    tensor, where ``tensor.requires_grad`` costs torch's Python getter 30 to 90 ns.
+    """
+    if framework_of(cls) != "torch":
+        return None
+    import torch
+
+    if not isinstance(cls, type) or not issubclass(cls, torch.Tensor):
+        return None
+    base = torch.Tensor
+    if (_static(cls, "__torch_dispatch__") is not _static(base, "__torch_dispatch__")
+            or _static(cls, "requires_grad") is not _static(base, "requires_grad")):
+        return (1, 0, 0, 0)
+    with _claim_lock:
+        if not _torch_probe:
+            _torch_probe.append(_torch_grad_probe(torch))
+    probe = _torch_probe[0]
+    return None if probe is None else (0, *probe)
+
+
+def _static(cls: type, name: str):
+    import inspect
+
+    return inspect.getattr_static(cls, name, None)
+
+
+_REQUIRES_GRAD = "_ZNK3c1010TensorImpl13requires_gradEv"  # c10::TensorImpl::requires_grad() const
+_GRAD_ENABLED = "_ZN3c108GradMode10is_enabledEv"  # c10::GradMode::is_enabled()
+
+
+def _torch_grad_probe(torch):
+    """``(offset, requires_grad, grad_enabled)`` for torch's claim: a tensor's Python
+    object keeps its ``TensorImpl *`` right after the object header (``THPVariable::
+    cdata``, torch/csrc/autograd/python_variable.h), which libc10's exported
+    ``TensorImpl::requires_grad() const`` takes; ``GradMode::is_enabled()`` takes
+    nothing. All three are checked against torch's own answers on tensors of every kind
+    (leaf, result, view, detached, Parameter, made under no_grad); when anything does
+    not match (another torch, another platform's C++ ABI), None, with a warning: calls
+    are then never claimed for autograd, as before tilejit knew about it."""
+    import ctypes
+    from pathlib import Path
+
+    offset = object.__basicsize__
+    word = ctypes.sizeof(ctypes.c_void_p)
+    try:
+        # THPVariable: the header, at::Tensor cdata (one pointer), two hook pointers.
+        if torch._C.TensorBase.__basicsize__ != offset + 3 * word:
+            raise LookupError("torch.Tensor's object layout is not the one expected")
+        libraries = sorted((Path(torch.__file__).parent / "lib").glob("libc10.*"))
+        if not libraries:
+            raise LookupError("libc10 not found")
+        c10 = ctypes.CDLL(str(libraries[0]))
+        requires_grad, grad_enabled = c10[_REQUIRES_GRAD], c10[_GRAD_ENABLED]
+        requires_grad.restype, requires_grad.argtypes = ctypes.c_bool, [ctypes.c_void_p]
+        grad_enabled.restype, grad_enabled.argtypes = ctypes.c_bool, []
+
+        def asks(tensor) -> bool:
+            return requires_grad(ctypes.c_void_p.from_address(id(tensor) + offset).value)
+
+        leaf = torch.ones(2, requires_grad=True)
+        cases = [torch.ones(2), leaf, leaf * 2, leaf[:1], leaf.detach(),
+                 torch.nn.Parameter(torch.ones(1)), torch.ones(1).requires_grad_()]
+        with torch.no_grad():
+            cases.append(leaf * 2)
+            off = grad_enabled()
+        with torch.enable_grad():
+            on = grad_enabled()
+        if off or not on or any(asks(t) != t.requires_grad for t in cases):
+            raise LookupError("libc10's answers differ from torch's")
+    except (OSError, AttributeError, LookupError) as exc:
+        import warnings
+
+        warnings.warn(f"tilejit: cannot ask torch from C whether a tensor requires grad "
+                      f"({exc}); kernel calls on such tensors will not run through "
+                      "autograd", RuntimeWarning, stacklevel=3)
+        return None
+    return (offset, ctypes.cast(requires_grad, ctypes.c_void_p).value,
+            ctypes.cast(grad_enabled, ctypes.c_void_p).value)
+
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE
 _type_names: dict = {}

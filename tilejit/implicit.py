@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import sys
 import threading
 
 from .compilation import CompileOptions, compile
@@ -62,6 +63,7 @@ class LayoutJITFunction:
         self._lock = threading.Lock()
         self._classify = None
         functools.update_wrapper(self, func)
+        _trace_with_torch()
 
     def _views(self, args, kwargs):
         """Per tensor argument what the kernel gets and its key, and the raw key of the
@@ -154,14 +156,41 @@ class LayoutJITFunction:
     def compile_for(self, *args, **kwargs):
         """The ``JITKernel`` a call with these arguments runs (compiled if needed), without
         running it."""
+        return self.entry_for(*args, **kwargs)[0]
+
+    def entry_for(self, *args, **kwargs):
+        """``(kernel, order)`` for a call with these arguments: the kernel it runs
+        (compiled if needed) and, for each kernel input, the index of the tensor argument
+        it is (tensor arguments counted in call order, positional then keyword)."""
         if not self._takes_stream:
             kwargs.pop("stream", None)
         views, keys, raw = self._views(args, kwargs)
         try:
-            return self._calls[raw][0]
+            return self._calls[raw]
         except (KeyError, TypeError):
-            return self._resolve(args, kwargs, views, keys, raw)[0]
+            return self._resolve(args, kwargs, views, keys, raw)
 
     def cache_info(self) -> int:
         """Number of distinct compiled kernels held."""
         return len({id(entry[0]) for entry in self._kernels.values()})
+
+
+def _traced_layout_call(self, *args, **kwargs):
+    """What ``torch.compile`` traces for a call of a ``LayoutJITFunction``: the kernel
+    is specialised from the tensors' layouts at trace time, outside the graph, and runs
+    as its op (``tilejit.torch_op.traced_layout_call``, inlined directly once loaded, as
+    for ``tilejit.jit.JITFunction``). Dynamo inlines this in place of ``__call__``; a call
+    from Python never comes here."""
+    from . import torch_op
+
+    return torch_op.traced_layout_call(self, *args, **kwargs)
+
+
+LayoutJITFunction.__call__._torchdynamo_inline = _traced_layout_call
+
+
+def _trace_with_torch() -> None:
+    if "torch" in sys.modules:
+        from . import torch_op
+
+        LayoutJITFunction.__call__._torchdynamo_inline = torch_op.traced_layout_call

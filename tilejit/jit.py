@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import threading
 
 from .compilation import CompileOptions, compile
@@ -34,6 +35,7 @@ class JITFunction:
         self._calls: dict = {}
         self._lock = threading.Lock()
         functools.update_wrapper(self, func)
+        _trace_with_torch()
 
     def _canonical_key(self, args, kwargs):
         bound = self._signature.bind(*args, **kwargs)
@@ -77,6 +79,30 @@ class JITFunction:
     def cache_info(self) -> int:
         """Number of distinct compiled kernels held."""
         return len({id(k) for k in self._kernels.values()})
+
+
+def _traced_factory_call(self, *args, **kwargs):
+    """What ``torch.compile`` traces for a call of a ``JITFunction``: the kernel is
+    compiled (or found) at trace time, outside the graph, and stands in the graph as its
+    op (``tilejit.torch_op.traced_jit_call``, which Dynamo inlines directly once loaded:
+    see ``_trace_with_torch``). Dynamo inlines this in place of ``__call__``
+    (``_torchdynamo_inline``); a call from Python never comes here."""
+    from . import torch_op
+
+    return torch_op.traced_jit_call(self, *args, **kwargs)
+
+
+JITFunction.__call__._torchdynamo_inline = _traced_factory_call
+
+
+def _trace_with_torch() -> None:
+    """With torch loaded, Dynamo inlines ``tilejit.torch_op.traced_jit_call`` itself (a
+    module imported inside traced code costs every call of the compiled function a
+    guard written in Python)."""
+    if "torch" in sys.modules:
+        from . import torch_op
+
+        JITFunction.__call__._torchdynamo_inline = torch_op.traced_jit_call
 
 
 def jit(func=None, *, out_idx=None, target=None, execution_backend=None, compile_flags=None,

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+import weakref
+from typing import ClassVar
+
 from . import backends as _backends
 from .backends.core import CoreKernel
 from .program import Program
@@ -19,10 +23,15 @@ class JITKernel:
 
     def __new__(cls, program, signature, library_path, host_source, execution_backend="auto",
                 prebuilt=None):
-        # The instance is of the backend's subclass, whose __call__ is the backend's own:
-        # no Python frame between the caller and the wrapper.
+        # The instance is of the backend's subclass, whose calls go to the backend's own
+        # entry: no Python frame between the caller and the wrapper.
         impl = _backends.kernel_class(JITKernel, _backends.resolve(execution_backend))
         return super(JITKernel, impl).__new__(impl)
+
+    # Every kernel alive in the process: torch.compile registers all their ops before it
+    # compiles a graph (tilejit.torch_op), so that a graph loaded from torch's caches finds
+    # the op of a kernel that only a registered backward calls.
+    _alive: ClassVar[weakref.WeakSet] = weakref.WeakSet()
 
     def __init__(self, program: Program, signature: Signature, library_path: str,
                  host_source: str, execution_backend: str = "auto", prebuilt=None):
@@ -39,6 +48,12 @@ class JITKernel:
         # Each JITKernel has its own core kernel (and so its own CUDA modules).
         self._core_kernel = CoreKernel(signature.spec, library_path, signature.entry, prebuilt)
         _backends.bind(self, self.execution_backend, self._core_kernel, order)
+        JITKernel._alive.add(self)
+        if "torch" in sys.modules:
+            # Loading it makes Dynamo inline its traced_call in place of __call__ (see
+            # _traced_call). A process that imports torch only later traces through
+            # _traced_call until a kernel made after torch loads it.
+            from . import torch_op  # noqa: F401
 
     @property
     def params(self):
@@ -78,6 +93,54 @@ class JITKernel:
         """The full file tilejit compiled: prelude, kernel source and packed-entry glue (CPU),
         or prelude, the kernel's declaration and its source (CUDA)."""
         return self._host_source
+
+    @property
+    def torch_op(self):
+        """The kernel as a torch custom op (``torch._ops.OpOverload``,
+        ``torch.ops.tilejit.<name>_<hash>.default``), registered with ``torch.library``
+        on first use: schema, mutated buffers and a fake implementation come from the
+        signature. ``torch.compile`` traces calls of the kernel as this op; see
+        docs/torch-compile.md.
+
+        >>> kernel.torch_op(a, b)     # what torch.compile and autograd run
+        """
+        from . import torch_op
+
+        return torch_op.torch_op(self)
+
+    def register_autograd(self, backward, setup_context=None) -> None:
+        """Makes the kernel differentiable: ``torch.library.register_autograd`` on its
+        op, with that function's meaning (``backward(ctx, *grads)`` returns one gradient
+        per input, None for those without; ``setup_context(ctx, inputs, output)`` saves
+        what backward needs). Calls with tensors that require grad then run as the op,
+        in eager mode and under ``torch.compile``; without a backward they raise.
+
+        >>> def setup(ctx, inputs, output):
+        ...     ctx.save_for_backward(inputs[0])
+        >>> square.register_autograd(lambda ctx, g: twice_product(g, *ctx.saved_tensors),
+        ...                          setup_context=setup)
+        """
+        from . import torch_op
+
+        torch_op.register_autograd(self, backward, setup_context)
+
+    def _traced_call(self, *args, **keywords):
+        """The call as ``torch.compile`` traces it: the kernel's op (see
+        ``tilejit.backends.kernel_class``; a call from Python never comes here). Once
+        ``tilejit.torch_op`` is loaded Dynamo inlines its ``traced_call`` in place of this
+        (``_torchdynamo_inline``): a module imported inside traced code costs every call
+        of the compiled function a guard written in Python. The signature is the ctypes
+        ``__call__``'s: Dynamo guards on the defaults of the function it replaces."""
+        from . import torch_op
+
+        return torch_op.traced_call(self, *args, **keywords)
+
+    def _claimed_call(self, args: tuple, stream):
+        """A call the core handed back because torch must run it (``tj_claim``): a tensor
+        requires grad while grad mode is on, or a tracer made it."""
+        from . import torch_op
+
+        return torch_op.claimed_call(self, args, stream)
 
     def with_backend(self, name: str) -> JITKernel:
         """The same compiled library behind another execution backend; no recompilation."""

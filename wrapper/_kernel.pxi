@@ -170,6 +170,8 @@ cdef class Kernel:
             call.has_stream = 1
             call.stream = <void *><uintptr_t>_hooks.stream_handle(stream, self._name)
         rc = tj_call_run(self._k, &call)
+        if rc == TJ_ECLAIMED:  # the framework runs it (tilejit.JITKernel._claimed_call)
+            return self._claimed_call(tuple([<object>args[i] for i in range(count)]), stream)
         if self._nout == 0:
             if rc != TJ_OK:
                 _raise(rc)

@@ -221,6 +221,29 @@ cdef const DLPackExchangeAPIHeader *_exchange_header(object cls) except? NULL:
     return NULL
 
 
+ctypedef c_bool (*_requires_grad_fn)(const void *) noexcept
+ctypedef c_bool (*_grad_enabled_fn)() noexcept
+
+
+cdef int _set_claim(tj_producer *producer, object cls) except -1:
+    """Gives the producer its framework's claim on calls (tj_claim), if the framework
+    makes one for objects of ``cls`` (tilejit.host.framework_claim). The claim lives as
+    long as the producer: the process."""
+    found = _hooks.framework_claim(cls)
+    if found is None:
+        return 0
+    cdef tj_claim *claim = <tj_claim *>calloc(1, sizeof(tj_claim))
+    if claim == NULL:
+        raise MemoryError()
+    always, offset, requires_grad, grad_enabled = found
+    claim.always = always
+    claim.offset = offset
+    claim.requires_grad = <_requires_grad_fn><uintptr_t>requires_grad
+    claim.grad_enabled = <_grad_enabled_fn><uintptr_t>grad_enabled
+    producer.claim = claim
+    return 0
+
+
 cdef const tj_producer *_discover(object cls, bint exchange) except? NULL:
     cdef const DLPackExchangeAPIHeader *header
     cdef tj_producer *producer = NULL
@@ -243,6 +266,7 @@ cdef const tj_producer *_discover(object cls, bint exchange) except? NULL:
             producer.context = <void *>cls
         if producer != NULL:
             _set_view(producer, cls)
+            _set_claim(producer, cls)
     _registry[(cls, exchange)] = PyLong_FromVoidPtr(<void *>producer)
     return producer
 

@@ -49,13 +49,14 @@ class _Hooks:
     scalar_kind = None
     view_check = None
     lazy_view = None
+    framework_claim = None
 
 
 cdef object _hooks = _Hooks
 
 
 def configure(*, dlpack_capsule, producer_error, allocate, framework_stream, stream_handle,
-              pointer_type, type_name, scalar_kind, view_check, lazy_view):
+              pointer_type, type_name, scalar_kind, view_check, lazy_view, framework_claim):
     """Installs the Python functions the binding calls back (see tilejit.host): once,
     by tilejit, before any kernel is made."""
     _hooks.dlpack_capsule = dlpack_capsule
@@ -68,6 +69,7 @@ def configure(*, dlpack_capsule, producer_error, allocate, framework_stream, str
     _hooks.scalar_kind = scalar_kind
     _hooks.view_check = view_check
     _hooks.lazy_view = lazy_view
+    _hooks.framework_claim = framework_claim
 
 
 include "_errors.pxi"

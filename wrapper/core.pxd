@@ -6,6 +6,10 @@ from dlpack_abi cimport (DLDataType, DLDevice, DLManagedTensor, DLManagedTensorV
                          DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor)
 
 
+cdef extern from "<stdbool.h>":
+    ctypedef bint c_bool "bool"  # what the C++ functions of tj_claim return
+
+
 cdef extern from "tilejit/tilejit.h" nogil:
     const char *TJ_VERSION
     enum:
@@ -23,6 +27,7 @@ cdef extern from "tilejit/tilejit.h" nogil:
         TJ_ENOMEM
         TJ_EPYERR
         TJ_EDECLINED
+        TJ_ECLAIMED
 
     const char *tj_last_error()
     int tj_set_error(int code, const char *fmt, ...)
@@ -231,6 +236,12 @@ cdef extern from "tilejit/tilejit.h" nogil:
         uint64_t conjugate
         uint64_t negative
 
+    ctypedef struct tj_claim:
+        int32_t always
+        int32_t offset
+        c_bool (*requires_grad)(const void *state) noexcept
+        c_bool (*grad_enabled)() noexcept
+
     ctypedef struct tj_producer:
         int (*import_ "import")(const tj_producer *self, void *object, tj_arg *arg) noexcept
         int (*allocate)(const tj_producer *self, const DLTensor *prototype, tj_arg *out,
@@ -243,6 +254,7 @@ cdef extern from "tilejit/tilejit.h" nogil:
         const tj_host *host
         int (*view)(const tj_producer *self, void *object, uint32_t *view) noexcept
         const tj_view_bits *view_bits
+        const tj_claim *claim
 
     int tj_view_from_bits(const tj_producer *self, void *object, uint32_t *view) noexcept
     int tj_producer_check_view(const tj_producer *producer, void *object)

@@ -47,8 +47,27 @@ static int output_failed(const tj_kernel *k, int32_t o, int rc) {
   return tj_error_at(rc, -1, o, TJ_PRODUCER_NONE);
 }
 
+/* Whether the producer's framework claims the call for argument `i` (tj_claim):
+ * TJ_OK to go on, or TJ_ECLAIMED. `grad_enabled` caches the framework's answer
+ * for the call (-1: not asked yet). */
+static int check_claim(const tj_kernel *k, const tj_claim *claim, void *object, int32_t i,
+                       int *grad_enabled) {
+  int claimed = claim->always;
+  if (!claimed) {
+    const void *state = *(void *const *)((const char *)object + claim->offset);
+    if (state == NULL || !claim->requires_grad(state)) return TJ_OK;
+    if (*grad_enabled < 0) *grad_enabled = claim->grad_enabled();
+    if (!*grad_enabled) return TJ_OK;
+  }
+  const tj__param *p = input_param(k, i);
+  tj_set_error(TJ_ECLAIMED, "%s: argument %d '%s': %s", k->name, i, p ? p->name : "?",
+               claimed ? "a tensor the framework traces" : "requires grad");
+  return tj_error_at(TJ_ECLAIMED, i, -1, TJ_PRODUCER_NONE);
+}
+
 /* Imports the OBJECT arguments; each names its producer. */
 static int import_args(const tj_kernel *k, tj_arg *args, int32_t nargs) {
+  int grad_enabled = -1;
   for (int32_t i = 0; i < nargs; ++i) {
     tj_arg *arg = &args[i];
     if (arg->kind != TJ_ARG_OBJECT) continue;
@@ -56,11 +75,18 @@ static int import_args(const tj_kernel *k, tj_arg *args, int32_t nargs) {
      * only what names the object is cleared: the import fills the rest. */
     const tj_producer *producer = arg->producer;
     void *object = arg->value.p;
-    arg->kind = TJ_ARG_NONE;
-    arg->producer = NULL;
-    if (producer == NULL || producer->import == NULL)
+    if (producer == NULL || producer->import == NULL) {
+      arg->kind = TJ_ARG_NONE;
+      arg->producer = NULL;
       return import_failed(k, i,
                            tj_set_error(TJ_ETYPE, "the binding gave no producer for the object"));
+    }
+    if (producer->claim != NULL) {
+      int rc = check_claim(k, producer->claim, object, i, &grad_enabled);
+      if (rc != TJ_OK) return rc;
+    }
+    arg->kind = TJ_ARG_NONE;
+    arg->producer = NULL;
     int rc = tj_producer_check_view(producer, object);
     if (rc != TJ_OK) return view_refused(k, i, rc);
     rc = producer->import(producer, object, arg);

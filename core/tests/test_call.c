@@ -5,6 +5,7 @@
  * of owned imports can be asserted. Also the exchange-API adapter and the
  * capsule import, against tables and a host built here.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +20,7 @@ typedef struct {
   tjt_tensor tensor; /* what the object holds */
   int refs;          /* references the core handed out (allocations) */
   int fail_import;   /* import returns this status when non-zero */
+  const bool *grad;  /* what a claim reads: "requires grad" (NULL: no autograd state) */
 } tjt_object;
 
 typedef struct {
@@ -475,6 +477,68 @@ TEST(call_sequence_dispatch) {
   CHECK_EQ_INT(retains, 1);
   CHECK(rec.out_data[1][0] == 11.0f);
   tj_kernel_free(k3);
+}
+
+/* ---- A framework's claim (tj_claim) ------------------------------------------ */
+
+static int grad_mode, grad_asks;
+
+static bool fake_requires_grad(const void *state) { return *(const bool *)state; }
+static bool fake_grad_enabled(void) {
+  grad_asks++;
+  return grad_mode;
+}
+
+TEST(call_run_claims) {
+  memset(&rec, 0, sizeof(rec));
+  tj_claim claim = {0, (int32_t)offsetof(tjt_object, grad), fake_requires_grad, fake_grad_enabled};
+  tj_producer claimed = fake_producer;
+  claimed.claim = &claim;
+  tj_kernel *k = adder(TJ_BUF_OUTPUT);
+  tjt_object a, b;
+  object_tensor(&a, a_data, 8);
+  object_tensor(&b, b_data, 8);
+  bool yes = true, no = false;
+  tj_arg args[2];
+  void *outputs[1];
+  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs};
+#define RUN_CLAIMED(grad_a, grad_b, expect)         \
+  do {                                              \
+    a.grad = (grad_a), b.grad = (grad_b);           \
+    object_arg(&args[0], &a);                       \
+    object_arg(&args[1], &b);                       \
+    args[0].producer = args[1].producer = &claimed; \
+    CHECK_STATUS(tj_call_run(k, &call), expect);    \
+  } while (0)
+
+  /* Nothing requires grad: no claim, grad mode never asked. */
+  grad_mode = 1, grad_asks = 0;
+  RUN_CLAIMED(NULL, &no, TJ_OK);
+  CHECK_EQ_INT(grad_asks, 0);
+  CHECK_EQ_INT(rec.imports, 2);
+
+  /* B requires grad with grad mode on: claimed before its import, nothing made. */
+  memset(&rec, 0, sizeof(rec));
+  RUN_CLAIMED(&no, &yes, TJ_ECLAIMED);
+  CHECK_EQ_STR(tj_last_error(), "vec_add: argument 1 'B': requires grad");
+  CHECK_EQ_INT(tj_last_error_info()->argument, 1);
+  CHECK_EQ_INT(rec.imports, 1);
+  CHECK_EQ_INT(rec.allocations, 0);
+  CHECK(outputs[0] == NULL);
+
+  /* Both require grad with grad mode off: grad mode asked once, the call runs. */
+  memset(&rec, 0, sizeof(rec));
+  grad_mode = 0, grad_asks = 0;
+  RUN_CLAIMED(&yes, &yes, TJ_OK);
+  CHECK_EQ_INT(grad_asks, 1);
+  CHECK(rec.out_data[0][0] == 11.0f);
+
+  /* Tensors the framework traces are always claimed, whatever their state. */
+  claim.always = 1;
+  RUN_CLAIMED(NULL, NULL, TJ_ECLAIMED);
+  CHECK_EQ_STR(tj_last_error(), "vec_add: argument 0 'A': a tensor the framework traces");
+#undef RUN_CLAIMED
+  tj_kernel_free(k);
 }
 
 /* ---- The exchange-API adapter ------------------------------------------------- */

@@ -52,23 +52,48 @@ def _wrapper_available() -> bool:
     return _wrapper_state[0]
 
 
+_traced_call = None  # what Dynamo inlines for a kernel call, once tilejit.torch_op is loaded
+
+
 def kernel_class(base: type, name: str) -> type:
-    """The JITKernel subclass running through backend ``name`` (created once)."""
+    """The JITKernel subclass running through backend ``name`` (created once).
+
+    Its ``__call__`` is what ``torch.compile`` sees (``base._traced_call``, which traces
+    the call as the kernel's custom op) while a call in Python runs the backend's own
+    entry: the wrapper's vectorcall slot, which CPython calls before any ``__call__``,
+    or the ctypes ``__call__``, whose ``_torchdynamo_inline`` names the function Dynamo
+    inlines in its place (the attribute ``torch.compile`` itself marks its wrappers
+    with). Neither costs an eager call anything.
+    """
     cls = _classes.get(name)
     if cls is None:
         if name == "ctypes":
             from .ctypes_backend import CtypesKernel as impl
+
+            call = impl.__call__
+            call._torchdynamo_inline = _traced_call or base._traced_call
         else:
             from .cython_backend import wrapper_module
 
             impl = wrapper_module().Kernel
+            call = base._traced_call
         cls = type(f"{name.capitalize()}JITKernel", (base, impl),
-                   {"__module__": base.__module__, "__doc__": base.__doc__})
+                   {"__module__": base.__module__, "__doc__": base.__doc__, "__call__": call})
         if name != "ctypes":
             # Calls straight into the wrapper's vectorcall entry (no argument tuple).
             wrapper_module()._enable_vectorcall(cls)
         _classes[name] = cls
     return cls
+
+
+def trace_calls_with(traced_call) -> None:
+    """Makes ``traced_call`` (``tilejit.torch_op.traced_call``) what Dynamo inlines for a
+    call of a kernel of any backend, made or to be made: the ``_torchdynamo_inline`` of
+    every kernel class's ``__call__``."""
+    global _traced_call
+    _traced_call = traced_call
+    for cls in _classes.values():
+        cls.__call__._torchdynamo_inline = traced_call
 
 
 def bind(kernel, name: str, core_kernel, out_order: tuple) -> None:

@@ -126,13 +126,18 @@ class TjViewBits(Structure):
     _c_name_ = "tj_view_bits"
     _fields_ = [("block_offset", c_int64), ("word_offset", c_int64), ("conjugate", c_uint64),
                 ("negative", c_uint64)]
+class TjClaim(Structure):
+    _c_name_ = "tj_claim"
+    _fields_ = [("always", c_int32), ("offset", c_int32), ("requires_grad", c_void_p),
+                ("grad_enabled", c_void_p)]
 
 
 class TjProducer(Structure):
     _c_name_ = "tj_producer"
     _fields_ = [("import_", c_void_p), ("allocate", c_void_p), ("current_stream", c_void_p),
                 ("api", c_void_p), ("type", c_void_p), ("context", c_void_p),
-                ("host", c_void_p), ("view", c_void_p), ("view_bits", c_void_p)]
+                ("host", c_void_p), ("view", c_void_p), ("view_bits", c_void_p),
+                ("claim", c_void_p)]
 
 
 class TjCall(Structure):

@@ -27,6 +27,7 @@ from .ctypes_abi import (
     TjArg,
     TjCall,
     TjCallPlan,
+    TjClaim,
     TjHost,
     TjProducer,
     TjViewBits,
@@ -36,7 +37,7 @@ ARG_TENSOR, ARG_INT, ARG_BOOL, ARG_FLOAT = (abi.TJ_ARG_TENSOR, abi.TJ_ARG_INT, a
                                             abi.TJ_ARG_FLOAT)
 ARG_ADDRESS, ARG_OTHER, ARG_OBJECT = abi.TJ_ARG_ADDRESS, abi.TJ_ARG_OTHER, abi.TJ_ARG_OBJECT
 ARG_OUT_OF_RANGE = abi.TJ_ARG_OUT_OF_RANGE
-EPYERR, EDECLINED = abi.TJ_EPYERR, abi.TJ_EDECLINED
+EPYERR, EDECLINED, ECLAIMED = abi.TJ_EPYERR, abi.TJ_EDECLINED, abi.TJ_ECLAIMED
 MAX_OUTPUTS = abi.TJ_MAX_OUTPUTS
 
 
@@ -165,6 +166,7 @@ _FAILED = object()
 
 _lock = threading.Lock()
 _registry: dict = {}  # type -> TjProducer (kept alive), or None: no tensors
+_claims: dict = {}  # type -> the TjClaim its producer points to
 _from_capsule = None  # tj_arg_from_capsule, set with the core
 _run = None           # tj_call_run
 _sequence = None      # tj_call_sequence
@@ -187,15 +189,23 @@ def _discover(cls):
         from .cython_backend import wrapper_module
 
         return TjProducer.from_address(wrapper_module().producer_address(cls, True))
+    producer = None
     header = _exchange_header(cls)
     if header:
         producer = TjProducer()
         if core_library().tj_producer_from_exchange(addressof(producer), header, id(cls)) == 0:
             producer.host = _HOST_ADDRESS
-            return _set_view(producer, cls)
-    if hasattr(cls, "__dlpack__") or cls is type(None):
-        return _set_view(_dlpack_producer(cls), cls)
-    return None
+        else:
+            producer = None
+    if producer is None and (hasattr(cls, "__dlpack__") or cls is type(None)):
+        producer = _dlpack_producer(cls)
+    if producer is not None:
+        _set_view(producer, cls)
+        claim = host.framework_claim(cls)
+        if claim is not None:  # see tj_claim; kept alive with the producer, by the registry
+            _claims[cls] = TjClaim(*claim)
+            producer.claim = addressof(_claims[cls])
+    return producer
 
 
 def _dlpack_producer(cls) -> TjProducer:
@@ -337,6 +347,8 @@ class CtypesKernel:
         info = core_library().tj_last_error_info().contents
         if info.code == EDECLINED:
             return self._call_args(args, stream)
+        if info.code == ECLAIMED:
+            return self._claimed_call(args, stream)
         if info.code == EPYERR:
             parked = getattr(_parked, "exc", None)
             _parked.exc = None
@@ -370,6 +382,8 @@ class CtypesKernel:
             self._collect(outs)
             raise _failure(exc) from exc
         outputs = self._collect(outs)
+        if rc == ECLAIMED:
+            return self._claimed_call(args, stream)
         _check(rc)
         if self._nout == 0:
             return None

@@ -19,7 +19,8 @@ def wrapper_module():
                          allocate=host.allocate, framework_stream=host.framework_stream,
                          stream_handle=host.stream_handle, pointer_type=Pointer,
                          type_name=host.type_name, scalar_kind=host.scalar_kind,
-                         view_check=host.view_check, lazy_view=host.lazy_view)
+                         view_check=host.view_check, lazy_view=host.lazy_view,
+                         framework_claim=host.framework_claim)
         host.use_array_empty(module.empty)
         _module = module
     return _module

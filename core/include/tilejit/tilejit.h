@@ -21,6 +21,7 @@
 #ifndef TILEJIT_TILEJIT_H_
 #define TILEJIT_TILEJIT_H_
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "tilejit/dlpack_abi.h"
@@ -48,14 +49,15 @@ extern "C" {
 /* ---- Status codes --------------------------------------------------------- */
 
 /* X(name, value, python exception class) */
-#define TJ_STATUS_MAP(X)                                               \
-  X(TJ_OK, 0, "")                                                      \
-  X(TJ_ETYPE, -1, "TypeError")       /* wrong kind of argument */      \
-  X(TJ_EVALUE, -2, "ValueError")     /* right kind, bad value */       \
-  X(TJ_ERUNTIME, -3, "RuntimeError") /* loader, driver, launch */      \
-  X(TJ_ENOMEM, -4, "MemoryError")                                      \
-  X(TJ_EPYERR, -5, "")    /* a producer's (Python) error is pending */ \
-  X(TJ_EDECLINED, -6, "") /* tj_call_sequence: not for it, nothing done */
+#define TJ_STATUS_MAP(X)                                                   \
+  X(TJ_OK, 0, "")                                                          \
+  X(TJ_ETYPE, -1, "TypeError")       /* wrong kind of argument */          \
+  X(TJ_EVALUE, -2, "ValueError")     /* right kind, bad value */           \
+  X(TJ_ERUNTIME, -3, "RuntimeError") /* loader, driver, launch */          \
+  X(TJ_ENOMEM, -4, "MemoryError")                                          \
+  X(TJ_EPYERR, -5, "")    /* a producer's (Python) error is pending */     \
+  X(TJ_EDECLINED, -6, "") /* tj_call_sequence: not for it, nothing done */ \
+  X(TJ_ECLAIMED, -7, "")  /* a framework takes the call over (tj_claim) */
 
 typedef enum {
 #define TJ__STATUS_ENUM(name, value, exc) name = value,
@@ -77,7 +79,7 @@ int tj_set_error(int code, const char *fmt, ...)
 
 /* Name of a status code ("TJ_EVALUE"), and the Python exception class name it
  * maps to ("ValueError"; "" for codes that raise nothing of their own: TJ_OK,
- * TJ_EPYERR, TJ_EDECLINED). Static strings. The one map from codes to
+ * TJ_EPYERR, TJ_EDECLINED, TJ_ECLAIMED). Static strings. The one map from codes to
  * exception classes: bindings raise what this names. */
 const char *tj_status_name(int code);
 const char *tj_status_exception(int code);
@@ -520,6 +522,34 @@ typedef struct tj_view_bits {
   uint64_t negative;
 } tj_view_bits;
 
+/* A framework's claim on calls with its objects: such a call is not run by the
+ * core but handed back to the binding, which runs it through the framework
+ * (torch: the kernel's custom op, so that autograd records it and traced
+ * tensors reach its fake implementation). Before importing an object whose
+ * producer has a claim, the core asks: the call is claimed when `always` is 1
+ * (tensors a framework traces, which hold no data), or when the object
+ * requires grad and grad_enabled() says the framework records gradients now.
+ * Whether it requires grad is requires_grad(state), `state` being the pointer
+ * the object holds at byte `offset` (NULL: it does not). grad_enabled is
+ * asked at most once per call, and only then. The call then fails with
+ * TJ_ECLAIMED, before anything is allocated or launched, and the record names
+ * the argument.
+ *
+ * Both are plain C calls of a few nanoseconds, because every call of a kernel
+ * on torch tensors asks: for torch, `offset` is where a tensor's Python object
+ * keeps its TensorImpl (THPVariable::cdata, torch/csrc/autograd/
+ * python_variable.h), requires_grad is c10::TensorImpl::requires_grad() const
+ * and grad_enabled c10::GradMode::is_enabled(), both exported by libc10
+ * (tilejit.host checks all three against torch's own answers before use).
+ * Caller-owned; borrowed by the producers that point to it, for as long as
+ * they live. */
+typedef struct tj_claim {
+  int32_t always;
+  int32_t offset;
+  bool (*requires_grad)(const void *state);
+  bool (*grad_enabled)(void);
+} tj_claim;
+
 typedef struct tj_producer tj_producer;
 struct tj_producer {
   /* Makes `arg` (initialised by the caller) a TENSOR from `object`: a borrowed
@@ -548,6 +578,7 @@ struct tj_producer {
    * reads `view_bits` (borrowed) in place. */
   int (*view)(const tj_producer *self, void *object, uint32_t *view);
   const tj_view_bits *view_bits;
+  const tj_claim *claim; /* the framework's claim on calls, or NULL: none */
 };
 
 /* A tj_producer.view that reads the bits where self->view_bits says. */
@@ -605,7 +636,8 @@ typedef struct tj_call {
 
 /* Runs one call, each step here and nowhere else:
  *   1. the argument count;
- *   2. imports each TJ_ARG_OBJECT argument with its producer;
+ *   2. imports each TJ_ARG_OBJECT argument with its producer, unless the
+ *      producer's framework claims the call (tj_claim: TJ_ECLAIMED);
  *   3. validates every argument and binds the symbols (tj_call_bind);
  *   4. the stream: explicit > the current work stream of the first tensor's
  *      producer (devices other than the CPU) > none;
