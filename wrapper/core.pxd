@@ -222,7 +222,6 @@ cdef extern from "tilejit/tilejit.h" nogil:
         int (*view)(const tj_producer *self, void *object, uint32_t *view) noexcept
         const tj_view_bits *view_bits
 
-    int tj_view_from_bits(const tj_producer *self, void *object, uint32_t *view) noexcept
     int tj_producer_check_view(const tj_producer *producer, void *object)
 
     int tj_producer_from_exchange(tj_producer *producer, const DLPackExchangeAPIHeader *header,
