@@ -194,8 +194,8 @@ TJ__COLD static int too_large(binder *b, int32_t index, const DLTensor *t, const
   return fail(b, TJ_EVALUE, index, msg);
 }
 
-/* Why check_extent (or check_buffer) refused a tensor: no data, an offset that wraps, or elements
- * beyond the address space. */
+/* Why check_extent (or check_buffer, for a compact tensor) refused a tensor:
+ * no data, an offset that wraps, or elements beyond the address space. */
 TJ__COLD static int span_refused(binder *b, int32_t index, const DLTensor *t,
                                  const int64_t *strides) {
   char shape[200], st[200] = "NULL (compact)", msg[600];
@@ -247,7 +247,6 @@ TJ__COLD static int negative_extent(binder *b, int32_t index, int32_t d, int64_t
   return fail(b, TJ_EVALUE, index, msg);
 }
 
-/* Phase 1 for a buffer: everything but complex expressions. */
 TJ__COLD static int wrong_dtype(binder *b, int32_t index, DLDataType want, DLDataType got) {
   char msg[160], a[48], c[48];
   tj_dtype_format(want, a, sizeof(a));
@@ -278,6 +277,7 @@ TJ__COLD static int not_compact(binder *b, int32_t index, const DLTensor *t) {
   return fail(b, TJ_EVALUE, index, msg);
 }
 
+/* Phase 1 for a buffer: everything but complex expressions. */
 static int check_buffer(binder *b, int32_t index, const tj_arg *arg) {
   const tj_kernel *k = b->k;
   const tj__param *p = &k->params[index];
