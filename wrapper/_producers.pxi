@@ -178,7 +178,6 @@ cdef int _set_view(tj_producer *producer, object cls) except -1:
             raise MemoryError()
         bits.block_offset, bits.word_offset, bits.conjugate, bits.negative = check
         producer.view_bits = bits
-        producer.view = tj_view_from_bits
     else:
         producer.view = _ask_view
     return 0

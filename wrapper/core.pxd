@@ -256,7 +256,6 @@ cdef extern from "tilejit/tilejit.h" nogil:
         const tj_view_bits *view_bits
         const tj_claim *claim
 
-    int tj_view_from_bits(const tj_producer *self, void *object, uint32_t *view) noexcept
     int tj_producer_check_view(const tj_producer *producer, void *object)
 
     int tj_producer_from_exchange(tj_producer *producer, const DLPackExchangeAPIHeader *header,

@@ -524,7 +524,6 @@ static void next_view(input *in, tj_producer *producer, tj_view_bits *bits, int 
   memset(viewed_object, 0, sizeof(viewed_object));
   memcpy(viewed_object + bits->block_offset, &block, sizeof(block));
   for (int i = 0; i < 8; ++i) viewed_block[i] = next_u8(in) < 200 ? 0 : next_raw64(in);
-  producer->view = tj_view_from_bits;
   producer->view_bits = bits;
 }
 

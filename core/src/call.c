@@ -87,8 +87,13 @@ static int import_args(const tj_kernel *k, tj_arg *args, int32_t nargs) {
     }
     arg->kind = TJ_ARG_NONE;
     arg->producer = NULL;
-    int rc = tj_producer_check_view(producer, object);
-    if (rc != TJ_OK) return view_refused(k, i, rc);
+    /* Lazy views: the common case (bits read in place, none set) inline. */
+    const tj_view_bits *bits = producer->view_bits;
+    int rc;
+    if ((bits != NULL ? (tj__view_word(bits, object) & (bits->conjugate | bits->negative)) != 0
+                      : producer->view != NULL) &&
+        (rc = tj_producer_check_view(producer, object)) != TJ_OK)
+      return view_refused(k, i, rc);
     rc = producer->import(producer, object, arg);
     if (arg->producer == NULL) arg->producer = producer;
     if (rc != TJ_OK) return import_failed(k, i, rc);

@@ -66,11 +66,6 @@ void tj_dtype_format(DLDataType dtype, char *buf, int32_t size) {
     snprintf(buf + n, (size_t)(size - n), "x%u", dtype.lanes);
 }
 
-int64_t tj__dtype_bytes(DLDataType dtype) {
-  int64_t bits = (int64_t)dtype.bits * (dtype.lanes ? dtype.lanes : 1);
-  return bits >= 8 ? bits / 8 : 1;
-}
-
 void tj__format_tuple(const int64_t *v, int32_t n, char *buf, int32_t size) {
   int32_t used = snprintf(buf, (size_t)size, "(");
   for (int32_t i = 0; i < n && used < size; ++i)

@@ -5,6 +5,8 @@
 #ifndef TILEJIT_INTERNAL_H_
 #define TILEJIT_INTERNAL_H_
 
+#include <string.h>
+
 #include "tilejit/tilejit.h"
 
 /* An expression as registered: its RPN program plus what the validator needs
@@ -89,8 +91,39 @@ struct tj_kernel {
   tj_tensormap tensormaps[TJ_MAX_TENSORMAPS]; /* names owned */
 };
 
+/* Error paths: kept out of the functions that check, so that those stay small
+ * enough to inline on the per-call path. */
+#if defined(__GNUC__)
+#define TJ__COLD __attribute__((cold, noinline))
+#else
+#define TJ__COLD
+#endif
+
 /* Bytes per element (at least 1 for sub-byte types). */
-int64_t tj__dtype_bytes(DLDataType dtype);
+static inline int64_t tj__dtype_bytes(DLDataType dtype) {
+  int64_t bits = (int64_t)dtype.bits * (dtype.lanes ? dtype.lanes : 1);
+  return bits >= 8 ? bits / 8 : 1;
+}
+
+/* The word holding the lazy-view bits of `object`, read where `bits` says
+ * (tj_view_bits); 0 when the object points to no block. Inline: it runs for
+ * every torch tensor of every call. */
+static inline uint64_t tj__view_word(const tj_view_bits *bits, const void *object) {
+  const char *block;
+  uint64_t word;
+  memcpy(&block, (const char *)object + bits->block_offset, sizeof(block));
+  if (block == NULL) return 0;
+  memcpy(&word, block + bits->word_offset, sizeof(word));
+  return word;
+}
+
+/* What the kernel receives for a tensor argument: data + byte_offset (NULL for
+ * no tensor), on integers: validation checked the sum does not wrap, and a
+ * NULL data pointer with an offset is no pointer C may add to. */
+static inline void *tj__tensor_address(const tj_arg *arg) {
+  if (arg == NULL || arg->kind != TJ_ARG_TENSOR) return NULL;
+  return (void *)((uintptr_t)arg->tensor.data + arg->tensor.byte_offset);
+}
 
 /* "argument 1 'B'" or "output 'C'" for messages. */
 void tj__param_label(const tj_kernel *k, int32_t index, char *buf, int32_t size);
@@ -106,10 +139,6 @@ int tj__prefix_error(int code, const char *fmt, ...)
 /* The value of kernel ABI argument `a` when it is a symbol or an expression,
  * over the frame's bound symbols. */
 int tj__abi_integer(const tj_frame *f, const tj_abi_arg *a, int64_t *out);
-
-/* What the kernel receives for a tensor argument: data + byte_offset (NULL for
- * no tensor). */
-void *tj__tensor_address(const tj_arg *arg);
 
 /* Bytes a kernel ABI argument takes in the kernel's parameter list. */
 int64_t tj__abi_bytes(const tj_kernel *k, const tj_abi_arg *a);

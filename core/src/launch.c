@@ -1,13 +1,6 @@
 /* Packing bound arguments and running the kernel. */
 #include "internal.h"
 
-void *tj__tensor_address(const tj_arg *arg) {
-  if (arg == NULL || arg->kind != TJ_ARG_TENSOR) return NULL;
-  /* On integers: validation checked the sum does not wrap, and a NULL data
-   * pointer with an offset is no pointer C may add to. */
-  return (void *)((uintptr_t)arg->tensor.data + arg->tensor.byte_offset);
-}
-
 int tj__abi_integer(const tj_frame *f, const tj_abi_arg *a, int64_t *out) {
   if (a->source == TJ_ABI_SYMBOL) {
     *out = f->symbols[a->index];

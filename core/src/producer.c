@@ -100,23 +100,17 @@ int tj_arg_from_capsule(tj_arg *arg, void *capsule, const tj_host *host) {
   return tj_set_error(TJ_ETYPE, "__dlpack__ returned an object that is not a DLPack capsule");
 }
 
-int tj_view_from_bits(const tj_producer *self, void *object, uint32_t *view) {
-  const tj_view_bits *bits = self->view_bits;
-  const char *block;
-  uint64_t word;
-  *view = 0;
-  memcpy(&block, (const char *)object + bits->block_offset, sizeof(block));
-  if (block == NULL) return TJ_OK;
-  memcpy(&word, block + bits->word_offset, sizeof(word));
-  *view = ((word & bits->conjugate) ? TJ_VIEW_CONJUGATE : 0u) |
-          ((word & bits->negative) ? TJ_VIEW_NEGATIVE : 0u);
-  return TJ_OK;
-}
-
 int tj_producer_check_view(const tj_producer *producer, void *object) {
   uint32_t view = 0;
-  if (producer->view == NULL) return TJ_OK;
-  int rc = producer->view(producer, object, &view);
+  int rc = TJ_OK;
+  const tj_view_bits *bits = producer->view_bits;
+  if (bits != NULL) {
+    uint64_t word = tj__view_word(bits, object);
+    view = ((word & bits->conjugate) ? TJ_VIEW_CONJUGATE : 0u) |
+           ((word & bits->negative) ? TJ_VIEW_NEGATIVE : 0u);
+  } else if (producer->view != NULL) {
+    rc = producer->view(producer, object, &view);
+  }
   if (rc != TJ_OK || view == 0) return rc;
   int conjugate = (view & TJ_VIEW_CONJUGATE) != 0, negative = (view & TJ_VIEW_NEGATIVE) != 0;
   return tj_set_error(TJ_EVALUE,

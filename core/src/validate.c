@@ -27,7 +27,7 @@ typedef struct {
 
 #define LABEL(b, i, buf) tj__param_label((b)->k, (i), (buf), (int32_t)sizeof(buf))
 
-static int fail(binder *b, int code, int32_t index, const char *what) {
+TJ__COLD static int fail(binder *b, int code, int32_t index, const char *what) {
   char label[160];
   LABEL(b, index, label);
   const tj__param *p = &b->k->params[index];
@@ -70,16 +70,25 @@ static int check_device(binder *b, int32_t index, const DLDevice *dev) {
   return TJ_OK;
 }
 
+TJ__COLD static int misaligned(binder *b, int32_t index, uintptr_t addr, int64_t align) {
+  char msg[200];
+  snprintf(msg, sizeof(msg),
+           "expected the data pointer aligned to %lld bytes, got address %p (misaligned by %llu)",
+           (long long)align, (void *)addr, (unsigned long long)(addr % (uint64_t)align));
+  return fail(b, TJ_EVALUE, index, msg);
+}
+
 static int check_alignment(binder *b, int32_t index, uintptr_t addr, int64_t align) {
   /* align is a power of two (tj_kernel_set_buffer/set_pointer check it). */
-  if ((addr & (uint64_t)(align - 1)) != 0) {
-    char msg[200];
-    snprintf(msg, sizeof(msg),
-             "expected the data pointer aligned to %lld bytes, got address %p (misaligned by %llu)",
-             (long long)align, (void *)addr, (unsigned long long)(addr % (uint64_t)align));
-    return fail(b, TJ_EVALUE, index, msg);
-  }
+  if ((addr & (uint64_t)(align - 1)) != 0) return misaligned(b, index, addr, align);
   return TJ_OK;
+}
+
+TJ__COLD static int offset_wraps(binder *b, int32_t index, const DLTensor *t) {
+  char msg[200];
+  snprintf(msg, sizeof(msg), "expected data + byte_offset within the address space, got %p + %llu",
+           t->data, (unsigned long long)t->byte_offset);
+  return fail(b, TJ_EVALUE, index, msg);
 }
 
 /* The address of a tensor's first element, data + byte_offset, computed on
@@ -87,10 +96,7 @@ static int check_alignment(binder *b, int32_t index, uintptr_t addr, int64_t ali
  * which C leaves undefined. */
 static int first_element(binder *b, int32_t index, const DLTensor *t, uintptr_t *out) {
   if (!__builtin_add_overflow((uintptr_t)t->data, t->byte_offset, out)) return TJ_OK;
-  char msg[200];
-  snprintf(msg, sizeof(msg), "expected data + byte_offset within the address space, got %p + %llu",
-           t->data, (unsigned long long)t->byte_offset);
-  return fail(b, TJ_EVALUE, index, msg);
+  return offset_wraps(b, index, t);
 }
 
 /*
@@ -156,7 +162,7 @@ static int check_complex_one(binder *b, int32_t index, const char *what, int32_t
 
 /* The compact row-major strides of `shape` (non-negative extents); 1 when one
  * does not fit int64, which only an empty tensor's can fail to (a non-empty
- * tensor's are bounded by its element count, checked by count_elements). */
+ * tensor's are bounded by its element count, checked by check_buffer). */
 static int compact_strides(const int64_t *shape, int32_t ndim, int64_t *out) {
   int64_t expected = 1;
   for (int32_t d = ndim - 1; d >= 0; --d) {
@@ -181,60 +187,93 @@ static const int64_t *effective_strides(const DLTensor *t, int64_t *scratch) {
 
 /* A shape no memory can hold: more than INT64_MAX elements, or strides that
  * do not fit int64. Refused before a kernel computes indices with them. */
-static int too_large(binder *b, int32_t index, const DLTensor *t, const char *expected) {
+TJ__COLD static int too_large(binder *b, int32_t index, const DLTensor *t, const char *expected) {
   char shape[200], msg[400];
   tj__format_tuple(t->shape, t->ndim, shape, sizeof(shape));
   snprintf(msg, sizeof(msg), "expected %s, got shape %s", expected, shape);
   return fail(b, TJ_EVALUE, index, msg);
 }
 
-/* The element count of a tensor whose extents are known non-negative: fails
- * when it does not fit int64. */
-static int count_elements(binder *b, int32_t index, const DLTensor *t) {
-  int64_t n = 1;
-  if (is_empty(t)) return TJ_OK;
-  for (int32_t d = 0; d < t->ndim; ++d)
-    if (__builtin_mul_overflow(n, t->shape[d], &n))
-      return too_large(b, index, t, "at most 2**63 - 1 elements");
-  return TJ_OK;
+/* Why check_extent (or check_buffer, for a compact tensor) refused a tensor:
+ * no data, an offset that wraps, or elements beyond the address space. */
+TJ__COLD static int span_refused(binder *b, int32_t index, const DLTensor *t,
+                                 const int64_t *strides) {
+  char shape[200], st[200] = "NULL (compact)", msg[600];
+  uintptr_t first;
+  tj__format_tuple(t->shape, t->ndim, shape, sizeof(shape));
+  if (t->data == NULL) {
+    snprintf(msg, sizeof(msg), "expected a data pointer, got NULL for a tensor of shape %s", shape);
+    return fail(b, TJ_EVALUE, index, msg);
+  }
+  int rc = first_element(b, index, t, &first);
+  if (rc) return rc;
+  if (strides) tj__format_tuple(strides, t->ndim, st, sizeof(st));
+  snprintf(msg, sizeof(msg),
+           "expected elements within the address space, got shape %s with strides %s from "
+           "address %p",
+           shape, st, (void *)first);
+  return fail(b, TJ_EVALUE, index, msg);
 }
 
 /*
  * A non-empty tensor must describe memory that can exist: a data pointer, and
  * every element's address, data + byte_offset + offset * element size, within
  * the address space. Producers hand over raw integers; a kernel indexing with
- * them must never wrap around. Writes the first element's address to *first.
+ * them must never wrap around. Here for a strided tensor: the lowest and
+ * highest element from the strides, each product and sum checked (a compact
+ * one is checked inline by check_buffer). Writes the first element's address
+ * to *first.
  */
 static int check_extent(binder *b, int32_t index, const DLTensor *t, const int64_t *strides,
                         uintptr_t *first) {
-  char msg[600];
-  if (t->data == NULL) {
-    char shape[200];
-    tj__format_tuple(t->shape, t->ndim, shape, sizeof(shape));
-    snprintf(msg, sizeof(msg), "expected a data pointer, got NULL for a tensor of shape %s", shape);
-    return fail(b, TJ_EVALUE, index, msg);
-  }
-  int rc = first_element(b, index, t, first);
-  if (rc) return rc;
-  /* The lowest and highest element, in elements from the first, then in bytes. */
   int64_t low = 0, high = 0, step, bytes = tj__dtype_bytes(t->dtype);
-  int ok = 1;
+  int ok = t->data != NULL && !__builtin_add_overflow((uintptr_t)t->data, t->byte_offset, first);
   for (int32_t d = 0; d < t->ndim && ok; ++d)
     ok = !__builtin_mul_overflow(t->shape[d] - 1, strides[d], &step) &&
          !__builtin_add_overflow(step < 0 ? low : high, step, step < 0 ? &low : &high);
+  /* In bytes: from the lowest element's start to the highest's end. */
   uintptr_t lowest, highest;
-  ok = ok && !__builtin_mul_overflow(low, bytes, &low) && !__builtin_add_overflow(high, 1, &high) &&
-       !__builtin_mul_overflow(high, bytes, &high) &&
-       !__builtin_sub_overflow(*first, (uintptr_t)0 - (uintptr_t)low, &lowest) &&
-       !__builtin_add_overflow(*first, (uintptr_t)high, &highest);
-  if (ok) return TJ_OK;
-  char shape[200], st[200];
-  tj__format_tuple(t->shape, t->ndim, shape, sizeof(shape));
-  tj__format_tuple(strides, t->ndim, st, sizeof(st));
+  if (ok && !__builtin_mul_overflow(low, bytes, &low) && !__builtin_add_overflow(high, 1, &high) &&
+      !__builtin_mul_overflow(high, bytes, &high) &&
+      !__builtin_sub_overflow(*first, (uintptr_t)0 - (uintptr_t)low, &lowest) &&
+      !__builtin_add_overflow(*first, (uintptr_t)high, &highest))
+    return TJ_OK;
+  return span_refused(b, index, t, strides);
+}
+
+TJ__COLD static int negative_extent(binder *b, int32_t index, int32_t d, int64_t extent) {
+  char msg[100];
+  snprintf(msg, sizeof(msg), "expected shape[%d] >= 0, got %lld", d, (long long)extent);
+  return fail(b, TJ_EVALUE, index, msg);
+}
+
+TJ__COLD static int wrong_dtype(binder *b, int32_t index, DLDataType want, DLDataType got) {
+  char msg[160], a[48], c[48];
+  tj_dtype_format(want, a, sizeof(a));
+  tj_dtype_format(got, c, sizeof(c));
+  snprintf(msg, sizeof(msg), "expected dtype %s, got %s", a, c);
+  return fail(b, TJ_EVALUE, index, msg);
+}
+
+TJ__COLD static int wrong_ndim(binder *b, int32_t index, int32_t want, const DLTensor *t) {
+  char msg[300], shape[200] = "";
+  if (t->ndim >= 0 && t->ndim <= TJ_MAX_NDIM * 4 && t->shape != NULL)
+    tj__format_tuple(t->shape, t->ndim, shape, sizeof(shape));
+  snprintf(msg, sizeof(msg), "expected a %d-d tensor, got %d-d with shape %s", want, t->ndim,
+           shape);
+  return fail(b, TJ_EVALUE, index, msg);
+}
+
+TJ__COLD static int not_compact(binder *b, int32_t index, const DLTensor *t) {
+  int64_t want[TJ_MAX_NDIM];
+  char ws[200], gs[200], msg[600];
+  compact_strides(t->shape, t->ndim, want);
+  tj__format_tuple(want, t->ndim, ws, sizeof(ws));
+  tj__format_tuple(t->strides, t->ndim, gs, sizeof(gs));
   snprintf(msg, sizeof(msg),
-           "expected elements within the address space, got shape %s with strides %s from "
-           "address %p",
-           shape, st, (void *)*first);
+           "expected a compact row-major tensor (strides %s), got strides %s; declare strides to "
+           "accept strided tensors",
+           ws, gs);
   return fail(b, TJ_EVALUE, index, msg);
 }
 
@@ -243,7 +282,6 @@ static int check_buffer(binder *b, int32_t index, const tj_arg *arg) {
   const tj_kernel *k = b->k;
   const tj__param *p = &k->params[index];
   const DLTensor *t = &arg->tensor;
-  char msg[600], a[48], c[48];
   int rc;
   /* Same device as the tensor before it: nothing more to check. */
   if (!(b->device_param >= 0 && t->device.device_type == b->frame->device.device_type &&
@@ -251,46 +289,39 @@ static int check_buffer(binder *b, int32_t index, const tj_arg *arg) {
       (rc = check_device(b, index, &t->device)))
     return rc;
   if (t->dtype.code != p->dtype.code || t->dtype.bits != p->dtype.bits ||
-      t->dtype.lanes != p->dtype.lanes) {
-    tj_dtype_format(p->dtype, a, sizeof(a));
-    tj_dtype_format(t->dtype, c, sizeof(c));
-    snprintf(msg, sizeof(msg), "expected dtype %s, got %s", a, c);
-    return fail(b, TJ_EVALUE, index, msg);
-  }
-  if (t->ndim != p->ndim) {
-    char shape[200] = "";
-    if (t->ndim >= 0 && t->ndim <= TJ_MAX_NDIM * 4 && t->shape != NULL)
-      tj__format_tuple(t->shape, t->ndim, shape, sizeof(shape));
-    snprintf(msg, sizeof(msg), "expected a %d-d tensor, got %d-d with shape %s", p->ndim, t->ndim,
-             shape);
-    return fail(b, TJ_EVALUE, index, msg);
-  }
+      t->dtype.lanes != p->dtype.lanes)
+    return wrong_dtype(b, index, p->dtype, t->dtype);
+  if (t->ndim != p->ndim) return wrong_ndim(b, index, p->ndim, t);
   if (t->ndim > 0 && t->shape == NULL)
     return fail(b, TJ_EVALUE, index, "expected a shape array, got NULL");
   if ((arg->flags & TJ_ARG_READ_ONLY) && !(p->flags & TJ_BUF_CONST))
     return fail(b, TJ_EVALUE, index,
                 "the tensor is read-only (DLPack READ_ONLY flag), but the parameter is not "
                 "declared const=True");
+  /* Each extent, in one pass with the element count, which must fit int64
+   * unless the tensor is empty. */
+  int64_t count = 1;
+  int empty = 0, wraps = 0;
   for (int32_t d = 0; d < p->ndim; ++d) {
+    int64_t extent = t->shape[d];
+    if (extent < 0) return negative_extent(b, index, d, extent);
+    empty |= extent == 0;
+    wraps |= __builtin_mul_overflow(count, extent, &count);
     /* The common case inline: a constant, or a symbol firmly bound, that matches.
      * Binding and every mismatch go through check_direct. */
     const tj__expr *e = &k->exprs[p->shape[d]];
-    if (t->shape[d] < 0) {
-      snprintf(msg, sizeof(msg), "expected shape[%d] >= 0, got %lld", d, (long long)t->shape[d]);
-      return fail(b, TJ_EVALUE, index, msg);
-    }
-    if (e->is_const ? t->shape[d] == e->cval
+    if (e->is_const ? extent == e->cval
                     : e->sym >= 0 && b->bound_by[e->sym] != -1 && !(b->loose >> e->sym & 1) &&
-                          t->shape[d] == b->frame->symbols[e->sym])
+                          extent == b->frame->symbols[e->sym])
       continue;
-    if ((rc = check_direct(b, index, "shape", d, p->shape[d], t->shape[d], 0))) return rc;
+    if ((rc = check_direct(b, index, "shape", d, p->shape[d], extent, 0))) return rc;
   }
-  if ((rc = count_elements(b, index, t))) return rc;
-  int empty = is_empty(t);
-  int64_t scratch[TJ_MAX_NDIM];
-  const int64_t *strides = effective_strides(t, scratch);
-  if (strides == NULL) return too_large(b, index, t, "compact strides that fit in 64 bits");
+  if (wraps && !empty) return too_large(b, index, t, "at most 2**63 - 1 elements");
+  const int64_t *strides = t->strides;
   if (p->has_strides) {
+    int64_t scratch[TJ_MAX_NDIM];
+    if (strides == NULL && (strides = effective_strides(t, scratch)) == NULL)
+      return too_large(b, index, t, "compact strides that fit in 64 bits");
     for (int32_t d = 0; d < p->ndim; ++d) {
       /* A size-1 (or empty) dimension is never stepped over, so its stride
        * carries no information: it only binds a still-unbound symbol, loosely. */
@@ -306,7 +337,13 @@ static int check_buffer(binder *b, int32_t index, const tj_arg *arg) {
       }
       if ((rc = check_direct(b, index, "stride", d, id, strides[d], 0))) return rc;
     }
-  } else if (!empty && t->strides) {
+    if (empty) return TJ_OK;
+    uintptr_t first = 0;
+    if ((rc = check_extent(b, index, t, strides, &first))) return rc;
+    return check_alignment(b, index, first, p->align);
+  }
+  if (empty) return TJ_OK;
+  if (strides) {
     /* Compact row-major, right to left; size-1 dimensions may have any stride.
      * The running product stays below the element count, which fits. */
     int64_t expected = 1;
@@ -315,22 +352,16 @@ static int check_buffer(binder *b, int32_t index, const tj_arg *arg) {
       compact &= t->shape[d] == 1 || t->strides[d] == expected;
       expected *= t->shape[d];
     }
-    if (!compact) {
-      int64_t want[TJ_MAX_NDIM];
-      char ws[200], gs[200];
-      compact_strides(t->shape, t->ndim, want);
-      tj__format_tuple(want, t->ndim, ws, sizeof(ws));
-      tj__format_tuple(t->strides, t->ndim, gs, sizeof(gs));
-      snprintf(msg, sizeof(msg),
-               "expected a compact row-major tensor (strides %s), got strides %s; declare "
-               "strides to accept strided tensors",
-               ws, gs);
-      return fail(b, TJ_EVALUE, index, msg);
-    }
+    if (!compact) return not_compact(b, index, t);
   }
-  if (empty) return TJ_OK;
-  uintptr_t first;
-  if ((rc = check_extent(b, index, t, strides, &first))) return rc;
+  /* Compact: `count` elements from the first, which the address space must
+   * hold (see check_extent). */
+  uintptr_t first, end;
+  int64_t size;
+  if (t->data == NULL || __builtin_add_overflow((uintptr_t)t->data, t->byte_offset, &first) ||
+      __builtin_mul_overflow(count, tj__dtype_bytes(t->dtype), &size) ||
+      __builtin_add_overflow(first, (uintptr_t)size, &end))
+    return span_refused(b, index, t, t->strides);
   return check_alignment(b, index, first, p->align);
 }
 

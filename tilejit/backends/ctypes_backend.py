@@ -145,7 +145,6 @@ def _set_view(producer: TjProducer, cls) -> TjProducer:
     if isinstance(check, tuple):
         bits = TjViewBits(*check)
         producer._keep = bits  # the producer, kept in the registry, keeps its bits alive
-        producer.view = ctypes.cast(core_library().tj_view_from_bits, c_void_p).value
         producer.view_bits = addressof(bits)
     elif check is not None:
         producer.view = ctypes.cast(_ask_view, c_void_p).value

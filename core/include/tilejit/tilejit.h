@@ -572,20 +572,18 @@ struct tj_producer {
   void *type;                   /* the exact object type served (opaque), or NULL */
   void *context;                /* the binding's own; the core never reads it */
   const tj_host *host;          /* the host operations it may use, or NULL */
-  /* Optional: writes the TJ_VIEW_* bits of `object` to *view (0: it holds its
-   * values), before every import; TJ_EPYERR when the host failed. NULL: the
-   * producer's objects are never lazy views. tj_view_from_bits is one that
-   * reads `view_bits` (borrowed) in place. */
+  /* Optional, for producers whose objects can be lazy views, asked before
+   * every import: a function that writes the TJ_VIEW_* bits of `object` to
+   * *view (0: it holds its values; TJ_EPYERR when the host failed), or, taking
+   * precedence, where the bits are (borrowed), read in place with no call into
+   * the host. Both NULL: the producer's objects are never lazy views. */
   int (*view)(const tj_producer *self, void *object, uint32_t *view);
   const tj_view_bits *view_bits;
   const tj_claim *claim; /* the framework's claim on calls, or NULL: none */
 };
 
-/* A tj_producer.view that reads the bits where self->view_bits says. */
-int tj_view_from_bits(const tj_producer *self, void *object, uint32_t *view);
-
-/* TJ_OK when `object` holds its values in memory (or its producer has no view
- * function); TJ_EVALUE when it is a lazy view, the message saying which and how
+/* TJ_OK when `object` holds its values in memory (or its producer knows no lazy
+ * views); TJ_EVALUE when it is a lazy view, the message saying which and how
  * to materialise it ("a conjugate view (its conjugate bit is set); materialise
  * it with .resolve_conj()"); TJ_EPYERR from the producer. Borrows both. */
 int tj_producer_check_view(const tj_producer *producer, void *object);
