@@ -250,8 +250,9 @@ def framework_claim(cls: type):
     call with a tensor subclass that has its own ``__torch_dispatch__`` (FakeTensor,
     FunctionalTensor: tensors a tracer makes, with no data a kernel could read): torch
     runs the op on them. Every kernel call on torch tensors asks, so the question is
-    answered by two C functions of libc10 (see ``_torch_grad_probe``): about 2 ns a
-    tensor, where ``tensor.requires_grad`` costs torch's Python getter 30 to 90 ns.
+    answered by two C functions of libc10 (see ``_torch_grad_probe``): about 25
+    instructions a tensor, where ``tensor.requires_grad`` costs torch's Python getter 30
+    to 90 ns.
     """
     if framework_of(cls) != "torch":
         return None
