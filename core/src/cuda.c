@@ -521,6 +521,15 @@ typedef union {
   double f64;
 } slot;
 
+/* The address a buffer or pointer argument stands for: a tensor's data +
+ * byte_offset, a raw address, or NULL for None. Validation allowed only what
+ * the parameter accepts. */
+static void *arg_address(const tj_arg *arg) {
+  if (arg == NULL || arg->kind == TJ_ARG_NONE) return NULL;
+  if (arg->kind == TJ_ARG_TENSOR) return tj__tensor_address(arg);
+  return arg->value.p;
+}
+
 /* Encodes tensor map `m` for this call into *out. */
 static int encode_tensormap(const driver *d, const tj_frame *f, int32_t m, CUtensorMap *out) {
   const tj_kernel *k = f->kernel;
@@ -533,9 +542,7 @@ static int encode_tensormap(const driver *d, const tj_frame *f, int32_t m, CUten
                         "%s: the CUDA driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12 "
                         "and a Hopper or newer GPU)",
                         who);
-  void *address = tj__tensor_address(f->params[t->param]);
-  if (address == NULL && f->params[t->param] != NULL && f->params[t->param]->kind == TJ_ARG_ADDRESS)
-    address = f->params[t->param]->value.p;
+  void *address = arg_address(f->params[t->param]);
   if (address == NULL)
     return tj_set_error(TJ_EVALUE, "%s: '%s' is None; a tensor map needs its tensor", who, param);
   int64_t v[4][TJ_MAX_TENSORMAP_RANK];
@@ -622,10 +629,8 @@ static void pack(const tj_frame *f, const tj__launch *launch, const CUtensorMap 
         case 32: s->i32 = (int32_t)v; break;
         default: s->i64 = v; break;
       }
-    } else if (p->kind == TJ_PARAM_POINTER && arg->kind != TJ_ARG_TENSOR) {
-      s->p = arg->kind == TJ_ARG_NONE ? NULL : arg->value.p;
     } else {
-      s->p = tj__tensor_address(arg);
+      s->p = arg_address(arg);
     }
   }
 }
