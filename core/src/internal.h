@@ -89,6 +89,7 @@ struct tj_kernel {
   tj__launch launches[TJ_MAX_LAUNCHES];
   int32_t ntensormaps;
   tj_tensormap tensormaps[TJ_MAX_TENSORMAPS]; /* names owned */
+  struct tj__memo *memo; /* the last call that bound (memo.c); NULL: none kept */
 };
 
 /* Error paths: kept out of the functions that check, so that those stay small
@@ -145,6 +146,34 @@ int64_t tj__abi_bytes(const tj_kernel *k, const tj_abi_arg *a);
 
 /* Formats an int64 array as "(2, 3, 4)". */
 void tj__format_tuple(const int64_t *v, int32_t n, char *buf, int32_t size);
+
+/* Validation pieces the memo shares with tj_call_bind (validate.c). */
+/* Bytes below the first element and from it to the end of the last, for a
+ * non-empty buffer argument as its parameter reads it; 0 when they fit. */
+int tj__buffer_span(const tj__param *p, const DLTensor *t, uint64_t *below, uint64_t *above);
+/* 1 when the tensor has data and its span around data + byte_offset lies in
+ * the address space (the part of that check that depends on the address);
+ * writes the first element's address. Inline: the memo runs it every call. */
+static inline int tj__span_fits(const DLTensor *t, uint64_t below, uint64_t above,
+                                uintptr_t *first) {
+  uintptr_t edge;
+  return t->data != NULL && !__builtin_add_overflow((uintptr_t)t->data, t->byte_offset, first) &&
+         !__builtin_sub_overflow(*first, (uintptr_t)below, &edge) &&
+         !__builtin_add_overflow(*first, (uintptr_t)above, &edge);
+}
+/* 1 when a scalar argument is of a kind the parameter takes, within range. */
+int tj__scalar_fits(const tj__param *p, const tj_arg *arg);
+
+/* The memo of the last call that bound (memo.c): a call whose arguments look
+ * the same (kinds, dtypes, devices, shapes, strides, flags) is bound from it
+ * after the checks that depend on addresses and values alone. Thread-safe. */
+/* Makes k->memo at finalize; kernels it cannot serve keep NULL. */
+int tj__memo_create(tj_kernel *k);
+void tj__memo_free(tj_kernel *k);
+/* 1 and a bound frame when the arguments match the memo; 0 otherwise. */
+int tj__memo_bind(const tj_kernel *k, tj_arg *args, tj_frame *frame);
+/* Records a call tj_call_bind accepted (and bound into `frame`). */
+void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *frame);
 
 /* CUDA target (cuda.c). */
 typedef struct tj__cuda_modules tj__cuda_modules;

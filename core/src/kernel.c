@@ -46,6 +46,7 @@ void tj_kernel_free(tj_kernel *k) {
   if (k->library) dlclose(k->library);
   if (k->kernel_library) dlclose(k->kernel_library);
   tj__cuda_free(k);
+  tj__memo_free(k);
   free(k->image);
   free(k->image_symbol);
   for (int32_t i = 1; i < k->nlaunches; ++i) {
@@ -341,6 +342,7 @@ int tj_kernel_finalize(tj_kernel *k) {
   for (int32_t l = 0; l < k->nlaunches; ++l)
     for (int32_t a = 0; a < k->launches[l].nabi; ++a)
       k->check_integers |= k->launches[l].abi[a].source == TJ_ABI_EXPR;
+  if ((rc = tj__memo_create(k))) return rc;
   k->finalized = 1;
   return TJ_OK;
 }

@@ -194,7 +194,7 @@ TJ__COLD static int too_large(binder *b, int32_t index, const DLTensor *t, const
   return fail(b, TJ_EVALUE, index, msg);
 }
 
-/* Why check_extent (or check_buffer, for a compact tensor) refused a tensor:
+/* Why check_buffer refused a tensor's span (tj__span_fits):
  * no data, an offset that wraps, or elements beyond the address space. */
 TJ__COLD static int span_refused(binder *b, int32_t index, const DLTensor *t,
                                  const int64_t *strides) {
@@ -219,26 +219,42 @@ TJ__COLD static int span_refused(binder *b, int32_t index, const DLTensor *t,
  * A non-empty tensor must describe memory that can exist: a data pointer, and
  * every element's address, data + byte_offset + offset * element size, within
  * the address space. Producers hand over raw integers; a kernel indexing with
- * them must never wrap around. Here for a strided tensor: the lowest and
- * highest element from the strides, each product and sum checked (a compact
- * one is checked inline by check_buffer). Writes the first element's address
- * to *first.
+ * them must never wrap around.
+ *
+ * The span is the part that depends on shape and strides alone: the bytes
+ * below the first element (`below`, for negative strides) and from it to the
+ * end of the highest element (`above`). 0 when they fit 64 bits.
  */
-static int check_extent(binder *b, int32_t index, const DLTensor *t, const int64_t *strides,
-                        uintptr_t *first) {
+static int tensor_span(const DLTensor *t, const int64_t *strides, uint64_t *below,
+                       uint64_t *above) {
   int64_t low = 0, high = 0, step, bytes = tj__dtype_bytes(t->dtype);
-  int ok = t->data != NULL && !__builtin_add_overflow((uintptr_t)t->data, t->byte_offset, first);
+  int ok = 1;
   for (int32_t d = 0; d < t->ndim && ok; ++d)
     ok = !__builtin_mul_overflow(t->shape[d] - 1, strides[d], &step) &&
          !__builtin_add_overflow(step < 0 ? low : high, step, step < 0 ? &low : &high);
-  /* In bytes: from the lowest element's start to the highest's end. */
-  uintptr_t lowest, highest;
   if (ok && !__builtin_mul_overflow(low, bytes, &low) && !__builtin_add_overflow(high, 1, &high) &&
-      !__builtin_mul_overflow(high, bytes, &high) &&
-      !__builtin_sub_overflow(*first, (uintptr_t)0 - (uintptr_t)low, &lowest) &&
-      !__builtin_add_overflow(*first, (uintptr_t)high, &highest))
-    return TJ_OK;
-  return span_refused(b, index, t, strides);
+      !__builtin_mul_overflow(high, bytes, &high)) {
+    *below = (uint64_t)0 - (uint64_t)low;
+    *above = (uint64_t)high;
+    return 0;
+  }
+  return 1;
+}
+
+/* The span of a buffer argument as its parameter reads it (strides as given
+ * when it declares them, else compact): 0 when it fits. */
+int tj__buffer_span(const tj__param *p, const DLTensor *t, uint64_t *below, uint64_t *above) {
+  int64_t scratch[TJ_MAX_NDIM];
+  const int64_t *strides = p->has_strides ? effective_strides(t, scratch) : NULL;
+  if (strides != NULL) return tensor_span(t, strides, below, above);
+  /* Compact: the element count (which check_buffer made sure fits) times the
+   * element size. */
+  int64_t count = 1, size;
+  for (int32_t d = 0; d < t->ndim; ++d) count *= t->shape[d];
+  if (p->has_strides || __builtin_mul_overflow(count, tj__dtype_bytes(t->dtype), &size)) return 1;
+  *below = 0;
+  *above = (uint64_t)size;
+  return 0;
 }
 
 TJ__COLD static int negative_extent(binder *b, int32_t index, int32_t d, int64_t extent) {
@@ -318,8 +334,8 @@ static int check_buffer(binder *b, int32_t index, const tj_arg *arg) {
   }
   if (wraps && !empty) return too_large(b, index, t, "at most 2**63 - 1 elements");
   const int64_t *strides = t->strides;
+  int64_t scratch[TJ_MAX_NDIM];
   if (p->has_strides) {
-    int64_t scratch[TJ_MAX_NDIM];
     if (strides == NULL && (strides = effective_strides(t, scratch)) == NULL)
       return too_large(b, index, t, "compact strides that fit in 64 bits");
     for (int32_t d = 0; d < p->ndim; ++d) {
@@ -337,13 +353,7 @@ static int check_buffer(binder *b, int32_t index, const tj_arg *arg) {
       }
       if ((rc = check_direct(b, index, "stride", d, id, strides[d], 0))) return rc;
     }
-    if (empty) return TJ_OK;
-    uintptr_t first = 0;
-    if ((rc = check_extent(b, index, t, strides, &first))) return rc;
-    return check_alignment(b, index, first, p->align);
-  }
-  if (empty) return TJ_OK;
-  if (strides) {
+  } else if (!empty && strides) {
     /* Compact row-major, right to left; size-1 dimensions may have any stride.
      * The running product stays below the element count, which fits. */
     int64_t expected = 1;
@@ -354,14 +364,11 @@ static int check_buffer(binder *b, int32_t index, const tj_arg *arg) {
     }
     if (!compact) return not_compact(b, index, t);
   }
-  /* Compact: `count` elements from the first, which the address space must
-   * hold (see check_extent). */
-  uintptr_t first, end;
-  int64_t size;
-  if (t->data == NULL || __builtin_add_overflow((uintptr_t)t->data, t->byte_offset, &first) ||
-      __builtin_mul_overflow(count, tj__dtype_bytes(t->dtype), &size) ||
-      __builtin_add_overflow(first, (uintptr_t)size, &end))
-    return span_refused(b, index, t, t->strides);
+  if (empty) return TJ_OK;
+  uint64_t below, above;
+  uintptr_t first;
+  if (tj__buffer_span(p, t, &below, &above) || !tj__span_fits(t, below, above, &first))
+    return span_refused(b, index, t, p->has_strides ? strides : t->strides);
   return check_alignment(b, index, first, p->align);
 }
 
@@ -394,14 +401,30 @@ static const char *kind_name(const tj_arg *arg) {
   return arg->type_name ? arg->type_name : "an unsupported object";
 }
 
-static int check_scalar(binder *b, int32_t index, const tj_arg *arg) {
+/* Whether a scalar argument is of a kind the parameter takes, and in its
+ * type's range: the binding flags Python ints that did not even fit int64. */
+int tj__scalar_fits(const tj__param *p, const tj_arg *arg) {
+  if (p->dtype.code == kDLBool) return arg->kind == TJ_ARG_BOOL;
+  if (p->dtype.code == kDLFloat)
+    return arg->kind == TJ_ARG_FLOAT ||
+           (arg->kind == TJ_ARG_INT && !(arg->flags & TJ_ARG_OUT_OF_RANGE));
+  if (arg->kind != TJ_ARG_INT || (arg->flags & TJ_ARG_OUT_OF_RANGE)) return 0;
+  int64_t v = arg->value.i;
+  if (p->dtype.code == kDLInt) {
+    int64_t hi = p->dtype.bits == 64 ? INT64_MAX : ((int64_t)1 << (p->dtype.bits - 1)) - 1;
+    return v >= -hi - 1 && v <= hi;
+  }
+  return v >= 0 && (p->dtype.bits == 64 || v <= ((int64_t)1 << p->dtype.bits) - 1);
+}
+
+TJ__COLD static int scalar_refused(binder *b, int32_t index, const tj_arg *arg) {
   const tj__param *p = &b->k->params[index];
   char msg[300], dt[48];
   tj_dtype_format(p->dtype, dt, sizeof(dt));
-  int ok = p->dtype.code == kDLBool    ? arg->kind == TJ_ARG_BOOL
-           : p->dtype.code == kDLFloat ? arg->kind == TJ_ARG_FLOAT || arg->kind == TJ_ARG_INT
-                                       : arg->kind == TJ_ARG_INT;
-  if (!ok) {
+  int kind_ok = p->dtype.code == kDLBool    ? arg->kind == TJ_ARG_BOOL
+                : p->dtype.code == kDLFloat ? arg->kind == TJ_ARG_FLOAT || arg->kind == TJ_ARG_INT
+                                            : arg->kind == TJ_ARG_INT;
+  if (!kind_ok) {
     snprintf(msg, sizeof(msg), "expected %s scalar (%s), got %s",
              p->dtype.code == kDLBool    ? "a bool"
              : p->dtype.code == kDLFloat ? "a float or int"
@@ -409,26 +432,15 @@ static int check_scalar(binder *b, int32_t index, const tj_arg *arg) {
              dt, kind_name(arg));
     return fail(b, TJ_ETYPE, index, msg);
   }
-  if (arg->kind != TJ_ARG_INT) return TJ_OK;
-  if (p->dtype.code == kDLFloat && !(arg->flags & TJ_ARG_OUT_OF_RANGE)) return TJ_OK;
-  /* The declared integer type's range; the binding flags Python ints that
-   * did not even fit int64. */
-  int64_t v = arg->value.i;
-  int in_range;
-  if (arg->flags & TJ_ARG_OUT_OF_RANGE) {
-    in_range = 0;
-  } else if (p->dtype.code == kDLInt) {
-    int64_t hi = p->dtype.bits == 64 ? INT64_MAX : ((int64_t)1 << (p->dtype.bits - 1)) - 1;
-    in_range = v >= -hi - 1 && v <= hi;
-  } else {
-    in_range = v >= 0 && (p->dtype.bits == 64 || v <= ((int64_t)1 << p->dtype.bits) - 1);
-  }
-  if (in_range) return TJ_OK;
   if (arg->flags & TJ_ARG_OUT_OF_RANGE)
     snprintf(msg, sizeof(msg), "value does not fit in 64 bits, out of range for %s", dt);
   else
-    snprintf(msg, sizeof(msg), "value %lld is out of range for %s", (long long)v, dt);
+    snprintf(msg, sizeof(msg), "value %lld is out of range for %s", (long long)arg->value.i, dt);
   return fail(b, TJ_EVALUE, index, msg);
+}
+
+static int check_scalar(binder *b, int32_t index, const tj_arg *arg) {
+  return tj__scalar_fits(&b->k->params[index], arg) ? TJ_OK : scalar_refused(b, index, arg);
 }
 
 static int check_pointer(binder *b, int32_t index, const tj_arg *arg) {
@@ -556,7 +568,7 @@ static void binder_init(binder *b, const tj_kernel *k, tj_frame *frame) {
   for (int32_t s = 0; s < k->nsymbols; ++s) b->bound_by[s] = -1;
 }
 
-int tj_call_bind(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *frame) {
+static int bind_checked(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *frame) {
   frame->kernel = k;
   frame->has_device = 0;
   frame->first_tensor = -1;
@@ -638,6 +650,13 @@ int tj_call_bind(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *fram
     }
   }
   return TJ_OK;
+}
+
+int tj_call_bind(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *frame) {
+  if (k->memo != NULL && nargs == k->ninputs && tj__memo_bind(k, args, frame)) return TJ_OK;
+  int rc = bind_checked(k, args, nargs, frame);
+  if (rc == TJ_OK && k->memo != NULL) tj__memo_store(k, args, frame);
+  return rc;
 }
 
 int tj_call_set_output(tj_frame *frame, int32_t i, tj_arg *arg) {

@@ -48,6 +48,11 @@
   X(producer_from_exchange_versions)            \
   X(producer_exchange_view_or_export)           \
   X(arg_from_capsule)                           \
+  /* test_memo.c */                             \
+  X(memo_matches_full_checks)                   \
+  X(memo_hit_rechecks_addresses)                \
+  X(memo_not_kept_for_pointers)                 \
+  X(memo_threads)                               \
   /* test_validate.c */                         \
   X(validate_ok)                                \
   X(validate_wrong_arg_count)                   \

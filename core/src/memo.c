@@ -1,0 +1,187 @@
+/*
+ * The memo of the last call that bound.
+ *
+ * A kernel is mostly called again and again with tensors of the same dtypes,
+ * devices, shapes and strides, and what tj_call_bind concludes from those
+ * (the symbols, the device, the output shapes) is then the same. The memo
+ * keeps that conclusion with a fingerprint of the arguments it came from; a
+ * call whose arguments match the fingerprint re-checks only what can differ
+ * between such calls: each tensor's address (data present, its span within
+ * the address space, alignment) and each scalar's value. Anything else, a
+ * miss included, takes the full checks, which then refresh the memo.
+ *
+ * Kernels are shared between threads, so the memo is a sequence lock: a
+ * reader only loads, and retries nothing (a torn read is a miss); a writer
+ * takes it with one compare-and-swap, and a call that finds it taken is just
+ * not remembered.
+ *
+ * Served: kernels whose parameters are buffers and scalars. A pointer
+ * parameter takes many kinds of argument, so such kernels keep no memo.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Per input buffer: three key words, the shape and the strides (ndim each),
+ * then what the full checks derived: the span around the first element and
+ * whether there is one (an empty tensor has none to check). */
+enum { KEY_DTYPE, KEY_DEVICE, KEY_KIND, KEY_WORDS };
+#define RECORD_WORDS(ndim) (KEY_WORDS + 2 * (ndim) + 3)
+
+typedef struct tj__memo {
+  uint32_t seq;                  /* even: stable; odd: being written; 0: nothing yet */
+  int32_t record[TJ_MAX_PARAMS]; /* first word of each input buffer's record */
+  int32_t frame;                 /* device, has_device | first_tensor, symbols, output shapes */
+  uint64_t words[];
+} tj__memo;
+
+/* The memo's words are read while another thread may write them: relaxed
+ * atomics (plain moves on the machines we run on), checked by the sequence. */
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
+
+static uint64_t dtype_key(const DLTensor *t) {
+  uint32_t dtype;
+  memcpy(&dtype, &t->dtype, sizeof(dtype));
+  return dtype | (uint64_t)(uint32_t)t->ndim << 32;
+}
+
+static uint64_t device_key(const DLTensor *t) {
+  uint64_t device;
+  memcpy(&device, &t->device, sizeof(device));
+  return device;
+}
+
+static uint64_t kind_key(const tj_arg *arg) {
+  if (arg->kind != TJ_ARG_TENSOR) return (uint32_t)arg->kind;
+  return TJ_ARG_TENSOR | (uint64_t)(arg->tensor.strides == NULL) << 8 | (uint64_t)arg->flags << 32;
+}
+
+int tj__memo_create(tj_kernel *k) {
+  _Static_assert(sizeof(DLDataType) == 4 && sizeof(DLDevice) == 8, "key words");
+  int32_t words = 0, record[TJ_MAX_PARAMS];
+  for (int32_t i = 0; i < k->nparams; ++i) {
+    const tj__param *p = &k->params[i];
+    record[i] = -1;
+    if (p->kind == TJ_PARAM_POINTER) return TJ_OK;
+    if (p->kind != TJ_PARAM_BUFFER || p->output >= 0) continue;
+    record[i] = words;
+    words += RECORD_WORDS(p->ndim);
+  }
+  int32_t frame = words;
+  words += 2 + k->nsymbols;
+  for (int32_t o = 0; o < k->noutputs; ++o) words += k->params[k->output_params[o]].ndim;
+  tj__memo *m = calloc(1, sizeof(*m) + (size_t)words * sizeof(uint64_t));
+  if (m == NULL) return tj_set_error(TJ_ENOMEM, "%s: out of memory", k->name);
+  memcpy(m->record, record, sizeof(record));
+  m->frame = frame;
+  k->memo = m;
+  return TJ_OK;
+}
+
+void tj__memo_free(tj_kernel *k) {
+  free(k->memo);
+  k->memo = NULL;
+}
+
+/* Whether a buffer argument matches its record, and its address passes. */
+static int buffer_matches(const tj__param *p, const tj_arg *arg, const uint64_t *r) {
+  if (arg->kind != TJ_ARG_TENSOR) return arg->kind == TJ_ARG_NONE && LOAD(r[KEY_KIND]) == 0;
+  const DLTensor *t = &arg->tensor;
+  if (dtype_key(t) != LOAD(r[KEY_DTYPE]) || device_key(t) != LOAD(r[KEY_DEVICE]) ||
+      kind_key(arg) != LOAD(r[KEY_KIND]))
+    return 0;
+  /* The key holds ndim: it is p->ndim here. */
+  const int32_t n = p->ndim;
+  const uint64_t *shape = r + KEY_WORDS, *strides = shape + n, *span = strides + n;
+  if (n > 0 && t->shape == NULL) return 0;
+  for (int32_t d = 0; d < n; ++d)
+    if ((uint64_t)t->shape[d] != LOAD(shape[d])) return 0;
+  if (t->strides != NULL)
+    for (int32_t d = 0; d < n; ++d)
+      if ((uint64_t)t->strides[d] != LOAD(strides[d])) return 0;
+  if (!LOAD(span[2])) return 1; /* empty */
+  uintptr_t first;
+  return tj__span_fits(t, LOAD(span[0]), LOAD(span[1]), &first) &&
+         (first & (uintptr_t)(p->align - 1)) == 0;
+}
+
+int tj__memo_bind(const tj_kernel *k, tj_arg *args, tj_frame *frame) {
+  const tj__memo *m = k->memo;
+  const uint32_t seq = __atomic_load_n(&m->seq, __ATOMIC_ACQUIRE);
+  if (seq == 0 || (seq & 1)) return 0;
+  for (int32_t i = 0; i < k->nparams; ++i) {
+    const tj__param *p = &k->params[i];
+    if (p->output >= 0) {
+      frame->params[i] = NULL;
+      continue;
+    }
+    tj_arg *arg = &args[p->position];
+    frame->params[i] = arg;
+    if (p->kind == TJ_PARAM_SCALAR ? !tj__scalar_fits(p, arg)
+                                   : !buffer_matches(p, arg, &m->words[m->record[i]]))
+      return 0;
+  }
+  const uint64_t *f = &m->words[m->frame];
+  uint64_t device = LOAD(f[0]), where = LOAD(f[1]);
+  memcpy(&frame->device, &device, sizeof(device));
+  frame->has_device = (int32_t)(uint32_t)where;
+  frame->first_tensor = (int32_t)(where >> 32);
+  const uint64_t *symbols = f + 2, *shapes = symbols + k->nsymbols;
+  for (int32_t s = 0; s < k->nsymbols; ++s) frame->symbols[s] = (int64_t)LOAD(symbols[s]);
+  for (int32_t o = 0; o < k->noutputs; ++o) {
+    const tj__param *p = &k->params[k->output_params[o]];
+    frame->out_ndim[o] = p->ndim;
+    frame->out_dtype[o] = p->dtype;
+    for (int32_t d = 0; d < p->ndim; ++d) frame->out_shape[o][d] = (int64_t)LOAD(*shapes++);
+  }
+  frame->kernel = k;
+  frame->stream = NULL;
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  return __atomic_load_n(&m->seq, __ATOMIC_RELAXED) == seq;
+}
+
+void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *frame) {
+  tj__memo *m = k->memo;
+  uint32_t seq = __atomic_load_n(&m->seq, __ATOMIC_RELAXED);
+  if ((seq & 1) ||
+      !__atomic_compare_exchange_n(&m->seq, &seq, seq + 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+    return;
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  for (int32_t i = 0; i < k->nparams; ++i) {
+    const tj__param *p = &k->params[i];
+    if (m->record[i] < 0) continue;
+    uint64_t *r = &m->words[m->record[i]];
+    const tj_arg *arg = &args[p->position];
+    STORE(r[KEY_KIND], kind_key(arg));
+    if (arg->kind != TJ_ARG_TENSOR) continue;
+    const DLTensor *t = &arg->tensor;
+    const int32_t n = p->ndim;
+    uint64_t *shape = r + KEY_WORDS, *strides = shape + n, *span = strides + n;
+    STORE(r[KEY_DTYPE], dtype_key(t));
+    STORE(r[KEY_DEVICE], device_key(t));
+    int empty = 0;
+    for (int32_t d = 0; d < n; ++d) {
+      STORE(shape[d], (uint64_t)t->shape[d]);
+      STORE(strides[d], t->strides != NULL ? (uint64_t)t->strides[d] : 0);
+      empty |= t->shape[d] == 0;
+    }
+    /* tj_call_bind accepted it: a non-empty tensor's span fits. */
+    uint64_t below = 0, above = 0;
+    if (!empty) tj__buffer_span(p, t, &below, &above);
+    STORE(span[0], below);
+    STORE(span[1], above);
+    STORE(span[2], (uint64_t)!empty);
+  }
+  uint64_t *f = &m->words[m->frame], device;
+  memcpy(&device, &frame->device, sizeof(device));
+  STORE(f[0], device);
+  STORE(f[1], (uint32_t)frame->has_device | (uint64_t)(uint32_t)frame->first_tensor << 32);
+  uint64_t *symbols = f + 2, *shapes = symbols + k->nsymbols;
+  for (int32_t s = 0; s < k->nsymbols; ++s) STORE(symbols[s], (uint64_t)frame->symbols[s]);
+  for (int32_t o = 0; o < k->noutputs; ++o)
+    for (int32_t d = 0; d < frame->out_ndim[o]; ++d)
+      STORE(*shapes++, (uint64_t)frame->out_shape[o][d]);
+  __atomic_store_n(&m->seq, seq + 2, __ATOMIC_RELEASE);
+}
