@@ -65,12 +65,18 @@ static int check_claim(const tj_kernel *k, const tj_claim *claim, void *object, 
   return tj_error_at(TJ_ECLAIMED, i, -1, TJ_PRODUCER_NONE);
 }
 
-/* Imports the OBJECT arguments; each names its producer. */
-static int import_args(const tj_kernel *k, tj_arg *args, int32_t nargs) {
+/* Imports the OBJECT arguments; each names its producer. Sets *owned to 0
+ * when it saw every argument and none owes a deleter call. */
+static int import_args(const tj_kernel *k, tj_arg *args, int32_t nargs, int32_t *owned) {
   int grad_enabled = -1;
+  int32_t any = 0;
+  *owned = 1;
   for (int32_t i = 0; i < nargs; ++i) {
     tj_arg *arg = &args[i];
-    if (arg->kind != TJ_ARG_OBJECT) continue;
+    if (arg->kind != TJ_ARG_OBJECT) {
+      any |= arg->owner_kind;
+      continue;
+    }
     /* The binding initialised the record (tj_arg_init) before classifying it, so
      * only what names the object is cleared: the import fills the rest. */
     const tj_producer *producer = arg->producer;
@@ -97,7 +103,9 @@ static int import_args(const tj_kernel *k, tj_arg *args, int32_t nargs) {
     rc = producer->import(producer, object, arg);
     if (arg->producer == NULL) arg->producer = producer;
     if (rc != TJ_OK) return import_failed(k, i, rc);
+    any |= arg->owner_kind;
   }
+  *owned = any;
   return TJ_OK;
 }
 
@@ -152,6 +160,7 @@ static int launch(const tj_call *call, tj_frame *frame) {
 int tj_call_run(const tj_kernel *k, tj_call *call) {
   tj_arg outs[TJ_MAX_OUTPUTS];
   tj_frame frame;
+  int32_t owned = 1;
   int rc;
   for (int32_t o = 0; o < k->noutputs; ++o) {
     call->outputs[o] = NULL;
@@ -159,7 +168,7 @@ int tj_call_run(const tj_kernel *k, tj_call *call) {
   }
   if (call->nargs != k->ninputs) {
     rc = tj_call_bind(k, NULL, call->nargs, &frame); /* reports the count */
-  } else if ((rc = import_args(k, call->args, call->nargs)) == TJ_OK &&
+  } else if ((rc = import_args(k, call->args, call->nargs, &owned)) == TJ_OK &&
              (rc = tj_call_bind(k, call->args, call->nargs, &frame)) == TJ_OK) {
     const tj_producer *like =
         frame.first_tensor >= 0 ? call->args[frame.first_tensor].producer : call->fallback;
@@ -168,7 +177,7 @@ int tj_call_run(const tj_kernel *k, tj_call *call) {
       rc = launch(call, &frame);
   }
   /* Only owning imports owe a deleter call; views and scalars have none. */
-  if (call->nargs == k->ninputs)
+  if (owned && call->nargs == k->ninputs)
     for (int32_t i = 0; i < call->nargs; ++i)
       if (call->args[i].owner_kind != TJ_OWNER_NONE) tj_arg_release(&call->args[i]);
   for (int32_t o = 0; o < k->noutputs; ++o)
