@@ -24,16 +24,11 @@ cdef inline void _object_arg(tj_arg *arg, object obj, const tj_producer *produce
 
 cdef int _convert(object obj, tj_arg *arg, bint exchange) except -1:
     """Classifies one Python argument; the core imports tensors and decides whether each
-    argument fits its parameter."""
+    argument fits its parameter. (Kernel._call takes objects of the memoised tensor type
+    itself.)"""
     cdef int overflow = 0
     cdef const tj_producer *producer
     cdef PyObject *cls = <PyObject *>_type_of(obj)
-    # The hot path first: an object of the type the last call's tensors had.
-    if cls == _memo_type[exchange]:
-        producer = _memo_producer[exchange]
-        if producer != NULL:
-            _object_arg(arg, obj, producer)
-            return 0
     tj_arg_init(arg)
     if obj is None:
         return 0
@@ -154,6 +149,8 @@ cdef class Kernel:
         cdef tj_call call
         cdef int32_t i
         cdef int rc
+        cdef PyObject *memo_type
+        cdef const tj_producer *memo_producer
         if self._k == NULL:
             raise RuntimeError("kernel is not bound")
         call.nargs = <int32_t>count if count < 0x7fffffff else 0x7fffffff
@@ -164,8 +161,14 @@ cdef class Kernel:
         call.host = &_host
         call.outputs = outv
         if call.nargs == self._nargs:  # else the core reports the count, reading none
+            # The hot path inline: objects of the type the last call's tensors had.
+            memo_type = _memo_type[self._exchange]
+            memo_producer = _memo_producer[self._exchange]
             for i in range(call.nargs):
-                _convert(<object>args[i], &argv[i], self._exchange)
+                if <PyObject *>_type_of(<object>args[i]) == memo_type and memo_producer != NULL:
+                    _object_arg(&argv[i], <object>args[i], memo_producer)
+                else:
+                    _convert(<object>args[i], &argv[i], self._exchange)
         if stream is not None:
             call.has_stream = 1
             call.stream = <void *><uintptr_t>_hooks.stream_handle(stream, self._name)

@@ -29,10 +29,22 @@
 enum { KEY_DTYPE, KEY_DEVICE, KEY_KIND, KEY_WORDS };
 #define RECORD_WORDS(ndim) (KEY_WORDS + 2 * (ndim) + 3)
 
+/* What the memo reads of each input parameter, packed: the parameter table
+ * itself is wide, and the hit path should touch little memory. */
+typedef struct {
+  const tj__param *param;
+  int32_t position; /* caller argument */
+  int32_t record;   /* first word of a buffer's record; -1 for a scalar */
+  int32_t ndim;
+  uint64_t misaligned; /* align - 1 */
+} memo_input;
+
 typedef struct tj__memo {
-  uint32_t seq;                  /* even: stable; odd: being written; 0: nothing yet */
-  int32_t record[TJ_MAX_PARAMS]; /* first word of each input buffer's record */
-  int32_t frame;                 /* device, has_device | first_tensor, symbols, output shapes */
+  uint32_t seq; /* even: stable; odd: being written; 0: nothing yet */
+  int32_t ninputs;
+  memo_input inputs[TJ_MAX_PARAMS];
+  int32_t position[TJ_MAX_PARAMS]; /* of each parameter; -1 for outputs */
+  int32_t frame;                   /* device, has_device | first_tensor, symbols, output shapes */
   uint64_t words[];
 } tj__memo;
 
@@ -60,21 +72,26 @@ static uint64_t kind_key(const tj_arg *arg) {
 
 int tj__memo_create(tj_kernel *k) {
   _Static_assert(sizeof(DLDataType) == 4 && sizeof(DLDevice) == 8, "key words");
-  int32_t words = 0, record[TJ_MAX_PARAMS];
+  memo_input inputs[TJ_MAX_PARAMS];
+  int32_t position[TJ_MAX_PARAMS], words = 0, n = 0;
   for (int32_t i = 0; i < k->nparams; ++i) {
     const tj__param *p = &k->params[i];
-    record[i] = -1;
     if (p->kind == TJ_PARAM_POINTER) return TJ_OK;
-    if (p->kind != TJ_PARAM_BUFFER || p->output >= 0) continue;
-    record[i] = words;
-    words += RECORD_WORDS(p->ndim);
+    position[i] = p->position;
+    if (p->output >= 0) continue;
+    int buffer = p->kind == TJ_PARAM_BUFFER;
+    inputs[n++] =
+        (memo_input){p, p->position, buffer ? words : -1, p->ndim, (uint64_t)p->align - 1};
+    if (buffer) words += RECORD_WORDS(p->ndim);
   }
   int32_t frame = words;
   words += 2 + k->nsymbols;
   for (int32_t o = 0; o < k->noutputs; ++o) words += k->params[k->output_params[o]].ndim;
   tj__memo *m = calloc(1, sizeof(*m) + (size_t)words * sizeof(uint64_t));
   if (m == NULL) return tj_set_error(TJ_ENOMEM, "%s: out of memory", k->name);
-  memcpy(m->record, record, sizeof(record));
+  memcpy(m->inputs, inputs, (size_t)n * sizeof(inputs[0]));
+  memcpy(m->position, position, (size_t)k->nparams * sizeof(position[0]));
+  m->ninputs = n;
   m->frame = frame;
   k->memo = m;
   return TJ_OK;
@@ -86,14 +103,14 @@ void tj__memo_free(tj_kernel *k) {
 }
 
 /* Whether a buffer argument matches its record, and its address passes. */
-static int buffer_matches(const tj__param *p, const tj_arg *arg, const uint64_t *r) {
+static inline int buffer_matches(const memo_input *in, const tj_arg *arg, const uint64_t *r) {
   if (arg->kind != TJ_ARG_TENSOR) return arg->kind == TJ_ARG_NONE && LOAD(r[KEY_KIND]) == 0;
   const DLTensor *t = &arg->tensor;
   if (dtype_key(t) != LOAD(r[KEY_DTYPE]) || device_key(t) != LOAD(r[KEY_DEVICE]) ||
       kind_key(arg) != LOAD(r[KEY_KIND]))
     return 0;
-  /* The key holds ndim: it is p->ndim here. */
-  const int32_t n = p->ndim;
+  /* The key holds ndim: it is the parameter's here. */
+  const int32_t n = in->ndim;
   const uint64_t *shape = r + KEY_WORDS, *strides = shape + n, *span = strides + n;
   if (n > 0 && t->shape == NULL) return 0;
   for (int32_t d = 0; d < n; ++d)
@@ -103,24 +120,18 @@ static int buffer_matches(const tj__param *p, const tj_arg *arg, const uint64_t 
       if ((uint64_t)t->strides[d] != LOAD(strides[d])) return 0;
   if (!LOAD(span[2])) return 1; /* empty */
   uintptr_t first;
-  return tj__span_fits(t, LOAD(span[0]), LOAD(span[1]), &first) &&
-         (first & (uintptr_t)(p->align - 1)) == 0;
+  return tj__span_fits(t, LOAD(span[0]), LOAD(span[1]), &first) && (first & in->misaligned) == 0;
 }
 
 int tj__memo_bind(const tj_kernel *k, tj_arg *args, tj_frame *frame) {
   const tj__memo *m = k->memo;
   const uint32_t seq = __atomic_load_n(&m->seq, __ATOMIC_ACQUIRE);
   if (seq == 0 || (seq & 1)) return 0;
-  for (int32_t i = 0; i < k->nparams; ++i) {
-    const tj__param *p = &k->params[i];
-    if (p->output >= 0) {
-      frame->params[i] = NULL;
-      continue;
-    }
-    tj_arg *arg = &args[p->position];
-    frame->params[i] = arg;
-    if (p->kind == TJ_PARAM_SCALAR ? !tj__scalar_fits(p, arg)
-                                   : !buffer_matches(p, arg, &m->words[m->record[i]]))
+  for (int32_t j = 0; j < m->ninputs; ++j) {
+    const memo_input *in = &m->inputs[j];
+    tj_arg *arg = &args[in->position];
+    if (in->record < 0 ? !tj__scalar_fits(in->param, arg)
+                       : !buffer_matches(in, arg, &m->words[in->record]))
       return 0;
   }
   const uint64_t *f = &m->words[m->frame];
@@ -136,6 +147,8 @@ int tj__memo_bind(const tj_kernel *k, tj_arg *args, tj_frame *frame) {
     frame->out_dtype[o] = p->dtype;
     for (int32_t d = 0; d < p->ndim; ++d) frame->out_shape[o][d] = (int64_t)LOAD(*shapes++);
   }
+  for (int32_t i = 0; i < k->nparams; ++i)
+    frame->params[i] = m->position[i] < 0 ? NULL : &args[m->position[i]];
   frame->kernel = k;
   frame->stream = NULL;
   __atomic_thread_fence(__ATOMIC_ACQUIRE);
@@ -149,15 +162,15 @@ void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *fram
       !__atomic_compare_exchange_n(&m->seq, &seq, seq + 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
     return;
   __atomic_thread_fence(__ATOMIC_RELEASE);
-  for (int32_t i = 0; i < k->nparams; ++i) {
-    const tj__param *p = &k->params[i];
-    if (m->record[i] < 0) continue;
-    uint64_t *r = &m->words[m->record[i]];
-    const tj_arg *arg = &args[p->position];
+  for (int32_t j = 0; j < m->ninputs; ++j) {
+    const memo_input *in = &m->inputs[j];
+    if (in->record < 0) continue;
+    uint64_t *r = &m->words[in->record];
+    const tj_arg *arg = &args[in->position];
     STORE(r[KEY_KIND], kind_key(arg));
     if (arg->kind != TJ_ARG_TENSOR) continue;
     const DLTensor *t = &arg->tensor;
-    const int32_t n = p->ndim;
+    const int32_t n = in->ndim;
     uint64_t *shape = r + KEY_WORDS, *strides = shape + n, *span = strides + n;
     STORE(r[KEY_DTYPE], dtype_key(t));
     STORE(r[KEY_DEVICE], device_key(t));
@@ -169,7 +182,7 @@ void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *fram
     }
     /* tj_call_bind accepted it: a non-empty tensor's span fits. */
     uint64_t below = 0, above = 0;
-    if (!empty) tj__buffer_span(p, t, &below, &above);
+    if (!empty) tj__buffer_span(in->param, t, &below, &above);
     STORE(span[0], below);
     STORE(span[1], above);
     STORE(span[2], (uint64_t)!empty);
