@@ -100,7 +100,8 @@ static int import_args(const tj_kernel *k, tj_arg *args, int32_t nargs, int32_t 
                       : producer->view != NULL) &&
         (rc = tj_producer_check_view(producer, object)) != TJ_OK)
       return view_refused(k, i, rc);
-    rc = producer->import(producer, object, arg);
+    rc = producer->import == tj__exchange_import ? tj__exchange_import_inline(producer, object, arg)
+                                                 : producer->import(producer, object, arg);
     if (arg->producer == NULL) arg->producer = producer;
     if (rc != TJ_OK) return import_failed(k, i, rc);
     any |= arg->owner_kind;

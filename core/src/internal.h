@@ -118,6 +118,23 @@ static inline uint64_t tj__view_word(const tj_view_bits *bits, const void *objec
   return word;
 }
 
+/* The import of a producer made by tj_producer_from_exchange: the exchange
+ * API's view when the table has it (nothing to release), else its owning
+ * export. Inline for the sequencer, which calls it in place for such
+ * producers; tj__exchange_import is the same as the producer's function. */
+static inline int tj__exchange_import_inline(const tj_producer *self, void *object, tj_arg *arg) {
+  const DLPackExchangeAPI *api = self->api;
+  if (api->dltensor_from_py_object_no_sync != NULL) {
+    if (api->dltensor_from_py_object_no_sync(object, &arg->tensor) != 0) return TJ_EPYERR;
+    arg->kind = TJ_ARG_TENSOR;
+    return TJ_OK;
+  }
+  DLManagedTensorVersioned *managed = NULL;
+  if (api->managed_tensor_from_py_object_no_sync(object, &managed) != 0) return TJ_EPYERR;
+  return tj_arg_from_versioned(arg, managed, NULL);
+}
+int tj__exchange_import(const tj_producer *self, void *object, tj_arg *arg);
+
 /* What the kernel receives for a tensor argument: data + byte_offset (NULL for
  * no tensor), on integers: validation checked the sum does not wrap, and a
  * NULL data pointer with an offset is no pointer C may add to. */

@@ -7,17 +7,8 @@
 
 #include "internal.h"
 
-static int exchange_import(const tj_producer *self, void *object, tj_arg *arg) {
-  const DLPackExchangeAPI *api = self->api;
-  if (api->dltensor_from_py_object_no_sync != NULL) {
-    /* The view: the producer fills our DLTensor; nothing to release. */
-    if (api->dltensor_from_py_object_no_sync(object, &arg->tensor) != 0) return TJ_EPYERR;
-    arg->kind = TJ_ARG_TENSOR;
-    return TJ_OK;
-  }
-  DLManagedTensorVersioned *managed = NULL;
-  if (api->managed_tensor_from_py_object_no_sync(object, &managed) != 0) return TJ_EPYERR;
-  return tj_arg_from_versioned(arg, managed, NULL);
+int tj__exchange_import(const tj_producer *self, void *object, tj_arg *arg) {
+  return tj__exchange_import_inline(self, object, arg);
 }
 
 /* The allocator's error callback: keeps the first line of the producer's
@@ -76,7 +67,7 @@ int tj_producer_from_exchange(tj_producer *producer, const DLPackExchangeAPIHead
     return tj_set_error(TJ_EVALUE,
                         "the DLPack exchange API table lacks a function the API requires "
                         "(allocator, owning export, to-object, current work stream)");
-  producer->import = exchange_import;
+  producer->import = tj__exchange_import;
   producer->allocate = exchange_allocate;
   producer->current_stream = exchange_stream;
   producer->api = api;
