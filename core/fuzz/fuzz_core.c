@@ -412,6 +412,23 @@ static const tj__param *input_param(const tj_kernel *k, int32_t position) {
 
 /* ---- The step functions: bind, outputs, launch ------------------------------ */
 
+/* Whether two binds of the same arguments bound the same frame. */
+static int same_frame(const tj_kernel *k, const tj_frame *a, const tj_frame *b) {
+  if (a->has_device != b->has_device || a->first_tensor != b->first_tensor ||
+      memcmp(&a->device, &b->device, sizeof(a->device)) != 0 || a->stream != b->stream)
+    return 0;
+  for (int32_t s = 0; s < k->nsymbols; ++s)
+    if (a->symbols[s] != b->symbols[s]) return 0;
+  for (int32_t i = 0; i < k->nparams; ++i)
+    if (a->params[i] != b->params[i]) return 0;
+  for (int32_t o = 0; o < k->noutputs; ++o) {
+    if (a->out_ndim[o] != b->out_ndim[o]) return 0;
+    for (int32_t d = 0; d < a->out_ndim[o]; ++d)
+      if (a->out_shape[o][d] != b->out_shape[o][d]) return 0;
+  }
+  return 1;
+}
+
 static void fuzz_steps(input *in, tj_kernel *k) {
   pool *pl = calloc(1, sizeof(*pl));
   tj_arg args[TJ_MAX_PARAMS + 2];
@@ -423,6 +440,12 @@ static void fuzz_steps(input *in, tj_kernel *k) {
   if (rc == TJ_OK) {
     rc = tj_call_bind(k, args, nargs, &frame);
     check_status(rc);
+    /* Bound again, the same arguments take the kernel's record of the last call
+     * (src/memo.c) where it keeps one: the frame must come out the same. */
+    tj_frame again;
+    if (rc == TJ_OK &&
+        (tj_call_bind(k, args, nargs, &again) != TJ_OK || !same_frame(k, &frame, &again)))
+      abort();
   }
   tj_arg outs[TJ_MAX_OUTPUTS];
   int32_t made = 0;
