@@ -40,7 +40,7 @@ CORE_PATTERNS = ("include/tilejit/*.h", "src/*.c", "src/*.h")
 
 # -DNDEBUG matches how setuptools builds extensions: without it CPython's own inline
 # accessors (PyTuple_GET_ITEM and friends) keep their assert()s on the per-call path.
-CFLAGS = ("-O2", "-g", "-fPIC", "-pthread", "-std=gnu11", "-DNDEBUG")
+CFLAGS = ("-O2", "-fPIC", "-pthread", "-std=gnu11", "-DNDEBUG")
 # The core's public tj_ functions keep the default visibility: the ctypes backend looks
 # them up and the wrapper links against them. -Bsymbolic binds the core's calls to its own
 # functions inside the library, so they skip the PLT and no other library can interpose
