@@ -68,13 +68,23 @@ cdef int _h_list_append(void *items, void *item) noexcept:
 
 
 cdef void *_h_unlock() noexcept:
-    """Drops the GIL around a kernel, unless this is the interpreter's only thread:
-    then no Python thread can be waiting for it, and handing it over and back (a mutex
-    and a condition variable, about a fifth of a no-op call) would buy nothing."""
-    cdef PyThreadState *head = PyInterpreterState_ThreadHead(PyInterpreterState_Get())
-    if head != NULL and PyThreadState_Next(head) == NULL:
-        return NULL
     return <void *>PyEval_SaveThread()
+
+
+cdef void *_h_interpreter() noexcept:
+    return <void *>PyInterpreterState_Get()
+
+
+cdef void *_h_thread_head(void *interpreter) noexcept:
+    return <void *>PyInterpreterState_ThreadHead(<PyInterpreterState *>interpreter)
+
+
+cdef void *_h_thread_next(void *thread) noexcept:
+    return <void *>PyThreadState_Next(<PyThreadState *>thread)
+
+
+cdef void *_h_error_pending() noexcept:
+    return <void *>PyErr_Occurred()
 
 
 cdef void _h_lock(void *token) noexcept:
@@ -94,6 +104,10 @@ _host.list_new = _h_list_new
 _host.list_append = _h_list_append
 _host.unlock = _h_unlock
 _host.lock = _h_lock
+_host.interpreter = _h_interpreter  # the core keeps the GIL when this is the only thread
+_host.thread_head = _h_thread_head
+_host.thread_next = _h_thread_next
+_host.error_pending = _h_error_pending
 
 
 cdef int _fail_pending(object exc) noexcept:

@@ -18,7 +18,7 @@ Files, by concern: ``_errors.pxi`` (status codes to exceptions),
 """
 from cpython.bool cimport PyBool_Check
 from cpython.dict cimport PyDict_GetItem
-from cpython.exc cimport PyErr_SetObject
+from cpython.exc cimport PyErr_Occurred, PyErr_SetObject
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
 from cpython.long cimport (PyLong_AsLongLongAndOverflow, PyLong_AsVoidPtr, PyLong_Check,
                            PyLong_FromVoidPtr)

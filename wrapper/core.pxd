@@ -226,6 +226,10 @@ cdef extern from "tilejit/tilejit.h" nogil:
         int (*list_append)(void *list, void *item) noexcept
         void *(*unlock)() noexcept
         void (*lock)(void *token) noexcept
+        void *(*interpreter)() noexcept
+        void *(*thread_head)(void *interpreter) noexcept
+        void *(*thread_next)(void *thread) noexcept
+        void *(*error_pending)() noexcept
 
     uint32_t TJ_VIEW_CONJUGATE
     uint32_t TJ_VIEW_NEGATIVE
@@ -284,3 +288,6 @@ cdef extern from "tilejit/tilejit.h" nogil:
 
     void *tj_call_sequence(const tj_call_plan *plan, void *sequence)
     void *tj_call_sequence_on(const tj_call_plan *plan, void *sequence, uintptr_t stream)
+    const char *TJ_CALL_PLAN_CAPSULE
+    void tj_call_method_host(const tj_host *host)
+    void *tj_call_method(void *self, void *sequence)

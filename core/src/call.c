@@ -150,11 +150,21 @@ static int allocate_outputs(const tj_kernel *k, const tj_call *call, const tj_pr
   return TJ_OK;
 }
 
+/* Whether the host's lock is dropped around the kernel: not when the host
+ * says the interpreter has one thread (tj_host.thread_head). */
+static void *unlock(const tj_host *host) {
+  if (host == NULL || host->unlock == NULL) return NULL;
+  if (host->thread_head != NULL) {
+    void *head = host->thread_head(host->interpreter());
+    if (head != NULL && host->thread_next(head) == NULL) return NULL;
+  }
+  return host->unlock();
+}
+
 static int launch(const tj_call *call, tj_frame *frame) {
-  const tj_host *host = call->host;
-  void *token = host && host->unlock ? host->unlock() : NULL;
+  void *token = unlock(call->host);
   int rc = tj_call_launch(frame);
-  if (token != NULL) host->lock(token);
+  if (token != NULL) call->host->lock(token);
   return rc;
 }
 
@@ -254,4 +264,23 @@ void *tj_call_sequence(const tj_call_plan *plan, void *sequence) {
 
 void *tj_call_sequence_on(const tj_call_plan *plan, void *sequence, uintptr_t stream) {
   return call_sequence(plan, sequence, 1, stream);
+}
+
+static const tj_host *method_host;
+
+void tj_call_method_host(const tj_host *host) {
+  __atomic_store_n(&method_host, host, __ATOMIC_RELEASE);
+}
+
+void *tj_call_method(void *self, void *sequence) {
+  const tj_host *host = __atomic_load_n(&method_host, __ATOMIC_ACQUIRE);
+  const tj_call_plan *plan = host->capsule_pointer(self, TJ_CALL_PLAN_CAPSULE);
+  if (plan == NULL) return NULL; /* the capsule's error is pending */
+  void *result = call_sequence(plan, sequence, 0, 0);
+  if (result == plan->failed && plan->host->error_pending != NULL &&
+      plan->host->error_pending() != NULL) {
+    plan->host->release(result);
+    return NULL;
+  }
+  return result;
 }

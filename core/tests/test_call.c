@@ -477,6 +477,68 @@ TEST(call_sequence_dispatch) {
   tj_kernel_free(k3);
 }
 
+/* ---- The entry CPython calls directly (tj_call_method) ----------------------- */
+
+static char plan_capsule, pending_error;
+static int error_is_pending;
+static tj_call_plan *capsule_plan;
+static void *fake_capsule_pointer(void *capsule, const char *name) {
+  if (capsule != &plan_capsule || strcmp(name, TJ_CALL_PLAN_CAPSULE) != 0) return NULL;
+  return capsule_plan;
+}
+static void *fake_error_pending(void) { return error_is_pending ? &pending_error : NULL; }
+
+TEST(call_method_entry) {
+  memset(&rec, 0, sizeof(rec));
+  tj_host host;
+  memset(&host, 0, sizeof(host));
+  host.capsule_pointer = fake_capsule_pointer;
+  host.object_type = fake_object_type;
+  host.release = fake_release;
+  host.retain = fake_retain;
+  host.sequence_size = fake_size;
+  host.sequence_item = fake_item;
+  host.error_pending = fake_error_pending;
+  tj_call_method_host(&host);
+  tj_kernel *k = adder(TJ_BUF_OUTPUT);
+  const tj_producer *producers[1] = {&fake_producer};
+  tj_call_plan plan = {k, &host, NULL, producers, 1, &none_object, &failed_object};
+  capsule_plan = &plan;
+  tjt_object a, b;
+  object_tensor(&a, a_data, 8);
+  object_tensor(&b, b_data, 8);
+  tjt_sequence seq = {2, {&a, &b}};
+
+  /* The plan comes out of the capsule; the result is tj_call_sequence's. */
+  CHECK(tj_call_method(&plan_capsule, &seq) == &rec.outs[0]);
+  CHECK_EQ_INT(rec.outs[0].refs, 1);
+
+  /* Another object as self: the capsule's own error is pending; nothing is done. */
+  memset(&rec, 0, sizeof(rec));
+  char not_a_capsule;
+  CHECK(tj_call_method(&not_a_capsule, &seq) == NULL);
+  CHECK_EQ_INT(rec.imports, 0);
+
+  /* A failure with no host error pending: the "no result" object, the record says why. */
+  tjt_sequence short_seq = {1, {&a}};
+  CHECK(tj_call_method(&plan_capsule, &short_seq) == &failed_object);
+  CHECK_EQ_INT(tj_last_error_info()->code, TJ_EDECLINED);
+
+  /* A producer's error pending: NULL, so that it propagates, and the sentinel's
+   * reference given back. */
+  a.fail_import = TJ_EPYERR;
+  error_is_pending = 1;
+  type_releases = 0;
+  CHECK(tj_call_method(&plan_capsule, &seq) == NULL);
+  CHECK_EQ_INT(tj_last_error_info()->code, TJ_EPYERR);
+  CHECK_EQ_INT(tj_last_error_info()->argument, 0);
+  CHECK_EQ_INT(type_releases, 3); /* two type references and the sentinel */
+  error_is_pending = 0;
+  a.fail_import = 0;
+  tj_call_method_host(NULL);
+  tj_kernel_free(k);
+}
+
 /* ---- A framework's claim (tj_claim) ------------------------------------------ */
 
 static int grad_mode, grad_asks;

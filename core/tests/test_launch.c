@@ -423,6 +423,19 @@ static void fake_lock(void *token) {
   ++fake_locks;
 }
 
+/* An interpreter with fake_threads threads, listed as 1, 2, ... */
+static int fake_threads, fake_interp;
+static intptr_t thread_ids[4] = {1, 2, 3, 4};
+static void *fake_interpreter(void) { return &fake_interp; }
+static void *fake_thread_head(void *interp) {
+  CHECK(interp == &fake_interp);
+  return fake_threads > 0 ? &thread_ids[0] : NULL;
+}
+static void *fake_thread_next(void *thread) {
+  intptr_t *t = thread;
+  return *t < fake_threads ? t + 1 : NULL;
+}
+
 /* The objects of one call: both arguments imported by the producer. */
 static int run_objects(const tj_kernel *k, const tj_producer *producer, const tj_host *host,
                        void **objects, void **outputs) {
@@ -497,6 +510,21 @@ TEST(call_run_exchange_vec_add) {
   CHECK_OK(run_objects(k, &producer, NULL, objects, outputs));
   CHECK_EQ_INT(fake_unlocks, 0);
   free(outputs[0]);
+
+  /* A host that lists its threads keeps the lock while there is one, and drops it
+   * when there are more. */
+  host.interpreter = fake_interpreter;
+  host.thread_head = fake_thread_head;
+  host.thread_next = fake_thread_next;
+  fake_threads = 1, fake_unlocks = fake_locks = 0;
+  CHECK_OK(run_objects(k, &producer, &host, objects, outputs));
+  free(outputs[0]);
+  CHECK_EQ_INT(fake_unlocks, 0);
+  fake_threads = 2;
+  CHECK_OK(run_objects(k, &producer, &host, objects, outputs));
+  free(outputs[0]);
+  CHECK_EQ_INT(fake_unlocks, 1);
+  CHECK_EQ_INT(fake_locks, 1);
   tj_kernel_free(k);
 }
 

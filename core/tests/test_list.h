@@ -44,6 +44,7 @@
   X(call_run_releases_owned_imports)            \
   X(call_run_no_tensor_fallback)                \
   X(call_sequence_dispatch)                     \
+  X(call_method_entry)                          \
   X(call_run_claims)                            \
   X(producer_from_exchange_versions)            \
   X(producer_exchange_view_or_export)           \

@@ -74,6 +74,7 @@ _PROTOTYPES = {
     "tj_kernel_num_outputs": (c_int32, [c_void_p]),
     "tj_cuda_device_capability": (c_int, [c_int32, POINTER(c_int32), POINTER(c_int32)]),
     "tj_producer_from_exchange": (c_int, [c_void_p, c_void_p, c_void_p]),
+    "tj_call_method_host": (None, [c_void_p]),
 }
 # Called with the GIL held: they run producers, which are Python (or need the GIL).
 _GIL_PROTOTYPES = {

@@ -119,7 +119,9 @@ class TjHost(Structure):
                 ("capsule_set_name", c_void_p), ("object_type", c_void_p),
                 ("release", c_void_p), ("sequence_size", c_void_p),
                 ("sequence_item", c_void_p), ("retain", c_void_p), ("list_new", c_void_p),
-                ("list_append", c_void_p), ("unlock", c_void_p), ("lock", c_void_p)]
+                ("list_append", c_void_p), ("unlock", c_void_p), ("lock", c_void_p),
+                ("interpreter", c_void_p), ("thread_head", c_void_p),
+                ("thread_next", c_void_p), ("error_pending", c_void_p)]
 
 
 class TjViewBits(Structure):

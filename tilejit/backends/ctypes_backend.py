@@ -3,9 +3,11 @@
 It needs no compiled wrapper (only the core, built with the C compiler), so it works
 where Cython is unavailable; ``execution_backend="auto"`` falls back to it. A call is one
 foreign call whenever every argument is an object of a producer type the kernel has met
-(torch tensors, tilejit Arrays, layout views, with or without ``stream=``):
-``tj_call_sequence`` reads the argument tuple through CPython's C API and runs the core's
-sequencer. Any other call is classified here and handed to the same sequencer
+(torch tensors, tilejit Arrays, layout views, with or without ``stream=``): the core
+reads the argument tuple through CPython's C API and runs its sequencer. Without
+``stream=`` that call is not even a ctypes call: each kernel holds a builtin function,
+made here with ``PyCFunction_NewEx`` over the core's ``tj_call_method``, which CPython
+calls directly (no argument conversion, no libffi). Any other call is classified here and handed to the same sequencer
 (``tj_call_run``). The core produces every validation message, so results, exception
 types and messages are those of the other backends.
 """
@@ -70,8 +72,38 @@ _HOST = TjHost(
     list_new=ctypes.cast(_LIST_NEW, c_void_p).value,
     list_append=_c_function("PyList_Append"),
     unlock=_c_function("PyEval_SaveThread"),
-    lock=_c_function("PyEval_RestoreThread"))
+    lock=_c_function("PyEval_RestoreThread"),
+    interpreter=_c_function("PyInterpreterState_Get"),  # the GIL is kept with one thread
+    thread_head=_c_function("PyInterpreterState_ThreadHead"),
+    thread_next=_c_function("PyThreadState_Next"),
+    error_pending=_c_function("PyErr_Occurred"))
 _HOST_ADDRESS = addressof(_HOST)
+
+
+# ---- The call entry: a builtin function over the core's tj_call_method --------------
+
+class _MethodDef(ctypes.Structure):
+    """CPython's PyMethodDef (stable ABI)."""
+
+    _fields_ = [("ml_name", ctypes.c_char_p), ("ml_meth", c_void_p), ("ml_flags", c_int),
+                ("ml_doc", ctypes.c_char_p)]
+
+
+_METH_O = 0x0008  # CPython's METH_O: the function takes one argument (here the tuple)
+_PLAN_CAPSULE = abi.TJ_CALL_PLAN_CAPSULE.encode()  # alive for the process: capsules keep it
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype, _capsule_new.argtypes = py_object, [c_void_p, ctypes.c_char_p, c_void_p]
+_function_new = ctypes.pythonapi.PyCFunction_NewEx
+_function_new.restype, _function_new.argtypes = py_object, [c_void_p, py_object, c_void_p]
+_method_def = None  # one _MethodDef for every kernel's entry, alive for the process
+
+
+def _call_entry(plan_address: int):
+    """A builtin function that runs the call of ``plan_address`` on an argument tuple
+    (``tj_call_method``): CPython calls the core directly, with no conversion of the
+    arguments by ctypes. The plan must outlive the function (its kernel holds both)."""
+    return _function_new(addressof(_method_def), _capsule_new(plan_address, _PLAN_CAPSULE,
+                                                                None), None)
 
 
 # ---- Producers ------------------------------------------------------------------------
@@ -168,7 +200,6 @@ _registry: dict = {}  # type -> TjProducer (kept alive), or None: no tensors
 _claims: dict = {}  # type -> the TjClaim its producer points to
 _from_capsule = None  # tj_arg_from_capsule, set with the core
 _run = None           # tj_call_run
-_sequence = None      # tj_call_sequence
 _sequence_on = None   # tj_call_sequence_on
 
 
@@ -259,11 +290,15 @@ def _classify(obj, arg: TjArg, kernel) -> None:
 
 
 def _init_core() -> None:
-    global _from_capsule, _run, _sequence, _sequence_on
-    if _run is None:
-        gil = core_library_gil()
-        _from_capsule, _run = gil.tj_arg_from_capsule, gil.tj_call_run
-        _sequence, _sequence_on = gil.tj_call_sequence, gil.tj_call_sequence_on
+    global _from_capsule, _run, _sequence_on, _method_def
+    with _lock:
+        if _run is None:
+            core_library().tj_call_method_host(_HOST_ADDRESS)
+            entry = ctypes.cast(core_library().tj_call_method, c_void_p).value
+            _method_def = _MethodDef(b"tilejit_call", entry, _METH_O, None)
+            gil = core_library_gil()
+            _from_capsule, _sequence_on = gil.tj_arg_from_capsule, gil.tj_call_sequence_on
+            _run = gil.tj_call_run
 
 
 def _failure(exc: BaseException) -> BaseException:
@@ -304,6 +339,7 @@ class CtypesKernel:
                                 nproducers=0, none=id(None), failed=id(_FAILED))
         self._multiple = self._nout > 1
         self._plan_address = addressof(self._plan)
+        self._entry = _call_entry(self._plan_address)
         self._outs_type = py_object * max(self._nout, 1)
 
     def _learn(self, producer) -> None:
@@ -321,7 +357,7 @@ class CtypesKernel:
         if keywords:
             return self._call_on(args, self._stream_keyword(keywords))
         try:
-            result = _sequence(self._plan_address, args)
+            result = self._entry(args)
         except BaseException as exc:  # noqa: BLE001 - a producer's error: see where
             return self._failed(exc, args, None)
         if result is _FAILED:

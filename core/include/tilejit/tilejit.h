@@ -497,6 +497,15 @@ typedef struct tj_host {
    * is then not called. unlock NULL: the kernel runs with the lock held. */
   void *(*unlock)(void);
   void (*lock)(void *token);
+  /* Optional: PyInterpreterState_Get / PyInterpreterState_ThreadHead /
+   * PyThreadState_Next. When given, the lock is kept while the interpreter has
+   * one thread: no thread can be waiting for it, and handing it over and back
+   * (a mutex and a condition variable) would cost a fifth of a no-op call. */
+  void *(*interpreter)(void);
+  void *(*thread_head)(void *interpreter);
+  void *(*thread_next)(void *thread);
+  /* PyErr_Occurred: the pending error, or NULL (needed by tj_call_method). */
+  void *(*error_pending)(void);
 } tj_host;
 
 /* Lazy views: tensors whose values are not what their memory holds, such as
@@ -675,6 +684,21 @@ typedef struct tj_call_plan {
  * arguments: tj_call_sequence_on adds the explicit stream's handle. */
 void *tj_call_sequence(const tj_call_plan *plan, void *sequence);
 void *tj_call_sequence_on(const tj_call_plan *plan, void *sequence, uintptr_t stream);
+
+/* The same call as a function CPython calls directly: tj_call_method has the
+ * shape of a METH_O builtin, for bindings with no compiler of their own (the
+ * ctypes backend). Such a binding makes one builtin per kernel with
+ * PyCFunction_NewEx, its `self` a capsule named TJ_CALL_PLAN_CAPSULE holding
+ * the plan; calling it with the argument tuple then costs one C call, with no
+ * foreign-function conversion on the way in or out. It returns what
+ * tj_call_sequence returns, except that a failure with a host error pending
+ * (a producer's exception) returns NULL, leaving the error to propagate.
+ * The capsule is read with the host given to tj_call_method_host, once per
+ * process, before any such builtin is made (the interpreter's C API; the
+ * plan's own host runs the call). */
+#define TJ_CALL_PLAN_CAPSULE "tilejit.call_plan"
+void tj_call_method_host(const tj_host *host);
+void *tj_call_method(void *self, void *sequence);
 
 #ifdef __cplusplus
 }
