@@ -18,21 +18,23 @@
  * Served: kernels whose parameters are buffers and scalars. A pointer
  * parameter takes many kinds of argument, so such kernels keep no memo.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
 
-/* Per input buffer: three key words, the shape and the strides (ndim each),
+/* Per input buffer: four key words, the shape and the strides (ndim each),
  * then what the full checks derived: the span around the first element and
  * whether there is one (an empty tensor has none to check). */
-enum { KEY_DTYPE, KEY_DEVICE, KEY_KIND, KEY_WORDS };
+enum { KEY_HEAD, KEY_DEVICE, KEY_FORM, KEY_NO_STRIDES, KEY_WORDS };
 #define RECORD_WORDS(ndim) (KEY_WORDS + 2 * (ndim) + 3)
 
 /* What the memo reads of each input parameter, packed: the parameter table
  * itself is wide, and the hit path should touch little memory. */
 typedef struct {
   const tj__param *param;
+  int32_t index;    /* the parameter's */
   int32_t position; /* caller argument */
   int32_t record;   /* first word of a buffer's record; -1 for a scalar */
   int32_t ndim;
@@ -43,8 +45,7 @@ typedef struct tj__memo {
   uint32_t seq; /* even: stable; odd: being written; 0: nothing yet */
   int32_t ninputs;
   memo_input inputs[TJ_MAX_PARAMS];
-  int32_t position[TJ_MAX_PARAMS]; /* of each parameter; -1 for outputs */
-  int32_t frame;                   /* device, has_device | first_tensor, symbols, output shapes */
+  int32_t frame; /* device, has_device | first_tensor, symbols, output shapes */
   uint64_t words[];
 } tj__memo;
 
@@ -53,35 +54,30 @@ typedef struct tj__memo {
 #define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 #define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
 
-static uint64_t dtype_key(const DLTensor *t) {
-  uint32_t dtype;
-  memcpy(&dtype, &t->dtype, sizeof(dtype));
-  return dtype | (uint64_t)(uint32_t)t->ndim << 32;
-}
-
-static uint64_t device_key(const DLTensor *t) {
-  uint64_t device;
-  memcpy(&device, &t->device, sizeof(device));
-  return device;
-}
-
-static uint64_t kind_key(const tj_arg *arg) {
-  if (arg->kind != TJ_ARG_TENSOR) return (uint32_t)arg->kind;
-  return TJ_ARG_TENSOR | (uint64_t)(arg->tensor.strides == NULL) << 8 | (uint64_t)arg->flags << 32;
+/* The key words of a buffer argument, read as the record keeps them: the
+ * argument's kind and flags, its device, its ndim and dtype, and whether it
+ * has strides. Any kind of argument: an absent one's tensor is all zero. */
+static inline void buffer_key(const tj_arg *arg, uint64_t key[KEY_WORDS]) {
+  _Static_assert(offsetof(tj_arg, flags) == offsetof(tj_arg, kind) + 4 &&
+                     offsetof(DLTensor, dtype) == offsetof(DLTensor, ndim) + 4 &&
+                     sizeof(DLDataType) == 4 && sizeof(DLDevice) == 8,
+                 "key words");
+  memcpy(&key[KEY_HEAD], &arg->kind, sizeof(uint64_t));
+  memcpy(&key[KEY_DEVICE], &arg->tensor.device, sizeof(uint64_t));
+  memcpy(&key[KEY_FORM], &arg->tensor.ndim, sizeof(uint64_t));
+  key[KEY_NO_STRIDES] = arg->tensor.strides == NULL;
 }
 
 int tj__memo_create(tj_kernel *k) {
-  _Static_assert(sizeof(DLDataType) == 4 && sizeof(DLDevice) == 8, "key words");
   memo_input inputs[TJ_MAX_PARAMS];
-  int32_t position[TJ_MAX_PARAMS], words = 0, n = 0;
+  int32_t words = 0, n = 0;
   for (int32_t i = 0; i < k->nparams; ++i) {
     const tj__param *p = &k->params[i];
     if (p->kind == TJ_PARAM_POINTER) return TJ_OK;
-    position[i] = p->position;
     if (p->output >= 0) continue;
     int buffer = p->kind == TJ_PARAM_BUFFER;
     inputs[n++] =
-        (memo_input){p, p->position, buffer ? words : -1, p->ndim, (uint64_t)p->align - 1};
+        (memo_input){p, i, p->position, buffer ? words : -1, p->ndim, (uint64_t)p->align - 1};
     if (buffer) words += RECORD_WORDS(p->ndim);
   }
   int32_t frame = words;
@@ -90,7 +86,6 @@ int tj__memo_create(tj_kernel *k) {
   tj__memo *m = calloc(1, sizeof(*m) + (size_t)words * sizeof(uint64_t));
   if (m == NULL) return tj_set_error(TJ_ENOMEM, "%s: out of memory", k->name);
   memcpy(m->inputs, inputs, (size_t)n * sizeof(inputs[0]));
-  memcpy(m->position, position, (size_t)k->nparams * sizeof(position[0]));
   m->ninputs = n;
   m->frame = frame;
   k->memo = m;
@@ -104,12 +99,14 @@ void tj__memo_free(tj_kernel *k) {
 
 /* Whether a buffer argument matches its record, and its address passes. */
 static inline int buffer_matches(const memo_input *in, const tj_arg *arg, const uint64_t *r) {
-  if (arg->kind != TJ_ARG_TENSOR) return arg->kind == TJ_ARG_NONE && LOAD(r[KEY_KIND]) == 0;
-  const DLTensor *t = &arg->tensor;
-  if (dtype_key(t) != LOAD(r[KEY_DTYPE]) || device_key(t) != LOAD(r[KEY_DEVICE]) ||
-      kind_key(arg) != LOAD(r[KEY_KIND]))
+  uint64_t key[KEY_WORDS];
+  buffer_key(arg, key);
+  if (((key[KEY_HEAD] ^ LOAD(r[KEY_HEAD])) | (key[KEY_DEVICE] ^ LOAD(r[KEY_DEVICE])) |
+       (key[KEY_FORM] ^ LOAD(r[KEY_FORM])) | (key[KEY_NO_STRIDES] ^ LOAD(r[KEY_NO_STRIDES]))) != 0)
     return 0;
+  if (arg->kind != TJ_ARG_TENSOR) return 1; /* absent, as recorded */
   /* The key holds ndim: it is the parameter's here. */
+  const DLTensor *t = &arg->tensor;
   const int32_t n = in->ndim;
   const uint64_t *shape = r + KEY_WORDS, *strides = shape + n, *span = strides + n;
   if (n > 0 && t->shape == NULL) return 0;
@@ -133,6 +130,7 @@ int tj__memo_bind(const tj_kernel *k, tj_arg *args, tj_frame *frame) {
     if (in->record < 0 ? !tj__scalar_fits(in->param, arg)
                        : !buffer_matches(in, arg, &m->words[in->record]))
       return 0;
+    frame->params[in->index] = arg;
   }
   const uint64_t *f = &m->words[m->frame];
   uint64_t device = LOAD(f[0]), where = LOAD(f[1]);
@@ -143,12 +141,11 @@ int tj__memo_bind(const tj_kernel *k, tj_arg *args, tj_frame *frame) {
   for (int32_t s = 0; s < k->nsymbols; ++s) frame->symbols[s] = (int64_t)LOAD(symbols[s]);
   for (int32_t o = 0; o < k->noutputs; ++o) {
     const tj__param *p = &k->params[k->output_params[o]];
+    frame->params[k->output_params[o]] = NULL;
     frame->out_ndim[o] = p->ndim;
     frame->out_dtype[o] = p->dtype;
     for (int32_t d = 0; d < p->ndim; ++d) frame->out_shape[o][d] = (int64_t)LOAD(*shapes++);
   }
-  for (int32_t i = 0; i < k->nparams; ++i)
-    frame->params[i] = m->position[i] < 0 ? NULL : &args[m->position[i]];
   frame->kernel = k;
   frame->stream = NULL;
   __atomic_thread_fence(__ATOMIC_ACQUIRE);
@@ -165,15 +162,14 @@ void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *fram
   for (int32_t j = 0; j < m->ninputs; ++j) {
     const memo_input *in = &m->inputs[j];
     if (in->record < 0) continue;
-    uint64_t *r = &m->words[in->record];
+    uint64_t *r = &m->words[in->record], key[KEY_WORDS];
     const tj_arg *arg = &args[in->position];
-    STORE(r[KEY_KIND], kind_key(arg));
+    buffer_key(arg, key);
+    for (int32_t w = 0; w < KEY_WORDS; ++w) STORE(r[w], key[w]);
     if (arg->kind != TJ_ARG_TENSOR) continue;
     const DLTensor *t = &arg->tensor;
     const int32_t n = in->ndim;
     uint64_t *shape = r + KEY_WORDS, *strides = shape + n, *span = strides + n;
-    STORE(r[KEY_DTYPE], dtype_key(t));
-    STORE(r[KEY_DEVICE], device_key(t));
     int empty = 0;
     for (int32_t d = 0; d < n; ++d) {
       STORE(shape[d], (uint64_t)t->shape[d]);
