@@ -3,6 +3,7 @@
 cdef extern from "Python.h":
     PyObject **PySequence_Fast_ITEMS(object)
     void *_type_of "Py_TYPE"(object)  # borrowed: the object keeps its type alive
+    PyObject *_raw_type_of "Py_TYPE"(PyObject *)  # the same, taking no reference
     Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
     unsigned long Py_TPFLAGS_HAVE_VECTORCALL
     ctypedef struct PyTypeObject_vc "PyTypeObject":
@@ -10,7 +11,7 @@ cdef extern from "Python.h":
         unsigned long tp_flags
 
 
-cdef inline void _object_arg(tj_arg *arg, object obj, const tj_producer *producer) noexcept:
+cdef inline void _object_arg(tj_arg *arg, PyObject *obj, const tj_producer *producer) noexcept:
     """An object the core imports through its producer: the fields tj_arg_init would
     clear that the import does not fill, without clearing the whole record."""
     arg.kind = TJ_ARG_OBJECT
@@ -50,7 +51,7 @@ cdef int _convert(object obj, tj_arg *arg, bint exchange) except -1:
         return 0
     producer = _producer_of(<object>cls, exchange)
     if producer != NULL:  # a tensor: the core imports it through its producer
-        _object_arg(arg, obj, producer)
+        _object_arg(arg, <PyObject *>obj, producer)
         return 0
     if <object>cls is _hooks.pointer_type:  # tilejit.make_ptr: an address that knows its target
         arg.kind = TJ_ARG_ADDRESS
@@ -162,11 +163,12 @@ cdef class Kernel:
         call.outputs = outv
         if call.nargs == self._nargs:  # else the core reports the count, reading none
             # The hot path inline: objects of the type the last call's tensors had.
-            memo_type = _memo_type[self._exchange]
+            # Borrowed pointers throughout: no reference counting per argument.
             memo_producer = _memo_producer[self._exchange]
+            memo_type = _memo_type[self._exchange] if memo_producer != NULL else NULL
             for i in range(call.nargs):
-                if <PyObject *>_type_of(<object>args[i]) == memo_type and memo_producer != NULL:
-                    _object_arg(&argv[i], <object>args[i], memo_producer)
+                if _raw_type_of(args[i]) == memo_type:
+                    _object_arg(&argv[i], args[i], memo_producer)
                 else:
                     _convert(<object>args[i], &argv[i], self._exchange)
         if stream is not None:

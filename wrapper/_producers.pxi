@@ -71,18 +71,6 @@ cdef void *_h_unlock() noexcept:
     return <void *>PyEval_SaveThread()
 
 
-cdef void *_h_interpreter() noexcept:
-    return <void *>PyInterpreterState_Get()
-
-
-cdef void *_h_thread_head(void *interpreter) noexcept:
-    return <void *>PyInterpreterState_ThreadHead(<PyInterpreterState *>interpreter)
-
-
-cdef void *_h_thread_next(void *thread) noexcept:
-    return <void *>PyThreadState_Next(<PyThreadState *>thread)
-
-
 cdef void *_h_error_pending() noexcept:
     return <void *>PyErr_Occurred()
 
@@ -104,9 +92,11 @@ _host.list_new = _h_list_new
 _host.list_append = _h_list_append
 _host.unlock = _h_unlock
 _host.lock = _h_lock
-_host.interpreter = _h_interpreter  # the core keeps the GIL when this is the only thread
-_host.thread_head = _h_thread_head
-_host.thread_next = _h_thread_next
+# The core keeps the GIL when this is the interpreter's only thread. CPython's own
+# functions, called directly: they take and return pointers, as the table's do.
+_host.interpreter = <void *(*)() noexcept>PyInterpreterState_Get
+_host.thread_head = <void *(*)(void *) noexcept>PyInterpreterState_ThreadHead
+_host.thread_next = <void *(*)(void *) noexcept>PyThreadState_Next
 _host.error_pending = _h_error_pending
 
 
