@@ -106,6 +106,32 @@ def test_exception_classes_come_from_the_core_table():
     assert table[-6] == ("TJ_EDECLINED", "")
 
 
+def test_ctypes_plain_calls_go_through_no_ctypes_function(add, monkeypatch):
+    """Without stream=, a call of known producer types is CPython calling the core's
+    tj_call_method (a builtin made over it): no ctypes function object is involved."""
+    from tilejit.backends import ctypes_backend
+
+    kernel = add.with_backend("ctypes")
+    a, b = torch.ones(3), torch.full((3,), 2.0)
+    kernel(a, b)
+
+    def no_ctypes_call(*args):
+        raise AssertionError("a ctypes function was called")
+
+    for name in ("_run", "_sequence_on"):
+        monkeypatch.setattr(ctypes_backend, name, no_ctypes_call)
+    monkeypatch.setattr(kernel, "_call_args", no_ctypes_call)
+    assert kernel(a, b).tolist() == [3.0] * 3
+    # Errors, a producer's included, come back through the same entry with the messages
+    # of the other backends.
+    with pytest.raises(ValueError, match=r"^add: argument 1 'B': expected shape\[0\] == n"):
+        kernel(a, torch.ones(4))
+    with pytest.raises(ValueError, match=r"^add: argument 1 'B': cannot import the tensor "
+                                         r"through DLPack: "):
+        kernel(a, torch.ones(3, device="meta"))
+    assert kernel(a, b).tolist() == [3.0] * 3
+
+
 @pytest.mark.parametrize("make", [
     torch.ones,
     lambda n: tilejit.from_dlpack(torch.ones(n)),
