@@ -420,17 +420,22 @@ static int fake_append(void *list, void *item) {
   return 0;
 }
 
+/* The host of the tests below: objects and sequences as tjt_object/tjt_sequence. */
+static void fake_host(tj_host *host) {
+  memset(host, 0, sizeof(*host));
+  host->object_type = fake_object_type;
+  host->release = fake_release;
+  host->retain = fake_retain;
+  host->sequence_size = fake_size;
+  host->sequence_item = fake_item;
+  host->list_new = fake_list_new;
+  host->list_append = fake_append;
+}
+
 TEST(call_sequence_dispatch) {
   memset(&rec, 0, sizeof(rec));
   tj_host host;
-  memset(&host, 0, sizeof(host));
-  host.object_type = fake_object_type;
-  host.release = fake_release;
-  host.retain = fake_retain;
-  host.sequence_size = fake_size;
-  host.sequence_item = fake_item;
-  host.list_new = fake_list_new;
-  host.list_append = fake_append;
+  fake_host(&host);
   tj_kernel *k = adder(TJ_BUF_OUTPUT);
   const tj_producer *producers[1] = {&fake_producer};
   tj_call_plan plan = {k, &host, NULL, producers, 1, &none_object, &failed_object};
@@ -491,13 +496,8 @@ static void *fake_error_pending(void) { return error_is_pending ? &pending_error
 TEST(call_method_entry) {
   memset(&rec, 0, sizeof(rec));
   tj_host host;
-  memset(&host, 0, sizeof(host));
+  fake_host(&host);
   host.capsule_pointer = fake_capsule_pointer;
-  host.object_type = fake_object_type;
-  host.release = fake_release;
-  host.retain = fake_retain;
-  host.sequence_size = fake_size;
-  host.sequence_item = fake_item;
   host.error_pending = fake_error_pending;
   tj_call_method_host(&host);
   tj_kernel *k = adder(TJ_BUF_OUTPUT);
