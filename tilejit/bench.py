@@ -360,7 +360,7 @@ def _ctypes_rows(tensor_sets: list[tuple]) -> tuple[Row, Row, list[Row]]:
     try:
         path = str(_cached_so("tilejit_bench_ctypes", _CTYPES_SOURCE, []))
         lib = ctypes.CDLL(path)
-        # The GIL kept, as tilejit's one-call entry (tj_call_sequence) keeps it.
+        # The GIL kept, as tilejit's one-call entry (tj_call_method) keeps it.
         floor_fn = ctypes.PyDLL(path).tj_bench_ctypes_floor
     except Exception as exc:  # noqa: BLE001 - reported in the table
         return (_failed(name_a, exc, required=True), _failed(name_b, exc, required=True),

@@ -79,7 +79,6 @@ _PROTOTYPES = {
 # Called with the GIL held: they run producers, which are Python (or need the GIL).
 _GIL_PROTOTYPES = {
     "tj_call_run": (c_int, [c_void_p, POINTER(TjCall)]),
-    "tj_call_sequence": (ctypes.py_object, [c_void_p, ctypes.py_object]),
     "tj_call_sequence_on": (ctypes.py_object, [c_void_p, ctypes.py_object, ctypes.c_uint64]),
     "tj_arg_from_capsule": (c_int, [POINTER(TjArg), ctypes.py_object, c_void_p]),
 }

@@ -7,8 +7,8 @@ foreign call whenever every argument is an object of a producer type the kernel 
 reads the argument tuple through CPython's C API and runs its sequencer. Without
 ``stream=`` that call is not even a ctypes call: each kernel holds a builtin function,
 made here with ``PyCFunction_NewEx`` over the core's ``tj_call_method``, which CPython
-calls directly (no argument conversion, no libffi). Any other call is classified here and handed to the same sequencer
-(``tj_call_run``). The core produces every validation message, so results, exception
+calls directly (no argument conversion, no libffi). Any other call is classified here
+and handed to the same sequencer (``tj_call_run``). The core produces every validation message, so results, exception
 types and messages are those of the other backends.
 """
 
