@@ -76,6 +76,15 @@ cdef int _convert(object obj, tj_arg *arg, bint exchange) except -1:
     return 0
 
 
+cdef inline object _take(void *ref):
+    """The object of a new reference the core handed over (None for NULL), taking it."""
+    if ref == NULL:
+        return None
+    out = <object>ref
+    Py_DECREF(out)  # <object> took a reference; the core gave us one already
+    return out
+
+
 cdef object _kernel_vectorcall(object self, PyObject **args, size_t nargsf,
                                PyObject *kwnames):
     """The vectorcall entry of kernels: ``kernel(a, b, c)`` from Python arrives here
@@ -181,16 +190,14 @@ cdef class Kernel:
             if rc != TJ_OK:
                 _raise(rc)
             return None
-        outputs = []
-        for i in range(self._nout):  # new references, ours even when the call failed
-            if outv[i] != NULL:
-                out = <object>outv[i]
-                Py_DECREF(out)  # <object> took a reference; the core gave us one already
-                outputs.append(out)
+        if self._nout == 1:  # no list: one new reference, ours even when the call failed
+            out = _take(outv[0])
+            if rc != TJ_OK:
+                _raise(rc)
+            return out
+        outputs = [_take(outv[i]) for i in range(self._nout)]
         if rc != TJ_OK:
             _raise(rc)
-        if self._nout == 1:
-            return outputs[0]
         if self._out_order is not None:
             return [outputs[j] for j in self._out_order]
         return outputs

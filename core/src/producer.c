@@ -13,10 +13,12 @@ int tj__exchange_import(const tj_producer *self, void *object, tj_arg *arg) {
 
 /* The allocator's error callback: keeps the first line of the producer's
  * message (torch's C++ errors append a backtrace) for the caller to prefix
- * with the output's label, as bindings do with a framework's own errors. */
+ * with the output's label, as bindings do with a framework's own errors.
+ * `context` counts the reports, so that a failure the allocator does not
+ * explain gets a message of its own; a success formats none. */
 static void allocator_error(void *context, const char *kind, const char *message) {
-  (void)context;
   (void)kind; /* an exception class name ("MemoryError"); the message says enough */
+  ++*(int *)context;
   const char *text = message && message[0] ? message : "unknown error";
   tj_set_error(TJ_ERUNTIME, "%.*s", (int)strcspn(text, "\n"), text);
 }
@@ -26,11 +28,14 @@ static int exchange_allocate(const tj_producer *self, const DLTensor *prototype,
   const DLPackExchangeAPI *api = self->api;
   DLTensor proto = *prototype;
   DLManagedTensorVersioned *managed = NULL;
+  int reported = 0;
   *object = NULL;
-  tj_set_error(TJ_ERUNTIME, "unknown error");
-  if (api->managed_tensor_allocator(&proto, &managed, NULL, allocator_error) != 0 ||
-      managed == NULL)
-    return TJ_ERUNTIME;
+  int failed = api->managed_tensor_allocator(&proto, &managed, &reported, allocator_error) != 0;
+  if (failed || managed == NULL) {
+    if (reported) return TJ_ERUNTIME;
+    return tj_set_error(TJ_ERUNTIME, failed ? "the allocator failed without saying why"
+                                            : "the allocator returned no tensor");
+  }
   /* To-object takes the tensor over, also when it fails; the view in `out`
    * stays valid while the caller holds the object. */
   tj_arg_from_dltensor(out, &managed->dl_tensor, 0);

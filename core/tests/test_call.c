@@ -610,6 +610,18 @@ static int x_alloc(DLTensor *proto, DLManagedTensorVersioned **out, void *ctx,
   set_error(ctx, "MemoryError", "the table's allocator refuses\nframe #0: alloc() + 0x9d");
   return -1;
 }
+/* Allocators that fail without a word, and that succeed with nothing. */
+static int x_alloc_silent(DLTensor *proto, DLManagedTensorVersioned **out, void *ctx,
+                          void (*set_error)(void *, const char *, const char *)) {
+  (void)proto, (void)out, (void)ctx, (void)set_error;
+  return -1;
+}
+static int x_alloc_nothing(DLTensor *proto, DLManagedTensorVersioned **out, void *ctx,
+                           void (*set_error)(void *, const char *, const char *)) {
+  (void)proto, (void)ctx, (void)set_error;
+  *out = NULL;
+  return 0;
+}
 static int x_export(void *obj, DLManagedTensorVersioned **out) {
   tjt_object *o = obj;
   DLManagedTensorVersioned *m = calloc(1, sizeof(*m));
@@ -694,6 +706,13 @@ TEST(producer_exchange_view_or_export) {
   CHECK_STATUS(p.allocate(&p, &proto, &arg, &object), TJ_ERUNTIME);
   CHECK_EQ_STR(tj_last_error(), "the table's allocator refuses");
   CHECK(object == NULL);
+  /* A failure it does not explain, or no tensor, still says what happened. */
+  api.managed_tensor_allocator = x_alloc_silent;
+  CHECK_STATUS(p.allocate(&p, &proto, &arg, &object), TJ_ERUNTIME);
+  CHECK_EQ_STR(tj_last_error(), "the allocator failed without saying why");
+  api.managed_tensor_allocator = x_alloc_nothing;
+  CHECK_STATUS(p.allocate(&p, &proto, &arg, &object), TJ_ERUNTIME);
+  CHECK_EQ_STR(tj_last_error(), "the allocator returned no tensor");
 }
 
 /* ---- Capsules ----------------------------------------------------------------- */
