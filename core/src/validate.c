@@ -294,6 +294,19 @@ TJ__COLD static int not_compact(binder *b, int32_t index, const DLTensor *t) {
 }
 
 /* Phase 1 for a buffer: everything but complex expressions. */
+/* Whether a non-empty tensor with strides is compact row-major: right to left,
+ * size-1 dimensions may have any stride. The running product stays below the
+ * element count, which the caller checked fits. */
+static int compact(const DLTensor *t) {
+  int64_t expected = 1;
+  int is_compact = 1;
+  for (int32_t d = t->ndim - 1; d >= 0; --d) {
+    is_compact &= t->shape[d] == 1 || t->strides[d] == expected;
+    expected *= t->shape[d];
+  }
+  return is_compact;
+}
+
 static int check_buffer(binder *b, int32_t index, const tj_arg *arg) {
   const tj_kernel *k = b->k;
   const tj__param *p = &k->params[index];
@@ -353,16 +366,8 @@ static int check_buffer(binder *b, int32_t index, const tj_arg *arg) {
       }
       if ((rc = check_direct(b, index, "stride", d, id, strides[d], 0))) return rc;
     }
-  } else if (!empty && strides) {
-    /* Compact row-major, right to left; size-1 dimensions may have any stride.
-     * The running product stays below the element count, which fits. */
-    int64_t expected = 1;
-    int compact = 1;
-    for (int32_t d = p->ndim - 1; d >= 0; --d) {
-      compact &= t->shape[d] == 1 || t->strides[d] == expected;
-      expected *= t->shape[d];
-    }
-    if (!compact) return not_compact(b, index, t);
+  } else if (!empty && strides && !compact(t)) {
+    return not_compact(b, index, t);
   }
   if (empty) return TJ_OK;
   uint64_t below, above;
@@ -659,12 +664,44 @@ int tj_call_bind(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *fram
   return rc;
 }
 
+/* Whether an output is exactly what its allocator was asked for: the frame's
+ * device, the parameter's dtype, the shape tj_call_bind computed, compact,
+ * writable, its span in the address space and aligned. Frameworks' allocators
+ * return just that; anything else takes the checks of an input, which say
+ * what is wrong. */
+static int output_as_asked(const tj_frame *f, int32_t o, const tj__param *p, const tj_arg *arg) {
+  const DLTensor *t = &arg->tensor;
+  if (arg->kind != TJ_ARG_TENSOR || (arg->flags & TJ_ARG_READ_ONLY) || p->has_strides ||
+      p->has_complex || !f->has_device || t->device.device_type != f->device.device_type ||
+      t->device.device_id != f->device.device_id || t->ndim != p->ndim ||
+      t->dtype.code != p->dtype.code || t->dtype.bits != p->dtype.bits ||
+      t->dtype.lanes != p->dtype.lanes || (t->ndim > 0 && t->shape == NULL))
+    return 0;
+  int64_t count = 1;
+  int empty = 0, wraps = 0;
+  for (int32_t d = 0; d < t->ndim; ++d) {
+    if (t->shape[d] != f->out_shape[o][d] || t->shape[d] < 0) return 0;
+    empty |= t->shape[d] == 0;
+    wraps |= __builtin_mul_overflow(count, t->shape[d], &count);
+  }
+  if (empty) return 1;
+  if (wraps || (t->strides != NULL && !compact(t))) return 0;
+  uint64_t below, above;
+  uintptr_t first;
+  return !tj__buffer_span(p, t, &below, &above) && tj__span_fits(t, below, above, &first) &&
+         (first & (uint64_t)(p->align - 1)) == 0;
+}
+
 int tj_call_set_output(tj_frame *frame, int32_t i, tj_arg *arg) {
   const tj_kernel *k = frame->kernel;
   if (i < 0 || i >= k->noutputs)
     return tj_set_error(TJ_EVALUE, "%s: output index %d out of range", k->name, i);
   int32_t index = k->output_params[i];
   const tj__param *p = &k->params[index];
+  if (output_as_asked(frame, i, p, arg)) {
+    frame->params[index] = arg;
+    return TJ_OK;
+  }
   binder b;
   binder_init(&b, k, frame);
   /* Every symbol is bound: checks against them, never rebinding. */

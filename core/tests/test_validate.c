@@ -1069,7 +1069,23 @@ TEST(validate_set_output) {
   CHECK_EQ_INT(f.device.device_id, 0);
   CHECK_EQ_INT(f.symbols[0], 8);
 
+  /* What an allocator returns, as asked, takes the short way: each way off it
+   * still gets the full checks. */
   c.t.device.device_id = 0;
+  tjt_arg_tensor(&out, &c, TJ_ARG_READ_ONLY);
+  CHECK_STATUS(tj_call_set_output(&f, 0, &out), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("read-only");
+  tjt_tensor_1d(&c, NULL, TJT_F32, 8);
+  tjt_arg_tensor(&out, &c, 0);
+  CHECK_STATUS(tj_call_set_output(&f, 0, &out), TJ_EVALUE);
+  CHECK(f.params[2] == NULL);
+  const int64_t one = 1;
+  tjt_tensor_init(&c, tjt_data, TJT_F32, 1, &eight, &one); /* compact, strides given */
+  tjt_arg_tensor(&out, &c, 0);
+  CHECK_OK(tj_call_set_output(&f, 0, &out));
+  CHECK(f.params[2] == &out);
+  f.params[2] = NULL;
+  tjt_tensor_1d(&c, tjt_data, TJT_F32, 8);
   tjt_arg_tensor(&out, &c, 0);
   CHECK_OK(tj_call_set_output(&f, 0, &out));
   CHECK(f.params[2] == &out);
