@@ -25,7 +25,7 @@ cdef inline void _object_arg(tj_arg *arg, PyObject *obj, const tj_producer *prod
 
 cdef int _convert(object obj, tj_arg *arg, bint exchange) except -1:
     """Classifies one Python argument; the core imports tensors and decides whether each
-    argument fits its parameter. (Kernel._call takes objects of the memoised tensor type
+    argument fits its parameter. (_kernel_vectorcall takes objects of the memoised tensor type
     itself.)"""
     cdef int overflow = 0
     cdef const tj_producer *producer
@@ -85,20 +85,7 @@ cdef inline object _take(void *ref):
     return out
 
 
-cdef object _kernel_vectorcall(object self, PyObject **args, size_t nargsf,
-                               PyObject *kwnames):
-    """The vectorcall entry of kernels: ``kernel(a, b, c)`` from Python arrives here
-    with the arguments in place, no tuple, no keyword dict."""
-    cdef Py_ssize_t count = PyVectorcall_NARGS(nargsf)
-    stream = None
-    if kwnames != NULL:
-        names = <tuple>kwnames
-        for j in range(len(names)):
-            if names[j] != "stream":
-                raise TypeError(f"{(<Kernel>self)._name}() got an unexpected keyword argument "
-                                f"'{names[j]}'")
-            stream = <object>args[count + j]
-    return (<Kernel>self)._call(args, count, stream)
+_STREAM_KEYWORD = ("stream",)  # the keyword names of a call given stream=
 
 
 def _enable_vectorcall(type cls):
@@ -149,62 +136,79 @@ cdef class Kernel:
         self._out_order = None if out_order == tuple(range(len(out_order))) else out_order
 
     def __call__(self, *args, stream=None):
-        return self._call(PySequence_Fast_ITEMS(args), len(args), stream)
-
-    cdef object _call(self, PyObject **args, Py_ssize_t count, object stream):
-        """One call: ``args`` are ``count`` borrowed references (the caller's tuple
-        or vectorcall array, alive for the call)."""
-        cdef tj_arg argv[TJ_MAX_PARAMS]
-        cdef void *outv[TJ_MAX_OUTPUTS]
-        cdef tj_call call
-        cdef int32_t i
-        cdef int rc
-        cdef PyObject *memo_type
-        cdef const tj_producer *memo_producer
-        if self._k == NULL:
-            raise RuntimeError("kernel is not bound")
-        call.nargs = <int32_t>count if count < 0x7fffffff else 0x7fffffff
-        call.args = argv
-        call.has_stream = 0
-        call.stream = NULL
-        call.fallback = &_array_producers[1 if self._exchange else 0]
-        call.host = &_host
-        call.outputs = outv
-        if call.nargs == self._nargs:  # else the core reports the count, reading none
-            # The hot path inline: objects of the type the last call's tensors had.
-            # Borrowed pointers throughout: no reference counting per argument.
-            memo_producer = _memo_producer[self._exchange]
-            memo_type = _memo_type[self._exchange] if memo_producer != NULL else NULL
-            for i in range(call.nargs):
-                if _raw_type_of(args[i]) == memo_type:
-                    _object_arg(&argv[i], args[i], memo_producer)
-                else:
-                    _convert(<object>args[i], &argv[i], self._exchange)
-        if stream is not None:
-            call.has_stream = 1
-            call.stream = <void *><uintptr_t>_hooks.stream_handle(stream, self._name)
-        rc = tj_call_run(self._k, &call)
-        if rc == TJ_ECLAIMED:  # the framework runs it (tilejit.JITKernel._claimed_call)
-            return self._claimed_call(tuple([<object>args[i] for i in range(count)]), stream)
-        if self._nout == 0:
-            if rc != TJ_OK:
-                _raise(rc)
-            return None
-        if self._nout == 1:  # no list: one new reference, ours even when the call failed
-            out = _take(outv[0])
-            if rc != TJ_OK:
-                _raise(rc)
-            return out
-        outputs = [_take(outv[i]) for i in range(self._nout)]
-        if rc != TJ_OK:
-            _raise(rc)
-        if self._out_order is not None:
-            return [outputs[j] for j in self._out_order]
-        return outputs
+        if stream is None:
+            return _kernel_vectorcall(self, PySequence_Fast_ITEMS(args), len(args), NULL)
+        items = [*args, stream]
+        return _kernel_vectorcall(self, PySequence_Fast_ITEMS(items), len(args),
+                                  <PyObject *>_STREAM_KEYWORD)
 
     @property
     def name(self):
         return self._name
+
+
+cdef object _kernel_vectorcall(object kernel, PyObject **args, size_t nargsf,
+                               PyObject *kwnames):
+    """The vectorcall entry of kernels, and every call's one function: ``kernel(a, b,
+    c)`` from Python arrives here with the arguments in place (borrowed references,
+    alive for the call), no tuple, no keyword dict."""
+    cdef Kernel self = <Kernel>kernel
+    cdef Py_ssize_t count = PyVectorcall_NARGS(nargsf)
+    cdef tj_arg argv[TJ_MAX_PARAMS]
+    cdef void *outv[TJ_MAX_OUTPUTS]
+    cdef tj_call call
+    cdef int32_t i
+    cdef int rc
+    cdef PyObject *memo_type
+    cdef const tj_producer *memo_producer
+    stream = None
+    if kwnames != NULL:
+        names = <tuple>kwnames
+        for j in range(len(names)):
+            if names[j] != "stream":
+                raise TypeError(f"{self._name}() got an unexpected keyword argument "
+                                f"'{names[j]}'")
+            stream = <object>args[count + j]
+    if self._k == NULL:
+        raise RuntimeError("kernel is not bound")
+    call.nargs = <int32_t>count if count < 0x7fffffff else 0x7fffffff
+    call.args = argv
+    call.has_stream = 0
+    call.stream = NULL
+    call.fallback = &_array_producers[1 if self._exchange else 0]
+    call.host = &_host
+    call.outputs = outv
+    if call.nargs == self._nargs:  # else the core reports the count, reading none
+        # The hot path inline: objects of the type the last call's tensors had.
+        # Borrowed pointers throughout: no reference counting per argument.
+        memo_producer = _memo_producer[self._exchange]
+        memo_type = _memo_type[self._exchange] if memo_producer != NULL else NULL
+        for i in range(call.nargs):
+            if _raw_type_of(args[i]) == memo_type:
+                _object_arg(&argv[i], args[i], memo_producer)
+            else:
+                _convert(<object>args[i], &argv[i], self._exchange)
+    if stream is not None:
+        call.has_stream = 1
+        call.stream = <void *><uintptr_t>_hooks.stream_handle(stream, self._name)
+    rc = tj_call_run(self._k, &call)
+    if rc == TJ_ECLAIMED:  # the framework runs it (tilejit.JITKernel._claimed_call)
+        return self._claimed_call(tuple([<object>args[i] for i in range(count)]), stream)
+    if self._nout == 0:
+        if rc != TJ_OK:
+            _raise(rc)
+        return None
+    if self._nout == 1:  # no list: one new reference, ours even when the call failed
+        out = _take(outv[0])
+        if rc != TJ_OK:
+            _raise(rc)
+        return out
+    outputs = [_take(outv[i]) for i in range(self._nout)]
+    if rc != TJ_OK:
+        _raise(rc)
+    if self._out_order is not None:
+        return [outputs[j] for j in self._out_order]
+    return outputs
 
 
 _enable_vectorcall(Kernel)

@@ -178,9 +178,9 @@ int tj_call_run(const tj_kernel *k, tj_call *call) {
     tj_arg_init(&outs[o]);
   }
   if (call->nargs != k->ninputs) {
-    rc = tj_call_bind(k, NULL, call->nargs, &frame); /* reports the count */
+    rc = tj__bind(k, NULL, call->nargs, &frame); /* reports the count */
   } else if ((rc = import_args(k, call->args, call->nargs, &owned)) == TJ_OK &&
-             (rc = tj_call_bind(k, call->args, call->nargs, &frame)) == TJ_OK) {
+             (rc = tj__bind(k, call->args, call->nargs, &frame)) == TJ_OK) {
     const tj_producer *like =
         frame.first_tensor >= 0 ? call->args[frame.first_tensor].producer : call->fallback;
     if ((rc = choose_stream(k, call, like, &frame)) == TJ_OK &&

@@ -192,6 +192,15 @@ int tj__memo_bind(const tj_kernel *k, tj_arg *args, tj_frame *frame);
 /* Records a call tj_call_bind accepted (and bound into `frame`). */
 void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *frame);
 
+/* tj_call_bind's full checks, remembered in the memo when they pass. */
+int tj__bind_checked(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *frame);
+/* tj_call_bind, inline for the sequencer: a call the memo matches is bound
+ * from it, any other takes the full checks. */
+static inline int tj__bind(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *frame) {
+  if (k->memo != NULL && nargs == k->ninputs && tj__memo_bind(k, args, frame)) return TJ_OK;
+  return tj__bind_checked(k, args, nargs, frame);
+}
+
 /* CUDA target (cuda.c). */
 typedef struct tj__cuda_modules tj__cuda_modules;
 /* Makes the kernel's (empty) per-context module cache, k->cuda. */

@@ -657,11 +657,14 @@ static int bind_checked(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_fram
   return TJ_OK;
 }
 
-int tj_call_bind(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *frame) {
-  if (k->memo != NULL && nargs == k->ninputs && tj__memo_bind(k, args, frame)) return TJ_OK;
+int tj__bind_checked(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *frame) {
   int rc = bind_checked(k, args, nargs, frame);
   if (rc == TJ_OK && k->memo != NULL) tj__memo_store(k, args, frame);
   return rc;
+}
+
+int tj_call_bind(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *frame) {
+  return tj__bind(k, args, nargs, frame);
 }
 
 /* Whether an output is exactly what its allocator was asked for: the frame's
