@@ -11,22 +11,10 @@ cdef extern from "Python.h":
         unsigned long tp_flags
 
 
-cdef inline void _object_arg(tj_arg *arg, PyObject *obj, const tj_producer *producer) noexcept:
-    """An object the core imports through its producer: the fields tj_arg_init would
-    clear that the import does not fill, without clearing the whole record."""
-    arg.kind = TJ_ARG_OBJECT
-    arg.flags = 0
-    arg.value.p = <void *>obj
-    arg.owner_kind = TJ_OWNER_NONE
-    arg.owner = NULL
-    arg.type_name = NULL
-    arg.producer = producer
-
-
 cdef int _convert(object obj, tj_arg *arg, bint exchange) except -1:
     """Classifies one Python argument; the core imports tensors and decides whether each
-    argument fits its parameter. (_kernel_vectorcall takes objects of the memoised tensor type
-    itself.)"""
+    argument fits its parameter. (_kernel_vectorcall takes objects of the memoised
+    tensor type itself.)"""
     cdef int overflow = 0
     cdef const tj_producer *producer
     cdef PyObject *cls = <PyObject *>_type_of(obj)
@@ -51,7 +39,7 @@ cdef int _convert(object obj, tj_arg *arg, bint exchange) except -1:
         return 0
     producer = _producer_of(<object>cls, exchange)
     if producer != NULL:  # a tensor: the core imports it through its producer
-        _object_arg(arg, <PyObject *>obj, producer)
+        tj_arg_object(arg, <void *>obj, producer)
         return 0
     if <object>cls is _hooks.pointer_type:  # tilejit.make_ptr: an address that knows its target
         arg.kind = TJ_ARG_ADDRESS
@@ -185,7 +173,7 @@ cdef object _kernel_vectorcall(object kernel, PyObject **args, size_t nargsf,
         memo_type = _memo_type[self._exchange] if memo_producer != NULL else NULL
         for i in range(call.nargs):
             if _raw_type_of(args[i]) == memo_type:
-                _object_arg(&argv[i], args[i], memo_producer)
+                tj_arg_object(&argv[i], <void *>args[i], memo_producer)
             else:
                 _convert(<object>args[i], &argv[i], self._exchange)
     if stream is not None:

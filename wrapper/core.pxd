@@ -103,6 +103,7 @@ cdef extern from "tilejit/tilejit.h" nogil:
         const tj_producer *producer
 
     void tj_arg_init(tj_arg *arg)
+    void tj_arg_object(tj_arg *arg, void *object, const tj_producer *producer) noexcept
     void tj_arg_from_legacy(tj_arg *arg, DLManagedTensor *managed)
     int tj_arg_from_versioned(tj_arg *arg, DLManagedTensorVersioned *managed, const char *what)
     void tj_arg_from_dltensor(tj_arg *arg, const DLTensor *tensor, uint32_t flags)

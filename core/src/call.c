@@ -77,8 +77,8 @@ static int import_args(const tj_kernel *k, tj_arg *args, int32_t nargs, int32_t 
       any |= arg->owner_kind;
       continue;
     }
-    /* The binding initialised the record (tj_arg_init) before classifying it, so
-     * only what names the object is cleared: the import fills the rest. */
+    /* The binding made the record with tj_arg_object: only what names the
+     * object is cleared, and the import fills the rest. */
     const tj_producer *producer = arg->producer;
     void *object = arg->value.p;
     if (producer == NULL || producer->import == NULL) {
@@ -248,10 +248,7 @@ static void *call_sequence(const tj_call_plan *plan, void *sequence, int32_t has
       tj_set_error(TJ_EDECLINED, "%s: the call is not for tj_call_sequence", k->name);
       return declined(plan);
     }
-    tj_arg_init(&args[i]);
-    args[i].kind = TJ_ARG_OBJECT;
-    args[i].value.p = object;
-    args[i].producer = producer;
+    tj_arg_object(&args[i], object, producer);
   }
   void *made[TJ_MAX_OUTPUTS];
   tj_call call = {args, (int32_t)n, has_stream, (void *)stream, plan->fallback, host, made};

@@ -560,6 +560,20 @@ typedef struct tj_claim {
 } tj_claim;
 
 typedef struct tj_producer tj_producer;
+
+/* Makes `arg` an object the call imports through `producer` (TJ_ARG_OBJECT):
+ * sets every field the import does not write, so the record needs no
+ * tj_arg_init first. Inline: bindings run it for every tensor of every call. */
+static inline void tj_arg_object(tj_arg *arg, void *object, const tj_producer *producer);
+static inline void tj_arg_object(tj_arg *arg, void *object, const tj_producer *producer) {
+  arg->kind = TJ_ARG_OBJECT;
+  arg->flags = 0;
+  arg->value.p = object;
+  arg->type_name = NULL;
+  arg->owner_kind = TJ_OWNER_NONE;
+  arg->owner = NULL;
+  arg->producer = producer;
+}
 struct tj_producer {
   /* Makes `arg` (initialised by the caller) a TENSOR from `object`: a borrowed
    * view valid while the object lives (nothing to release) or an owning import
@@ -624,8 +638,8 @@ int tj_arg_from_capsule(tj_arg *arg, void *capsule, const tj_host *host);
  * the stack; everything in it is borrowed. */
 typedef struct tj_call {
   /* The caller's arguments, `nargs` of them, each classified by the binding:
-   * TJ_ARG_OBJECT entries (initialised with tj_arg_init, then kind, value.p and
-   * producer set) are imported by the core through their producer; the
+   * TJ_ARG_OBJECT entries (made by tj_arg_object) are imported by the core
+   * through their producer; the
    * rest (scalars, addresses, None, tensors the binding already holds) are used
    * as they are. tj_call_run releases every owning import before it returns. */
   tj_arg *args;
