@@ -1,5 +1,5 @@
 /*
- * The memo of the last call that bound.
+ * The memo of the last calls that bound.
  *
  * A kernel is mostly called again and again with tensors of the same dtypes,
  * devices, shapes and strides, and what tj_call_bind concludes from those
@@ -10,7 +10,12 @@
  * the address space, alignment) and each scalar's value. Anything else, a
  * miss included, takes the full checks, which then refresh the memo.
  *
- * Kernels are shared between threads, so the memo is a sequence lock: a
+ * A kernel called with a few shapes in turn (two layers of different widths,
+ * say) keeps a record for each: MEMO_RECORDS of them, tried from the one that
+ * matched last, so a kernel called with one shape tries one. A miss on them
+ * all overwrites the oldest.
+ *
+ * Kernels are shared between threads, so each record is a sequence lock: a
  * reader only loads, and retries nothing (a torn read is a miss); a writer
  * takes it with one compare-and-swap, and a call that finds it taken is just
  * not remembered.
@@ -41,11 +46,17 @@ typedef struct {
   uint64_t misaligned; /* align - 1 */
 } memo_input;
 
+enum { MEMO_RECORDS = 4 }; /* a power of two */
+
+/* Record r is words[r * stride ...]: its sequence (even: stable; odd: being
+ * written; 0: nothing yet), then its words. */
 typedef struct tj__memo {
-  uint32_t seq; /* even: stable; odd: being written; 0: nothing yet */
+  uint32_t stores;      /* records written so far: the first field, tests read it */
+  const uint64_t *last; /* the record that matched or was written last */
   int32_t ninputs;
   memo_input inputs[TJ_MAX_PARAMS];
-  int32_t frame; /* device, has_device | first_tensor, symbols, output shapes */
+  int32_t frame;  /* in a record: device, has_device | first_tensor, symbols, output shapes */
+  int32_t stride; /* words a record takes, its sequence included */
   uint64_t words[];
 } tj__memo;
 
@@ -83,11 +94,14 @@ int tj__memo_create(tj_kernel *k) {
   int32_t frame = words;
   words += 2 + k->nsymbols;
   for (int32_t o = 0; o < k->noutputs; ++o) words += k->params[k->output_params[o]].ndim;
-  tj__memo *m = calloc(1, sizeof(*m) + (size_t)words * sizeof(uint64_t));
+  const int32_t stride = 1 + words;
+  tj__memo *m = calloc(1, sizeof(*m) + (size_t)MEMO_RECORDS * (size_t)stride * sizeof(uint64_t));
   if (m == NULL) return tj_set_error(TJ_ENOMEM, "%s: out of memory", k->name);
   memcpy(m->inputs, inputs, (size_t)n * sizeof(inputs[0]));
   m->ninputs = n;
   m->frame = frame;
+  m->stride = stride;
+  m->last = m->words;
   k->memo = m;
   return TJ_OK;
 }
@@ -120,19 +134,22 @@ static inline int buffer_matches(const memo_input *in, const tj_arg *arg, const 
   return tj__span_fits(t, LOAD(span[0]), LOAD(span[1]), &first) && (first & in->misaligned) == 0;
 }
 
-int tj__memo_bind(const tj_kernel *k, tj_arg *args, tj_frame *frame) {
-  const tj__memo *m = k->memo;
-  const uint32_t seq = __atomic_load_n(&m->seq, __ATOMIC_ACQUIRE);
+/* Binds from one record: 1 when the arguments match it, read whole. */
+__attribute__((always_inline)) static inline int record_bind(const tj_kernel *k, const tj__memo *m,
+                                                             const uint64_t *record, tj_arg *args,
+                                                             tj_frame *frame) {
+  const uint64_t seq = __atomic_load_n(&record[0], __ATOMIC_ACQUIRE);
   if (seq == 0 || (seq & 1)) return 0;
+  const uint64_t *words = record + 1;
   for (int32_t j = 0; j < m->ninputs; ++j) {
     const memo_input *in = &m->inputs[j];
     tj_arg *arg = &args[in->position];
     if (in->record < 0 ? !tj__scalar_fits(in->param, arg)
-                       : !buffer_matches(in, arg, &m->words[in->record]))
+                       : !buffer_matches(in, arg, &words[in->record]))
       return 0;
     frame->params[in->index] = arg;
   }
-  const uint64_t *f = &m->words[m->frame];
+  const uint64_t *f = &words[m->frame];
   uint64_t device = LOAD(f[0]), where = LOAD(f[1]);
   memcpy(&frame->device, &device, sizeof(device));
   frame->has_device = (int32_t)(uint32_t)where;
@@ -149,20 +166,49 @@ int tj__memo_bind(const tj_kernel *k, tj_arg *args, tj_frame *frame) {
   frame->kernel = k;
   frame->stream = NULL;
   __atomic_thread_fence(__ATOMIC_ACQUIRE);
-  return __atomic_load_n(&m->seq, __ATOMIC_RELAXED) == seq;
+  return __atomic_load_n(&record[0], __ATOMIC_RELAXED) == seq;
+}
+
+static inline const uint64_t *record_at(const tj__memo *m, uint32_t r) {
+  return &m->words[(size_t)r * (size_t)m->stride];
+}
+
+/* The records after the one that matched last, in turn; the one that
+ * matches becomes the first tried. */
+__attribute__((noinline)) static int other_record_bind(const tj_kernel *k, tj__memo *m,
+                                                       const uint64_t *record, tj_arg *args,
+                                                       tj_frame *frame) {
+  const uint32_t last = (uint32_t)((record - m->words) / m->stride);
+  for (uint32_t t = 1; t < MEMO_RECORDS; ++t) {
+    const uint32_t r = (last + t) & (MEMO_RECORDS - 1);
+    if (record_bind(k, m, record_at(m, r), args, frame)) {
+      STORE(m->last, record_at(m, r));
+      return 1;
+    }
+  }
+  return 0;
+}
+
+int tj__memo_bind(const tj_kernel *k, tj_arg *args, tj_frame *frame) {
+  tj__memo *m = k->memo;
+  const uint64_t *last = LOAD(m->last);
+  return record_bind(k, m, last, args, frame) || other_record_bind(k, m, last, args, frame);
 }
 
 void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *frame) {
   tj__memo *m = k->memo;
-  uint32_t seq = __atomic_load_n(&m->seq, __ATOMIC_RELAXED);
-  if ((seq & 1) ||
-      !__atomic_compare_exchange_n(&m->seq, &seq, seq + 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+  /* The oldest record: records are written in turn. */
+  const uint32_t r = __atomic_fetch_add(&m->stores, 1, __ATOMIC_RELAXED) & (MEMO_RECORDS - 1);
+  uint64_t *record = (uint64_t *)record_at(m, r), *words = record + 1;
+  uint64_t seq = __atomic_load_n(&record[0], __ATOMIC_RELAXED);
+  if ((seq & 1) || !__atomic_compare_exchange_n(&record[0], &seq, seq + 1, 0, __ATOMIC_ACQUIRE,
+                                                __ATOMIC_RELAXED))
     return;
   __atomic_thread_fence(__ATOMIC_RELEASE);
   for (int32_t j = 0; j < m->ninputs; ++j) {
     const memo_input *in = &m->inputs[j];
     if (in->record < 0) continue;
-    uint64_t *r = &m->words[in->record], key[KEY_WORDS];
+    uint64_t *r = &words[in->record], key[KEY_WORDS];
     const tj_arg *arg = &args[in->position];
     buffer_key(arg, key);
     for (int32_t w = 0; w < KEY_WORDS; ++w) STORE(r[w], key[w]);
@@ -183,7 +229,7 @@ void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *fram
     STORE(span[1], above);
     STORE(span[2], (uint64_t)!empty);
   }
-  uint64_t *f = &m->words[m->frame], device;
+  uint64_t *f = &words[m->frame], device;
   memcpy(&device, &frame->device, sizeof(device));
   STORE(f[0], device);
   STORE(f[1], (uint32_t)frame->has_device | (uint64_t)(uint32_t)frame->first_tensor << 32);
@@ -192,5 +238,6 @@ void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *fram
   for (int32_t o = 0; o < k->noutputs; ++o)
     for (int32_t d = 0; d < frame->out_ndim[o]; ++d)
       STORE(*shapes++, (uint64_t)frame->out_shape[o][d]);
-  __atomic_store_n(&m->seq, seq + 2, __ATOMIC_RELEASE);
+  __atomic_store_n(&record[0], seq + 2, __ATOMIC_RELEASE);
+  STORE(m->last, (const uint64_t *)record);
 }

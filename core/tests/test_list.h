@@ -52,6 +52,7 @@
   /* test_memo.c */                             \
   X(memo_matches_full_checks)                   \
   X(memo_hit_rechecks_addresses)                \
+  X(memo_keeps_a_few_shapes)                    \
   X(memo_not_kept_for_pointers)                 \
   X(memo_threads)                               \
   /* test_validate.c */                         \

@@ -199,6 +199,40 @@ TEST(memo_hit_rechecks_addresses) {
   tj_kernel_free(k);
 }
 
+/* A kernel called with a few shapes in turn binds each from its own record;
+ * one shape more than there are records replaces the oldest. */
+static uint32_t memo_stores(const tj_kernel *k) {
+  return __atomic_load_n((const uint32_t *)k->memo, __ATOMIC_RELAXED);
+}
+
+static int bind_n(tj_kernel *k, int64_t n) {
+  tjt_tensor a, b;
+  tjt_tensor_1d(&a, tjt_data, TJT_F32, n);
+  tjt_tensor_1d(&b, tjt_data + 4096, TJT_F32, n);
+  tj_arg args[2];
+  tj_frame f;
+  tjt_arg_tensor(&args[0], &a, 0);
+  tjt_arg_tensor(&args[1], &b, 0);
+  CHECK_OK(tj_call_bind(k, args, 2, &f));
+  CHECK_EQ_INT(f.symbols[0], n);
+  return (int)f.out_shape[0][0];
+}
+
+TEST(memo_keeps_a_few_shapes) {
+  tj_kernel *k = tjt_vec_add(TJ_BUF_OUTPUT, 1);
+  for (int32_t round = 0; round < 3; ++round)
+    for (int64_t n = 16; n <= 64; n += 16) CHECK_EQ_INT(bind_n(k, n), n);
+  CHECK_EQ_INT(memo_stores(k), 4); /* the first round wrote them, the others hit */
+  CHECK_EQ_INT(bind_n(k, 80), 80);
+  CHECK_EQ_INT(memo_stores(k), 5);
+  CHECK_EQ_INT(bind_n(k, 32), 32); /* still kept */
+  CHECK_EQ_INT(bind_n(k, 80), 80);
+  CHECK_EQ_INT(memo_stores(k), 5);
+  CHECK_EQ_INT(bind_n(k, 16), 16); /* the oldest: replaced by 80 */
+  CHECK_EQ_INT(memo_stores(k), 6);
+  tj_kernel_free(k);
+}
+
 TEST(memo_not_kept_for_pointers) {
   tj_kernel *k = NULL;
   CHECK_OK(tj_kernel_create("ptr", 1, TJ_TARGET_CPU, &k));
