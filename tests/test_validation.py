@@ -636,6 +636,26 @@ def test_every_backend_gives_the_same_results_and_errors(vec_add):
         assert all(exported == deleted_count for exported, deleted_count in deleted)
 
 
+@pytest.mark.parametrize(("make", "found"), [
+    (lambda: torch.rand(4).to_sparse(), "got layout torch.sparse_coo"),
+    (lambda: torch.rand(2, 2).to_sparse_csr(), "got layout torch.sparse_csr"),
+    (lambda: torch.rand(4).to_mkldnn(), "got layout torch._mkldnn"),
+    (lambda: torch.nested.nested_tensor([torch.rand(2), torch.rand(3)]), "got a nested tensor"),
+], ids=["sparse_coo", "sparse_csr", "mkldnn", "nested"])
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_tensor_without_strided_storage_is_refused_alike(vec_add, make, found):
+    # torch words these refusals one way through its exchange API and another through
+    # __dlpack__; every backend says the same.
+    for backend in ("cython", "dlpack", "ctypes"):
+        with pytest.raises(ValueError) as info:
+            vec_add.with_backend(backend)(make(), torch.rand(4))
+        assert str(info.value) == (
+            "vec_add: argument 0 'A': cannot import the tensor through DLPack: expected a "
+            f"strided tensor, {found}, which DLPack cannot describe; "
+            + ("pass its components, or pad it with .to_padded_tensor(0)" if "nested" in found
+               else "convert it with .to_dense()")), backend
+
+
 def test_torch_tensors_the_producer_cannot_export(vec_add, backend):
     # Requiring grad is no obstacle where autograd records nothing: the kernel works on
     # the storage, as through the exchange API (the capsule protocol exports the detached

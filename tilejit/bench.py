@@ -615,7 +615,7 @@ def _no_alloc_table(rows: list[Row], count: int, tvm: Row, floor: Row, ctypes_fl
         checks = []
         if row.name == f"tilejit cython{_per_tensors(count)}":
             checks = [("≤ apache-tvm-ffi", row.median, tvm.median),
-                      ("≤ 1.5× floor", row.median, _scaled(1.5, floor.median))]
+                      ("≤ 1.25× floor", row.median, _scaled(1.25, floor.median))]
         elif row.name == f"tilejit ctypes{_per_tensors(count)}" and tile_lang is not None:
             checks = [("≤ TileLang-style ctypes", row.median, tile_lang.median),
                       ("≤ 2× ctypes floor", row.median, _scaled(2, ctypes_floor.median))]
@@ -683,7 +683,7 @@ def run(calls: int = SPEC_MIN_CALLS, repeats: int = 11, quick: bool = False) -> 
     for row in [*rows_b, reference]:
         target = ""
         if row.name == "tilejit cython (out_idx)":
-            target = _targets([("≤ 1.3× reference", row.median, _scaled(1.3, ref_ns))])
+            target = _targets([("≤ 0.7× reference", row.median, _scaled(0.7, ref_ns))])
         elif row.name == "tilejit ctypes (out_idx)":
             target = _targets([("≤ TileLang-style ctypes", row.median, tl_b.median)])
         table_b.append((row, (ref_ns,), target))

@@ -43,17 +43,23 @@ def dlpack_capsule(obj):
 PRODUCER_IMPORT = abi.TJ_PRODUCER_IMPORT  # tj_producer_step: which producer step failed
 
 
-def producer_error(prefix: str, step: int, exc: BaseException) -> BaseException:
+def producer_error(prefix: str, step: int, exc: BaseException, obj=None) -> BaseException:
     """The exception for a producer that failed inside a call, formatted once for every
     binding: the core's prefix (kernel, argument or output, what failed) and the first
     line of the producer's message (torch appends a C++ backtrace). An import keeps
     TypeError for a wrong kind of object and makes any other refusal (BufferError,
     KeyError, RuntimeError, ...) a ValueError; other steps keep the producer's exception
     class. The caller chains ``exc`` as the cause.
+
+    ``obj``, the object an import failed on when the binding knows it, lets a refusal
+    whose reason tilejit can state itself read the same on every path: torch words a
+    sparse tensor's refusal one way through the exchange API and another through
+    ``__dlpack__``.
     """
     lines = str(exc).strip().splitlines()
     text = lines[0] if lines else type(exc).__name__
     if step == PRODUCER_IMPORT:
+        text = _import_refusal(obj) or text
         cls = TypeError if isinstance(exc, TypeError) else ValueError
         return cls(f"{prefix}: {text}")
     try:
@@ -62,6 +68,23 @@ def producer_error(prefix: str, step: int, exc: BaseException) -> BaseException:
         # _ArrayMemoryError takes a shape and a dtype): its nearest builtin base.
         base = next(c for c in type(exc).__mro__ if c.__module__ == "builtins")
         return base(f"{prefix}: {text}")
+
+
+def _import_refusal(obj) -> str | None:
+    """Why ``obj`` cannot be imported, when tilejit can say it plainly: a torch tensor
+    with no strided storage (sparse, mkldnn, nested)."""
+    if obj is None or framework_of(type(obj)) != "torch":
+        return None
+    import torch
+
+    if getattr(obj, "is_nested", False):
+        return ("expected a strided tensor, got a nested tensor, which DLPack cannot "
+                "describe; pass its components, or pad it with .to_padded_tensor(0)")
+    layout = getattr(obj, "layout", torch.strided)
+    if layout is torch.strided:
+        return None
+    return (f"expected a strided tensor, got layout {layout}, which DLPack cannot describe; "
+            "convert it with .to_dense()")
 
 
 def view_check(cls: type):

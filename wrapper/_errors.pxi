@@ -22,18 +22,21 @@ cdef int _pending() except -1:
     return -1
 
 
-cdef int _raise(int rc) except -1:
-    """Raises the exception for a failed core status."""
+cdef int _raise(int rc, PyObject **args=NULL, Py_ssize_t nargs=0) except -1:
+    """Raises the exception for a failed core status; ``args``, the call's arguments
+    when there are any, name the object a producer failed on."""
     cdef const tj_error_info *info = tj_last_error_info()
     message = tj_last_error().decode("utf-8", "replace")
     if rc == TJ_EPYERR:
         step = info.producer
+        where = info.argument
         try:
             _pending()
         except BaseException as exc:
             if step == TJ_PRODUCER_NONE:
                 raise
-            raise _hooks.producer_error(message, step, exc) from exc
+            obj = <object>args[where] if args != NULL and 0 <= where < nargs else None
+            raise _hooks.producer_error(message, step, exc, obj) from exc
     raise _exception_class(rc)(message)
 
 

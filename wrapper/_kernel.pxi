@@ -184,16 +184,16 @@ cdef object _kernel_vectorcall(object kernel, PyObject **args, size_t nargsf,
         return self._claimed_call(tuple([<object>args[i] for i in range(count)]), stream)
     if self._nout == 0:
         if rc != TJ_OK:
-            _raise(rc)
+            _raise(rc, args, count)
         return None
     if self._nout == 1:  # no list: one new reference, ours even when the call failed
         out = _take(outv[0])
         if rc != TJ_OK:
-            _raise(rc)
+            _raise(rc, args, count)
         return out
     outputs = [_take(outv[i]) for i in range(self._nout)]
     if rc != TJ_OK:
-        _raise(rc)
+        _raise(rc, args, count)
     if self._out_order is not None:
         return [outputs[j] for j in self._out_order]
     return outputs

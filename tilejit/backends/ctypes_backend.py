@@ -301,22 +301,25 @@ def _init_core() -> None:
             _run = gil.tj_call_run
 
 
-def _failure(exc: BaseException) -> BaseException:
-    """A producer's exception raised out of a core call, with the core's prefix."""
+def _failure(exc: BaseException, args: tuple) -> BaseException:
+    """A producer's exception raised out of a core call on ``args``, with the core's
+    prefix."""
     info = core_library().tj_last_error_info().contents
     if info.code == EPYERR and info.producer:
+        obj = args[info.argument] if 0 <= info.argument < len(args) else None
         return host.producer_error(core_library().tj_last_error().decode("utf-8", "replace"),
-                                   info.producer, exc)
+                                   info.producer, exc, obj)
     return exc
 
 
-def _check(rc: int) -> None:
-    """The ctypes binding's check: a parked producer error, or the core's exception."""
+def _check(rc: int, args: tuple) -> None:
+    """The ctypes binding's check of a call on ``args``: a parked producer error, or the
+    core's exception."""
     if rc == EPYERR:
         exc = getattr(_parked, "exc", None)
         _parked.exc = None
         if exc is not None:
-            raise _failure(exc) from exc
+            raise _failure(exc, args) from exc
     check(rc)
 
 
@@ -389,7 +392,7 @@ class CtypesKernel:
             _parked.exc = None
             if parked is not None:
                 exc = parked
-            raise _failure(exc) from exc
+            raise _failure(exc, args) from exc
         check(info.code)
         raise exc if exc is not None else RuntimeError(f"{self.name}: the call failed")
 
@@ -415,11 +418,11 @@ class CtypesKernel:
             rc = _run(self._core_kernel.address, byref(call))
         except BaseException as exc:
             self._collect(outs)
-            raise _failure(exc) from exc
+            raise _failure(exc, args) from exc
         outputs = self._collect(outs)
         if rc == ECLAIMED:
             return self._claimed_call(args, stream)
-        _check(rc)
+        _check(rc, args)
         if self._nout == 0:
             return None
         if self._nout == 1:
