@@ -393,11 +393,46 @@ def test_numpy_scalars_are_accepted(scalars):
     ((1, 2, 3.0, 4.0, True, 1, 256), ValueError, r"value 256 is out of range for uint8$"),
     ((1, 2**70, 3.0, 4.0, True, 1, 1), ValueError,
      r"^scal: argument 1 'b': value does not fit in 64 bits, out of range for int64$"),
-    ((1, 2**63, 3.0, 4.0, True, 1, 1), ValueError, r"argument 1 'b': value does not fit"),
+    ((1, 2**63, 3.0, 4.0, True, 1, 1), ValueError,
+     r"^scal: argument 1 'b': value 9223372036854775808 is out of range for int64$"),
+    ((2**64 - 1, 2, 3.0, 4.0, True, 1, 1), ValueError,
+     r"^scal: argument 0 'a': value 18446744073709551615 is out of range for int32$"),
+    ((1, 2, 3.0, 4.0, True, 1, 2**64), ValueError,
+     r"^scal: argument 6 'g': value does not fit in 64 bits, out of range for uint8$"),
 ])
 def test_bad_scalars(scalars, args, exc, message):
     with pytest.raises(exc, match=message):
         scalars(*args)
+
+
+WIDE = """
+void wide(uint64_t u, double x, uint64_t *O) { O[0] = u; O[1] = (uint64_t)(x / 2); }
+"""
+
+
+@pytest.fixture(scope="module")
+def wide(build):
+    return build("wide", [T.Scalar("uint64", name="u"), T.Scalar("float64", name="x"),
+                          T.Buffer((2,), "uint64", name="O")], WIDE, out_idx=-1)
+
+
+@pytest.mark.parametrize("value", [2**63, 2**64 - 1, np.uint64(2**64 - 1), 2**63 - 1, 0])
+def test_uint64_scalars_take_their_whole_range(wide, value):
+    # Python ints of 2**63 and more fit a uint64 parameter and reach the kernel whole; an
+    # int parameter given one names the value, and a float parameter takes it as a float.
+    out = np.from_dlpack(wide(value, 2.0))
+    assert out.tolist() == [int(value), 1]
+    out = np.from_dlpack(wide(0, value))
+    assert out.tolist() == [0, int(float(value) / 2)]
+
+
+def test_uint64_beyond_the_range_is_refused(wide):
+    with pytest.raises(ValueError, match=r"^wide: argument 0 'u': value does not fit in 64 "
+                                         r"bits, out of range for uint64$"):
+        wide(2**64, 1.0)
+    with pytest.raises(ValueError, match=r"^wide: argument 0 'u': value -1 is out of range "
+                                         r"for uint64$"):
+        wide(-1, 1.0)
 
 
 # --- raw pointers -----------------------------------------------------------------------------
@@ -444,6 +479,8 @@ def test_pointer_param_takes_an_int_address_or_none(bump):
     (True, TypeError, r"^bump: argument 0 'p': expected a pointer .*got bool$"),
     (-8, ValueError, r"^bump: argument 0 'p': expected an address .*got a negative int$"),
     (2**64 + 8, ValueError, r"^bump: argument 0 'p': expected an address .*does not fit"),
+    (2**63 + 8, ValueError, (r"^bump: argument 0 'p': expected an address \(an int in \[0, "
+                             r"2\*\*63\)\), got an int of 2\*\*63 or more$")),
 ])
 def test_pointer_param_rejects_non_pointers(bump, value, exc, message):
     with pytest.raises(exc, match=message):

@@ -28,7 +28,10 @@ cdef int _convert(object obj, tj_arg *arg, bint exchange) except -1:
     if PyLong_Check(obj):
         arg.kind = TJ_ARG_INT
         arg.value.i = PyLong_AsLongLongAndOverflow(obj, &overflow)
-        if overflow:
+        if overflow > 0 and obj < _UINT64_END:  # a uint64 of 2**63 or more: its bits
+            arg.value.i = <int64_t>PyLong_AsUnsignedLongLong(obj)
+            arg.flags |= TJ_ARG_UNSIGNED
+        elif overflow:
             arg.flags |= TJ_ARG_OUT_OF_RANGE
         return 0
     # Exact: a subtype check costs a walk of the MRO for every tensor; float subclasses
@@ -73,7 +76,8 @@ cdef inline object _take(void *ref):
     return out
 
 
-_STREAM_KEYWORD = ("stream",)  # the keyword names of a call given stream=
+_STREAM_KEYWORD = ("stream",)
+_UINT64_END = 1 << 64  # the keyword names of a call given stream=
 
 
 def _enable_vectorcall(type cls):

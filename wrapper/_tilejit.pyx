@@ -20,8 +20,8 @@ from cpython.bool cimport PyBool_Check
 from cpython.dict cimport PyDict_GetItem
 from cpython.exc cimport PyErr_Occurred, PyErr_SetObject
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
-from cpython.long cimport (PyLong_AsLongLongAndOverflow, PyLong_AsVoidPtr, PyLong_Check,
-                           PyLong_FromVoidPtr)
+from cpython.long cimport (PyLong_AsLongLongAndOverflow, PyLong_AsUnsignedLongLong,
+                           PyLong_AsVoidPtr, PyLong_Check, PyLong_FromVoidPtr)
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName

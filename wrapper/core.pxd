@@ -79,6 +79,7 @@ cdef extern from "tilejit/tilejit.h" nogil:
 
     uint32_t TJ_ARG_READ_ONLY
     uint32_t TJ_ARG_OUT_OF_RANGE
+    uint32_t TJ_ARG_UNSIGNED
 
     ctypedef enum tj_owner_kind:
         TJ_OWNER_NONE

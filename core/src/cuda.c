@@ -614,7 +614,7 @@ static void pack(const tj_frame *f, const tj__launch *launch, const CUtensorMap 
     const tj__param *p = &k->params[entry->index];
     const tj_arg *arg = f->params[entry->index];
     if (p->kind == TJ_PARAM_SCALAR && p->dtype.code == kDLFloat) {
-      double v = arg->kind == TJ_ARG_INT ? (double)arg->value.i : arg->value.f;
+      double v = tj__float_value(arg);
       if (p->dtype.bits == 32)
         s->f32 = (float)v;
       else

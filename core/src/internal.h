@@ -135,6 +135,13 @@ static inline int tj__exchange_import_inline(const tj_producer *self, void *obje
 }
 int tj__exchange_import(const tj_producer *self, void *object, tj_arg *arg);
 
+/* What a float scalar parameter receives from an INT or FLOAT argument (an
+ * INT flagged TJ_ARG_UNSIGNED holds a uint64's bits). */
+static inline double tj__float_value(const tj_arg *arg) {
+  if (arg->kind != TJ_ARG_INT) return arg->value.f;
+  return (arg->flags & TJ_ARG_UNSIGNED) ? (double)(uint64_t)arg->value.i : (double)arg->value.i;
+}
+
 /* What the kernel receives for a tensor argument: data + byte_offset (NULL for
  * no tensor), on integers: validation checked the sum does not wrap, and a
  * NULL data pointer with an offset is no pointer C may add to. */

@@ -34,7 +34,7 @@ static void pack(const tj_frame *f, tj_value *values) {
     const tj_arg *arg = f->params[i];
     if (p->kind == TJ_PARAM_SCALAR) {
       if (p->dtype.code == kDLFloat)
-        values[a].f = arg->kind == TJ_ARG_INT ? (double)arg->value.i : arg->value.f;
+        values[a].f = tj__float_value(arg);
       else
         values[a].i = arg->value.i;
     } else if (p->kind == TJ_PARAM_POINTER && arg->kind != TJ_ARG_TENSOR) {

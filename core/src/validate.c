@@ -414,6 +414,7 @@ int tj__scalar_fits(const tj__param *p, const tj_arg *arg) {
     return arg->kind == TJ_ARG_FLOAT ||
            (arg->kind == TJ_ARG_INT && !(arg->flags & TJ_ARG_OUT_OF_RANGE));
   if (arg->kind != TJ_ARG_INT || (arg->flags & TJ_ARG_OUT_OF_RANGE)) return 0;
+  if (arg->flags & TJ_ARG_UNSIGNED) return p->dtype.code == kDLUInt && p->dtype.bits == 64;
   int64_t v = arg->value.i;
   if (p->dtype.code == kDLInt) {
     int64_t hi = p->dtype.bits == 64 ? INT64_MAX : ((int64_t)1 << (p->dtype.bits - 1)) - 1;
@@ -439,6 +440,9 @@ TJ__COLD static int scalar_refused(binder *b, int32_t index, const tj_arg *arg) 
   }
   if (arg->flags & TJ_ARG_OUT_OF_RANGE)
     snprintf(msg, sizeof(msg), "value does not fit in 64 bits, out of range for %s", dt);
+  else if (arg->flags & TJ_ARG_UNSIGNED)
+    snprintf(msg, sizeof(msg), "value %llu is out of range for %s",
+             (unsigned long long)(uint64_t)arg->value.i, dt);
   else
     snprintf(msg, sizeof(msg), "value %lld is out of range for %s", (long long)arg->value.i, dt);
   return fail(b, TJ_EVALUE, index, msg);
@@ -459,6 +463,7 @@ static int check_pointer(binder *b, int32_t index, const tj_arg *arg) {
       if ((arg->flags & TJ_ARG_OUT_OF_RANGE) || arg->value.i < 0) {
         snprintf(msg, sizeof(msg), "expected an address (an int in [0, 2**63)), got %s",
                  (arg->flags & TJ_ARG_OUT_OF_RANGE) ? "an int that does not fit in 64 bits"
+                 : (arg->flags & TJ_ARG_UNSIGNED)   ? "an int of 2**63 or more"
                                                     : "a negative int");
         return fail(b, TJ_EVALUE, index, msg);
       }

@@ -83,6 +83,7 @@
   X(validate_size_overflow)                     \
   X(validate_null_data)                         \
   X(validate_scalar_int_range)                  \
+  X(validate_scalar_uint64_beyond_int64)        \
   X(validate_scalar_kinds)                      \
   X(validate_pointer)                           \
   X(validate_message_format)                    \

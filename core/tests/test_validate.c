@@ -746,6 +746,33 @@ TEST(validate_scalar_int_range) {
   tj_kernel_free(k);
 }
 
+TEST(validate_scalar_uint64_beyond_int64) {
+  /* wide(u: uint64, i: int64, x: float64): the binding flags a Python int in
+   * [2**63, 2**64) TJ_ARG_UNSIGNED and keeps its bits. */
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("wide", 3, TJ_TARGET_CPU, &k));
+  CHECK_OK(tj_kernel_set_scalar(k, 0, "u", TJT_DTYPE(kDLUInt, 64)));
+  CHECK_OK(tj_kernel_set_scalar(k, 1, "i", TJT_DTYPE(kDLInt, 64)));
+  CHECK_OK(tj_kernel_set_scalar(k, 2, "x", TJT_DTYPE(kDLFloat, 64)));
+  CHECK_OK(tj_kernel_finalize(k));
+  tj_arg args[3];
+  for (int j = 0; j < 3; ++j) {
+    tj_arg_init(&args[j]);
+    args[j].kind = TJ_ARG_INT;
+    args[j].value.i = INT64_MIN; /* the bits of 2**63 */
+    args[j].flags = TJ_ARG_UNSIGNED;
+  }
+  args[1].flags = 0;
+  tj_frame f;
+  CHECK_OK(tj_call_bind(k, args, 3, &f));
+  /* An int64 parameter cannot take it, and the message shows the value. */
+  args[1].flags = TJ_ARG_UNSIGNED;
+  CHECK_STATUS(tj_call_bind(k, args, 3, &f), TJ_EVALUE);
+  CHECK_ERROR_STARTS_WITH("wide: argument 1 'i': ");
+  CHECK_ERROR_CONTAINS("value 9223372036854775808 is out of range for int64");
+  tj_kernel_free(k);
+}
+
 TEST(validate_scalar_kinds) {
   /* kinds(x: float32, flag: bool, i: int32): no tensors at all */
   tj_kernel *k = NULL;

@@ -39,6 +39,7 @@ ARG_TENSOR, ARG_INT, ARG_BOOL, ARG_FLOAT = (abi.TJ_ARG_TENSOR, abi.TJ_ARG_INT, a
                                             abi.TJ_ARG_FLOAT)
 ARG_ADDRESS, ARG_OTHER, ARG_OBJECT = abi.TJ_ARG_ADDRESS, abi.TJ_ARG_OTHER, abi.TJ_ARG_OBJECT
 ARG_OUT_OF_RANGE = abi.TJ_ARG_OUT_OF_RANGE
+ARG_UNSIGNED = abi.TJ_ARG_UNSIGNED
 EPYERR, EDECLINED, ECLAIMED = abi.TJ_EPYERR, abi.TJ_EDECLINED, abi.TJ_ECLAIMED
 MAX_OUTPUTS = abi.TJ_MAX_OUTPUTS
 
@@ -267,6 +268,9 @@ def _classify(obj, arg: TjArg, kernel) -> None:
         arg.kind = ARG_INT
         if -(1 << 63) <= obj < (1 << 63):
             arg.value.i = obj
+        elif 0 < obj < (1 << 64):  # a uint64 of 2**63 or more: its bits
+            arg.flags |= ARG_UNSIGNED
+            arg.value.i = obj - (1 << 64)
         else:
             arg.flags |= ARG_OUT_OF_RANGE
             arg.value.i = -1 if obj < 0 else (1 << 63) - 1

@@ -164,7 +164,8 @@ typedef enum {
 
 /* tj_arg.flags */
 #define TJ_ARG_READ_ONLY 1u    /* producer marked the tensor read-only */
-#define TJ_ARG_OUT_OF_RANGE 2u /* kind INT: the Python int did not fit int64 */
+#define TJ_ARG_OUT_OF_RANGE 2u /* kind INT: the Python int fits neither int64 nor uint64 */
+#define TJ_ARG_UNSIGNED 4u     /* kind INT: value.i holds the bits of a uint64 >= 2**63 */
 
 typedef enum {
   TJ_OWNER_NONE = 0,      /* borrowed view (exchange API, or a caller's struct) */
