@@ -435,6 +435,50 @@ def test_uint64_beyond_the_range_is_refused(wide):
         wide(-1, 1.0)
 
 
+# --- inputs by name ---------------------------------------------------------------------------
+
+AXPY = """
+void axpy(const float *X, float *Y, float a, int32_t k, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) Y[i] = a * X[i] + (float)k;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def axpy(build):
+    n = T.symbol("n")
+    return build("axpy", [T.Buffer((n,), "float32", name="X", const=True),
+                          T.Buffer((n,), "float32", name="Y"), T.Scalar("float32", name="a"),
+                          T.Scalar("int32", name="k")], AXPY, out_idx=1)
+
+
+@pytest.mark.parametrize("call", [
+    lambda k, x: k(x, 2.0, 1),
+    lambda k, x: k(x, 2.0, k=1),
+    lambda k, x: k(x, k=1, a=2.0),
+    lambda k, x: k(X=x, a=2.0, k=1, stream=None),
+    lambda k, x: k(x, a=2.0, k=1, stream=0),
+], ids=["positional", "last-by-name", "any-order", "all-by-name", "with-stream"])
+def test_inputs_may_be_given_by_name(axpy, call):
+    x = torch.arange(4, dtype=torch.float32)
+    assert call(axpy, x).tolist() == [1.0, 3.0, 5.0, 7.0]
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda k, x: k(x, 2.0), r"^axpy: expected 3 arguments \(X, a, k\), got 2$"),
+    (lambda k, x: k(x, a=2.0), r"^axpy\(\) missing 1 argument: 'k'$"),
+    (lambda k, x: k(a=2.0), r"^axpy\(\) missing 2 arguments: 'X', 'k'$"),
+    (lambda k, x: k(x, 2.0, 1, a=2.0), r"^axpy\(\) got multiple values for argument 'a'$"),
+    (lambda k, x: k(x, 2.0, 1, alpha=2.0),
+     r"^axpy\(\) got an unexpected keyword argument 'alpha'$"),
+    (lambda k, x: k(x, 2.0, 1, Y=x),
+     r"^axpy\(\) got an unexpected keyword argument 'Y' \(an output: the call allocates it\)$"),
+], ids=["too-few", "missing", "missing-two", "twice", "unknown", "output"])
+def test_inputs_by_name_refused(axpy, call, message):
+    with pytest.raises(TypeError, match=message):
+        call(axpy, torch.zeros(4))
+
+
 # --- raw pointers -----------------------------------------------------------------------------
 
 POINTER = """

@@ -344,6 +344,14 @@ def test_inductor(kernels, backend):
         torch.testing.assert_close(got, want)
 
 
+def test_inputs_by_name_inside_torch_compile(kernels):
+    affine = kernels["affine"]
+    x = torch.rand(5, dtype=torch.float64)
+    compiled = torch.compile(lambda t: affine(t, k=2, flag=True, a=0.5), fullgraph=True,
+                             backend="eager")
+    torch.testing.assert_close(compiled(x), affine(x, 0.5, 2, True))
+
+
 def test_stream_is_refused_inside_torch_compile(kernels):
     pad1 = kernels["pad1"]
     compiled = torch.compile(lambda x: pad1(x, stream=0), fullgraph=True, backend="eager")

@@ -11,9 +11,12 @@ from .backends.core import CoreKernel
 from .program import Program
 from .signature import Signature
 
+_MISSING = object()  # an input a keyword call has not given
+
 
 class JITKernel:
-    """A compiled kernel; call it with tensors: ``kernel(*args, stream=None)``.
+    """A compiled kernel; call it with tensors: ``kernel(*args, stream=None)``. Inputs may
+    also be given by their declared names: ``kernel(a, b, alpha=2.0)``.
 
     >>> kernel = tilejit.compile(prog, out_idx=-1)
     >>> c = kernel(a, b)          # C allocated by the framework of `a`, returned
@@ -141,6 +144,39 @@ class JITKernel:
         from . import torch_op
 
         return torch_op.claimed_call(self, args, stream)
+
+    def _positional(self, args: tuple, keywords: dict) -> tuple[tuple, object]:
+        """``(args, stream)`` of a call given ``keywords``: ``stream=``, and the kernel's
+        inputs by their declared names after any positional arguments, as a Python function
+        takes them (``kernel(x, y, alpha=2.0)``). Refused, naming the kernel: an unknown
+        name, an output's name (the call allocates it), a name given twice, a missing
+        input."""
+        keywords = dict(keywords)
+        stream = keywords.pop("stream", None)
+        if not keywords:
+            return args, stream
+        outputs = set(self._sig.out_idx)
+        names = [n for i, n in enumerate(self._sig.names) if i not in outputs]
+        slots = [*args, *[_MISSING] * (len(names) - len(args))]
+        for key, value in keywords.items():
+            if key not in names:
+                allocated = key in self._sig.names
+                raise TypeError(f"{self.name}() got an unexpected keyword argument '{key}'"
+                                + (" (an output: the call allocates it)" if allocated else ""))
+            i = names.index(key)
+            if i < len(args):
+                raise TypeError(f"{self.name}() got multiple values for argument '{key}'")
+            slots[i] = value
+        missing = [repr(n) for n, value in zip(names, slots) if value is _MISSING]
+        if missing:
+            raise TypeError(f"{self.name}() missing {len(missing)} argument"
+                            f"{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
+        return tuple(slots), stream
+
+    def _keyword_call(self, args: tuple, keywords: dict):
+        """A call given keywords other than ``stream=`` alone (see ``_positional``)."""
+        args, stream = self._positional(args, keywords)
+        return self(*args, stream=stream)
 
     def with_backend(self, name: str) -> JITKernel:
         """The same compiled library behind another execution backend; no recompilation."""

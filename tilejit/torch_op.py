@@ -324,7 +324,8 @@ def traced_call(kernel, *args, **keywords):
     """What ``torch.compile`` traces for ``kernel(*args, **keywords)``: the kernel's op.
     Dynamo inlines it in place of the kernel's ``__call__`` (``tilejit.backends.
     trace_calls_with``, below)."""
-    return call_op(_traced_op_name(kernel), *args, **keywords)
+    args, stream = kernel._positional(args, keywords)
+    return call_op(_traced_op_name(kernel), *args, stream=stream)
 
 
 def call_op(name: str, *args, **keywords):

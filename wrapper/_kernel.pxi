@@ -127,7 +127,10 @@ cdef class Kernel:
         self._exchange = exchange_api
         self._out_order = None if out_order == tuple(range(len(out_order))) else out_order
 
-    def __call__(self, *args, stream=None):
+    def __call__(self, *args, **keywords):
+        if keywords and (len(keywords) != 1 or "stream" not in keywords):
+            return self._keyword_call(args, keywords)
+        stream = keywords.get("stream")
         if stream is None:
             return _kernel_vectorcall(self, PySequence_Fast_ITEMS(args), len(args), NULL)
         items = [*args, stream]
@@ -156,11 +159,11 @@ cdef object _kernel_vectorcall(object kernel, PyObject **args, size_t nargsf,
     stream = None
     if kwnames != NULL:
         names = <tuple>kwnames
-        for j in range(len(names)):
-            if names[j] != "stream":
-                raise TypeError(f"{self._name}() got an unexpected keyword argument "
-                                f"'{names[j]}'")
-            stream = <object>args[count + j]
+        if len(names) != 1 or names[0] != "stream":  # inputs by name: tilejit.JITKernel
+            return self._keyword_call(tuple([<object>args[i] for i in range(count)]),
+                                      {names[j]: <object>args[count + j]
+                                       for j in range(len(names))})
+        stream = <object>args[count]
     if self._k == NULL:
         raise RuntimeError("kernel is not bound")
     call.nargs = <int32_t>count if count < 0x7fffffff else 0x7fffffff
