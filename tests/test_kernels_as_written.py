@@ -76,6 +76,21 @@ def test_readonly_params_accept_a_proven_non_const_pointer():
     assert torch.equal(k(x), x)
 
 
+@pytest.mark.parametrize(("item", "index"), [("y", 1), (0, 0), (-1, 1)])
+def test_readonly_params_are_kept_as_indices(item, index):
+    source = "void scale(float *x, float *y, int64_t n) { }\n"
+    program = tilejit.Program("scale", _scale_params(), source, readonly_params=[item])
+    assert program.readonly_params == (index,)
+
+
+@pytest.mark.parametrize("item", ["z", 2, -3, True, 1.0])
+def test_readonly_params_naming_no_parameter_are_refused(item):
+    source = "void scale(float *x, float *y, int64_t n) { }\n"
+    with pytest.raises(ValueError, match=rf"^scale: readonly_params names {item!r}, which is "
+                                         r"no parameter \(parameters: x, y\)$"):
+        tilejit.Program("scale", _scale_params(), source, readonly_params=[item])
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_int32_symbols_reach_an_int_and_overflow_is_a_value_error(backend):
     source = "void scale(const float *x, float *y, int n) { for (int i = 0; i < n; ++i) " \

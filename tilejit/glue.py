@@ -83,10 +83,7 @@ def check_definition(program, sig: Signature, definition: Definition,
             f"the definition of {function.name} takes {len(definition.params)} parameter"
             f"{'' if len(definition.params) == 1 else 's'}, the signature declares "
             f"{len(kargs)}: {function.c_prototype}"))
-    readonly = set()
-    for item in program.readonly_params:
-        readonly.add(item if isinstance(item, int) else sig.names.index(item)
-                     if item in sig.names else -1)
+    readonly = set(program.readonly_params)  # indices (Program checked them)
     asserts = []
     for i, (karg, cparam) in enumerate(zip(kargs, definition.params)):
         words, pointer, const = resolve(cparam, definition.typedefs)

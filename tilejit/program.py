@@ -12,6 +12,26 @@ LANGUAGES = ("c", "c++", "cuda")
 _CXX_FLAGS = ("-x c++", "-xc++")
 
 
+def param_name(param: Param, index: int):
+    """The name parameter ``index`` goes by: its own, else ``arg<index>``."""
+    return param.name if param.name is not None else f"arg{index}"
+
+
+def _readonly_indices(owner: str, params: tuple, items) -> tuple[int, ...]:
+    """``readonly_params`` as parameter indices; an item naming no parameter is refused."""
+    names = [param_name(p, i) for i, p in enumerate(params)]
+    found = []
+    for item in items:
+        if isinstance(item, int) and not isinstance(item, bool) and -len(names) <= item < len(names):
+            found.append(item % len(names))
+        elif isinstance(item, str) and item in names:
+            found.append(names.index(item))
+        else:
+            raise ValueError(f"{owner}: readonly_params names {item!r}, which is no parameter "
+                             f"(parameters: {', '.join(names)})")
+    return tuple(found)
+
+
 def _check_kernel_args(owner: str, items) -> tuple:
     args = tuple(items)
     for i, a in enumerate(args):
@@ -88,7 +108,8 @@ class Program:
       fatbin or PTX for ``target="cuda"``, a shared library for ``target="cpu"``.
     - ``readonly_params``: names (or indices) of ``const=True`` parameters a code generator
       has proven read-only although its definition takes a non-const pointer (TileLang's
-      ``tl.readonly_param_indices``); without this, such a definition is refused.
+      ``tl.readonly_param_indices``); without this, such a definition is refused. Kept as
+      indices; one that names no parameter is a ValueError.
     - ``returns``: for a prebuilt CPU library, ``"int32"`` when the function returns a
       status (non-zero fails the call); sources say it in their definition.
     - ``launches``: CUDA programs of several kernel functions, or with launch attributes:
@@ -139,7 +160,8 @@ class Program:
         object.__setattr__(self, "params", params)
         object.__setattr__(self, "grid", tuple(self.grid))
         object.__setattr__(self, "block", tuple(self.block))
-        object.__setattr__(self, "readonly_params", tuple(self.readonly_params))
+        object.__setattr__(self, "readonly_params",
+                           _readonly_indices(self.name, params, self.readonly_params))
         if self.kernel_args is not None:
             object.__setattr__(self, "kernel_args",
                                _check_kernel_args(self.name, self.kernel_args))

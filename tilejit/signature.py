@@ -25,7 +25,7 @@ from .lang import (
     TensorMap,
     lower_expr,
 )
-from .program import Launch, Program
+from .program import Launch, Program, param_name
 
 TARGETS = {"cpu": abi.TJ_TARGET_CPU, "cuda": abi.TJ_TARGET_CUDA}
 BUF_OPTIONAL, BUF_CONST, BUF_OUTPUT = abi.TJ_BUF_OPTIONAL, abi.TJ_BUF_CONST, abi.TJ_BUF_OUTPUT
@@ -181,7 +181,7 @@ def lower(program: Program, out_idx, target: str) -> Signature:
 
     names = []
     for i, p in enumerate(params):
-        name = p.name if p.name is not None else f"arg{i}"
+        name = param_name(p, i)
         if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(f"{kname}: parameter {i} name must be a C identifier, got {name!r}")
         names.append(name)
