@@ -355,6 +355,15 @@ def test_scalars_reach_the_kernel(scalars):
     assert np.from_dlpack(scalars(-2**31, 2**63 - 1, 0.0, 0.0, False, 0, 0))[0] == -2**31
 
 
+def test_float32_scalars_take_inf_nan_and_their_largest_values(scalars):
+    # Only a finite value that float32 would round to inf is refused (see test_bad_scalars).
+    big = float(np.finfo(np.float32).max)
+    out = np.from_dlpack(scalars(0, 0, float("inf"), 0.0, True, 0, 0))
+    assert out[2] == np.inf
+    assert np.isnan(np.from_dlpack(scalars(0, 0, float("nan"), 0.0, True, 0, 0))[2])
+    assert np.from_dlpack(scalars(0, 0, -big, 0.0, True, 0, 0))[2] == -big
+
+
 def test_int_given_for_float_is_accepted(scalars):
     out = np.from_dlpack(scalars(1, 2, 3, -4, True, 0, 0))
     assert out.tolist()[:4] == [1, 2, 3.0, -4.0]
@@ -399,6 +408,11 @@ def test_numpy_scalars_are_accepted(scalars):
      r"^scal: argument 0 'a': value 18446744073709551615 is out of range for int32$"),
     ((1, 2, 3.0, 4.0, True, 1, 2**64), ValueError,
      r"^scal: argument 6 'g': value does not fit in 64 bits, out of range for uint8$"),
+    ((1, 2, 1e300, 4.0, True, 1, 1), ValueError,
+     r"^scal: argument 2 'c': value 1e\+300 is out of range for float32 \(it would round to "
+     r"inf\)$"),
+    ((1, 2, np.float64(-3.5e38), 4.0, True, 1, 1), ValueError,
+     r"^scal: argument 2 'c': value -3.5e\+38 is out of range for float32"),
 ])
 def test_bad_scalars(scalars, args, exc, message):
     with pytest.raises(exc, match=message):

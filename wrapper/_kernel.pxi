@@ -76,8 +76,8 @@ cdef inline object _take(void *ref):
     return out
 
 
-_STREAM_KEYWORD = ("stream",)
-_UINT64_END = 1 << 64  # the keyword names of a call given stream=
+_STREAM_KEYWORD = ("stream",)  # the keyword names of a call given stream=
+_UINT64_END = 1 << 64  # a Python int below it and from 2**63 on is a uint64
 
 
 def _enable_vectorcall(type cls):

@@ -2,8 +2,10 @@
  * Argument validation and symbol binding (SPEC section 2, "Validation").
  * Every failure names the kernel, the argument and what was expected.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -406,13 +408,21 @@ static const char *kind_name(const tj_arg *arg) {
   return arg->type_name ? arg->type_name : "an unsupported object";
 }
 
+/* Whether a finite double rounds to infinity as a float32: |v| at or beyond
+ * FLT_MAX plus half its last place (the tie rounds to even, which is up).
+ * Infinities and NaN are float32 values as they are. */
+static inline int float32_overflows(double v) {
+  return isfinite(v) && fabs(v) >= 0x1.ffffffp127;
+}
+
 /* Whether a scalar argument is of a kind the parameter takes, and in its
  * type's range: the binding flags Python ints that did not even fit int64. */
 int tj__scalar_fits(const tj__param *p, const tj_arg *arg) {
   if (p->dtype.code == kDLBool) return arg->kind == TJ_ARG_BOOL;
   if (p->dtype.code == kDLFloat)
-    return arg->kind == TJ_ARG_FLOAT ||
-           (arg->kind == TJ_ARG_INT && !(arg->flags & TJ_ARG_OUT_OF_RANGE));
+    return (arg->kind == TJ_ARG_FLOAT ||
+            (arg->kind == TJ_ARG_INT && !(arg->flags & TJ_ARG_OUT_OF_RANGE))) &&
+           (p->dtype.bits != 32 || !float32_overflows(tj__float_value(arg)));
   if (arg->kind != TJ_ARG_INT || (arg->flags & TJ_ARG_OUT_OF_RANGE)) return 0;
   if (arg->flags & TJ_ARG_UNSIGNED) return p->dtype.code == kDLUInt && p->dtype.bits == 64;
   int64_t v = arg->value.i;
@@ -423,9 +433,19 @@ int tj__scalar_fits(const tj__param *p, const tj_arg *arg) {
   return v >= 0 && (p->dtype.bits == 64 || v <= ((int64_t)1 << p->dtype.bits) - 1);
 }
 
+/* The fewest significant digits that read back as `v` ("1e+300"), as
+ * Python's repr writes a float. */
+static const char *shortest_double(double v, char *buf, int32_t size) {
+  for (int digits = 1; digits <= 17; ++digits) {
+    snprintf(buf, (size_t)size, "%.*g", digits, v);
+    if (strtod(buf, NULL) == v) break;
+  }
+  return buf;
+}
+
 TJ__COLD static int scalar_refused(binder *b, int32_t index, const tj_arg *arg) {
   const tj__param *p = &b->k->params[index];
-  char msg[300], dt[48];
+  char msg[300], dt[48], num[32];
   tj_dtype_format(p->dtype, dt, sizeof(dt));
   int kind_ok = p->dtype.code == kDLBool    ? arg->kind == TJ_ARG_BOOL
                 : p->dtype.code == kDLFloat ? arg->kind == TJ_ARG_FLOAT || arg->kind == TJ_ARG_INT
@@ -440,6 +460,9 @@ TJ__COLD static int scalar_refused(binder *b, int32_t index, const tj_arg *arg) 
   }
   if (arg->flags & TJ_ARG_OUT_OF_RANGE)
     snprintf(msg, sizeof(msg), "value does not fit in 64 bits, out of range for %s", dt);
+  else if (p->dtype.code == kDLFloat)
+    snprintf(msg, sizeof(msg), "value %s is out of range for %s (it would round to inf)",
+             shortest_double(tj__float_value(arg), num, sizeof(num)), dt);
   else if (arg->flags & TJ_ARG_UNSIGNED)
     snprintf(msg, sizeof(msg), "value %llu is out of range for %s",
              (unsigned long long)(uint64_t)arg->value.i, dt);

@@ -84,6 +84,7 @@
   X(validate_null_data)                         \
   X(validate_scalar_int_range)                  \
   X(validate_scalar_uint64_beyond_int64)        \
+  X(validate_scalar_float32_range)              \
   X(validate_scalar_kinds)                      \
   X(validate_pointer)                           \
   X(validate_message_format)                    \

@@ -4,6 +4,7 @@
  * code (TypeError / ValueError / RuntimeError classes) and the parts of the
  * message a user relies on: the kernel, the argument, what was expected.
  */
+#include <math.h>
 #include <stdio.h>
 
 #include "builders.h"
@@ -770,6 +771,44 @@ TEST(validate_scalar_uint64_beyond_int64) {
   CHECK_STATUS(tj_call_bind(k, args, 3, &f), TJ_EVALUE);
   CHECK_ERROR_STARTS_WITH("wide: argument 1 'i': ");
   CHECK_ERROR_CONTAINS("value 9223372036854775808 is out of range for int64");
+  tj_kernel_free(k);
+}
+
+TEST(validate_scalar_float32_range) {
+  /* scale(x: float32, y: float64): a finite value that would round to inf as
+   * a float32 is refused, naming it; inf, NaN and FLT_MAX's rounding neighbours
+   * pass, and float64 takes any double. */
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("scale", 2, TJ_TARGET_CPU, &k));
+  CHECK_OK(tj_kernel_set_scalar(k, 0, "x", TJT_F32));
+  CHECK_OK(tj_kernel_set_scalar(k, 1, "y", TJT_DTYPE(kDLFloat, 64)));
+  CHECK_OK(tj_kernel_finalize(k));
+  tj_arg args[2];
+  for (int j = 0; j < 2; ++j) {
+    tj_arg_init(&args[j]);
+    args[j].kind = TJ_ARG_FLOAT;
+    args[j].value.f = 1e300;
+  }
+  tj_frame f;
+  const double fits[] = {0x1.fffffep127, 0x1.fffffefffffffp127, -0x1.fffffefffffffp127,
+                         INFINITY, -INFINITY, NAN, 0.0, -1e38};
+  for (size_t i = 0; i < sizeof(fits) / sizeof(fits[0]); ++i) {
+    args[0].value.f = fits[i];
+    CHECK_OK(tj_call_bind(k, args, 2, &f));
+  }
+  const double refused[] = {1e300, -1e300, 0x1.ffffffp127, -0x1.ffffffp127, 1e39};
+  for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); ++i) {
+    args[0].value.f = refused[i];
+    CHECK_STATUS(tj_call_bind(k, args, 2, &f), TJ_EVALUE);
+    CHECK_ERROR_STARTS_WITH("scale: argument 0 'x': value ");
+    CHECK_ERROR_CONTAINS(" is out of range for float32 (it would round to inf)");
+  }
+  args[0].value.f = -1e300;
+  CHECK_STATUS(tj_call_bind(k, args, 2, &f), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("value -1e+300 is out of range for float32");
+  args[0].value.f = 3.5e38;
+  CHECK_STATUS(tj_call_bind(k, args, 2, &f), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("value 3.5e+38 is out of range");
   tj_kernel_free(k);
 }
 
