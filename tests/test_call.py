@@ -409,8 +409,7 @@ def test_numpy_scalars_are_accepted(scalars):
     ((1, 2, 3.0, 4.0, True, 1, 2**64), ValueError,
      r"^scal: argument 6 'g': value does not fit in 64 bits, out of range for uint8$"),
     ((1, 2, 1e300, 4.0, True, 1, 1), ValueError,
-     r"^scal: argument 2 'c': value 1e\+300 is out of range for float32 \(it would round to "
-     r"inf\)$"),
+     r"^scal: argument 2 'c': value 1e\+300 is out of range for float32 \(it would round to inf"),
     ((1, 2, np.float64(-3.5e38), 4.0, True, 1, 1), ValueError,
      r"^scal: argument 2 'c': value -3.5e\+38 is out of range for float32"),
 ])

@@ -411,9 +411,7 @@ static const char *kind_name(const tj_arg *arg) {
 /* Whether a finite double rounds to infinity as a float32: |v| at or beyond
  * FLT_MAX plus half its last place (the tie rounds to even, which is up).
  * Infinities and NaN are float32 values as they are. */
-static inline int float32_overflows(double v) {
-  return isfinite(v) && fabs(v) >= 0x1.ffffffp127;
-}
+static inline int float32_overflows(double v) { return isfinite(v) && fabs(v) >= 0x1.ffffffp127; }
 
 /* Whether a scalar argument is of a kind the parameter takes, and in its
  * type's range: the binding flags Python ints that did not even fit int64. */

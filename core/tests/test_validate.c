@@ -790,8 +790,9 @@ TEST(validate_scalar_float32_range) {
     args[j].value.f = 1e300;
   }
   tj_frame f;
-  const double fits[] = {0x1.fffffep127, 0x1.fffffefffffffp127, -0x1.fffffefffffffp127,
-                         INFINITY, -INFINITY, NAN, 0.0, -1e38};
+  const double fits[] = {
+      0x1.fffffep127, 0x1.fffffefffffffp127, -0x1.fffffefffffffp127, INFINITY, -INFINITY, NAN, 0.0,
+      -1e38};
   for (size_t i = 0; i < sizeof(fits) / sizeof(fits[0]); ++i) {
     args[0].value.f = fits[i];
     CHECK_OK(tj_call_bind(k, args, 2, &f));
