@@ -111,8 +111,11 @@ void tj__memo_free(tj_kernel *k) {
   k->memo = NULL;
 }
 
-/* Whether a buffer argument matches its record, and its address passes. */
-static inline int buffer_matches(const memo_input *in, const tj_arg *arg, const uint64_t *r) {
+/* Whether a buffer argument matches its record, and its address passes.
+ * Inlined: the compiler would otherwise call it once per buffer per call. */
+__attribute__((always_inline)) static inline int buffer_matches(const memo_input *in,
+                                                                const tj_arg *arg,
+                                                                const uint64_t *r) {
   uint64_t key[KEY_WORDS];
   buffer_key(arg, key);
   if (((key[KEY_HEAD] ^ LOAD(r[KEY_HEAD])) | (key[KEY_DEVICE] ^ LOAD(r[KEY_DEVICE])) |
