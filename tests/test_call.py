@@ -275,6 +275,23 @@ def test_outputs_are_fresh_tensors(vec_add):
     assert c1.is_contiguous()
 
 
+class _HandlelessStream:  # like torch.cpu.Stream: a stream object with no handle to give
+    pass
+
+
+@pytest.mark.parametrize(("stream", "exc", "message"), [
+    ("0", TypeError, r"^vec_add: stream must be an int handle, a torch.cuda.Stream or an object "
+                     r"with __cuda_stream__, got str$"),
+    (_HandlelessStream(), TypeError, r"got (tests\.)?test_call\._HandlelessStream$"),
+    (True, TypeError, r"^vec_add: stream must be a stream handle, got bool$"),
+    (-1, ValueError, r"^vec_add: stream handle must be a non-negative int, got -1$"),
+])
+def test_bad_streams(vec_add, stream, exc, message):
+    a = torch.ones(3)
+    with pytest.raises(exc, match=message):
+        vec_add(a, a, stream=stream)
+
+
 def test_stream_none_or_zero_only_for_cpu(vec_add):
     a = torch.rand(3)
     assert torch.equal(vec_add(a, a, stream=None), a + a)

@@ -204,6 +204,13 @@ def framework_stream(cls: type, device_type: int, device_id: int) -> int:
     return 0
 
 
+def _qualified_name(cls: type) -> str:
+    """``torch.cpu.Stream`` for a class of a module, ``str`` for a builtin."""
+    module = getattr(cls, "__module__", None)
+    name = getattr(cls, "__qualname__", cls.__name__)
+    return name if module in (None, "builtins") else f"{module}.{name}"
+
+
 def stream_handle(stream, kernel: str) -> int:
     """A raw stream handle (``CUstream`` as an int) from what a caller passes as
     ``stream=``: an int, a ``torch.cuda.Stream`` (``.cuda_stream``) or any object
@@ -218,7 +225,7 @@ def stream_handle(stream, kernel: str) -> int:
         handle = stream.cuda_stream
     else:
         raise TypeError(f"{kernel}: stream must be an int handle, a torch.cuda.Stream or an "
-                        f"object with __cuda_stream__, got {type(stream).__name__}")
+                        f"object with __cuda_stream__, got {_qualified_name(type(stream))}")
     if not isinstance(handle, int) or not 0 <= handle < (1 << 64):
         raise ValueError(f"{kernel}: stream handle must be a non-negative int, got {handle!r}")
     return handle
