@@ -280,8 +280,8 @@ class _HandlelessStream:  # like torch.cpu.Stream: a stream object with no handl
 
 
 @pytest.mark.parametrize(("stream", "exc", "message"), [
-    ("0", TypeError, r"^vec_add: stream must be an int handle, a torch.cuda.Stream or an object "
-                     r"with __cuda_stream__, got str$"),
+    ("0", TypeError, (r"^vec_add: stream must be an int handle, a torch.cuda.Stream or an "
+                      r"object with __cuda_stream__, got str$")),
     (_HandlelessStream(), TypeError, r"got (tests\.)?test_call\._HandlelessStream$"),
     (True, TypeError, r"^vec_add: stream must be a stream handle, got bool$"),
     (-1, ValueError, r"^vec_add: stream handle must be a non-negative int, got -1$"),
