@@ -699,6 +699,17 @@ static tj_kernel *scalar_kernel(void) {
   return k;
 }
 
+/* A finalized CPU kernel `name` of `n` scalar parameters, names[i] of
+ * dtypes[i], and nothing else. */
+static tj_kernel *scalars_only_kernel(const char *name, int32_t n, const char *const *names,
+                                      const DLDataType *dtypes) {
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create(name, n, TJ_TARGET_CPU, &k));
+  for (int32_t i = 0; i < n; ++i) CHECK_OK(tj_kernel_set_scalar(k, i, names[i], dtypes[i]));
+  CHECK_OK(tj_kernel_finalize(k));
+  return k;
+}
+
 static int bind_ints(tj_kernel *k, int64_t s, int64_t u, int64_t i, int64_t w, uint32_t w_flags) {
   static tjt_tensor a;
   tjt_tensor_1d(&a, tjt_data, TJT_F32, 4);
@@ -750,12 +761,9 @@ TEST(validate_scalar_int_range) {
 TEST(validate_scalar_uint64_beyond_int64) {
   /* wide(u: uint64, i: int64, x: float64): the binding flags a Python int in
    * [2**63, 2**64) TJ_ARG_UNSIGNED and keeps its bits. */
-  tj_kernel *k = NULL;
-  CHECK_OK(tj_kernel_create("wide", 3, TJ_TARGET_CPU, &k));
-  CHECK_OK(tj_kernel_set_scalar(k, 0, "u", TJT_DTYPE(kDLUInt, 64)));
-  CHECK_OK(tj_kernel_set_scalar(k, 1, "i", TJT_DTYPE(kDLInt, 64)));
-  CHECK_OK(tj_kernel_set_scalar(k, 2, "x", TJT_DTYPE(kDLFloat, 64)));
-  CHECK_OK(tj_kernel_finalize(k));
+  const char *const names[] = {"u", "i", "x"};
+  const DLDataType dtypes[] = {TJT_DTYPE(kDLUInt, 64), TJT_DTYPE(kDLInt, 64), TJT_F64};
+  tj_kernel *k = scalars_only_kernel("wide", 3, names, dtypes);
   tj_arg args[3];
   for (int j = 0; j < 3; ++j) {
     tj_arg_init(&args[j]);
@@ -778,11 +786,9 @@ TEST(validate_scalar_float32_range) {
   /* scale(x: float32, y: float64): a finite value that would round to inf as
    * a float32 is refused, naming it; inf, NaN and FLT_MAX's rounding neighbours
    * pass, and float64 takes any double. */
-  tj_kernel *k = NULL;
-  CHECK_OK(tj_kernel_create("scale", 2, TJ_TARGET_CPU, &k));
-  CHECK_OK(tj_kernel_set_scalar(k, 0, "x", TJT_F32));
-  CHECK_OK(tj_kernel_set_scalar(k, 1, "y", TJT_DTYPE(kDLFloat, 64)));
-  CHECK_OK(tj_kernel_finalize(k));
+  const char *const names[] = {"x", "y"};
+  const DLDataType dtypes[] = {TJT_F32, TJT_F64};
+  tj_kernel *k = scalars_only_kernel("scale", 2, names, dtypes);
   tj_arg args[2];
   for (int j = 0; j < 2; ++j) {
     tj_arg_init(&args[j]);
@@ -815,12 +821,9 @@ TEST(validate_scalar_float32_range) {
 
 TEST(validate_scalar_kinds) {
   /* kinds(x: float32, flag: bool, i: int32): no tensors at all */
-  tj_kernel *k = NULL;
-  CHECK_OK(tj_kernel_create("kinds", 3, TJ_TARGET_CPU, &k));
-  CHECK_OK(tj_kernel_set_scalar(k, 0, "x", TJT_F32));
-  CHECK_OK(tj_kernel_set_scalar(k, 1, "flag", TJT_DTYPE(kDLBool, 8)));
-  CHECK_OK(tj_kernel_set_scalar(k, 2, "i", TJT_DTYPE(kDLInt, 32)));
-  CHECK_OK(tj_kernel_finalize(k));
+  const char *const names[] = {"x", "flag", "i"};
+  const DLDataType dtypes[] = {TJT_F32, TJT_DTYPE(kDLBool, 8), TJT_DTYPE(kDLInt, 32)};
+  tj_kernel *k = scalars_only_kernel("kinds", 3, names, dtypes);
   tj_arg args[3];
   for (int j = 0; j < 3; ++j) tj_arg_init(&args[j]);
   args[0].kind = TJ_ARG_FLOAT;
