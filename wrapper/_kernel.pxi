@@ -76,7 +76,6 @@ cdef inline object _take(void *ref):
     return out
 
 
-_STREAM_KEYWORD = ("stream",)  # the keyword names of a call given stream=
 _UINT64_END = 1 << 64  # a Python int below it and from 2**63 on is a uint64
 
 
@@ -128,14 +127,14 @@ cdef class Kernel:
         self._out_order = None if out_order == tuple(range(len(out_order))) else out_order
 
     def __call__(self, *args, **keywords):
-        if keywords and (len(keywords) != 1 or "stream" not in keywords):
-            return self._keyword_call(args, keywords)
-        stream = keywords.get("stream")
-        if stream is None:
+        # Python's calls arrive through the vectorcall slot; this serves explicit
+        # Kernel.__call__(k, ...) with the same arguments, keywords decided there.
+        if not keywords:
             return _kernel_vectorcall(self, PySequence_Fast_ITEMS(args), len(args), NULL)
-        items = [*args, stream]
+        names = tuple(keywords)
+        items = [*args, *keywords.values()]
         return _kernel_vectorcall(self, PySequence_Fast_ITEMS(items), len(args),
-                                  <PyObject *>_STREAM_KEYWORD)
+                                  <PyObject *>names)
 
     @property
     def name(self):
