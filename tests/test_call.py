@@ -362,7 +362,6 @@ def test_scalar_prototype(scalars):
 
 
 def test_scalars_reach_the_kernel(scalars):
-    # No tensor argument: the output is a NumPy array.
     # No tensor argument: the output's framework is not specified; DLPack reads it.
     out = np.from_dlpack(scalars(-7, 2**40 + 3, 1.5, -2.25, True, -128, 255))
     assert out.dtype == np.float64
@@ -370,6 +369,13 @@ def test_scalars_reach_the_kernel(scalars):
     out = np.from_dlpack(scalars(2**31 - 1, -2**63, 0.1, 1e300, False, 127, 0))
     assert out.tolist() == [2**31 - 1, float(-2**63), float(np.float32(0.1)), 1e300, 0, 127, 0]
     assert np.from_dlpack(scalars(-2**31, 2**63 - 1, 0.0, 0.0, False, 0, 0))[0] == -2**31
+
+
+def test_float_scalars_take_ints_beyond_64_bits_as_float_does(scalars):
+    # float(2**70) and float(-3**100): a double holds them (rounded), as Python's float does.
+    out = np.from_dlpack(scalars(1, 2, 2**70, -3**100, True, 0, 0))
+    assert out.tolist()[2:4] == [float(np.float32(2**70)), float(-3**100)]
+    assert np.from_dlpack(scalars(1, 2, 0.0, 2**1023, True, 0, 0))[3] == 2.0**1023
 
 
 def test_float32_scalars_take_inf_nan_and_their_largest_values(scalars):
@@ -429,6 +435,20 @@ def test_numpy_scalars_are_accepted(scalars):
      r"^scal: argument 2 'c': value 1e\+300 is out of range for float32 \(it would round to inf"),
     ((1, 2, np.float64(-3.5e38), 4.0, True, 1, 1), ValueError,
      r"^scal: argument 2 'c': value -3.5e\+38 is out of range for float32"),
+    # An int beyond 64 bits is a float's value as a double has it, up to a double's range.
+    ((1, 2, 2**200, 4.0, True, 1, 1), ValueError,
+     r"^scal: argument 2 'c': value 1.6069380442589903e\+60 is out of range for float32"),
+    ((1, 2, 3.0, 2**1024, True, 1, 1), ValueError,
+     r"^scal: argument 3 'd': value is an int too large for float64$"),
+    ((1, 2, -(2**2000), 4.0, True, 1, 1), ValueError,
+     r"^scal: argument 2 'c': value is an int too large for float32$"),
+    # NumPy scalars are named by their type.
+    ((np.float64(1.0), 2, 3.0, 4.0, True, 1, 1), TypeError,
+     r"^scal: argument 0 'a': expected an int scalar \(int32\), got numpy.float64$"),
+    ((1, 2, 3.0, 4.0, np.int64(1), 1, 1), TypeError,
+     r"^scal: argument 4 'e': expected a bool scalar \(bool\), got numpy.int64$"),
+    ((1, 2, 3.0, 4.0, True, np.bool_(True), 1), TypeError,
+     r"^scal: argument 5 'f': expected an int scalar \(int8\), got numpy.bool_?$"),
 ])
 def test_bad_scalars(scalars, args, exc, message):
     with pytest.raises(exc, match=message):

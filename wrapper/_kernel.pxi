@@ -31,8 +31,12 @@ cdef int _convert(object obj, tj_arg *arg, bint exchange) except -1:
         if overflow > 0 and obj < _UINT64_END:  # a uint64 of 2**63 or more: its bits
             arg.value.i = <int64_t>PyLong_AsUnsignedLongLong(obj)
             arg.flags |= TJ_ARG_UNSIGNED
-        elif overflow:
+        elif overflow:  # only a float parameter takes it: as a double, or ±inf
             arg.flags |= TJ_ARG_OUT_OF_RANGE
+            try:
+                arg.value.f = float(obj)
+            except OverflowError:
+                arg.value.f = _INF if obj > 0 else -_INF
         return 0
     # Exact: a subtype check costs a walk of the MRO for every tensor; float subclasses
     # (numpy.float64) are taken by the __float__ branch below.
@@ -56,14 +60,14 @@ cdef int _convert(object obj, tj_arg *arg, bint exchange) except -1:
         arg.kind = TJ_ARG_BOOL
         arg.value.i = 1 if obj else 0
     elif kind == "index":
-        return _convert(obj.__index__(), arg, exchange)
+        _convert(obj.__index__(), arg, exchange)
     elif kind == "float":
         arg.kind = TJ_ARG_FLOAT
         arg.value.f = float(obj)
     else:
         arg.kind = TJ_ARG_OTHER
-        name = _hooks.type_name(<object>cls)  # cached there: alive for the call
-        arg.type_name = <bytes>name
+    name = _hooks.type_name(<object>cls)  # cached there: alive for the call
+    arg.type_name = <bytes>name  # messages name numpy.float32, not float
     return 0
 
 
@@ -76,6 +80,7 @@ cdef inline object _take(void *ref):
     return out
 
 
+_INF = float("inf")
 _UINT64_END = 1 << 64  # a Python int below it and from 2**63 on is a uint64
 
 

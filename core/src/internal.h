@@ -136,9 +136,10 @@ static inline int tj__exchange_import_inline(const tj_producer *self, void *obje
 int tj__exchange_import(const tj_producer *self, void *object, tj_arg *arg);
 
 /* What a float scalar parameter receives from an INT or FLOAT argument (an
- * INT flagged TJ_ARG_UNSIGNED holds a uint64's bits). */
+ * INT flagged TJ_ARG_UNSIGNED holds a uint64's bits; one flagged
+ * TJ_ARG_OUT_OF_RANGE, its value as a double). */
 static inline double tj__float_value(const tj_arg *arg) {
-  if (arg->kind != TJ_ARG_INT) return arg->value.f;
+  if (arg->kind != TJ_ARG_INT || (arg->flags & TJ_ARG_OUT_OF_RANGE)) return arg->value.f;
   return (arg->flags & TJ_ARG_UNSIGNED) ? (double)(uint64_t)arg->value.i : (double)arg->value.i;
 }
 

@@ -400,9 +400,9 @@ static const char *kind_name(const tj_arg *arg) {
   switch (arg->kind) {
     case TJ_ARG_NONE: return "None";
     case TJ_ARG_TENSOR: return "a tensor";
-    case TJ_ARG_INT: return "int";
-    case TJ_ARG_BOOL: return "bool";
-    case TJ_ARG_FLOAT: return "float";
+    case TJ_ARG_INT: return arg->type_name ? arg->type_name : "int";
+    case TJ_ARG_BOOL: return arg->type_name ? arg->type_name : "bool";
+    case TJ_ARG_FLOAT: return arg->type_name ? arg->type_name : "float";
     case TJ_ARG_ADDRESS: return "a pointer";
   }
   return arg->type_name ? arg->type_name : "an unsupported object";
@@ -413,13 +413,18 @@ static const char *kind_name(const tj_arg *arg) {
  * Infinities and NaN are float32 values as they are. */
 static inline int float32_overflows(double v) { return isfinite(v) && fabs(v) >= 0x1.ffffffp127; }
 
+/* An int too large for a double: it is no float value at all. */
+static inline int int_beyond_double(const tj_arg *arg) {
+  return (arg->flags & TJ_ARG_OUT_OF_RANGE) && !isfinite(arg->value.f);
+}
+
 /* Whether a scalar argument is of a kind the parameter takes, and in its
- * type's range: the binding flags Python ints that did not even fit int64. */
+ * type's range: the binding flags Python ints that did not even fit int64
+ * (a float parameter takes them as a double does). */
 int tj__scalar_fits(const tj__param *p, const tj_arg *arg) {
   if (p->dtype.code == kDLBool) return arg->kind == TJ_ARG_BOOL;
   if (p->dtype.code == kDLFloat)
-    return (arg->kind == TJ_ARG_FLOAT ||
-            (arg->kind == TJ_ARG_INT && !(arg->flags & TJ_ARG_OUT_OF_RANGE))) &&
+    return (arg->kind == TJ_ARG_FLOAT || (arg->kind == TJ_ARG_INT && !int_beyond_double(arg))) &&
            (p->dtype.bits != 32 || !float32_overflows(tj__float_value(arg)));
   if (arg->kind != TJ_ARG_INT || (arg->flags & TJ_ARG_OUT_OF_RANGE)) return 0;
   if (arg->flags & TJ_ARG_UNSIGNED) return p->dtype.code == kDLUInt && p->dtype.bits == 64;
@@ -456,7 +461,9 @@ TJ__COLD static int scalar_refused(binder *b, int32_t index, const tj_arg *arg) 
              dt, kind_name(arg));
     return fail(b, TJ_ETYPE, index, msg);
   }
-  if (arg->flags & TJ_ARG_OUT_OF_RANGE)
+  if (p->dtype.code == kDLFloat && int_beyond_double(arg))
+    snprintf(msg, sizeof(msg), "value is an int too large for %s", dt);
+  else if ((arg->flags & TJ_ARG_OUT_OF_RANGE) && p->dtype.code != kDLFloat)
     snprintf(msg, sizeof(msg), "value does not fit in 64 bits, out of range for %s", dt);
   else if (p->dtype.code == kDLFloat)
     snprintf(msg, sizeof(msg), "value %s is out of range for %s (it would round to inf)",

@@ -842,10 +842,18 @@ TEST(validate_scalar_kinds) {
   args[0].kind = TJ_ARG_INT;
   args[0].value.i = 3;
   CHECK_OK(tj_call_bind(k, args, 3, &f));
-  /* ...unless it did not fit int64, when its value is meaningless. */
+  /* ...one beyond 64 bits too, as the double the binding made of it... */
   args[0].flags = TJ_ARG_OUT_OF_RANGE;
+  args[0].value.f = 0x1p70;
+  CHECK_OK(tj_call_bind(k, args, 3, &f));
+  /* ...within float32's range... */
+  args[0].value.f = -0x1p200;
   CHECK_STATUS(tj_call_bind(k, args, 3, &f), TJ_EVALUE);
-  CHECK_ERROR_CONTAINS("out of range for float32");
+  CHECK_ERROR_CONTAINS("value -1.6069380442589903e+60 is out of range for float32");
+  /* ...and not one too large for a double. */
+  args[0].value.f = INFINITY;
+  CHECK_STATUS(tj_call_bind(k, args, 3, &f), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("argument 0 'x': value is an int too large for float32");
   args[0].flags = 0;
   /* ...but not a bool. */
   args[0].kind = TJ_ARG_BOOL;

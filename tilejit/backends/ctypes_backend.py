@@ -15,6 +15,7 @@ types and messages are those of the other backends.
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 from ctypes import POINTER, addressof, byref, c_int, c_void_p, py_object
 
@@ -271,9 +272,12 @@ def _classify(obj, arg: TjArg, kernel) -> None:
         elif 0 < obj < (1 << 64):  # a uint64 of 2**63 or more: its bits
             arg.flags |= ARG_UNSIGNED
             arg.value.i = obj - (1 << 64)
-        else:
+        else:  # only a float parameter takes it: as a double, or ±inf
             arg.flags |= ARG_OUT_OF_RANGE
-            arg.value.i = -1 if obj < 0 else (1 << 63) - 1
+            try:
+                arg.value.f = float(obj)
+            except OverflowError:
+                arg.value.f = math.inf if obj > 0 else -math.inf
     elif cls is float:
         arg.kind, arg.value.f = ARG_FLOAT, obj
     elif (producer := _producer_of(cls)) is not None:
@@ -283,14 +287,16 @@ def _classify(obj, arg: TjArg, kernel) -> None:
         arg.kind, arg.value.p = ARG_ADDRESS, obj.address
         arg.tensor.dtype.code, arg.tensor.dtype.bits, arg.tensor.dtype.lanes = obj.dlpack_dtype
         arg.tensor.device.device_type = obj.dlpack_device_type
-    elif (kind := host.scalar_kind(cls)) == host.SCALAR_BOOL:
-        arg.kind, arg.value.i = ARG_BOOL, 1 if obj else 0
-    elif kind == host.SCALAR_INDEX:
-        _classify(obj.__index__(), arg, kernel)
-    elif kind == host.SCALAR_FLOAT:
-        arg.kind, arg.value.f = ARG_FLOAT, float(obj)
-    else:
-        arg.kind, arg.type_name = ARG_OTHER, host.type_name(cls)
+    else:  # NumPy and other scalar types; messages name numpy.float32, not float
+        if (kind := host.scalar_kind(cls)) == host.SCALAR_BOOL:
+            arg.kind, arg.value.i = ARG_BOOL, 1 if obj else 0
+        elif kind == host.SCALAR_INDEX:
+            _classify(obj.__index__(), arg, kernel)
+        elif kind == host.SCALAR_FLOAT:
+            arg.kind, arg.value.f = ARG_FLOAT, float(obj)
+        else:
+            arg.kind = ARG_OTHER
+        arg.type_name = host.type_name(cls)
 
 
 def _init_core() -> None:

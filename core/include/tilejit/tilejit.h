@@ -162,10 +162,12 @@ typedef enum {
                        * (tj_call_run makes it a TENSOR) */
 } tj_arg_kind;
 
-/* tj_arg.flags */
-#define TJ_ARG_READ_ONLY 1u    /* producer marked the tensor read-only */
-#define TJ_ARG_OUT_OF_RANGE 2u /* kind INT: the Python int fits neither int64 nor uint64 */
-#define TJ_ARG_UNSIGNED 4u     /* kind INT: value.i holds the bits of a uint64 >= 2**63 */
+/* tj_arg.flags. TJ_ARG_OUT_OF_RANGE: a kind INT whose Python int fits neither
+ * int64 nor uint64; value.f then holds it as a double (±inf beyond a double's
+ * range), which a float parameter takes. */
+#define TJ_ARG_READ_ONLY 1u /* producer marked the tensor read-only */
+#define TJ_ARG_OUT_OF_RANGE 2u
+#define TJ_ARG_UNSIGNED 4u /* kind INT: value.i holds the bits of a uint64 >= 2**63 */
 
 typedef enum {
   TJ_OWNER_NONE = 0,      /* borrowed view (exchange API, or a caller's struct) */
@@ -185,7 +187,9 @@ typedef struct tj_arg {
     double f;
     void *p;
   } value;
-  const char *type_name; /* kind == OTHER/any: borrowed, for messages; may be NULL */
+  const char *type_name; /* kind OTHER: what it is; INT, BOOL, FLOAT: the type it
+                          * was read from when not Python's own (numpy.float32);
+                          * borrowed, for messages; may be NULL */
   int32_t owner_kind;    /* tj_owner_kind */
   void *owner;           /* the managed tensor whose deleter is owed */
   /* Kind OBJECT: imports it. Kind TENSOR: allocates outputs like it and gives
