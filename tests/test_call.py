@@ -326,6 +326,35 @@ def test_optional_none_reaches_the_kernel_as_null(optional_kernel):
     assert type(out) is np.ndarray and out.tolist() == [1, 2, -1]
 
 
+def test_trailing_optional_buffers_may_be_left_out(optional_kernel):
+    # As a Python function's trailing `B=None`: left out, positionally or by name.
+    assert optional_kernel(torch.zeros(3)).tolist() == [1, 3, -1]
+    assert optional_kernel(A=torch.zeros(3)).tolist() == [1, 3, -1]
+    assert optional_kernel(np.zeros(2, np.float32)).tolist() == [1, 2, -1]
+    assert optional_kernel(torch.zeros(3), B=torch.full((3,), 7.0)).tolist() == [0, 3, 7]
+    for args in [(), (torch.zeros(3),) * 3]:
+        with pytest.raises(TypeError, match=rf"^opt: expected 1 to 2 arguments \(A, B=None\), "
+                                            rf"got {len(args)}$"):
+            optional_kernel(*args)
+
+
+def test_an_optional_buffer_before_a_required_input_is_left_out_by_name(build):
+    n = T.symbol("n")
+    k = build("mid_opt", [T.Buffer((n,), "float32", name="A", const=True),
+                          T.Buffer((n,), "float32", name="B", const=True, optional=True),
+                          T.Scalar("float32", name="s"), T.Buffer((n,), "float32", name="O")],
+              "void mid_opt(const float *A, const float *B, float s, float *O, int64_t n) {\n"
+              "  for (int64_t i = 0; i < n; ++i) O[i] = A[i] * s + (B ? B[i] : 100.0f);\n}\n",
+              out_idx=-1)
+    assert k(torch.ones(2), s=3.0).tolist() == [103, 103]
+    assert k(torch.ones(2), None, 3.0).tolist() == [103, 103]
+    # Only trailing ones may be left out positionally: B is not.
+    with pytest.raises(TypeError, match=r"^mid_opt: expected 3 arguments \(A, B, s\), got 2$"):
+        k(torch.ones(2), 3.0)
+    with pytest.raises(TypeError, match=r"^mid_opt\(\) missing 1 argument: 's'$"):
+        k(torch.ones(2), B=None)
+
+
 def test_optional_buffer_is_still_validated(optional_kernel):
     with pytest.raises(ValueError, match=r"^opt: argument 1 'B': expected shape\[0\] == n "
                                          r"\(= 3, bound by argument 0 'A'\), got 4$"):

@@ -6,6 +6,7 @@ import sys
 import weakref
 from typing import ClassVar
 
+from . import abi
 from . import backends as _backends
 from .backends.core import CoreKernel
 from .program import Program
@@ -143,14 +144,16 @@ class JITKernel:
         requires grad while grad mode is on, or a tracer made it."""
         from . import torch_op
 
+        # The core took the call with trailing optional buffers left out: they are None.
+        args = (*args, *(None,) * (len(self._sig.names) - len(self._sig.out_idx) - len(args)))
         return torch_op.claimed_call(self, args, stream)
 
     def _positional(self, args: tuple, keywords: dict) -> tuple[tuple, object]:
         """``(args, stream)`` of a call given ``keywords``: ``stream=``, and the kernel's
         inputs by their declared names after any positional arguments, as a Python function
-        takes them (``kernel(x, y, alpha=2.0)``). Refused, naming the kernel: an unknown
-        name, an output's name (the call allocates it), a name given twice, a missing
-        input."""
+        takes them (``kernel(x, y, alpha=2.0)``); an optional buffer left out is None.
+        Refused, naming the kernel: an unknown name, an output's name (the call allocates
+        it), a name given twice, a missing input."""
         keywords = dict(keywords)
         stream = keywords.pop("stream", None)
         if not keywords:
@@ -167,6 +170,10 @@ class JITKernel:
             if i < len(args):
                 raise TypeError(f"{self.name}() got multiple values for argument '{key}'")
             slots[i] = value
+        optional = {name for name, p in zip(self._sig.names, self._sig.spec.params)
+                    if p.kind == abi.TJ_PARAM_BUFFER and p.flags & abi.TJ_BUF_OPTIONAL}
+        slots = [None if value is _MISSING and name in optional else value
+                 for name, value in zip(names, slots)]
         missing = [repr(n) for n, value in zip(names, slots) if value is _MISSING]
         if missing:
             raise TypeError(f"{self.name}() missing {len(missing)} argument"

@@ -177,7 +177,7 @@ cdef object _kernel_vectorcall(object kernel, PyObject **args, size_t nargsf,
     call.fallback = &_array_producers[1 if self._exchange else 0]
     call.host = &_host
     call.outputs = outv
-    if call.nargs == self._nargs:  # else the core reports the count, reading none
+    if call.nargs <= self._nargs:  # else the core reports the count, reading none
         # The hot path inline: objects of the type the last call's tensors had.
         # Borrowed pointers throughout: no reference counting per argument.
         memo_producer = _memo_producer[self._exchange]

@@ -171,16 +171,20 @@ static int launch(const tj_call *call, tj_frame *frame) {
 int tj_call_run(const tj_kernel *k, tj_call *call) {
   tj_arg outs[TJ_MAX_OUTPUTS];
   tj_frame frame;
-  int32_t owned = 1;
+  int32_t owned = 1, nargs = call->nargs;
   int rc;
   for (int32_t o = 0; o < k->noutputs; ++o) {
     call->outputs[o] = NULL;
     tj_arg_init(&outs[o]);
   }
-  if (call->nargs != k->ninputs) {
-    rc = tj__bind(k, NULL, call->nargs, &frame); /* reports the count */
-  } else if ((rc = import_args(k, call->args, call->nargs, &owned)) == TJ_OK &&
-             (rc = tj__bind(k, call->args, call->nargs, &frame)) == TJ_OK) {
+  if (nargs < k->ninputs && nargs >= k->nrequired) { /* trailing optional buffers left out */
+    for (int32_t i = nargs; i < k->ninputs; ++i) tj_arg_init(&call->args[i]);
+    nargs = k->ninputs;
+  }
+  if (nargs != k->ninputs) {
+    rc = tj__bind(k, NULL, nargs, &frame); /* reports the count */
+  } else if ((rc = import_args(k, call->args, nargs, &owned)) == TJ_OK &&
+             (rc = tj__bind(k, call->args, nargs, &frame)) == TJ_OK) {
     const tj_producer *like =
         frame.first_tensor >= 0 ? call->args[frame.first_tensor].producer : call->fallback;
     if ((rc = choose_stream(k, call, like, &frame)) == TJ_OK &&
@@ -188,8 +192,8 @@ int tj_call_run(const tj_kernel *k, tj_call *call) {
       rc = launch(call, &frame);
   }
   /* Only owning imports owe a deleter call; views and scalars have none. */
-  if (owned && call->nargs == k->ninputs)
-    for (int32_t i = 0; i < call->nargs; ++i)
+  if (owned && nargs == k->ninputs)
+    for (int32_t i = 0; i < nargs; ++i)
       if (call->args[i].owner_kind != TJ_OWNER_NONE) tj_arg_release(&call->args[i]);
   for (int32_t o = 0; o < k->noutputs; ++o)
     if (outs[o].owner_kind != TJ_OWNER_NONE) tj_arg_release(&outs[o]);
@@ -233,7 +237,7 @@ static void *call_sequence(const tj_call_plan *plan, void *sequence, int32_t has
   const tj_host *host = plan->host;
   tj_arg args[TJ_MAX_PARAMS];
   intptr_t n = host->sequence_size(sequence);
-  if (n != k->ninputs || n > TJ_MAX_PARAMS) {
+  if (n < k->nrequired || n > k->ninputs) {
     tj_set_error(TJ_EDECLINED, "%s: the call is not for tj_call_sequence", k->name);
     return declined(plan);
   }

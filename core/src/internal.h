@@ -67,7 +67,8 @@ struct tj_kernel {
   tj__expr *exprs;
   int32_t nexprs;
   int32_t cap_exprs;
-  int32_t ninputs; /* caller-visible arguments */
+  int32_t ninputs;   /* caller-visible arguments */
+  int32_t nrequired; /* the fewest a call gives: the rest are optional buffers (None) */
   int32_t noutputs;
   int32_t output_params[TJ_MAX_OUTPUTS];
   int32_t finalized;

@@ -289,7 +289,7 @@ int tj_kernel_finalize(tj_kernel *k) {
   int rc = check_mutable(k);
   if (rc) return rc;
   int32_t bound[TJ_MAX_SYMBOLS] = {0};
-  k->ninputs = k->noutputs = 0;
+  k->ninputs = k->nrequired = k->noutputs = 0;
   for (int32_t i = 0; i < k->nparams; ++i) {
     tj__param *p = &k->params[i];
     if (!p->kind) return tj_set_error(TJ_EVALUE, "%s: parameter %d was never declared", k->name, i);
@@ -303,6 +303,7 @@ int tj_kernel_finalize(tj_kernel *k) {
       continue;
     }
     p->position = k->ninputs++;
+    if (p->kind != TJ_PARAM_BUFFER || !(p->flags & TJ_BUF_OPTIONAL)) k->nrequired = k->ninputs;
     if (p->kind != TJ_PARAM_BUFFER || (p->flags & TJ_BUF_OPTIONAL)) continue;
     /* Only a required input binds: an optional one may be None. */
     for (int32_t d = 0; d < p->ndim; ++d) {

@@ -615,15 +615,18 @@ static int bind_checked(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_fram
   frame->device.device_id = 0;
   if (!k->finalized) return tj_set_error(TJ_ERUNTIME, "%s: the kernel is not finalized", k->name);
   if (nargs != k->ninputs) {
-    char names[512];
+    /* Python's way: the trailing optional buffers, which a call may leave
+     * out (tj_call_run), are written `name=None`. */
+    char names[512], fewest[32] = "";
     int32_t used = 0;
     names[0] = 0;
     for (int32_t i = 0; i < k->nparams && used < (int32_t)sizeof(names); ++i)
       if (k->params[i].output < 0)
-        used += snprintf(names + used, sizeof(names) - (size_t)used, used ? ", %s" : "%s",
-                         k->params[i].name);
-    return tj_set_error(TJ_ETYPE, "%s: expected %d argument%s (%s), got %d", k->name, k->ninputs,
-                        k->ninputs == 1 ? "" : "s", names, nargs);
+        used += snprintf(names + used, sizeof(names) - (size_t)used, "%s%s%s", used ? ", " : "",
+                         k->params[i].name, k->params[i].position >= k->nrequired ? "=None" : "");
+    if (k->nrequired < k->ninputs) snprintf(fewest, sizeof(fewest), "%d to ", k->nrequired);
+    return tj_set_error(TJ_ETYPE, "%s: expected %s%d argument%s (%s), got %d", k->name, fewest,
+                        k->ninputs, k->ninputs == 1 ? "" : "s", names, nargs);
   }
   binder b;
   binder_init(&b, k, frame);

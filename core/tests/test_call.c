@@ -156,6 +156,43 @@ TEST(call_run_count_first) {
   tj_kernel_free(k);
 }
 
+/* An entry that records the pointer it got for C (argument 2). */
+static const void *seen_c = (const void *)1;
+static int32_t record_c_entry(const tj_value *args) {
+  seen_c = args[2].p;
+  return 0;
+}
+
+TEST(call_run_optional_left_out) {
+  memset(&rec, 0, sizeof(rec));
+  tj_kernel *k = tjt_vec_add(TJ_BUF_OPTIONAL, 1); /* vec_add(A, B, C=None) */
+  CHECK_OK(tj_kernel_set_entry(k, record_c_entry));
+  tjt_object a;
+  object_tensor(&a, a_data, 8);
+  tj_arg args[3];
+  memset(args, 0xff, sizeof(args)); /* the record left out is the core's to set */
+  object_arg(&args[0], &a);
+  object_arg(&args[1], &a);
+  tj_call call = {args, 2, 0, NULL, NULL, NULL, NULL};
+  CHECK_OK(tj_call_run(k, &call));
+  CHECK(seen_c == NULL);
+  CHECK_EQ_INT(args[2].kind, TJ_ARG_NONE);
+  CHECK_EQ_INT(rec.imports, 2);
+  /* Fewer than the required ones: the count, with what may be left out. */
+  call.nargs = 1;
+  CHECK_STATUS(tj_call_run(k, &call), TJ_ETYPE);
+  CHECK_EQ_STR(tj_last_error(), "vec_add: expected 2 to 3 arguments (A, B, C=None), got 1");
+  CHECK_EQ_INT(rec.imports, 2);
+  /* Given, it is used. */
+  object_arg(&args[0], &a);
+  object_arg(&args[1], &a);
+  object_arg(&args[2], &a);
+  call.nargs = 3;
+  CHECK_OK(tj_call_run(k, &call));
+  CHECK(seen_c == a_data);
+  tj_kernel_free(k);
+}
+
 TEST(call_run_import_failure) {
   memset(&rec, 0, sizeof(rec));
   rec.own = 1;

@@ -412,8 +412,8 @@ class CtypesKernel:
         """The call classified here, then run by the core's sequencer; ``stream`` is
         the explicit stream's handle or None."""
         nargs = len(args)
-        argv = (TjArg * max(nargs, 1))()
-        if nargs == self._nargs:
+        argv = (TjArg * max(nargs, self._nargs, 1))()  # room for left-out optional buffers
+        if nargs <= self._nargs:
             for i, obj in enumerate(args):
                 _classify(obj, argv[i], self)
         outs = self._outs_type()

@@ -436,9 +436,9 @@ typedef struct tj_frame {
 } tj_frame;
 
 /* Validates the `nargs` caller arguments (parameters minus outputs, in
- * declaration order) against the kernel, binds every symbol and computes
- * the output shapes into frame. Borrows args: they must outlive the frame.
- * On error nothing needs undoing beyond tj_arg_release of the args. */
+ * declaration order; all of them, optional ones given as None) against the kernel, binds every
+ * symbol and computes the output shapes into frame. Borrows args: they must outlive the frame. On
+ * error nothing needs undoing beyond tj_arg_release of the args. */
 int tj_call_bind(const tj_kernel *kernel, tj_arg *args, int32_t nargs, tj_frame *frame);
 
 /* Sets output `i` (output order) to an imported tensor and validates it like
@@ -644,9 +644,12 @@ int tj_arg_from_capsule(tj_arg *arg, void *capsule, const tj_host *host);
 typedef struct tj_call {
   /* The caller's arguments, `nargs` of them, each classified by the binding:
    * TJ_ARG_OBJECT entries (made by tj_arg_object) are imported by the core
-   * through their producer; the
-   * rest (scalars, addresses, None, tensors the binding already holds) are used
-   * as they are. tj_call_run releases every owning import before it returns. */
+   * through their producer; the rest (scalars, addresses, None, tensors the
+   * binding already holds) are used as they are. tj_call_run releases every
+   * owning import before it returns. A call may leave out trailing optional
+   * buffers, as a Python function its trailing `=None` parameters: the array
+   * then has room for the kernel's inputs (TJ_MAX_PARAMS always does), and
+   * tj_call_run sets the records left out to None. */
   tj_arg *args;
   int32_t nargs;
   int32_t has_stream; /* 1: `stream` was given explicitly and wins */
