@@ -145,7 +145,7 @@ class JITKernel:
         from . import torch_op
 
         # The core took the call with trailing optional buffers left out: they are None.
-        args = (*args, *(None,) * (len(self._sig.names) - len(self._sig.out_idx) - len(args)))
+        args = (*args, *(None,) * (self._core_kernel.num_inputs - len(args)))
         return torch_op.claimed_call(self, args, stream)
 
     def _positional(self, args: tuple, keywords: dict) -> tuple[tuple, object]:

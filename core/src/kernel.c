@@ -303,8 +303,9 @@ int tj_kernel_finalize(tj_kernel *k) {
       continue;
     }
     p->position = k->ninputs++;
-    if (p->kind != TJ_PARAM_BUFFER || !(p->flags & TJ_BUF_OPTIONAL)) k->nrequired = k->ninputs;
-    if (p->kind != TJ_PARAM_BUFFER || (p->flags & TJ_BUF_OPTIONAL)) continue;
+    const int optional = p->kind == TJ_PARAM_BUFFER && (p->flags & TJ_BUF_OPTIONAL);
+    if (!optional) k->nrequired = k->ninputs;
+    if (p->kind != TJ_PARAM_BUFFER || optional) continue;
     /* Only a required input binds: an optional one may be None. */
     for (int32_t d = 0; d < p->ndim; ++d) {
       int32_t s = k->exprs[p->shape[d]].sym;

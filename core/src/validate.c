@@ -463,11 +463,11 @@ TJ__COLD static int scalar_refused(binder *b, int32_t index, const tj_arg *arg) 
   }
   if (p->dtype.code == kDLFloat && int_beyond_double(arg))
     snprintf(msg, sizeof(msg), "value is an int too large for %s", dt);
-  else if ((arg->flags & TJ_ARG_OUT_OF_RANGE) && p->dtype.code != kDLFloat)
-    snprintf(msg, sizeof(msg), "value does not fit in 64 bits, out of range for %s", dt);
   else if (p->dtype.code == kDLFloat)
     snprintf(msg, sizeof(msg), "value %s is out of range for %s (it would round to inf)",
              shortest_double(tj__float_value(arg), num, sizeof(num)), dt);
+  else if (arg->flags & TJ_ARG_OUT_OF_RANGE)
+    snprintf(msg, sizeof(msg), "value does not fit in 64 bits, out of range for %s", dt);
   else if (arg->flags & TJ_ARG_UNSIGNED)
     snprintf(msg, sizeof(msg), "value %llu is out of range for %s",
              (unsigned long long)(uint64_t)arg->value.i, dt);

@@ -436,9 +436,10 @@ typedef struct tj_frame {
 } tj_frame;
 
 /* Validates the `nargs` caller arguments (parameters minus outputs, in
- * declaration order; all of them, optional ones given as None) against the kernel, binds every
- * symbol and computes the output shapes into frame. Borrows args: they must outlive the frame. On
- * error nothing needs undoing beyond tj_arg_release of the args. */
+ * declaration order; all of them, optional ones given as None) against the
+ * kernel, binds every symbol and computes the output shapes into frame.
+ * Borrows args: they must outlive the frame. On error nothing needs undoing
+ * beyond tj_arg_release of the args. */
 int tj_call_bind(const tj_kernel *kernel, tj_arg *args, int32_t nargs, tj_frame *frame);
 
 /* Sets output `i` (output order) to an imported tensor and validates it like
