@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-HEADERS = ("tilejit.h", "dlpack_abi.h", "layout.h")
+HEADERS = ("tilejit.h", "host.h", "dlpack_abi.h", "layout.h")
 
 _DEFINE = re.compile(r"^#define\s+((?:TJ|DLPACK)_\w+)\s+(.+?)\s*(?:/\*.*)?$", re.MULTILINE)
 _ENUM_BODY = re.compile(r"enum\s*\w*\s*\{([^}]*)\}")

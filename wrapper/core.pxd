@@ -1,5 +1,5 @@
-# Mirrors core/include/tilejit/tilejit.h. Keep the two in step: a declaration
-# added there is added here, in the same order.
+# Mirrors core/include/tilejit/tilejit.h and host.h (one block per header, the host
+# table first). Keep them in step: a declaration added there is added here, in order.
 from libc.stdint cimport int32_t, int64_t, intptr_t, uint32_t, uint64_t, uintptr_t
 
 from dlpack_abi cimport (DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned,
@@ -8,6 +8,27 @@ from dlpack_abi cimport (DLDataType, DLDevice, DLManagedTensor, DLManagedTensorV
 
 cdef extern from "<stdbool.h>":
     ctypedef bint c_bool "bool"  # what the C++ functions of tj_claim return
+
+
+# The host table first: the producer and the call of tilejit.h point to it.
+cdef extern from "tilejit/host.h" nogil:
+    ctypedef struct tj_host:
+        int (*capsule_is_valid)(void *capsule, const char *name) noexcept
+        void *(*capsule_pointer)(void *capsule, const char *name) noexcept
+        int (*capsule_set_name)(void *capsule, const char *name) noexcept
+        void *(*object_type)(void *object) noexcept
+        void (*release)(void *object) noexcept
+        intptr_t (*sequence_size)(void *sequence) noexcept
+        void *(*sequence_item)(void *sequence, intptr_t i) noexcept
+        void (*retain)(void *object) noexcept
+        void *(*list_new)() noexcept
+        int (*list_append)(void *list, void *item) noexcept
+        void *(*unlock)() noexcept
+        void (*lock)(void *token) noexcept
+        void *(*interpreter)() noexcept
+        void *(*thread_head)(void *interpreter) noexcept
+        void *(*thread_next)(void *thread) noexcept
+        void *(*error_pending)() noexcept
 
 
 cdef extern from "tilejit/tilejit.h" nogil:
@@ -215,24 +236,6 @@ cdef extern from "tilejit/tilejit.h" nogil:
 
     int tj_cuda_device_capability(int32_t device_id, int32_t *major, int32_t *minor)
 
-    ctypedef struct tj_host:
-        int (*capsule_is_valid)(void *capsule, const char *name) noexcept
-        void *(*capsule_pointer)(void *capsule, const char *name) noexcept
-        int (*capsule_set_name)(void *capsule, const char *name) noexcept
-        void *(*object_type)(void *object) noexcept
-        void (*release)(void *object) noexcept
-        intptr_t (*sequence_size)(void *sequence) noexcept
-        void *(*sequence_item)(void *sequence, intptr_t i) noexcept
-        void (*retain)(void *object) noexcept
-        void *(*list_new)() noexcept
-        int (*list_append)(void *list, void *item) noexcept
-        void *(*unlock)() noexcept
-        void (*lock)(void *token) noexcept
-        void *(*interpreter)() noexcept
-        void *(*thread_head)(void *interpreter) noexcept
-        void *(*thread_next)(void *thread) noexcept
-        void *(*error_pending)() noexcept
-
     uint32_t TJ_VIEW_CONJUGATE
     uint32_t TJ_VIEW_NEGATIVE
 
@@ -279,6 +282,8 @@ cdef extern from "tilejit/tilejit.h" nogil:
 
     int tj_call_run(const tj_kernel *kernel, tj_call *call)
 
+
+cdef extern from "tilejit/host.h" nogil:
     ctypedef struct tj_call_plan:
         const tj_kernel *kernel
         const tj_host *host
