@@ -114,7 +114,7 @@ def framework_of(cls: type) -> str:
     arguments of type ``cls``. Subclasses follow their base (a ``torch.Tensor``
     subclass gets torch outputs); anything else gets NumPy; ``NoneType`` (a call with no
     tensor argument) gets ``tilejit.Array``."""
-    if cls is type(None):
+    if cls is type(None) or (cls is _array and cls is not None):
         return "tilejit"
     for base in getattr(cls, "__mro__", (cls,)):
         module = (getattr(base, "__module__", "") or "").split(".")[0]
@@ -155,15 +155,22 @@ def _numpy_allocator(dtype: str, device: tuple[int, int]):
     return lambda shape: empty(shape, dtype=ndtype)
 
 
-# The wrapper's `empty` (tilejit.Array), handed over by the cython backend when it loads
-# the wrapper: host sits below the backends and never imports them.
+# The wrapper's tilejit.Array and its `empty`, handed over by the cython backend when it
+# loads the wrapper: host sits below the backends and never imports them.
+_array = None
 _array_empty = None
 
 
-def use_array_empty(empty) -> None:
-    """Make ``empty(shape, dtype)`` the allocator of outputs for ``tilejit.Array`` inputs."""
-    global _array_empty
-    _array_empty = empty
+def use_array(cls: type, empty) -> None:
+    """Makes ``cls`` (tilejit.Array) a type of "no framework", whose outputs
+    ``empty(shape, dtype)`` allocates, as for calls with no tensor argument."""
+    global _array, _array_empty
+    _array, _array_empty = cls, empty
+
+
+def array_type():
+    """tilejit.Array when the wrapper is loaded, else None."""
+    return _array
 
 
 def _tilejit_allocator(dtype: str, device: tuple[int, int]):

@@ -185,6 +185,12 @@ class JITKernel:
         args, stream = self._positional(args, keywords)
         return self(*args, stream=stream)
 
+    def _call_with_keywords(self, items: tuple, kwnames: tuple):
+        """``_keyword_call`` as the core's host layer hands it over: the positional
+        arguments, then the keywords' values (``kwnames``), as CPython passes them."""
+        n = len(items) - len(kwnames)
+        return self._keyword_call(items[:n], dict(zip(kwnames, items[n:])))
+
     def with_backend(self, name: str) -> JITKernel:
         """The same compiled library behind another execution backend; no recompilation."""
         return JITKernel(self.program, self._sig, self.library_path, self._host_source, name,

@@ -24,6 +24,7 @@ cdef extern from "stdlib.h" nogil:
 
 cdef extern from "Python.h":
     int PyDict_SetItem(object, object, object) except -1
+    void Py_DecRef(PyObject *)
     ctypedef struct PyTypeObject_dict "PyTypeObject":
         PyObject *tp_dict
 
@@ -318,16 +319,3 @@ PyDict_SetItem(<object>(<PyTypeObject_dict *><PyObject *>Array).tp_dict,
                "__dlpack_c_exchange_api__",
                PyCapsule_New(&_array_api, b"dlpack_exchange_api", NULL))
 PyType_Modified(Array)
-
-# Outputs of calls with no tensor argument: [1] through the table above, [0] (the dlpack
-# backend) through __dlpack__ and tilejit.host's allocator for "no framework".
-cdef tj_producer _array_producers[2]
-_check(tj_producer_from_exchange(&_array_producers[1], &_array_api.header, <void *>Array))
-_array_producers[1].host = &_host
-_array_producers[0].import_ = _dlpack_import
-_array_producers[0].allocate = _dlpack_allocate
-_array_producers[0].current_stream = _dlpack_stream
-_array_producers[0].type = <void *>Array
-_NONE_TYPE = type(None)  # a module global: the pointer below stays valid
-_array_producers[0].context = <void *>_NONE_TYPE
-_array_producers[0].host = &_host

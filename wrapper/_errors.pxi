@@ -1,8 +1,5 @@
-# Status codes to exceptions, in one place. Included by _tilejit.pyx.
-#
-# The classes come from the core's status table (tj_status_exception); a producer's
-# own error (TJ_EPYERR) is pending as a Python exception and is joined to the core's
-# prefix by the one formatting function every binding shares (tilejit.host).
+# Status codes to exceptions, for this binding's own functions (layout views, Array).
+# Included by _tilejit.pyx. A kernel call's exception is raised by the core's host layer.
 import builtins as _builtins
 
 cdef dict _exception_classes = {}
@@ -22,27 +19,11 @@ cdef int _pending() except -1:
     return -1
 
 
-cdef int _raise(int rc, PyObject **args=NULL, Py_ssize_t nargs=0) except -1:
-    """Raises the exception for a failed core status; ``args``, the call's arguments
-    when there are any, name the object a producer failed on."""
-    cdef const tj_error_info *info = tj_last_error_info()
-    message = tj_last_error().decode("utf-8", "replace")
-    if rc == TJ_EPYERR:
-        step = info.producer
-        where = info.argument
-        try:
-            _pending()
-        except BaseException as exc:
-            if step == TJ_PRODUCER_NONE:
-                raise
-            obj = <object>args[where] if args != NULL and 0 <= where < nargs else None
-            raise _hooks.producer_error(message, step, exc, obj) from exc
-    raise _exception_class(rc)(message)
-
-
 cdef inline int _check(int rc) except -1:
+    if rc == TJ_EPYERR and PyErr_Occurred() != NULL:
+        _pending()
     if rc != TJ_OK:
-        _raise(rc)
+        raise _exception_class(rc)(tj_last_error().decode("utf-8", "replace"))
     return 0
 
 

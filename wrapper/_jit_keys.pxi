@@ -27,7 +27,6 @@ for _mode in range(2):
     _view_producers[_mode].import_ = _view_import
     _view_producers[_mode].type = <void *>TensorView
     _view_producers[_mode].context = <void *><intptr_t>_mode
-    _view_producers[_mode].host = &_host
 
 
 cdef tuple _lent_key(object tensor, const DLPackExchangeAPI *api, bint implicit):

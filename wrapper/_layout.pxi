@@ -257,7 +257,7 @@ def from_dlpack(object tensor, assumed_align=None):
             rc = tj_arg_from_versioned(&view._owner, managed, NULL)
         else:
             capsule = _hooks.dlpack_capsule(tensor)
-            rc = tj_arg_from_capsule(&view._owner, <void *>capsule, &_host)
+            rc = tj_arg_from_capsule(&view._owner, <void *>capsule, _host)
     except Exception as exc:  # the producer's own error, labelled as a kernel's would be
         raise _hooks.producer_error("from_dlpack: cannot import the tensor through DLPack",
                                     TJ_PRODUCER_IMPORT, exc) from exc

@@ -1,30 +1,27 @@
 # cython: language_level=3
-"""The Cython binding: Python objects in, one core call, Python objects out.
+"""The Cython binding: the kernel type whose calls go straight into the core.
 
-Thin by design: it classifies each argument into a ``tj_arg`` (a scalar, or an object
-with the producer that can read it), hands the whole call to the core's sequencer
-(``tj_call_run``) and raises what the core reports, in one place (``_check``).
-Import, validation, binding, the stream, outputs, launch and release live in ``core/``.
+A call of a kernel is CPython's vectorcall of ``Kernel``, which hands the arguments in
+place to the core's host layer (``tj_host_call``, core/src/host.c): classification,
+producers, ``stream=``, the sequencer, the result and the exception are the core's, as
+for every backend. What is really this binding's own: the ``Kernel`` type and its build
+per interpreter, ``tilejit.Array`` (an exchange-API producer with no framework), layout
+views (``from_dlpack``) and the keys of ``jit(layout=...)`` calls.
 
-Layering: this module imports nothing from ``tilejit``. What it needs from Python
-(``__dlpack__`` capsules, framework allocators and streams, stream handles, the
-formatting of producer errors) it is handed once by ``configure`` (tilejit.host).
+Layering: this module imports nothing from ``tilejit``. The host table and the Python
+functions it needs (``__dlpack__`` capsules, the formatting of producer errors) are
+handed over once by ``configure`` (tilejit.backends.cython_backend).
 
-Files, by concern: ``_errors.pxi`` (status codes to exceptions),
-``_producers.pxi`` (the host table and the producer of each Python type),
-``_array.pxi`` (``tilejit.Array``), ``_layout.pxi`` (layout views),
-``_jit_keys.pxi`` (keys of ``jit(layout=...)`` calls),
-``_kernel.pxi`` (the kernel object and its call).
+Files, by concern: ``_errors.pxi`` (status codes to exceptions, for the functions
+here), ``_producers.pxi`` (the host table's use here), ``_array.pxi``
+(``tilejit.Array``), ``_layout.pxi`` (layout views), ``_jit_keys.pxi`` (keys of
+``jit(layout=...)`` calls), ``_kernel.pxi`` (the kernel type).
 """
-from cpython.bool cimport PyBool_Check
-from cpython.dict cimport PyDict_GetItem
-from cpython.exc cimport PyErr_Occurred, PyErr_SetObject
-from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
-from cpython.long cimport (PyLong_AsLongLongAndOverflow, PyLong_AsUnsignedLongLong,
-                           PyLong_AsVoidPtr, PyLong_Check, PyLong_FromVoidPtr)
+from cpython.exc cimport PyErr_Occurred
+from cpython.long cimport PyLong_AsVoidPtr
 from cpython.object cimport PyObject
-from cpython.ref cimport Py_DECREF, Py_INCREF
-from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_SetName
+from cpython.ref cimport Py_INCREF
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
 from libc.stdint cimport int32_t, int64_t, intptr_t, uint32_t, uintptr_t
 from libc.stdlib cimport calloc, free
 
@@ -41,35 +38,21 @@ class _Hooks:
     """What tilejit hands the wrapper (``configure``); unset until then."""
     dlpack_capsule = None
     producer_error = None
-    allocate = None
-    framework_stream = None
-    stream_handle = None
-    pointer_type = None
-    type_name = None
-    scalar_kind = None
-    view_check = None
-    lazy_view = None
-    framework_claim = None
 
 
 cdef object _hooks = _Hooks
+cdef const tj_host *_host = NULL  # the process's host table (tilejit.backends.binding)
 
 
-def configure(*, dlpack_capsule, producer_error, allocate, framework_stream, stream_handle,
-              pointer_type, type_name, scalar_kind, view_check, lazy_view, framework_claim):
-    """Installs the Python functions the binding calls back (see tilejit.host): once,
+def configure(*, host_address, dlpack_capsule, producer_error):
+    """Installs the host table and the Python functions the binding calls back: once,
     by tilejit, before any kernel is made."""
+    global _host
+    _host = <const tj_host *><uintptr_t>host_address
     _hooks.dlpack_capsule = dlpack_capsule
     _hooks.producer_error = producer_error
-    _hooks.allocate = allocate
-    _hooks.framework_stream = framework_stream
-    _hooks.stream_handle = stream_handle
-    _hooks.pointer_type = pointer_type
-    _hooks.type_name = type_name
-    _hooks.scalar_kind = scalar_kind
-    _hooks.view_check = view_check
-    _hooks.lazy_view = lazy_view
-    _hooks.framework_claim = framework_claim
+    for mode in range(2):
+        _view_producers[mode].host = _host
 
 
 include "_errors.pxi"

@@ -12,23 +12,58 @@ cdef extern from "<stdbool.h>":
 
 # The host table first: the producer and the call of tilejit.h point to it.
 cdef extern from "tilejit/host.h" nogil:
+    enum:
+        TJ_HOST_NUM_STATUS
+
     ctypedef struct tj_host:
         int (*capsule_is_valid)(void *capsule, const char *name) noexcept
         void *(*capsule_pointer)(void *capsule, const char *name) noexcept
         int (*capsule_set_name)(void *capsule, const char *name) noexcept
         void *(*object_type)(void *object) noexcept
         void (*release)(void *object) noexcept
+        void *(*type_of)(void *object) noexcept
         intptr_t (*sequence_size)(void *sequence) noexcept
         void *(*sequence_item)(void *sequence, intptr_t i) noexcept
+        void *(*tuple_new)(intptr_t n) noexcept
+        int (*tuple_set)(void *tuple, intptr_t i, void *item) noexcept
         void (*retain)(void *object) noexcept
-        void *(*list_new)() noexcept
-        int (*list_append)(void *list, void *item) noexcept
+        void *(*list_new)(intptr_t n) noexcept
+        int (*list_set)(void *list, intptr_t i, void *item) noexcept
+        long long (*int64_of)(void *object, int *overflow) noexcept
+        unsigned long long (*uint64_of)(void *object) noexcept
+        double (*double_of)(void *object) noexcept
+        void *(*index_of)(void *object) noexcept
+        int (*truth)(void *object) noexcept
+        void *(*int_new)(long long value) noexcept
+        void *(*string_new)(const char *text) noexcept
+        int (*string_compare)(void *string, const char *ascii) noexcept
+        void *(*attribute)(void *object, const char *name) noexcept
+        void *(*call)(void *callable, void *args) noexcept
+        void *(*error_pending)() noexcept
+        void (*error_clear)() noexcept
+        void (*error_fetch)(void **type, void **value, void **traceback) noexcept
+        void (*error_normalize)(void **type, void **value, void **traceback) noexcept
+        void (*error_set)(void *type, const char *message) noexcept
+        void (*error_set_object)(void *type, void *value) noexcept
+        void (*exception_set_cause)(void *exception, void *cause) noexcept
         void *(*unlock)() noexcept
         void (*lock)(void *token) noexcept
         void *(*interpreter)() noexcept
         void *(*thread_head)(void *interpreter) noexcept
         void *(*thread_next)(void *thread) noexcept
-        void *(*error_pending)() noexcept
+        void *none
+        void *true_object
+        void *int_type
+        void *float_type
+        void *bool_type
+        void *exceptions[TJ_HOST_NUM_STATUS]
+        void *describe
+        void *dlpack_capsule
+        void *allocate
+        void *framework_stream
+        void *stream_handle
+        void *lazy_view
+        void *producer_error
 
 
 cdef extern from "tilejit/tilejit.h" nogil:
@@ -283,18 +318,37 @@ cdef extern from "tilejit/tilejit.h" nogil:
     int tj_call_run(const tj_kernel *kernel, tj_call *call)
 
 
-cdef extern from "tilejit/host.h" nogil:
-    ctypedef struct tj_call_plan:
+cdef extern from "tilejit/host.h":
+    ctypedef enum tj_host_kind:
+        TJ_HOST_TENSOR
+        TJ_HOST_POINTER
+        TJ_HOST_BOOL
+        TJ_HOST_INDEX
+        TJ_HOST_FLOAT
+        TJ_HOST_OTHER
+
+    ctypedef struct tj_host_type:
+        int32_t kind
+        const tj_producer *producer
+        const char *name
+
+    ctypedef struct tj_host_plan:
         const tj_kernel *kernel
         const tj_host *host
+        int32_t exchange
+        int32_t noutputs
+        const int32_t *out_order
         const tj_producer *fallback
-        const tj_producer *const *producers
-        int32_t nproducers
-        void *none
-        void *failed
+        void *name
+        void *kernel_object
+        void *keywords
+        void *claimed
 
-    void *tj_call_sequence(const tj_call_plan *plan, void *sequence)
-    void *tj_call_sequence_on(const tj_call_plan *plan, void *sequence, uintptr_t stream)
-    const char *TJ_CALL_PLAN_CAPSULE
-    void tj_call_method_host(const tj_host *host)
-    void *tj_call_method(void *self, void *sequence)
+    void tj_host_dlpack_producer(tj_producer *producer, const tj_host *host, void *type)
+    void tj_host_ask_view(tj_producer *producer)
+    # Called with the GIL held; NULL (an exception set) on failure.
+    object tj_host_call(const tj_host_plan *plan, void **args, size_t nargsf, void *kwnames)
+    const char *TJ_HOST_PLAN_CAPSULE
+    void tj_host_method_install(const tj_host *host)
+    void *tj_host_method(void *self, void **args, intptr_t nargs, void *kwnames)
+    const tj_host_type *tj_host_type_of(const tj_host *host, void *type, int32_t exchange)

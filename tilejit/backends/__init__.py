@@ -98,6 +98,9 @@ def trace_calls_with(traced_call) -> None:
 
 def bind(kernel, name: str, core_kernel, out_order: tuple) -> None:
     """Attaches the built core kernel (``tilejit.backends.core.CoreKernel``) to the
-    backend's side of ``kernel``. ``out_order[j]`` is the core's number (declaration
-    order) of the j-th returned output."""
-    kernel._attach(core_kernel, name != "dlpack", out_order)
+    backend's side of ``kernel``, as a call plan (``tilejit.backends.binding.Plan``).
+    ``out_order[j]`` is the core's number (declaration order) of the j-th returned
+    output."""
+    from . import binding
+
+    kernel._attach_plan(binding.Plan(kernel, core_kernel, name != "dlpack", out_order))

@@ -74,12 +74,13 @@ _PROTOTYPES = {
     "tj_kernel_num_outputs": (c_int32, [c_void_p]),
     "tj_cuda_device_capability": (c_int, [c_int32, POINTER(c_int32), POINTER(c_int32)]),
     "tj_producer_from_exchange": (c_int, [c_void_p, c_void_p, c_void_p]),
-    "tj_call_method_host": (None, [c_void_p]),
+    "tj_host_method_install": (None, [c_void_p]),
+    "tj_host_dlpack_producer": (None, [c_void_p, c_void_p, c_void_p]),
+    "tj_host_ask_view": (None, [c_void_p]),
 }
 # Called with the GIL held: they run producers, which are Python (or need the GIL).
 _GIL_PROTOTYPES = {
     "tj_call_run": (c_int, [c_void_p, POINTER(TjCall)]),
-    "tj_call_sequence_on": (ctypes.py_object, [c_void_p, ctypes.py_object, ctypes.c_uint64]),
     "tj_arg_from_capsule": (c_int, [POINTER(TjArg), ctypes.py_object, c_void_p]),
 }
 

@@ -7,7 +7,6 @@ every size and field offset here against the C compiler's, so a mirror cannot dr
 from __future__ import annotations
 
 from ctypes import (
-    CFUNCTYPE,
     POINTER,
     Structure,
     Union,
@@ -115,13 +114,18 @@ class TjErrorInfo(Structure):
 
 class TjHost(Structure):
     _c_name_ = "tj_host"
-    _fields_ = [("capsule_is_valid", c_void_p), ("capsule_pointer", c_void_p),
-                ("capsule_set_name", c_void_p), ("object_type", c_void_p),
-                ("release", c_void_p), ("sequence_size", c_void_p),
-                ("sequence_item", c_void_p), ("retain", c_void_p), ("list_new", c_void_p),
-                ("list_append", c_void_p), ("unlock", c_void_p), ("lock", c_void_p),
-                ("interpreter", c_void_p), ("thread_head", c_void_p),
-                ("thread_next", c_void_p), ("error_pending", c_void_p)]
+    _fields_ = [(name, c_void_p) for name in (
+        "capsule_is_valid", "capsule_pointer", "capsule_set_name", "object_type", "release",
+        "type_of", "sequence_size", "sequence_item", "tuple_new", "tuple_set", "retain",
+        "list_new", "list_set", "int64_of", "uint64_of", "double_of", "index_of", "truth",
+        "int_new", "string_new", "string_compare", "attribute", "call", "error_pending",
+        "error_clear", "error_fetch", "error_normalize", "error_set", "error_set_object",
+        "exception_set_cause", "unlock", "lock", "interpreter", "thread_head", "thread_next",
+        "none", "true_object", "int_type", "float_type", "bool_type")]
+    _fields_ += [("exceptions", c_void_p * abi.TJ_HOST_NUM_STATUS)]
+    _fields_ += [(name, c_void_p) for name in (
+        "describe", "dlpack_capsule", "allocate", "framework_stream", "stream_handle",
+        "lazy_view", "producer_error")]
 
 
 class TjViewBits(Structure):
@@ -149,20 +153,17 @@ class TjCall(Structure):
                 ("outputs", c_void_p)]
 
 
-class TjCallPlan(Structure):
-    _c_name_ = "tj_call_plan"
-    _fields_ = [("kernel", c_void_p), ("host", c_void_p), ("fallback", c_void_p),
-                ("producers", POINTER(c_void_p)), ("nproducers", c_int32),
-                ("none", c_void_p), ("failed", c_void_p)]
+class TjHostType(Structure):
+    _c_name_ = "tj_host_type"
+    _fields_ = [("kind", c_int32), ("producer", c_void_p), ("name", c_char_p)]
 
 
-# The producer function types, for producers written in Python (the ctypes backend's
-# __dlpack__ producer). CFUNCTYPE: the core calls them with the GIL held, through a
-# PyDLL call, and ctypes takes the GIL it already holds.
-IMPORT_FN = CFUNCTYPE(c_int, POINTER(TjProducer), c_void_p, POINTER(TjArg))
-ALLOCATE_FN = CFUNCTYPE(c_int, POINTER(TjProducer), POINTER(DLTensor), POINTER(TjArg),
-                        POINTER(c_void_p))
-STREAM_FN = CFUNCTYPE(c_int, POINTER(TjProducer), c_int32, c_int32, POINTER(c_void_p))
-VIEW_FN = CFUNCTYPE(c_int, POINTER(TjProducer), c_void_p, POINTER(c_uint32))
+class TjHostPlan(Structure):
+    _c_name_ = "tj_host_plan"
+    _fields_ = [("kernel", c_void_p), ("host", c_void_p), ("exchange", c_int32),
+                ("noutputs", c_int32), ("out_order", POINTER(c_int32)), ("fallback", c_void_p),
+                ("name", c_void_p), ("kernel_object", c_void_p), ("keywords", c_void_p),
+                ("claimed", c_void_p)]
+
 
 __all__ = [name for name in dir() if name[0].isupper() and not name.startswith("_")]

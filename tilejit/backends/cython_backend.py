@@ -12,15 +12,14 @@ def wrapper_module():
     if _module is None:
         from .. import host
         from .._build import build_tools
-        from ..pointer import Pointer
+        from . import binding
 
         module = build_tools.load_wrapper()
-        module.configure(dlpack_capsule=host.dlpack_capsule, producer_error=host.producer_error,
-                         allocate=host.allocate, framework_stream=host.framework_stream,
-                         stream_handle=host.stream_handle, pointer_type=Pointer,
-                         type_name=host.type_name, scalar_kind=host.scalar_kind,
-                         view_check=host.view_check, lazy_view=host.lazy_view,
-                         framework_claim=host.framework_claim)
-        host.use_array_empty(module.empty)
+        module.configure(host_address=binding.host_address(),
+                         dlpack_capsule=host.dlpack_capsule, producer_error=host.producer_error)
+        binding.use_type_of(module.type_of_address())
+        for exchange in (False, True):
+            binding.register(module.TensorView, exchange, module.view_producer_address(exchange))
+        host.use_array(module.Array, module.empty)
         _module = module
     return _module

@@ -1,8 +1,20 @@
 /*
- * tilejit's host ABI: what a binding for a host language (CPython, for the
- * bindings shipped with tilejit) hands the core so that the core can read the
- * host's objects, and the entries such a binding calls. An embedder calling
- * kernels from C needs none of this (tilejit/tilejit.h).
+ * tilejit's host ABI: the binding layer between a host language's objects and
+ * the core, written once in C (core/src/host.c) for every binding shipped
+ * with tilejit. A binding fills one tj_host with the host's object operations
+ * (for CPython: the C API functions named beside each field) and the host
+ * functions tilejit calls back (tilejit.backends.binding), makes one
+ * tj_host_plan per kernel, and calls tj_host_call. Everything a call does to
+ * host objects happens here:
+ *   - classifying each argument (None, bool, int, float, tensors of the types
+ *     a producer serves, addresses, NumPy-style scalars, anything else);
+ *   - the registry of producers and scalar kinds per host type, and its memo;
+ *   - the stream= keyword, the result (None, one output, a list in the
+ *     kernel's output order) and the exception of a failed call.
+ * The core's sequencer (tj_call_run) does the rest. An embedder calling
+ * kernels from C needs none of this (tilejit/tilejit.h without it).
+ *
+ * Every function here is called with the host's lock (the GIL) held.
  */
 #ifndef TILEJIT_HOST_H_
 #define TILEJIT_HOST_H_
@@ -16,8 +28,14 @@
 extern "C" {
 #endif
 
-/* The host's object operations, filled by the binding (for CPython: the
- * functions named beside each). Caller-owned; borrowed by the core. */
+/* The status codes a binding maps to exception classes (tj_host.exceptions
+ * is indexed by -code). */
+#define TJ_HOST_NUM_STATUS 8
+
+/* The host's object operations and tilejit's host functions. One per process
+ * is enough; caller-owned, alive for as long as any plan or producer points to
+ * it. "New" results are new references the core releases; NULL results mean
+ * a host error is pending. */
 struct tj_host {
   /* PyCapsule_IsValid / PyCapsule_GetPointer / PyCapsule_SetName. */
   int (*capsule_is_valid)(void *capsule, const char *name);
@@ -26,14 +44,44 @@ struct tj_host {
   /* PyObject_Type: a new reference to the object's exact type; Py_DecRef. */
   void *(*object_type)(void *object);
   void (*release)(void *object);
-  /* PyTuple_Size / PyTuple_GetItem (a borrowed reference). */
+  /* Optional (Py_TYPE): the object's exact type, borrowed. NULL: the core
+   * uses object_type and release. */
+  void *(*type_of)(void *object);
+  /* PyTuple_Size / PyTuple_GetItem (borrowed) / PyTuple_New (new) /
+   * PyTuple_SetItem (steals `item`; 0 on success). */
   intptr_t (*sequence_size)(void *sequence);
   void *(*sequence_item)(void *sequence, intptr_t i);
-  /* Py_IncRef; PyList_New(0) (a new reference, NULL on failure); PyList_Append
-   * (adds its own reference to `item`; 0 on success). */
+  void *(*tuple_new)(intptr_t n);
+  int (*tuple_set)(void *tuple, intptr_t i, void *item);
+  /* Py_IncRef; PyList_New (new); PyList_SetItem (steals `item`). */
   void (*retain)(void *object);
-  void *(*list_new)(void);
-  int (*list_append)(void *list, void *item);
+  void *(*list_new)(intptr_t n);
+  int (*list_set)(void *list, intptr_t i, void *item);
+  /* PyLong_AsLongLongAndOverflow; PyLong_AsUnsignedLongLong; PyFloat_AsDouble
+   * (any object with __float__); PyNumber_Index (new); PyObject_IsTrue;
+   * PyLong_FromLongLong (new); PyUnicode_FromString (new, UTF-8). */
+  long long (*int64_of)(void *object, int *overflow);
+  unsigned long long (*uint64_of)(void *object);
+  double (*double_of)(void *object);
+  void *(*index_of)(void *object);
+  int (*truth)(void *object);
+  void *(*int_new)(long long value);
+  void *(*string_new)(const char *text);
+  /* PyUnicode_CompareWithASCIIString: 0 when the string equals `ascii`. */
+  int (*string_compare)(void *string, const char *ascii);
+  /* PyObject_GetAttrString (new); PyObject_CallObject (new; args a tuple). */
+  void *(*attribute)(void *object, const char *name);
+  void *(*call)(void *callable, void *args);
+  /* PyErr_Occurred (borrowed, or NULL); PyErr_Clear; PyErr_Fetch and
+   * PyErr_NormalizeException (new references); PyErr_SetString;
+   * PyErr_SetObject; PyException_SetCause (steals `cause`). */
+  void *(*error_pending)(void);
+  void (*error_clear)(void);
+  void (*error_fetch)(void **type, void **value, void **traceback);
+  void (*error_normalize)(void **type, void **value, void **traceback);
+  void (*error_set)(void *type, const char *message);
+  void (*error_set_object)(void *type, void *value);
+  void (*exception_set_cause)(void *exception, void *cause);
   /* Drops the lock around the kernel and takes it back (PyEval_SaveThread /
    * PyEval_RestoreThread). unlock may return NULL to say it kept the lock; lock
    * is then not called. unlock NULL: the kernel runs with the lock held. */
@@ -46,54 +94,107 @@ struct tj_host {
   void *(*interpreter)(void);
   void *(*thread_head)(void *interpreter);
   void *(*thread_next)(void *thread);
-  /* PyErr_Occurred: the pending error, or NULL (needed by tj_call_method). */
-  void *(*error_pending)(void);
+
+  /* Objects: None, True, and the exact types int, float and bool. */
+  void *none;
+  void *true_object;
+  void *int_type;
+  void *float_type;
+  void *bool_type;
+  /* The exception class raised for each failing status, by -code (TJ_ETYPE:
+   * TypeError, ...; tj_status_exception names them). */
+  void *exceptions[TJ_HOST_NUM_STATUS];
+
+  /* tilejit's host functions (tilejit.backends.binding), each a callable:
+   * describe(type, exchange) -> the address of the type's tj_host_type,
+   *   asked once per type and mode;
+   * dlpack_capsule(obj) -> a DLPack capsule of obj;
+   * allocate(type, shape, (code, bits, lanes), (device_type, device_id)) ->
+   *   a new tensor made by the framework of objects of `type`;
+   * framework_stream(type, device_type, device_id) -> a stream handle (int);
+   * stream_handle(stream, kernel_name) -> the handle of a stream= value;
+   * lazy_view(obj) -> its TJ_VIEW_* bits;
+   * producer_error(prefix, step, exception, obj) -> the exception to raise
+   *   for a producer's failure (tj_producer_step). */
+  void *describe;
+  void *dlpack_capsule;
+  void *allocate;
+  void *framework_stream;
+  void *stream_handle;
+  void *lazy_view;
+  void *producer_error;
 };
 
-/* A prepared call for bindings where every foreign call is dear (ctypes): the
- * kernel, the host, and the producers whose objects it recognises by exact
- * type. Caller-owned; borrowed by tj_call_sequence. `producers` may grow
- * between calls (set the new pointer first, then the count). */
-typedef struct tj_call_plan {
+/* How arguments of one host type are read (tj_host_type.kind). */
+typedef enum {
+  TJ_HOST_TENSOR = 1,  /* `producer` imports them */
+  TJ_HOST_POINTER = 2, /* tilejit.Pointer: .address, .dlpack_dtype, .dlpack_device_type */
+  TJ_HOST_BOOL = 3,    /* a bool by truth (numpy.bool_) */
+  TJ_HOST_INDEX = 4,   /* an integer through __index__ (numpy.int32, IntEnum) */
+  TJ_HOST_FLOAT = 5,   /* a float through __float__ (numpy.float32) */
+  TJ_HOST_OTHER = 6,   /* none of these: refused by any parameter, named */
+} tj_host_kind;
+
+/* What tj_host.describe answers for a type: how its objects are read, and the
+ * name messages give it ("numpy.float32"). Made by the binding, alive for the
+ * process (the registry keeps the address); borrowed by the core. */
+typedef struct tj_host_type {
+  int32_t kind; /* tj_host_kind */
+  const tj_producer *producer;
+  const char *name;
+} tj_host_type;
+
+/* One kernel's call, prepared once by the binding. Caller-owned, alive as long
+ * as the kernel object; borrowed by tj_host_call. */
+typedef struct tj_host_plan {
   const tj_kernel *kernel;
   const tj_host *host;
-  const tj_producer *fallback;
-  const tj_producer *const *producers;
-  int32_t nproducers;
-  void *none;   /* the host's "no value" object (Py_None), returned for no outputs */
-  void *failed; /* a host object that stands for "no result" (a sentinel) */
-} tj_call_plan;
+  int32_t exchange;   /* 1: producers' DLPack exchange API first; 0: __dlpack__ only */
+  int32_t noutputs;   /* the kernel's outputs */
+  const int32_t *out_order; /* position j returns output out_order[j]; NULL: in order */
+  const tj_producer *fallback; /* allocates outputs of calls with no tensor */
+  void *name;          /* the kernel's name, a host string */
+  void *kernel_object; /* the kernel's host object (borrowed: it owns the plan) */
+  /* kernel_object's functions for calls the core does not run itself:
+   * keywords(kernel, items, kwnames) for inputs given by name (items: the
+   * positional arguments, then the keywords' values), and
+   * claimed(kernel, args, stream) for calls a framework claims (tj_claim). */
+  void *keywords;
+  void *claimed;
+} tj_host_plan;
 
-/* Runs a call whose arguments are the items of `sequence` (a host tuple, read
- * with host->sequence_size/sequence_item) and returns its result as one new
- * host reference: `none` for a kernel without outputs, the output itself for
- * one, a host list of them in declaration order for several. Every item must be
- * an object of the exact type of one of the plan's producers; each is imported
- * with it and the call goes on as tj_call_run.
- *
- * `failed` (retained; never NULL, which a ctypes binding cannot take back as
- * an object) on failure, with the record (tj_last_error_info) saying why: TJ_EDECLINED
- * when some item is of no plan producer's type (nothing was done: the binding
- * classifies the arguments itself and calls tj_call_run), else the call's
- * status and message. Two entries, so that the common call passes two
- * arguments: tj_call_sequence_on adds the explicit stream's handle. */
-void *tj_call_sequence(const tj_call_plan *plan, void *sequence);
-void *tj_call_sequence_on(const tj_call_plan *plan, void *sequence, uintptr_t stream);
+/* Makes `producer` the core's producer for objects of host type `type` read
+ * through __dlpack__ and tilejit's host functions (tj_host.dlpack_capsule,
+ * allocate, framework_stream). */
+void tj_host_dlpack_producer(tj_producer *producer, const tj_host *host, void *type);
 
-/* The same call as a function CPython calls directly: tj_call_method has the
- * shape of a METH_O builtin, for bindings with no compiler of their own (the
- * ctypes backend). Such a binding makes one builtin per kernel with
- * PyCFunction_NewEx, its `self` a capsule named TJ_CALL_PLAN_CAPSULE holding
- * the plan; calling it with the argument tuple then costs one C call, with no
- * foreign-function conversion on the way in or out. It returns what
- * tj_call_sequence returns, except that a failure with a host error pending
- * (a producer's exception) returns NULL, leaving the error to propagate.
- * The capsule is read with the host given to tj_call_method_host, once per
- * process, before any such builtin is made (the interpreter's C API; the
- * plan's own host runs the call). */
-#define TJ_CALL_PLAN_CAPSULE "tilejit.call_plan"
-void tj_call_method_host(const tj_host *host);
-void *tj_call_method(void *self, void *sequence);
+/* Makes `producer` ask tj_host.lazy_view whether an object is a lazy view (for
+ * a framework whose view bits cannot be read in place). */
+void tj_host_ask_view(tj_producer *producer);
+
+/* Runs a call of the plan's kernel with CPython's vectorcall convention:
+ * `nargsf` positional arguments in `args` (the top bit is the vectorcall
+ * offset flag, ignored), followed by the values of the keywords named in
+ * `kwnames` (a host tuple of strings, or NULL). Returns a new reference to the
+ * result: None for a kernel without outputs, the output for one, a list in
+ * the plan's output order for several; or NULL with a host exception set
+ * (the core's status as tj_host.exceptions names it, the message naming the
+ * kernel and the argument; a producer's own error through producer_error). */
+void *tj_host_call(const tj_host_plan *plan, void *const *args, size_t nargsf, void *kwnames);
+
+/* The same call as a builtin function CPython calls directly, for bindings
+ * with no compiler of their own (the ctypes backend): tj_host_method has the
+ * shape of a METH_FASTCALL | METH_KEYWORDS function whose `self` is a capsule
+ * named TJ_HOST_PLAN_CAPSULE holding the plan. The capsule is read with the
+ * host given to tj_host_method_install, once per process before any such
+ * builtin is called. */
+#define TJ_HOST_PLAN_CAPSULE "tilejit.host_plan"
+void tj_host_method_install(const tj_host *host);
+void *tj_host_method(void *self, void *const *args, intptr_t nargs, void *kwnames);
+
+/* The registry's answer for `type` in a mode (asking tj_host.describe on the
+ * first sight of the type): borrowed, or NULL with a host error pending. */
+const tj_host_type *tj_host_type_of(const tj_host *host, void *type, int32_t exchange);
 
 #ifdef __cplusplus
 }

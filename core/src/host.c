@@ -1,0 +1,494 @@
+/*
+ * The binding layer (tilejit/host.h): host objects in, one tj_call_run, a host
+ * result or exception out. Every backend's call of a kernel passes through
+ * tj_host_call, so the classification of arguments, the registry of the
+ * producer of each host type, the stream= keyword, the result and the
+ * exception are written once. Host objects are reached only through the
+ * tj_host table.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- The registry: how the objects of each host type are read ------------- */
+
+/* An open-addressing table per mode (exchange API first, or __dlpack__ only),
+ * keyed by the type's address. Entries are never removed: the binding keeps
+ * every described type and its tj_host_type alive for the process, so an
+ * address is never reused for another type. Touched only under the host lock. */
+typedef struct {
+  void *type;
+  const tj_host_type *info;
+} registry_slot;
+
+typedef struct {
+  registry_slot *slots;
+  size_t capacity; /* a power of two, or 0 */
+  size_t count;
+  void *memo_type; /* the last type asked for: a call's tensors share one */
+  const tj_host_type *memo_info;
+} registry;
+
+static registry registries[2];
+
+static size_t slot_of(const registry *r, void *type) {
+  uint64_t h = (uint64_t)(uintptr_t)type * 0x9E3779B97F4A7C15ull;
+  return (size_t)(h >> 32) & (r->capacity - 1);
+}
+
+static const tj_host_type *registry_find(const registry *r, void *type) {
+  if (r->capacity == 0) return NULL;
+  for (size_t i = slot_of(r, type);; i = (i + 1) & (r->capacity - 1)) {
+    if (r->slots[i].type == type) return r->slots[i].info;
+    if (r->slots[i].type == NULL) return NULL;
+  }
+}
+
+static int registry_add(registry *r, void *type, const tj_host_type *info) {
+  if (2 * (r->count + 1) > r->capacity) {
+    size_t capacity = r->capacity ? 2 * r->capacity : 64;
+    registry_slot *slots = calloc(capacity, sizeof(*slots));
+    if (slots == NULL) return tj_set_error(TJ_ENOMEM, "out of memory for the type registry");
+    registry grown = {slots, capacity, 0, NULL, NULL};
+    for (size_t i = 0; i < r->capacity; ++i)
+      if (r->slots[i].type != NULL) registry_add(&grown, r->slots[i].type, r->slots[i].info);
+    free(r->slots);
+    r->slots = grown.slots;
+    r->capacity = capacity;
+  }
+  size_t i = slot_of(r, type);
+  while (r->slots[i].type != NULL) i = (i + 1) & (r->capacity - 1);
+  r->slots[i].type = type;
+  r->slots[i].info = info;
+  r->count++;
+  return TJ_OK;
+}
+
+/* Asks the binding how objects of `type` are read (tj_host.describe). */
+static const tj_host_type *describe(const tj_host *h, void *type, int32_t exchange) {
+  void *args = h->tuple_new(2);
+  if (args == NULL) return NULL;
+  void *mode = h->int_new(exchange);
+  h->retain(type);
+  h->tuple_set(args, 0, type);
+  if (mode == NULL || h->tuple_set(args, 1, mode) != 0) {
+    h->release(args);
+    return NULL;
+  }
+  void *answer = h->call(h->describe, args);
+  h->release(args);
+  if (answer == NULL) return NULL;
+  unsigned long long address = h->uint64_of(answer);
+  h->release(answer);
+  if (address == (unsigned long long)-1 && h->error_pending() != NULL) return NULL;
+  return (const tj_host_type *)(uintptr_t)address;
+}
+
+const tj_host_type *tj_host_type_of(const tj_host *h, void *type, int32_t exchange) {
+  registry *r = &registries[exchange != 0];
+  if (type == r->memo_type) return r->memo_info;
+  const tj_host_type *info = registry_find(r, type);
+  if (info == NULL) {
+    if ((info = describe(h, type, exchange)) == NULL) return NULL;
+    if (registry_add(r, type, info) != TJ_OK) {
+      h->error_set(h->exceptions[-TJ_ENOMEM], tj_last_error());
+      return NULL;
+    }
+  }
+  r->memo_type = type;
+  r->memo_info = info;
+  return info;
+}
+
+/* ---- Classification: one host object into one tj_arg -------------------------- */
+
+/* The object's exact type, borrowed (the object keeps it alive). */
+static inline void *type_of(const tj_host *h, void *object) {
+  if (h->type_of != NULL) return h->type_of(object);
+  void *type = h->object_type(object);
+  h->release(type);
+  return type;
+}
+
+/* An int: int64, else the bits of a uint64, else (only a float parameter takes
+ * it) its value as a double, ±inf beyond a double's range. */
+static int read_int(const tj_host *h, void *object, tj_arg *arg) {
+  int overflow = 0;
+  long long value = h->int64_of(object, &overflow);
+  if (value == -1 && !overflow && h->error_pending() != NULL) return TJ_EPYERR;
+  arg->kind = TJ_ARG_INT;
+  if (!overflow) {
+    arg->value.i = value;
+    return TJ_OK;
+  }
+  if (overflow > 0) {
+    unsigned long long bits = h->uint64_of(object);
+    if (bits != (unsigned long long)-1 || h->error_pending() == NULL) {
+      arg->value.i = (int64_t)bits;
+      arg->flags |= TJ_ARG_UNSIGNED;
+      return TJ_OK;
+    }
+    h->error_clear();
+  }
+  double as_double = h->double_of(object);
+  if (as_double == -1.0 && h->error_pending() != NULL) {
+    h->error_clear(); /* OverflowError: beyond a double */
+    as_double = overflow > 0 ? INFINITY : -INFINITY;
+  }
+  arg->flags |= TJ_ARG_OUT_OF_RANGE;
+  arg->value.f = as_double;
+  return TJ_OK;
+}
+
+/* An integer attribute of `object` (a tilejit.Pointer's fields). */
+static int int_attribute(const tj_host *h, void *object, const char *name, long long *out) {
+  void *value = h->attribute(object, name);
+  if (value == NULL) return TJ_EPYERR;
+  int overflow = 0;
+  *out = h->int64_of(value, &overflow);
+  h->release(value);
+  if (overflow) {
+    /* An address of 2**63 or more. */
+    value = h->attribute(object, name);
+    if (value == NULL) return TJ_EPYERR;
+    *out = (long long)h->uint64_of(value);
+    h->release(value);
+  }
+  return h->error_pending() != NULL ? TJ_EPYERR : TJ_OK;
+}
+
+/* tilejit.Pointer: an address that knows what it points to. */
+static int read_pointer(const tj_host *h, void *object, tj_arg *arg) {
+  long long address = 0, device_type = 0, parts[3] = {0, 0, 0};
+  int rc = int_attribute(h, object, "address", &address);
+  if (rc == TJ_OK) rc = int_attribute(h, object, "dlpack_device_type", &device_type);
+  void *dtype = rc == TJ_OK ? h->attribute(object, "dlpack_dtype") : NULL;
+  if (dtype == NULL) return TJ_EPYERR;
+  for (intptr_t i = 0; i < 3 && rc == TJ_OK; ++i) {
+    void *item = h->sequence_item(dtype, i);
+    int overflow = 0;
+    if (item == NULL) rc = TJ_EPYERR;
+    else parts[i] = h->int64_of(item, &overflow);
+  }
+  h->release(dtype);
+  if (rc != TJ_OK || h->error_pending() != NULL) return TJ_EPYERR;
+  arg->kind = TJ_ARG_ADDRESS;
+  arg->value.p = (void *)(uintptr_t)address;
+  arg->tensor.dtype.code = (uint8_t)parts[0];
+  arg->tensor.dtype.bits = (uint8_t)parts[1];
+  arg->tensor.dtype.lanes = (uint16_t)parts[2];
+  arg->tensor.device.device_type = (DLDeviceType)device_type;
+  return TJ_OK;
+}
+
+/* A type described as something other than a tensor. */
+static int read_described(const tj_host *h, const tj_host_type *info, void *object, tj_arg *arg) {
+  int rc = TJ_OK;
+  switch (info->kind) {
+  case TJ_HOST_POINTER:
+    return read_pointer(h, object, arg);
+  case TJ_HOST_BOOL: {
+    int truth = h->truth(object);
+    if (truth < 0) return TJ_EPYERR;
+    arg->kind = TJ_ARG_BOOL;
+    arg->value.i = truth;
+    break;
+  }
+  case TJ_HOST_INDEX: {
+    void *index = h->index_of(object);
+    if (index == NULL) return TJ_EPYERR;
+    rc = read_int(h, index, arg);
+    h->release(index);
+    break;
+  }
+  case TJ_HOST_FLOAT:
+    arg->kind = TJ_ARG_FLOAT;
+    arg->value.f = h->double_of(object);
+    if (arg->value.f == -1.0 && h->error_pending() != NULL) return TJ_EPYERR;
+    break;
+  default:
+    arg->kind = TJ_ARG_OTHER;
+  }
+  arg->type_name = info->name; /* messages name numpy.float32, not float */
+  return rc;
+}
+
+/* One argument. Tensors are left as objects for tj_call_run to import. */
+static inline int classify(const tj_host_plan *plan, void *object, tj_arg *arg) {
+  const tj_host *h = plan->host;
+  void *type = type_of(h, object);
+  const registry *r = &registries[plan->exchange != 0];
+  if (type == r->memo_type && r->memo_info->kind == TJ_HOST_TENSOR) {
+    tj_arg_object(arg, object, r->memo_info->producer);
+    return TJ_OK;
+  }
+  tj_arg_init(arg);
+  if (object == h->none) return TJ_OK;
+  if (type == h->bool_type) {
+    arg->kind = TJ_ARG_BOOL;
+    arg->value.i = object == h->true_object;
+    return TJ_OK;
+  }
+  if (type == h->int_type) return read_int(h, object, arg);
+  if (type == h->float_type) {
+    arg->kind = TJ_ARG_FLOAT;
+    arg->value.f = h->double_of(object);
+    return TJ_OK;
+  }
+  const tj_host_type *info = tj_host_type_of(h, type, plan->exchange);
+  if (info == NULL) return TJ_EPYERR;
+  if (info->kind == TJ_HOST_TENSOR) {
+    tj_arg_object(arg, object, info->producer);
+    return TJ_OK;
+  }
+  return read_described(h, info, object, arg);
+}
+
+/* ---- The __dlpack__ producer: tilejit's host functions over a host type ------- */
+
+/* host->call(fn, (a, b, ...)) with `n` arguments given as new references
+ * (stolen, also on failure; a NULL one fails the call). */
+static void *call_with(const tj_host *h, void *fn, intptr_t n, void **items) {
+  void *args = h->tuple_new(n);
+  int ok = args != NULL;
+  for (intptr_t i = 0; i < n; ++i) {
+    if (items[i] == NULL || !ok) {
+      if (items[i] != NULL) h->release(items[i]);
+      ok = 0;
+      continue;
+    }
+    ok = h->tuple_set(args, i, items[i]) == 0;
+  }
+  void *result = ok ? h->call(fn, args) : NULL;
+  if (args != NULL) h->release(args);
+  return result;
+}
+
+static void *retained(const tj_host *h, void *object) {
+  h->retain(object);
+  return object;
+}
+
+static int dlpack_import(const tj_producer *self, void *object, tj_arg *arg) {
+  const tj_host *h = self->host;
+  void *items[1] = {retained(h, object)};
+  void *capsule = call_with(h, h->dlpack_capsule, 1, items);
+  if (capsule == NULL) return TJ_EPYERR;
+  int rc = tj_arg_from_capsule(arg, capsule, h);
+  h->release(capsule);
+  return rc;
+}
+
+static void *int_tuple(const tj_host *h, const int64_t *values, intptr_t n) {
+  void *items[TJ_MAX_NDIM];
+  for (intptr_t i = 0; i < n; ++i) items[i] = h->int_new(values[i]);
+  void *tuple = h->tuple_new(n);
+  int ok = tuple != NULL;
+  for (intptr_t i = 0; i < n; ++i) {
+    if (ok && items[i] != NULL) {
+      ok = h->tuple_set(tuple, i, items[i]) == 0;
+    } else {
+      if (items[i] != NULL) h->release(items[i]);
+      ok = 0;
+    }
+  }
+  if (!ok && tuple != NULL) {
+    h->release(tuple);
+    tuple = NULL;
+  }
+  return tuple;
+}
+
+static int dlpack_allocate(const tj_producer *self, const DLTensor *proto, tj_arg *out,
+                           void **object) {
+  const tj_host *h = self->host;
+  int64_t dtype[3] = {proto->dtype.code, proto->dtype.bits, proto->dtype.lanes};
+  int64_t device[2] = {proto->device.device_type, proto->device.device_id};
+  void *items[4] = {retained(h, self->context), int_tuple(h, proto->shape, proto->ndim),
+                    int_tuple(h, dtype, 3), int_tuple(h, device, 2)};
+  void *tensor = call_with(h, h->allocate, 4, items);
+  *object = tensor; /* the caller owns it from here, whatever happens next */
+  if (tensor == NULL) return TJ_EPYERR;
+  void *capsule_args[1] = {retained(h, tensor)};
+  void *capsule = call_with(h, h->dlpack_capsule, 1, capsule_args);
+  if (capsule == NULL) return TJ_EPYERR;
+  int rc = tj_arg_from_capsule(out, capsule, h);
+  h->release(capsule);
+  return rc;
+}
+
+static int dlpack_stream(const tj_producer *self, int32_t device_type, int32_t device_id,
+                         void **stream) {
+  const tj_host *h = self->host;
+  void *items[3] = {retained(h, self->context), h->int_new(device_type), h->int_new(device_id)};
+  void *handle = call_with(h, h->framework_stream, 3, items);
+  if (handle == NULL) return TJ_EPYERR;
+  unsigned long long value = h->uint64_of(handle);
+  h->release(handle);
+  if (value == (unsigned long long)-1 && h->error_pending() != NULL) return TJ_EPYERR;
+  *stream = (void *)(uintptr_t)value;
+  return TJ_OK;
+}
+
+/* The view bits asked of the framework (slow: a call into the host per tensor),
+ * for a framework whose bits cannot be read in place. */
+static int ask_view(const tj_producer *self, void *object, uint32_t *view) {
+  const tj_host *h = self->host;
+  void *items[1] = {retained(h, object)};
+  void *bits = call_with(h, h->lazy_view, 1, items);
+  if (bits == NULL) return TJ_EPYERR;
+  int overflow = 0;
+  long long value = h->int64_of(bits, &overflow);
+  h->release(bits);
+  if (value == -1 && h->error_pending() != NULL) return TJ_EPYERR;
+  *view = (uint32_t)value;
+  return TJ_OK;
+}
+
+void tj_host_dlpack_producer(tj_producer *producer, const tj_host *host, void *type) {
+  memset(producer, 0, sizeof(*producer));
+  producer->import = dlpack_import;
+  producer->allocate = dlpack_allocate;
+  producer->current_stream = dlpack_stream;
+  producer->type = type;
+  producer->context = type;
+  producer->host = host;
+}
+
+void tj_host_ask_view(tj_producer *producer) { producer->view = ask_view; }
+
+/* ---- The result or the exception ---------------------------------------------- */
+
+/* Raises the exception of a failed call and returns NULL. */
+static void *raise_failure(const tj_host_plan *plan, int rc, void *const *args, intptr_t nargs) {
+  const tj_host *h = plan->host;
+  const tj_error_info *info = tj_last_error_info();
+  if (rc != TJ_EPYERR) {
+    int index = -rc;
+    void *cls = index > 0 && index < TJ_HOST_NUM_STATUS ? h->exceptions[index] : NULL;
+    h->error_set(cls != NULL ? cls : h->exceptions[-TJ_ERUNTIME], tj_last_error());
+    return NULL;
+  }
+  if (info->producer == TJ_PRODUCER_NONE) return NULL; /* the host's error as it is */
+  /* A producer failed: its exception becomes the cause of one that says where. */
+  int32_t step = info->producer, argument = info->argument;
+  void *type = NULL, *value = NULL, *traceback = NULL;
+  h->error_fetch(&type, &value, &traceback);
+  h->error_normalize(&type, &value, &traceback);
+  if (value == NULL) { /* nothing was pending after all: the core's message alone */
+    h->error_set(h->exceptions[-TJ_ERUNTIME], tj_last_error());
+    return NULL;
+  }
+  void *object = argument >= 0 && argument < nargs ? args[argument] : h->none;
+  void *items[4] = {h->string_new(tj_last_error()), h->int_new(step), retained(h, value),
+                    retained(h, object)};
+  void *exception = call_with(h, h->producer_error, 4, items);
+  if (exception != NULL) {
+    void *cls = h->object_type(exception);
+    h->exception_set_cause(exception, value); /* steals value */
+    value = NULL;
+    h->error_set_object(cls, exception);
+    h->release(cls);
+    h->release(exception);
+  }
+  if (type != NULL) h->release(type);
+  if (value != NULL) h->release(value);
+  if (traceback != NULL) h->release(traceback);
+  return NULL;
+}
+
+/* The outputs as one new reference: None, the output, or a list in the plan's
+ * order. Takes the references in `made`. */
+static void *result_of(const tj_host_plan *plan, void **made) {
+  const tj_host *h = plan->host;
+  int32_t n = plan->noutputs;
+  if (n == 0) return retained(h, h->none);
+  if (n == 1) return made[0];
+  void *list = h->list_new(n);
+  for (int32_t j = 0; j < n; ++j) {
+    int32_t o = plan->out_order != NULL ? plan->out_order[j] : j;
+    if (list != NULL && h->list_set(list, j, made[o]) == 0) made[o] = NULL;
+  }
+  for (int32_t o = 0; o < n; ++o)
+    if (made[o] != NULL) h->release(made[o]);
+  return list;
+}
+
+/* A host tuple of `n` borrowed objects (new). */
+static void *tuple_of(const tj_host *h, void *const *items, intptr_t n) {
+  void *tuple = h->tuple_new(n);
+  for (intptr_t i = 0; tuple != NULL && i < n; ++i) {
+    h->retain(items[i]);
+    h->tuple_set(tuple, i, items[i]);
+  }
+  return tuple;
+}
+
+/* Hands the call to one of the kernel object's functions (plan->keywords or
+ * plan->claimed): fn(kernel, a, b). */
+static void *hand_over(const tj_host_plan *plan, void *fn, void *a, void *b) {
+  const tj_host *h = plan->host;
+  void *items[3] = {retained(h, plan->kernel_object), a, b};
+  return call_with(h, fn, 3, items);
+}
+
+/* ---- The call ------------------------------------------------------------------- */
+
+#define VECTORCALL_OFFSET ((size_t)1 << (8 * sizeof(size_t) - 1))
+
+void *tj_host_call(const tj_host_plan *plan, void *const *args, size_t nargsf, void *kwnames) {
+  const tj_host *h = plan->host;
+  size_t count = nargsf & ~VECTORCALL_OFFSET;
+  void *stream = NULL;
+  if (kwnames != NULL) {
+    intptr_t nk = h->sequence_size(kwnames);
+    if (nk == 1 && h->string_compare(h->sequence_item(kwnames, 0), "stream") == 0) {
+      stream = args[count];
+    } else if (nk > 0) { /* inputs by name: the kernel object maps them */
+      return hand_over(plan, plan->keywords, tuple_of(h, args, (intptr_t)count + nk),
+                       retained(h, kwnames));
+    }
+  }
+  tj_arg argv[TJ_MAX_PARAMS];
+  void *made[TJ_MAX_OUTPUTS];
+  tj_call call = {argv, count < 0x7fffffff ? (int32_t)count : 0x7fffffff, 0, NULL,
+                  plan->fallback, h, made};
+  const tj_kernel *k = plan->kernel;
+  if (count <= (size_t)k->ninputs) { /* else the core reports the count, reading none */
+    for (int32_t i = 0; i < call.nargs; ++i)
+      if (classify(plan, args[i], &argv[i]) != TJ_OK) return NULL;
+  }
+  if (stream != NULL && stream != h->none) {
+    void *items[2] = {retained(h, stream), retained(h, plan->name)};
+    void *handle = call_with(h, h->stream_handle, 2, items);
+    if (handle == NULL) return NULL;
+    unsigned long long value = h->uint64_of(handle);
+    h->release(handle);
+    if (value == (unsigned long long)-1 && h->error_pending() != NULL) return NULL;
+    call.has_stream = 1;
+    call.stream = (void *)(uintptr_t)value;
+  }
+  int rc = tj_call_run(k, &call);
+  if (rc == TJ_OK) return result_of(plan, made);
+  for (int32_t o = 0; o < k->noutputs; ++o)
+    if (made[o] != NULL) h->release(made[o]);
+  if (rc == TJ_ECLAIMED) /* the framework runs it */
+    return hand_over(plan, plan->claimed, tuple_of(h, args, (intptr_t)count),
+                     retained(h, stream != NULL ? stream : h->none));
+  return raise_failure(plan, rc, args, (intptr_t)count);
+}
+
+static const tj_host *method_host;
+
+void tj_host_method_install(const tj_host *host) {
+  __atomic_store_n(&method_host, host, __ATOMIC_RELEASE);
+}
+
+void *tj_host_method(void *self, void *const *args, intptr_t nargs, void *kwnames) {
+  const tj_host *host = __atomic_load_n(&method_host, __ATOMIC_ACQUIRE);
+  const tj_host_plan *plan = host->capsule_pointer(self, TJ_HOST_PLAN_CAPSULE);
+  if (plan == NULL) return NULL; /* the capsule's error is pending */
+  return tj_host_call(plan, args, (size_t)nargs, kwnames);
+}
