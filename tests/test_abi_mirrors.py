@@ -99,7 +99,7 @@ def test_ctypes_structures_match_the_c_layout(c_facts):
     structures = _structures()
     assert {cls._c_name_ for cls in structures} >= {
         "DLTensor", "DLDevice", "DLDataType", "tj_arg", "tj_host", "tj_producer", "tj_call",
-        "tj_call_plan", "tj_error_info"}
+        "tj_host_plan", "tj_host_type", "tj_error_info"}
     wrong = []
     for cls in structures:
         c = cls._c_name_

@@ -106,47 +106,87 @@ def test_exception_classes_come_from_the_core_table():
     assert table[-6] == ("TJ_EDECLINED", "")
 
 
-def test_ctypes_plain_calls_go_through_no_ctypes_function(add, monkeypatch):
-    """Without stream=, a call of known producer types is CPython calling the core's
-    tj_call_method (a builtin made over it): no ctypes function object is involved."""
-    from tilejit.backends import ctypes_backend
-
-    kernel = add.with_backend("ctypes")
-    a, b = torch.ones(3), torch.full((3,), 2.0)
-    kernel(a, b)
-
-    def no_ctypes_call(*args):
-        raise AssertionError("a ctypes function was called")
-
-    for name in ("_run", "_sequence_on"):
-        monkeypatch.setattr(ctypes_backend, name, no_ctypes_call)
-    monkeypatch.setattr(kernel, "_call_args", no_ctypes_call)
-    assert kernel(a, b).tolist() == [3.0] * 3
-    # Errors, a producer's included, come back through the same entry with the messages
-    # of the other backends.
-    with pytest.raises(ValueError, match=r"^add: argument 1 'B': expected shape\[0\] == n"):
-        kernel(a, torch.ones(4))
-    with pytest.raises(ValueError, match=r"^add: argument 1 'B': cannot import the tensor "
-                                         r"through DLPack: "):
-        kernel(a, torch.ones(3, device="meta"))
-    assert kernel(a, b).tolist() == [3.0] * 3
+SCALED = r"""
+void scaled(const float *A, const float *B, float *C, float alpha, int64_t k, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) C[i] = A[i] + alpha * B[i] + (float)k;
+}
+"""
 
 
+@pytest.fixture(scope="module")
+def scaled():
+    n = T.symbol("n")
+    prog = tilejit.Program("scaled", [T.Buffer((n,), "float32", name="A", const=True),
+                                      T.Buffer((n,), "float32", name="B", const=True),
+                                      T.Buffer((n,), "float32", name="C"),
+                                      T.Scalar("float32", name="alpha"),
+                                      T.Scalar("int64", name="k")], SCALED)
+    return tilejit.compile(prog, out_idx=2)
+
+
+def _array_of_ones(n: int):
+    array = tilejit.empty((n,), "float32")
+    torch.from_dlpack(array).fill_(1.0)
+    return array
+
+
+def _python_calls(fn) -> list[str]:
+    """The Python functions entered while ``fn()`` runs (C functions not counted)."""
+    import sys
+
+    seen = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            seen.append(frame.f_code.co_qualname if hasattr(frame.f_code, "co_qualname")
+                        else frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return seen[:-1] if seen and seen[-1] == "_python_calls" else seen
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("make", [
     torch.ones,
     lambda n: tilejit.from_dlpack(torch.ones(n)),
-    lambda n: tilejit.empty((n,), "float32"),
+    lambda n: _array_of_ones(n),
 ], ids=["torch", "view", "tilejit.Array"])
-def test_ctypes_takes_one_foreign_call(add, make, monkeypatch):
-    kernel = add.with_backend("ctypes")
+def test_a_call_runs_in_c_from_first_step_to_last(scaled, backend, make):
+    """Tensors, Python and NumPy scalars, ``stream=``: once each type has been seen, a
+    call enters no Python function of tilejit's (the ctypes backend's ``__call__``
+    aside, the one line handing the call to the core's builtin entry; the dlpack
+    backend's ``__dlpack__`` calls aside, which are what that backend is), so every
+    backend stays on the core's fast path whatever the arguments are."""
+    kernel = scaled.with_backend(backend)
     a, b = make(3), make(3)
-    kernel(a, b)  # the first call meets the producer type
+    calls = [lambda: kernel(a, b, 2.0, 3), lambda: kernel(a, b, np.float32(2.0), np.int64(3)),
+             lambda: kernel(a, b, 2, 7), lambda: kernel(a, b, 2.0, 3, stream=0)]
+    for call in calls:
+        call()  # the first call of each meets its types
+    expected = [] if backend != "ctypes" else ["CtypesKernel.__call__"]
+    for call in calls:
+        entered = [name for name in _python_calls(call) if "<lambda>" not in name]
+        if backend == "dlpack":  # every tensor through __dlpack__, as the backend says
+            assert not {"describe", "scalar_kind", "stream_handle"} & set(entered), entered
+        else:
+            assert entered in (expected, [name.split(".")[-1] for name in expected]), entered
+    assert torch.from_dlpack(kernel(a, b, 2.0, 3)).tolist() == [6.0] * 3
+    # Errors come back through the same entry with the messages of the other backends.
+    with pytest.raises(ValueError, match=r"^scaled: argument 1 'B': expected shape\[0\] == n"):
+        kernel(a, make(4), 2.0, 3)
+    with pytest.raises(TypeError, match=r"^scaled: argument 3 'k': expected an int scalar "
+                                        r"\(int64\), got numpy.float32"):
+        kernel(a, b, 2.0, np.float32(3))
 
-    def classified_in_python(*args):
-        raise AssertionError("the call was classified in Python")
 
-    monkeypatch.setattr(kernel, "_call_args", classified_in_python)
-    kernel(a, b)
-    kernel(a, b, stream=0)
-    with pytest.raises(ValueError, match=r"^add: argument 1 'B': expected shape\[0\] == n"):
-        kernel(a, make(4))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_producers_error_names_the_argument(add, backend):
+    kernel = add.with_backend(backend)
+    with pytest.raises(ValueError, match=r"^add: argument 1 'B': cannot import the tensor "
+                                         r"through DLPack: ") as info:
+        kernel(torch.ones(3), torch.ones(3, device="meta"))
+    assert info.value.__cause__ is not None

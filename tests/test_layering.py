@@ -202,7 +202,7 @@ def test_every_backend_uses_one_core(tmp_path):
     symbols = _dynamic_symbols(Path(report["wrapper"]))
     assert symbols.get("PyInit__tilejit") is True
     core_calls = {name for name, defined in symbols.items() if name.startswith("tj_")}
-    assert {"tj_call_run", "tj_last_error"} <= core_calls
+    assert {"tj_host_call", "tj_last_error"} <= core_calls
     assert not [name for name in core_calls if symbols[name]]
     core = _dynamic_symbols(Path(report["maps"][0]))
     assert all(core.get(name) is True for name in core_calls)

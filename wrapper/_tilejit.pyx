@@ -18,7 +18,6 @@ here), ``_producers.pxi`` (the host table's use here), ``_array.pxi``
 ``jit(layout=...)`` calls), ``_kernel.pxi`` (the kernel type).
 """
 from cpython.exc cimport PyErr_Occurred
-from cpython.long cimport PyLong_AsVoidPtr
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF
 from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_IsValid
@@ -27,8 +26,7 @@ from libc.stdlib cimport calloc, free
 
 from core cimport *
 from dlpack_abi cimport (DLDataType, DLManagedTensor, DLManagedTensorVersioned,
-                         DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor,
-                         TJ_DLPACK_MAJOR, kDLCPU)
+                         DLPackExchangeAPI, DLTensor, TJ_DLPACK_MAJOR, kDLCPU)
 
 
 __version__ = TJ_VERSION.decode()

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../tests/fake_host.h"
 #include "internal.h"
 #include "tilejit/layout.h"
 
@@ -581,116 +582,132 @@ static void fuzz_call_run(input *in, tj_kernel *k) {
   free(pl);
 }
 
-/* ---- The one-call entry (tj_call_sequence), over a host of fake objects ------- */
+/* ---- The binding layer (tj_host_call), over the fake host ---------------------- */
 
-/* A host object: its type (an address), and a reference count the host
- * operations keep, so that every reference the core takes is given back. */
-typedef struct {
-  void *type;
-  int refs;
-} fake_object;
-
-typedef struct {
-  fake_object *items[TJ_MAX_PARAMS + 2];
-  intptr_t n;
-} fake_sequence;
-
-/* Types are objects too: object_type returns a new reference, like
- * PyObject_Type. */
-static fake_object type_a = {NULL, 1}, type_b = {NULL, 1}, type_list = {NULL, 1};
-static fake_object fake_none = {&type_b, 1}, fake_failed = {&type_b, 1},
-                   fake_list = {&type_list, 0};
-static int list_fails;
-
-static void host_release(void *object) { --((fake_object *)object)->refs; }
-static void host_retain(void *object) { ++((fake_object *)object)->refs; }
-static void *host_object_type(void *object) {
-  host_retain(((fake_object *)object)->type);
-  return ((fake_object *)object)->type;
-}
-static intptr_t host_sequence_size(void *sequence) { return ((fake_sequence *)sequence)->n; }
-static void *host_sequence_item(void *sequence, intptr_t i) {
-  return ((fake_sequence *)sequence)->items[i];
-}
-static void *host_list_new(void) {
-  if (list_fails) return NULL;
-  ++fake_list.refs;
-  return &fake_list;
-}
-static int host_list_append(void *list, void *item) {
-  (void)list;
-  host_retain(item);
-  return 0;
-}
-
-/* Outputs are fake objects with one reference, the caller's. */
-static fake_object made_outputs[TJ_MAX_OUTPUTS * 4];
-static int32_t made_count;
-
-static int sequence_allocate(const tj_producer *self, const DLTensor *prototype, tj_arg *out,
-                             void **object) {
+/* Outputs become host objects with one reference, the caller's. */
+static int host_allocate(const tj_producer *self, const DLTensor *prototype, tj_arg *out,
+                         void **object) {
   int rc = fuzz_allocate(self, prototype, out, object);
-  if (*object != NULL) {
-    fake_object *o = &made_outputs[made_count++ % (TJ_MAX_OUTPUTS * 4)];
-    o->type = &type_a;
-    o->refs = 1;
-    *object = o;
-  }
+  if (*object != NULL) *object = fh_int(0);
   return rc;
 }
 
-static void fuzz_sequence(input *in, tj_kernel *k) {
+static fh_object *describe_hook(fh_object *args) {
+  fh_object *type = args->items[0];
+  if (type->pointer == NULL) {
+    fh_raise(&fh_exception_types[1], "no description");
+    return NULL;
+  }
+  return fh_int((long long)(intptr_t)type->pointer);
+}
+
+static fh_object *int_hook(fh_object *args) {
+  (void)args;
+  return fh_int(0);
+}
+
+/* The producer and the types live as long as the process, as the registry
+ * expects; the producer's state is the current input's. */
+static tj_producer host_producer;
+static const tj_host_type tensor_info = {TJ_HOST_TENSOR, &host_producer, "Tensor"};
+static const tj_host_type float_info = {TJ_HOST_FLOAT, NULL, "numpy.float32"};
+static const tj_host_type index_info = {TJ_HOST_INDEX, NULL, "numpy.int64"};
+static const tj_host_type other_info = {TJ_HOST_OTHER, NULL, "Thing"};
+static fh_object tensor_type, float_type, index_type, other_type, undescribed_type;
+
+static void fuzz_host_call(input *in, tj_kernel *k) {
   pool *pl = calloc(1, sizeof(*pl));
   producer_state st = {in, pl, k};
   tj_host host;
-  memset(&host, 0, sizeof(host));
-  host.object_type = host_object_type;
-  host.release = host_release;
-  host.retain = host_retain;
-  host.sequence_size = host_sequence_size;
-  host.sequence_item = host_sequence_item;
-  host.list_new = host_list_new;
-  host.list_append = host_list_append;
-  tj_producer producer;
-  memset(&producer, 0, sizeof(producer));
-  producer.import = fuzz_import;
-  producer.allocate = sequence_allocate;
-  producer.current_stream = fuzz_stream;
-  producer.context = &st;
-  producer.type = &type_a;
+  fh_host(&host);
+  fh_object *hooks[4] = {fh_func(describe_hook), fh_func(int_hook), fh_func(int_hook),
+                         fh_func(int_hook)};
+  host.describe = hooks[0];
+  host.stream_handle = hooks[1];
+  host.producer_error = hooks[1]; /* an int for an exception: raised all the same */
+  fh_type_init(&tensor_type, &tensor_info);
+  fh_type_init(&float_type, &float_info);
+  fh_type_init(&index_type, &index_info);
+  fh_type_init(&other_type, &other_info);
+  fh_type_init(&undescribed_type, NULL);
+  memset(&host_producer, 0, sizeof(host_producer));
+  host_producer.import = fuzz_import;
+  host_producer.allocate = host_allocate;
+  host_producer.current_stream = fuzz_stream;
+  host_producer.context = &st;
+  host_producer.host = &host;
   tj_view_bits bits;
-  next_view(in, &producer, &bits, 0);
-  const tj_producer *producers[1] = {&producer};
-  tj_call_plan plan = {k, &host, &producer, producers, next_u8(in) < 250, &fake_none, &fake_failed};
-  fake_object objects[TJ_MAX_PARAMS + 2];
-  fake_sequence sequence;
-  sequence.n = next_u8(in) < 250 ? k->ninputs : next_small(in, TJ_MAX_PARAMS + 2);
-  for (intptr_t i = 0; i < sequence.n; ++i) {
-    objects[i].type = next_u8(in) < 240 ? (void *)&type_a : (void *)&type_b;
-    objects[i].refs = 1;
-    sequence.items[i] = &objects[i];
+  next_view(in, &host_producer, &bits, 0);
+  fh_object *name = fh_str("fuzz"), kernel_object;
+  fh_object_init(&kernel_object, &other_type);
+  int32_t order[TJ_MAX_OUTPUTS];
+  for (int32_t o = 0; o < k->noutputs; ++o) order[o] = k->noutputs - 1 - o;
+  tj_host_plan plan = {k,
+                       &host,
+                       next_u8(in) & 1,
+                       k->noutputs,
+                       next_u8(in) < 128 ? order : NULL,
+                       &host_producer,
+                       name,
+                       &kernel_object,
+                       hooks[2],
+                       hooks[3]};
+  /* Arguments of every kind; a stream= or another keyword after them. */
+  enum { MAX_ITEMS = TJ_MAX_PARAMS + 3 };
+  fh_object statics[MAX_ITEMS];
+  void *items[MAX_ITEMS];
+  size_t n = next_u8(in) < 250 ? (size_t)k->ninputs : (size_t)next_small(in, TJ_MAX_PARAMS + 2);
+  for (size_t i = 0; i <= n; ++i) {
+    uint8_t how = next_u8(in);
+    items[i] = NULL;
+    fh_object *type = how < 150   ? &tensor_type
+                      : how < 160 ? &float_type
+                      : how < 170 ? &index_type
+                      : how < 175 ? &other_type
+                      : how < 178 ? &undescribed_type
+                                  : NULL;
+    if (type != NULL) {
+      fh_object_init(&statics[i], type);
+      statics[i].i = next_i64(in);
+      statics[i].f = (double)next_i64(in);
+      items[i] = &statics[i];
+    } else if (how < 200) {
+      fh_object *v = fh_int(next_i64(in));
+      v->overflow = how % 3 == 0 ? (how % 2 ? 1 : -1) : 0;
+      v->fits_u64 = how % 5 == 0;
+      v->u = (unsigned long long)next_raw64(in);
+      items[i] = v;
+    } else if (how < 220) {
+      items[i] = fh_float((double)next_i64(in));
+    } else {
+      items[i] = how < 230 ? &fh_none : how < 240 ? &fh_true : &fh_false;
+      host.retain(items[i]);
+    }
   }
-  list_fails = next_u8(in) > 240;
-  made_count = 0;
-  fake_list.refs = 0;
-  int none = fake_none.refs, failed = fake_failed.refs;
-  void *result = NULL;
-  if (k->target == TJ_TARGET_CPU)
-    result = next_u8(in) < 200 ? tj_call_sequence(&plan, &sequence)
-                               : tj_call_sequence_on(&plan, &sequence, 0);
-  if (result != NULL) {
-    if (result == &fake_failed) check_status(tj_last_error_info()->code);
-    host_release(result); /* the caller's reference */
+  fh_object *kwnames = NULL;
+  uint8_t keyword = next_u8(in);
+  if (keyword > 200) {
+    kwnames = fh_tuple(1);
+    kwnames->items[0] = fh_str(keyword > 230 ? "stream" : "alpha");
   }
-  /* Every reference the core took or made is accounted for: the arguments are
-   * untouched, the sentinels and the list back where they were, each output held
-   * by the result (released above) or released by the core. */
-  for (intptr_t i = 0; i < sequence.n; ++i)
-    if (objects[i].refs != 1) abort();
-  if (fake_none.refs != none || fake_failed.refs != failed) abort();
-  for (int32_t o = 0; o < made_count && o < TJ_MAX_OUTPUTS * 4; ++o)
-    if (made_outputs[o].refs != (result == &fake_list ? 1 : 0)) abort();
-  if (fake_list.refs != 0 || type_a.refs != 1 || type_b.refs != 1) abort();
+  if (k->target == TJ_TARGET_CPU) {
+    void *result = tj_host_call(&plan, items, n, kwnames);
+    if (result != NULL)
+      host.release(result);
+    else if (fh_error_type == NULL)
+      abort(); /* a failure always raises */
+  }
+  fh_clear();
+  for (size_t i = 0; i <= n; ++i)
+    if (items[i] != NULL && ((fh_object *)items[i])->kind != FH_OBJECT)
+      host.release(items[i]);
+    else if (items[i] != NULL && ((fh_object *)items[i])->refs != 1)
+      abort();
+  if (kwnames != NULL) host.release(kwnames);
+  host.release(name);
+  for (int i = 0; i < 4; ++i) host.release(hooks[i]);
+  /* Every reference the core took or made is given back. */
+  if (fh_alive != 0 || kernel_object.refs != 1) abort();
   free(pl);
 }
 
@@ -904,7 +921,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         else if (how < 220)
           fuzz_call_run(&in, k);
         else
-          fuzz_sequence(&in, k);
+          fuzz_host_call(&in, k);
       }
       tj_kernel_free(k);
       break;

@@ -169,8 +169,10 @@ static int read_pointer(const tj_host *h, void *object, tj_arg *arg) {
   for (intptr_t i = 0; i < 3 && rc == TJ_OK; ++i) {
     void *item = h->sequence_item(dtype, i);
     int overflow = 0;
-    if (item == NULL) rc = TJ_EPYERR;
-    else parts[i] = h->int64_of(item, &overflow);
+    if (item == NULL)
+      rc = TJ_EPYERR;
+    else
+      parts[i] = h->int64_of(item, &overflow);
   }
   h->release(dtype);
   if (rc != TJ_OK || h->error_pending() != NULL) return TJ_EPYERR;
@@ -187,29 +189,27 @@ static int read_pointer(const tj_host *h, void *object, tj_arg *arg) {
 static int read_described(const tj_host *h, const tj_host_type *info, void *object, tj_arg *arg) {
   int rc = TJ_OK;
   switch (info->kind) {
-  case TJ_HOST_POINTER:
-    return read_pointer(h, object, arg);
-  case TJ_HOST_BOOL: {
-    int truth = h->truth(object);
-    if (truth < 0) return TJ_EPYERR;
-    arg->kind = TJ_ARG_BOOL;
-    arg->value.i = truth;
-    break;
-  }
-  case TJ_HOST_INDEX: {
-    void *index = h->index_of(object);
-    if (index == NULL) return TJ_EPYERR;
-    rc = read_int(h, index, arg);
-    h->release(index);
-    break;
-  }
-  case TJ_HOST_FLOAT:
-    arg->kind = TJ_ARG_FLOAT;
-    arg->value.f = h->double_of(object);
-    if (arg->value.f == -1.0 && h->error_pending() != NULL) return TJ_EPYERR;
-    break;
-  default:
-    arg->kind = TJ_ARG_OTHER;
+    case TJ_HOST_POINTER: return read_pointer(h, object, arg);
+    case TJ_HOST_BOOL: {
+      int truth = h->truth(object);
+      if (truth < 0) return TJ_EPYERR;
+      arg->kind = TJ_ARG_BOOL;
+      arg->value.i = truth;
+      break;
+    }
+    case TJ_HOST_INDEX: {
+      void *index = h->index_of(object);
+      if (index == NULL) return TJ_EPYERR;
+      rc = read_int(h, index, arg);
+      h->release(index);
+      break;
+    }
+    case TJ_HOST_FLOAT:
+      arg->kind = TJ_ARG_FLOAT;
+      arg->value.f = h->double_of(object);
+      if (arg->value.f == -1.0 && h->error_pending() != NULL) return TJ_EPYERR;
+      break;
+    default: arg->kind = TJ_ARG_OTHER;
   }
   arg->type_name = info->name; /* messages name numpy.float32, not float */
   return rc;
@@ -436,6 +436,28 @@ static void *hand_over(const tj_host_plan *plan, void *fn, void *a, void *b) {
 
 /* ---- The call ------------------------------------------------------------------- */
 
+/* The handle of a stream= value: a non-negative int as it is; anything else as
+ * tj_host.stream_handle reads it (or refuses it, naming the kernel). */
+static int stream_handle(const tj_host_plan *plan, void *stream, void **out) {
+  const tj_host *h = plan->host;
+  if (type_of(h, stream) == h->int_type) {
+    int overflow = 0;
+    long long value = h->int64_of(stream, &overflow);
+    if (!overflow && value >= 0) {
+      *out = (void *)(uintptr_t)value;
+      return TJ_OK;
+    }
+  }
+  void *items[2] = {retained(h, stream), retained(h, plan->name)};
+  void *handle = call_with(h, h->stream_handle, 2, items);
+  if (handle == NULL) return TJ_EPYERR;
+  unsigned long long value = h->uint64_of(handle);
+  h->release(handle);
+  if (value == (unsigned long long)-1 && h->error_pending() != NULL) return TJ_EPYERR;
+  *out = (void *)(uintptr_t)value;
+  return TJ_OK;
+}
+
 #define VECTORCALL_OFFSET ((size_t)1 << (8 * sizeof(size_t) - 1))
 
 void *tj_host_call(const tj_host_plan *plan, void *const *args, size_t nargsf, void *kwnames) {
@@ -453,22 +475,16 @@ void *tj_host_call(const tj_host_plan *plan, void *const *args, size_t nargsf, v
   }
   tj_arg argv[TJ_MAX_PARAMS];
   void *made[TJ_MAX_OUTPUTS];
-  tj_call call = {argv, count < 0x7fffffff ? (int32_t)count : 0x7fffffff, 0, NULL,
-                  plan->fallback, h, made};
+  tj_call call = {
+      argv, count < 0x7fffffff ? (int32_t)count : 0x7fffffff, 0, NULL, plan->fallback, h, made};
   const tj_kernel *k = plan->kernel;
   if (count <= (size_t)k->ninputs) { /* else the core reports the count, reading none */
     for (int32_t i = 0; i < call.nargs; ++i)
       if (classify(plan, args[i], &argv[i]) != TJ_OK) return NULL;
   }
   if (stream != NULL && stream != h->none) {
-    void *items[2] = {retained(h, stream), retained(h, plan->name)};
-    void *handle = call_with(h, h->stream_handle, 2, items);
-    if (handle == NULL) return NULL;
-    unsigned long long value = h->uint64_of(handle);
-    h->release(handle);
-    if (value == (unsigned long long)-1 && h->error_pending() != NULL) return NULL;
+    if (stream_handle(plan, stream, &call.stream) != TJ_OK) return NULL;
     call.has_stream = 1;
-    call.stream = (void *)(uintptr_t)value;
   }
   int rc = tj_call_run(k, &call);
   if (rc == TJ_OK) return result_of(plan, made);

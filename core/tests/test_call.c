@@ -1,5 +1,5 @@
 /*
- * The call sequencer (tj_call_run, tj_call_sequence) over producers written
+ * The call sequencer (tj_call_run) over producers written
  * here in C: objects are tjt_object records, "types" are addresses of type
  * markers, and every producer call is counted so the order and the release
  * of owned imports can be asserted. Also the exchange-API adapter and the
@@ -13,7 +13,7 @@
 
 /* ---- A fake host and its objects ------------------------------------------ */
 
-static char type_tensor, type_other; /* addresses stand for types */
+static char type_tensor; /* addresses stand for types */
 
 typedef struct {
   void *type;
@@ -423,156 +423,6 @@ TEST(call_run_no_tensor_fallback) {
   CHECK_EQ_STR(tj_last_error(),
                "fill: output 'out': no tensor argument to allocate it like, and "
                "no default allocator");
-  tj_kernel_free(k);
-}
-
-/* ---- tj_call_sequence over a fake host --------------------------------------- */
-
-typedef struct {
-  intptr_t n;
-  void *items[4];
-} tjt_sequence;
-
-static int type_releases, retains;
-static tjt_sequence the_list;
-static char none_object, failed_object;
-static void *fake_object_type(void *object) { return ((tjt_object *)object)->type; }
-static void fake_release(void *object) {
-  if (object == &rec.outs[0]) rec.outs[0].refs--;
-  type_releases++;
-}
-static void fake_retain(void *object) {
-  (void)object;
-  retains++;
-}
-static intptr_t fake_size(void *seq) { return ((tjt_sequence *)seq)->n; }
-static void *fake_item(void *seq, intptr_t i) { return ((tjt_sequence *)seq)->items[i]; }
-static void *fake_list_new(void) {
-  the_list.n = 0;
-  return &the_list;
-}
-static int fake_append(void *list, void *item) {
-  tjt_sequence *l = list;
-  l->items[l->n++] = item;
-  return 0;
-}
-
-/* The host of the tests below: objects and sequences as tjt_object/tjt_sequence. */
-static void fake_host(tj_host *host) {
-  memset(host, 0, sizeof(*host));
-  host->object_type = fake_object_type;
-  host->release = fake_release;
-  host->retain = fake_retain;
-  host->sequence_size = fake_size;
-  host->sequence_item = fake_item;
-  host->list_new = fake_list_new;
-  host->list_append = fake_append;
-}
-
-TEST(call_sequence_dispatch) {
-  memset(&rec, 0, sizeof(rec));
-  tj_host host;
-  fake_host(&host);
-  tj_kernel *k = adder(TJ_BUF_OUTPUT);
-  const tj_producer *producers[1] = {&fake_producer};
-  tj_call_plan plan = {k, &host, NULL, producers, 1, &none_object, &failed_object};
-  tjt_object a, b, other;
-  object_tensor(&a, a_data, 8);
-  object_tensor(&b, b_data, 8);
-  object_tensor(&other, b_data, 8);
-  other.type = &type_other;
-
-  /* One output: the output itself, the core's reference handed over. */
-  tjt_sequence seq = {2, {&a, &b}};
-  CHECK(tj_call_sequence(&plan, &seq) == &rec.outs[0]);
-  CHECK_EQ_INT(rec.outs[0].refs, 1);
-  CHECK_EQ_INT(type_releases, 2); /* every type reference given back */
-
-  /* An object of another type, or another count: declined, nothing done. */
-  memset(&rec, 0, sizeof(rec));
-  tjt_sequence mixed = {2, {&a, &other}};
-  CHECK(tj_call_sequence(&plan, &mixed) == &failed_object);
-  CHECK_EQ_INT(tj_last_error_info()->code, TJ_EDECLINED);
-  tjt_sequence short_seq = {1, {&a}};
-  CHECK(tj_call_sequence(&plan, &short_seq) == &failed_object);
-  CHECK_EQ_INT(tj_last_error_info()->code, TJ_EDECLINED);
-  CHECK_EQ_INT(rec.imports, 0);
-
-  /* An explicit stream reaches the launch (a CPU kernel refuses a non-zero one); the
-   * output made before the failure is released. */
-  CHECK(tj_call_sequence_on(&plan, &seq, 0x99) == &failed_object);
-  CHECK_EQ_INT(tj_last_error_info()->code, TJ_EVALUE);
-  CHECK_ERROR_CONTAINS("a stream was given to a cpu kernel");
-  CHECK_EQ_INT(rec.outs[0].refs, 0);
-  tj_kernel_free(k);
-
-  /* No outputs: the host's none, retained; several: a list in declaration order. */
-  tj_kernel *k3 = adder(0);
-  plan.kernel = k3;
-  tjt_object c;
-  object_tensor(&c, rec.out_data[1], 8);
-  tjt_sequence three = {3, {&a, &b, &c}};
-  retains = 0;
-  CHECK(tj_call_sequence(&plan, &three) == &none_object);
-  CHECK_EQ_INT(retains, 1);
-  CHECK(rec.out_data[1][0] == 11.0f);
-  tj_kernel_free(k3);
-}
-
-/* ---- The entry CPython calls directly (tj_call_method) ----------------------- */
-
-static char plan_capsule, pending_error;
-static int error_is_pending;
-static tj_call_plan *capsule_plan;
-static void *fake_capsule_pointer(void *capsule, const char *name) {
-  if (capsule != &plan_capsule || strcmp(name, TJ_CALL_PLAN_CAPSULE) != 0) return NULL;
-  return capsule_plan;
-}
-static void *fake_error_pending(void) { return error_is_pending ? &pending_error : NULL; }
-
-TEST(call_method_entry) {
-  memset(&rec, 0, sizeof(rec));
-  tj_host host;
-  fake_host(&host);
-  host.capsule_pointer = fake_capsule_pointer;
-  host.error_pending = fake_error_pending;
-  tj_call_method_host(&host);
-  tj_kernel *k = adder(TJ_BUF_OUTPUT);
-  const tj_producer *producers[1] = {&fake_producer};
-  tj_call_plan plan = {k, &host, NULL, producers, 1, &none_object, &failed_object};
-  capsule_plan = &plan;
-  tjt_object a, b;
-  object_tensor(&a, a_data, 8);
-  object_tensor(&b, b_data, 8);
-  tjt_sequence seq = {2, {&a, &b}};
-
-  /* The plan comes out of the capsule; the result is tj_call_sequence's. */
-  CHECK(tj_call_method(&plan_capsule, &seq) == &rec.outs[0]);
-  CHECK_EQ_INT(rec.outs[0].refs, 1);
-
-  /* Another object as self: the capsule's own error is pending; nothing is done. */
-  memset(&rec, 0, sizeof(rec));
-  char not_a_capsule;
-  CHECK(tj_call_method(&not_a_capsule, &seq) == NULL);
-  CHECK_EQ_INT(rec.imports, 0);
-
-  /* A failure with no host error pending: the "no result" object, the record says why. */
-  tjt_sequence short_seq = {1, {&a}};
-  CHECK(tj_call_method(&plan_capsule, &short_seq) == &failed_object);
-  CHECK_EQ_INT(tj_last_error_info()->code, TJ_EDECLINED);
-
-  /* A producer's error pending: NULL, so that it propagates, and the sentinel's
-   * reference given back. */
-  a.fail_import = TJ_EPYERR;
-  error_is_pending = 1;
-  type_releases = 0;
-  CHECK(tj_call_method(&plan_capsule, &seq) == NULL);
-  CHECK_EQ_INT(tj_last_error_info()->code, TJ_EPYERR);
-  CHECK_EQ_INT(tj_last_error_info()->argument, 0);
-  CHECK_EQ_INT(type_releases, 3); /* two type references and the sentinel */
-  error_is_pending = 0;
-  a.fail_import = 0;
-  tj_call_method_host(NULL);
   tj_kernel_free(k);
 }
 

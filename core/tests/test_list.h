@@ -32,6 +32,14 @@
   X(arg_versioned_read_only)                    \
   X(arg_versioned_major_rejected)               \
   X(arg_from_dltensor)                          \
+  /* test_host.c */                             \
+  X(host_call_classifies_builtin_scalars)       \
+  X(host_call_described_kinds)                  \
+  X(host_registry_grows)                        \
+  X(host_call_stream_and_keywords)              \
+  X(host_call_results_in_order)                 \
+  X(host_call_producer_errors_and_claims)       \
+  X(host_method_entry)                          \
   /* test_call.c */                             \
   X(call_run_imports_binds_allocates)           \
   X(call_run_count_first)                       \
@@ -44,8 +52,6 @@
   X(call_run_streams)                           \
   X(call_run_releases_owned_imports)            \
   X(call_run_no_tensor_fallback)                \
-  X(call_sequence_dispatch)                     \
-  X(call_method_entry)                          \
   X(call_run_claims)                            \
   X(producer_from_exchange_versions)            \
   X(producer_exchange_view_or_export)           \

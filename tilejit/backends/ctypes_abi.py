@@ -12,7 +12,6 @@ from ctypes import (
     Union,
     c_char_p,
     c_double,
-    c_int,
     c_int32,
     c_int64,
     c_uint8,

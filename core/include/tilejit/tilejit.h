@@ -647,7 +647,6 @@ typedef struct tj_call {
  * On failure the record (tj_last_error_info) says which argument or output. */
 int tj_call_run(const tj_kernel *kernel, tj_call *call);
 
-
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,439 @@
+/*
+ * The binding layer (tj_host_call and its helpers, core/src/host.c) over the
+ * fake host of fake_host.h: classification of every argument kind, the type
+ * registry, stream=, inputs by name, claimed calls, results and their order,
+ * exceptions, the builtin entry; every reference the core takes or makes is
+ * given back (fh_alive returns to 0, static objects to their counts).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "builders.h"
+#include "fake_host.h"
+
+/* ---- Tensors: objects holding a tjt_tensor, and their producer ----------------- */
+
+static int imports, allocations, fail_import;
+static float out_data[4][8];
+static tjt_tensor out_tensors[4];
+static fh_object tensor_type, outputs[4];
+
+static int tensor_import(const tj_producer *self, void *object, tj_arg *arg) {
+  (void)self;
+  imports++;
+  if (fail_import) {
+    fh_raise(&fh_exception_types[6], "the producer refused"); /* a host error */
+    return TJ_EPYERR;
+  }
+  tj_arg_from_dltensor(arg, &((tjt_tensor *)((fh_object *)object)->pointer)->t, 0);
+  return TJ_OK;
+}
+
+static int tensor_allocate(const tj_producer *self, const DLTensor *proto, tj_arg *out,
+                           void **object) {
+  (void)self;
+  int i = allocations++ % 4;
+  tjt_tensor_1d(&out_tensors[i], out_data[i], proto->dtype, proto->shape[0]);
+  fh_object_init(&outputs[i], &tensor_type);
+  outputs[i].pointer = &out_tensors[i];
+  *object = &outputs[i];
+  tj_arg_from_dltensor(out, &out_tensors[i].t, 0);
+  return TJ_OK;
+}
+
+static tj_producer tensor_producer = {.import = tensor_import, .allocate = tensor_allocate};
+static const tj_host_type tensor_info = {TJ_HOST_TENSOR, &tensor_producer, "Tensor"};
+
+static void tensor_object(fh_object *o, tjt_tensor *t, float *data, int64_t n) {
+  tjt_tensor_1d(t, data, TJT_F32, n);
+  fh_object_init(o, &tensor_type);
+  o->pointer = t;
+}
+
+/* ---- The kernel: mix(A, alpha: f64, k: i64, flag: bool) -> C = A * alpha + k + flag */
+
+static int32_t mix_entry(const tj_value *args) {
+  const float *a = args[0].p;
+  float *c = args[4].p;
+  for (int64_t i = 0; i < args[5].i; ++i)
+    c[i] = (float)(a[i] * args[1].f + (double)args[2].i + (double)args[3].i);
+  return 0;
+}
+
+static tj_kernel *mix_kernel(int32_t noutputs) {
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("mix", 4 + noutputs, TJ_TARGET_CPU, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  int32_t n = tjt_sym(k, 0);
+  tjt_buffer(k, 0, "A", TJT_F32, 1, &n, NULL, 0, TJ_BUF_CONST);
+  CHECK_OK(tj_kernel_set_scalar(k, 1, "alpha", TJT_F64));
+  CHECK_OK(tj_kernel_set_scalar(k, 2, "k", TJT_DTYPE(kDLInt, 64)));
+  CHECK_OK(tj_kernel_set_scalar(k, 3, "flag", TJT_DTYPE(kDLBool, 8)));
+  for (int32_t o = 0; o < noutputs; ++o)
+    tjt_buffer(k, 4 + o, o ? "D" : "C", TJT_F32, 1, &n, NULL, 0, TJ_BUF_OUTPUT);
+  CHECK_OK(tj_kernel_set_entry(k, mix_entry));
+  CHECK_OK(tj_kernel_finalize(k));
+  return k;
+}
+
+/* ---- The host functions tilejit would give (tilejit.backends.binding) ------------ */
+
+static int describes, stream_asks, keyword_calls, claimed_calls, producer_errors;
+
+static fh_object *describe_fn(fh_object *args) {
+  describes++;
+  fh_object *type = args->items[0];
+  if (type->pointer == NULL) {
+    fh_raise(&fh_exception_types[1], "no description");
+    return NULL;
+  }
+  return fh_int((long long)(intptr_t)type->pointer);
+}
+
+static fh_object *stream_handle_fn(fh_object *args) {
+  stream_asks++;
+  fh_object *stream = args->items[0];
+  CHECK_EQ_STR(((fh_object *)args->items[1])->s, "mix"); /* the kernel's name */
+  if (stream->kind != FH_INT) {
+    fh_raise(&fh_exception_types[1], "mix: stream must be a stream handle");
+    return NULL;
+  }
+  return fh_int(stream->i);
+}
+
+static fh_object *keywords_fn(fh_object *args) {
+  keyword_calls++;
+  CHECK_EQ_INT(args->n, 3); /* (kernel, items, kwnames) */
+  return fh_int(args->items[1]->n * 100 + args->items[2]->n);
+}
+
+static fh_object *claimed_fn(fh_object *args) {
+  claimed_calls++;
+  CHECK(args->items[2] == &fh_none); /* no stream= */
+  return fh_int(args->items[1]->n);
+}
+
+static fh_object *producer_error_fn(fh_object *args) {
+  producer_errors++;
+  /* (prefix, step, exception, object): a new exception saying where. */
+  CHECK_EQ_INT(args->items[1]->i, TJ_PRODUCER_IMPORT);
+  CHECK_EQ_STR(args->items[2]->s, "the producer refused");
+  fh_object *e = fh_str(args->items[0]->s);
+  e->type = &fh_exception_types[2];
+  return e;
+}
+
+typedef struct {
+  tj_host host;
+  tj_host_plan plan;
+  fh_object *hooks[5];
+  fh_object *name;
+  fh_object kernel_object;
+} setup;
+
+static void setup_init(setup *s, const tj_kernel *k, int32_t noutputs) {
+  memset(s, 0, sizeof(*s));
+  fh_host(&s->host);
+  s->hooks[0] = fh_func(describe_fn);
+  s->hooks[1] = fh_func(stream_handle_fn);
+  s->hooks[2] = fh_func(keywords_fn);
+  s->hooks[3] = fh_func(claimed_fn);
+  s->hooks[4] = fh_func(producer_error_fn);
+  s->host.describe = s->hooks[0];
+  s->host.stream_handle = s->hooks[1];
+  s->host.producer_error = s->hooks[4];
+  s->name = fh_str("mix");
+  fh_object_init(&s->kernel_object, &tensor_type);
+  s->plan =
+      (tj_host_plan){k,       &s->host,          1,           noutputs,   NULL, &tensor_producer,
+                     s->name, &s->kernel_object, s->hooks[2], s->hooks[3]};
+  fh_type_init(&tensor_type, &tensor_info);
+  tensor_producer.host = &s->host;
+  tensor_producer.claim = NULL;
+  imports = allocations = fail_import = describes = stream_asks = 0;
+  keyword_calls = claimed_calls = producer_errors = 0;
+}
+
+static void setup_free(setup *s, tj_kernel *k) {
+  for (int i = 0; i < 5; ++i) s->host.release(s->hooks[i]);
+  s->host.release(s->name);
+  tj_kernel_free(k);
+  CHECK(fh_error_type == NULL);
+  CHECK_EQ_INT(fh_alive, 0); /* every reference given back */
+}
+
+static float a_data[4] = {1, 2, 3, 4};
+
+/* Calls the plan with `n` positional arguments and no keywords. */
+static void *call_n(setup *s, void **args, size_t n) {
+  return tj_host_call(&s->plan, args, n, NULL);
+}
+
+/* ---- Tests ---------------------------------------------------------------------- */
+
+TEST(host_call_classifies_builtin_scalars) {
+  tj_kernel *k = mix_kernel(1);
+  setup s;
+  setup_init(&s, k, 1);
+  fh_object a;
+  tjt_tensor ta;
+  tensor_object(&a, &ta, a_data, 4);
+  fh_object *alpha = fh_float(2.0), *kk = fh_int(3);
+  void *args[4] = {&a, alpha, kk, &fh_true};
+  /* The vectorcall offset bit is not an argument. */
+  void *result = call_n(&s, args, 4 | ((size_t)1 << (8 * sizeof(size_t) - 1)));
+  CHECK(result == &outputs[0]);
+  CHECK(out_data[0][3] == 4.0f * 2.0f + 3.0f + 1.0f);
+  CHECK_EQ_INT(outputs[0].refs, 1); /* the caller's */
+  CHECK_EQ_INT(describes, 1);       /* the tensor type, once */
+  CHECK_EQ_INT(a.refs, 1);
+
+  /* An int where the float parameter is: its value as a float; ints beyond 64 bits
+   * for the int parameter: refused, naming the argument. */
+  fh_object *two = fh_int(2), *huge = fh_int(0);
+  huge->overflow = 1;
+  void *args2[4] = {&a, two, huge, &fh_false};
+  CHECK(call_n(&s, args2, 4) == NULL);
+  CHECK(fh_error_type == &fh_exception_types[-TJ_EVALUE]);
+  CHECK(strstr(fh_error_value->s, "mix: argument 2 'k'") != NULL);
+  fh_clear();
+  /* A uint64 of 2**63 or more: its bits, refused by int64 with its value. */
+  huge->fits_u64 = 1;
+  huge->u = 1ull << 63;
+  CHECK(call_n(&s, args2, 4) == NULL);
+  CHECK(strstr(fh_error_value->s, "9223372036854775808") != NULL);
+  fh_clear();
+  s.host.release(two);
+  s.host.release(huge);
+  s.host.release(alpha);
+  s.host.release(kk);
+  setup_free(&s, k);
+}
+
+TEST(host_call_described_kinds) {
+  tj_kernel *k = mix_kernel(1);
+  setup s;
+  setup_init(&s, k, 1);
+  fh_object a;
+  tjt_tensor ta;
+  tensor_object(&a, &ta, a_data, 4);
+  /* NumPy-style scalars: a float through __float__, an integer through __index__,
+   * a bool by truth; and something else, refused with its name. */
+  static const tj_host_type f32_info = {TJ_HOST_FLOAT, NULL, "numpy.float32"};
+  static const tj_host_type i64_info = {TJ_HOST_INDEX, NULL, "numpy.int64"};
+  static const tj_host_type b_info = {TJ_HOST_BOOL, NULL, "numpy.bool"};
+  static const tj_host_type other_info = {TJ_HOST_OTHER, NULL, "Thing"};
+  /* Types live as long as the process, as the registry expects. */
+  static fh_object f32_type, i64_type, b_type, other_type, nameless_type;
+  fh_object f, i, b, other;
+  fh_type_init(&f32_type, &f32_info);
+  fh_type_init(&i64_type, &i64_info);
+  fh_type_init(&b_type, &b_info);
+  fh_type_init(&other_type, &other_info);
+  fh_object_init(&f, &f32_type);
+  fh_object_init(&i, &i64_type);
+  fh_object_init(&b, &b_type);
+  fh_object_init(&other, &other_type);
+  f.f = 0.5;
+  i.i = 10;
+  b.i = 1;
+  void *args[4] = {&a, &f, &i, &b};
+  CHECK(call_n(&s, args, 4) == &outputs[0]);
+  CHECK(out_data[0][1] == 2.0f * 0.5f + 10.0f + 1.0f);
+  CHECK_EQ_INT(describes, 3); /* the tensor type is known from the test before */
+
+  void *bad[4] = {&a, &other, &i, &b};
+  CHECK(call_n(&s, bad, 4) == NULL);
+  CHECK(fh_error_type == &fh_exception_types[-TJ_ETYPE]);
+  CHECK(strstr(fh_error_value->s, "mix: argument 1 'alpha'") != NULL);
+  CHECK_ERROR_CONTAINS("got Thing");
+  fh_clear();
+  /* A float type where the int parameter is: refused, named by its type. */
+  void *bad2[4] = {&a, &f, &f, &b};
+  CHECK(call_n(&s, bad2, 4) == NULL);
+  CHECK_ERROR_CONTAINS("got numpy.float32");
+  fh_clear();
+  CHECK_EQ_INT(describes, 4); /* each type described once */
+
+  /* A type the binding cannot describe: its error, as it is. */
+  fh_object nameless;
+  fh_type_init(&nameless_type, NULL);
+  fh_object_init(&nameless, &nameless_type);
+  void *bad3[4] = {&a, &nameless, &i, &b};
+  CHECK(call_n(&s, bad3, 4) == NULL);
+  CHECK_EQ_STR(fh_error_value->s, "no description");
+  fh_clear();
+  setup_free(&s, k);
+}
+
+TEST(host_registry_grows) {
+  tj_kernel *k = mix_kernel(1);
+  setup s;
+  setup_init(&s, k, 1);
+  static const tj_host_type info = {TJ_HOST_FLOAT, NULL, "many"};
+  enum { N = 300 };
+  static fh_object types[N];
+  for (int t = 0; t < N; ++t) fh_type_init(&types[t], &info);
+  for (int round = 0; round < 2; ++round)
+    for (int t = 0; t < N; ++t)
+      for (int32_t mode = 0; mode < 2; ++mode)
+        CHECK(tj_host_type_of(&s.host, &types[t], mode) == &info);
+  CHECK_EQ_INT(describes, 2 * N); /* once per type and mode */
+  setup_free(&s, k);
+}
+
+TEST(host_call_stream_and_keywords) {
+  tj_kernel *k = mix_kernel(1);
+  setup s;
+  setup_init(&s, k, 1);
+  fh_object a;
+  tjt_tensor ta;
+  tensor_object(&a, &ta, a_data, 4);
+  fh_object *alpha = fh_float(1.0), *kk = fh_int(0), *handle = fh_int(0x99);
+  fh_object *stream_name = fh_tuple(1), *alpha_name = fh_tuple(1);
+  stream_name->items[0] = fh_str("stream");
+  alpha_name->items[0] = fh_str("alpha");
+
+  /* stream=: the handle reaches the core (a CPU kernel refuses a non-zero one). */
+  void *args[5] = {&a, alpha, kk, &fh_true, handle};
+  CHECK(tj_host_call(&s.plan, args, 4, stream_name) == NULL);
+  CHECK_EQ_INT(stream_asks, 1);
+  CHECK(strstr(fh_error_value->s, "a stream was given to a cpu kernel") != NULL);
+  fh_clear();
+  /* stream=None: none at all. */
+  args[4] = &fh_none;
+  fh_object *out = tj_host_call(&s.plan, args, 4, stream_name);
+  CHECK(out != NULL && out->type == &tensor_type);
+  CHECK_EQ_INT(stream_asks, 1);
+  /* A stream the binding refuses: its error. */
+  args[4] = alpha;
+  CHECK(tj_host_call(&s.plan, args, 4, stream_name) == NULL);
+  CHECK_EQ_STR(fh_error_value->s, "mix: stream must be a stream handle");
+  fh_clear();
+
+  /* Inputs by name: the kernel object maps them (items: 3 positional + 1 keyword). */
+  void *named[4] = {&a, kk, &fh_true, alpha};
+  fh_object *r = tj_host_call(&s.plan, named, 3, alpha_name);
+  CHECK(r != NULL && r->i == 401);
+  CHECK_EQ_INT(keyword_calls, 1);
+  CHECK_EQ_INT(imports, 2); /* nothing imported for the mapped call */
+  s.host.release(r);
+  s.host.release(stream_name);
+  s.host.release(alpha_name);
+  s.host.release(alpha);
+  s.host.release(kk);
+  s.host.release(handle);
+  setup_free(&s, k);
+}
+
+TEST(host_call_results_in_order) {
+  tj_kernel *k = mix_kernel(2);
+  setup s;
+  setup_init(&s, k, 2);
+  fh_object a;
+  tjt_tensor ta;
+  tensor_object(&a, &ta, a_data, 4);
+  fh_object *alpha = fh_float(1.0), *kk = fh_int(0);
+  void *args[4] = {&a, alpha, kk, &fh_false};
+  /* Two outputs: a list in declaration order... */
+  fh_object *list = call_n(&s, args, 4);
+  CHECK(list != NULL && list->kind == FH_LIST && list->n == 2);
+  CHECK(list->items[0] == &outputs[0] && list->items[1] == &outputs[1]);
+  s.host.release(list);
+  CHECK_EQ_INT(outputs[0].refs, 0);
+  /* ...or in the plan's. */
+  int32_t order[2] = {1, 0};
+  s.plan.out_order = order;
+  list = call_n(&s, args, 4);
+  CHECK(list->items[0] == &outputs[3] && list->items[1] == &outputs[2]);
+  s.host.release(list);
+
+  /* A failing call gives back the outputs made: none are left referenced. */
+  void *short_args[2] = {&a, alpha};
+  CHECK(call_n(&s, short_args, 2) == NULL);
+  CHECK(fh_error_type == &fh_exception_types[-TJ_ETYPE]);
+  CHECK_EQ_STR(fh_error_value->s, "mix: expected 4 arguments (A, alpha, k, flag), got 2");
+  fh_clear();
+  s.host.release(alpha);
+  s.host.release(kk);
+  setup_free(&s, k);
+
+  /* No outputs: None, retained. */
+  tj_kernel *k0 = mix_kernel(0);
+  setup_init(&s, k0, 0);
+  fh_object *alpha0 = fh_float(1.0), *kk0 = fh_int(0);
+  void *args0[4] = {&a, alpha0, kk0, &fh_false};
+  int none_refs = fh_none.refs;
+  CHECK(call_n(&s, args0, 4) == &fh_none);
+  CHECK_EQ_INT(fh_none.refs, none_refs + 1);
+  fh_none.refs--;
+  s.host.release(alpha0);
+  s.host.release(kk0);
+  setup_free(&s, k0);
+}
+
+static bool always(const void *state) {
+  (void)state;
+  return true;
+}
+
+TEST(host_call_producer_errors_and_claims) {
+  tj_kernel *k = mix_kernel(1);
+  setup s;
+  setup_init(&s, k, 1);
+  fh_object a;
+  tjt_tensor ta;
+  tensor_object(&a, &ta, a_data, 4);
+  fh_object *alpha = fh_float(1.0), *kk = fh_int(0);
+  void *args[4] = {&a, alpha, kk, &fh_false};
+  /* The producer's own error becomes the cause of one saying where. */
+  fail_import = 1;
+  CHECK(call_n(&s, args, 4) == NULL);
+  CHECK_EQ_INT(producer_errors, 1);
+  CHECK(fh_error_type == &fh_exception_types[2]);
+  CHECK_EQ_STR(fh_error_value->s, "mix: argument 0 'A': cannot import the tensor through DLPack");
+  fh_clear();
+  fail_import = 0;
+
+  /* A framework claims the call: handed to the kernel object with the arguments. */
+  tj_claim claim = {1, 0, always, NULL};
+  tensor_producer.claim = &claim;
+  fh_object *r = call_n(&s, args, 4);
+  CHECK(r != NULL && r->i == 4);
+  CHECK_EQ_INT(claimed_calls, 1);
+  CHECK_EQ_INT(allocations, 0);
+  s.host.release(r);
+  tensor_producer.claim = NULL;
+  s.host.release(alpha);
+  s.host.release(kk);
+  setup_free(&s, k);
+}
+
+TEST(host_method_entry) {
+  tj_kernel *k = mix_kernel(1);
+  setup s;
+  setup_init(&s, k, 1);
+  tj_host_method_install(&s.host);
+  fh_object capsule;
+  fh_object_init(&capsule, &tensor_type);
+  capsule.kind = FH_CAPSULE;
+  strcpy(capsule.s, TJ_HOST_PLAN_CAPSULE);
+  capsule.pointer = &s.plan;
+  fh_object a;
+  tjt_tensor ta;
+  tensor_object(&a, &ta, a_data, 4);
+  fh_object *alpha = fh_float(1.0), *kk = fh_int(0);
+  void *args[4] = {&a, alpha, kk, &fh_false};
+  CHECK(tj_host_method(&capsule, args, 4, NULL) == &outputs[0]);
+  /* Another object as self: the capsule's error, nothing done. */
+  fh_object not_a_capsule;
+  fh_object_init(&not_a_capsule, &tensor_type);
+  int before = imports;
+  CHECK(tj_host_method(&not_a_capsule, args, 4, NULL) == NULL);
+  CHECK_EQ_INT(imports, before);
+  fh_clear();
+  tj_host_method_install(NULL);
+  s.host.release(alpha);
+  s.host.release(kk);
+  setup_free(&s, k);
+}
