@@ -8,7 +8,9 @@ timed is the cost of getting from a Python call to the kernel's first instructio
 - C: 9 and 16 tensors, nothing allocated (how the cost grows with the arguments);
 - D: three arguments converted once, up front, to tilejit's own objects (layout views from
   ``tilejit.from_dlpack``, and ``tilejit.Array`` from ``tilejit.empty``), then passed to
-  every backend.
+  every backend;
+- F: three tensors and one or two scalars (a Python float, then a float and an int), as
+  kernels with a scale or an offset take them.
 
 Every implementation is timed in the same process, in the same way: a tight Python
 ``for`` over ``range`` calling the callable with arguments bound to locals, ``calls``
@@ -88,10 +90,39 @@ def _tilejit_program(count: int):
     return tilejit.Program(name=f"tj_bench_noop{count}", source=source, params=params)
 
 
-# TileLang's ctypes adapter calls an exported `call` with one void* per tensor; the ctypes
-# floor is handed the argument tuple and does nothing with it.
+SCALARS = (("alpha", "float32", "float"), ("k", "int64", "int64_t"))
+"""Case F's scalars, in order: (name, dtype, C type); a call takes the first one or two."""
+SCALAR_VALUES = (2.0, 3)
+
+
+def _scalar_source(name: str, nscalars: int, pointer: Callable[[str], str]) -> str:
+    """A no-op of three tensors (``pointer(p)`` declares each) and the first ``nscalars``
+    of ``SCALARS``."""
+    params = [pointer(p) for p in _names(3)]
+    params += [f"{ctype} {scalar}" for scalar, _, ctype in SCALARS[:nscalars]]
+    body = "".join(f"  (void){p.split()[-1].lstrip('*')};\n" for p in params)
+    return f"#include <stdint.h>\nvoid {name}({', '.join(params)}) {{\n{body}}}\n"
+
+
+def _tilejit_scalar_program(nscalars: int):
+    """``tj_bench_scalars<nscalars>``: three input tensors and ``nscalars`` scalars."""
+    import tilejit
+    from tilejit import T
+
+    name = f"tj_bench_scalars{nscalars}"
+    params = [T.Buffer((N,), "float32", name=p, const=True) for p in _names(3)]
+    params += [T.Scalar(dtype, name=scalar) for scalar, dtype, _ in SCALARS[:nscalars]]
+    return tilejit.Program(name=name, params=params,
+                           source=_scalar_source(name, nscalars, lambda p: f"const float *{p}"))
+
+
+# TileLang's ctypes adapter calls an exported `call` with one void* per tensor (and each
+# scalar as its C type); the ctypes floor is handed the argument tuple and does nothing
+# with it.
 _CTYPES_SOURCE = (_noop_source("call", 3, lambda p: f"void *{p}")
-                  + _noop_source("tj_bench_ctypes_floor", 1, lambda p: f"void *{p}"))
+                  + _noop_source("tj_bench_ctypes_floor", 1, lambda p: f"void *{p}")
+                  + "".join(_scalar_source(f"call_scalars{n}", n, lambda p: f"void *{p}")
+                            for n in (1, 2)))
 
 FLOOR = "floor: C extension, exchange API only"
 CTYPES_FLOOR = "ctypes floor: *args, one PyDLL call with the tuple"
@@ -116,9 +147,30 @@ static PyObject *noop(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
+/* Tensors and scalars: a float read with PyFloat_AsDouble, an int with
+ * PyLong_AsLongLong, each exact type checked first, as a consumer must. */
+static PyObject *mixed(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  DLTensor view;
+  (void)self;
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    if (PyFloat_CheckExact(args[i])) {
+      volatile double value = PyFloat_AS_DOUBLE(args[i]);
+      (void)value;
+    } else if (PyLong_CheckExact(args[i])) {
+      volatile long long value = PyLong_AsLongLong(args[i]);
+      if (value == -1 && PyErr_Occurred()) return NULL;
+    } else if (api->dltensor_from_py_object_no_sync(args[i], &view) != 0) {
+      return NULL;
+    }
+  }
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"noop", (PyCFunction)(void (*)(void))noop, METH_FASTCALL,
      "noop(*tensors): reads each tensor through torch's DLPack C exchange API."},
+    {"mixed", (PyCFunction)(void (*)(void))mixed, METH_FASTCALL,
+     "mixed(*args): tensors through the exchange API, floats and ints through the C API."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -392,6 +444,96 @@ def _ctypes_rows(tensor_sets: list[tuple]) -> tuple[Row, Row, list[Row]]:
              for name, tensors in zip(floor_name, tensor_sets)])
 
 
+def _scalar_rows(tensors: tuple) -> list[list[Row]]:
+    """Case F: per count of scalars (1, 2), the rows of a no-op on three tensors and the
+    scalars: tilejit's backends, TileLang-style ctypes, and the two floors."""
+    import warnings
+
+    import tilejit
+
+    cases = []
+    for nscalars in (1, 2):
+        args = (*tensors, *SCALAR_VALUES[:nscalars])
+        suffix = f", {nscalars} scalar{'s' if nscalars > 1 else ''}"
+        rows = []
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                kernel = tilejit.compile(_tilejit_scalar_program(nscalars),
+                                         execution_backend="auto", compile_flags=[])
+            rows += [Row(f"tilejit {backend}{suffix}", kernel.with_backend(backend), args,
+                         required=True) for backend in BACKENDS]
+        except Exception as exc:  # noqa: BLE001 - reported in the table
+            rows += [_failed(f"tilejit {backend}{suffix}", exc, required=True)
+                     for backend in BACKENDS]
+        rows.append(_tilelang_style_scalars(nscalars, suffix, args))
+        rows += _scalar_floor_rows(suffix, args)
+        cases.append(rows)
+    return cases
+
+
+def _tilelang_style_scalars(nscalars: int, suffix: str, args: tuple) -> Row:
+    """TileLang's ctypes marshalling with scalars: a c_void_p per tensor and each scalar
+    as its ctypes type, built per call."""
+    name = f"TileLang-style ctypes{suffix}"
+    try:
+        lib = ctypes.CDLL(str(_cached_so("tilejit_bench_ctypes", _CTYPES_SOURCE, [])))
+    except Exception as exc:  # noqa: BLE001 - reported in the table
+        return _failed(name, exc, required=True)
+    fn = getattr(lib, f"call_scalars{nscalars}")
+    fn.restype = None
+    c_void_p, c_float, c_int64 = ctypes.c_void_p, ctypes.c_float, ctypes.c_int64
+    if nscalars == 1:
+        def call(t0, t1, t2, alpha):
+            fn(c_void_p(t0.data_ptr()), c_void_p(t1.data_ptr()), c_void_p(t2.data_ptr()),
+               c_float(alpha))
+    else:
+        def call(t0, t1, t2, alpha, k):
+            fn(c_void_p(t0.data_ptr()), c_void_p(t1.data_ptr()), c_void_p(t2.data_ptr()),
+               c_float(alpha), c_int64(k))
+    return Row(name, call, args, required=True)
+
+
+def _scalar_floor_rows(suffix: str, args: tuple) -> list[Row]:
+    """The floor (the extension reading the tensors through the exchange API and the
+    scalars through the C API) and the ctypes floor, on ``args``."""
+    names = [f"{FLOOR}, scalars through the C API{suffix}", f"{CTYPES_FLOOR}{suffix}"]
+    try:
+        include = build_tools.source_dirs()[0] / "include"
+        path = _cached_so(_FLOOR_MODULE, _FLOOR_SOURCE, [*_python_includes(), f"-I{include}"],
+                          suffix=sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+        mixed = _load_extension(_FLOOR_MODULE, path).mixed
+        floor_fn = ctypes.PyDLL(str(_cached_so("tilejit_bench_ctypes", _CTYPES_SOURCE, [])))
+        floor_fn = floor_fn.tj_bench_ctypes_floor
+    except Exception as exc:  # noqa: BLE001 - reported in the table
+        return [_failed(name, exc, required=True) for name in names]
+    floor_fn.restype, floor_fn.argtypes = None, [ctypes.py_object]
+
+    def ctypes_floor(*items):
+        floor_fn(items)
+
+    return [Row(names[0], mixed, args, required=True),
+            Row(names[1], ctypes_floor, args, required=True)]
+
+
+def _scalar_table(rows: list[Row], suffix: str) -> list[tuple[Row, tuple, str]]:
+    """Case F's rows with their ratios to the two floors and tilejit's targets."""
+    by_name = {row.name: row for row in rows}
+    floor = by_name[f"{FLOOR}, scalars through the C API{suffix}"]
+    ctypes_floor = by_name[f"{CTYPES_FLOOR}{suffix}"]
+    tile_lang = by_name[f"TileLang-style ctypes{suffix}"]
+    table = []
+    for row in rows:
+        checks = []
+        if row.name == f"tilejit cython{suffix}":
+            checks = [("≤ 1.25× floor", row.median, _scaled(1.25, floor.median))]
+        elif row.name == f"tilejit ctypes{suffix}":
+            checks = [("≤ TileLang-style ctypes", row.median, tile_lang.median),
+                      ("≤ 2× ctypes floor", row.median, _scaled(2, ctypes_floor.median))]
+        table.append((row, (floor.median, ctypes_floor.median), _targets(checks)))
+    return table
+
+
 def _tvm_ffi_rows(tensor_sets: list[tuple]) -> list[Row]:
     def name(count):
         return f"apache-tvm-ffi (TensorView x{count})"
@@ -642,6 +784,7 @@ def run(calls: int = SPEC_MIN_CALLS, repeats: int = 11, quick: bool = False) -> 
     tvms = _tvm_ffi_rows(tensor_sets)
     pybind = _pybind_row(a, b, c, quick)
     views = _view_rows(kernels, tensor_sets[0])
+    rows_f = _scalar_rows(tensor_sets[0])
     tilelang_rows = _tilelang_rows(a, b, c)
     empty = Row("torch.empty((16,), dtype=torch.float32) alone", torch.empty, ((N,),),
                 {"dtype": torch.float32}, required=True)
@@ -667,7 +810,7 @@ def run(calls: int = SPEC_MIN_CALLS, repeats: int = 11, quick: bool = False) -> 
               in zip(tj_wide, tvms[1:], floors[1:], ctypes_floors[1:])]
     rows_d = [row for _, row in views]
     every_row = (rows_a + rows_b + [row for rows in rows_c for row in rows] + rows_d
-                 + tilelang_rows)
+                 + tilelang_rows + [row for rows in rows_f for row in rows])
     _measure(every_row, calls, repeats)
 
     by_name = {row.name: row for row in rows_a + rows_b}
@@ -723,6 +866,12 @@ def run(calls: int = SPEC_MIN_CALLS, repeats: int = 11, quick: bool = False) -> 
                 "then 2 inputs + 1 out_idx output; tilejit checks every argument, TileLang's "
                 "cython backend (its backend for \"c\") checks none",
                 ("× TileLang cython",), table_e),
+        "",
+        *_table(f"F. No-op CPU kernel, 3 torch float32 tensors of {N} elements and 1 scalar "
+                "(a float), then 2 (a float and an int), no allocation",
+                ("× floor", "× ctypes floor"),
+                [entry for rows, n in zip(rows_f, (1, 2))
+                 for entry in _scalar_table(rows, f", {n} scalar{'s' if n > 1 else ''}")]),
         "",
     ]
     ok = not any(row.required and not row.times for row in [*every_row, reference])
