@@ -36,7 +36,8 @@ __all__ = [
 # The files that make up the core's source tree. The package data in setup.cfg must list
 # the same patterns, or an installed tilejit would hash and compile a different set than a
 # checkout.
-CORE_PATTERNS = ("include/tilejit/*.h", "src/*.c", "src/*.h")
+CORE_PATTERNS = ("include/tilejit/*.h", "include/dlpack/dlpack.h", "include/dlpack/LICENSE",
+                 "src/*.c", "src/*.h")
 
 # -DNDEBUG matches how setuptools builds extensions: without it CPython's own inline
 # accessors (PyTuple_GET_ITEM and friends) keep their assert()s on the per-call path.
@@ -92,8 +93,9 @@ def build_tools_files() -> list[tuple[str, Path]]:
 def core_source_hash(core_dir: Path | None = None) -> str:
     """Return the core library's cache key: 16 hex digits of a sha256.
 
-    It covers every `core/include/tilejit/*.h`, `core/src/*.c` and `core/src/*.h`, the
-    `build_tools` sources and `$TILEJIT_CC`; not Cython nor the wrapper, so the ctypes
+    It covers every `core/include/tilejit/*.h`, the vendored `core/include/dlpack/`,
+    `core/src/*.c` and `core/src/*.h`, the `build_tools` sources and `$TILEJIT_CC`;
+    not Cython nor the wrapper, so the ctypes
     backend keeps working where Cython is missing or the wrapper does not build.
 
     Example:

@@ -103,7 +103,7 @@ _FLOOR_SOURCE = r"""
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "tilejit/dlpack_abi.h"
+#include "dlpack/dlpack.h"
 
 static const DLPackExchangeAPI *api;
 
@@ -139,7 +139,7 @@ PyMODINIT_FUNC PyInit__tilejit_bench_floor(void) {
   api = (const DLPackExchangeAPI *)PyCapsule_GetPointer(capsule, "dlpack_exchange_api");
   Py_DECREF(capsule);
   if (api == NULL) return NULL;
-  if (api->header.version.major != TJ_DLPACK_MAJOR || api->dltensor_from_py_object_no_sync == NULL) {
+  if (api->header.version.major != DLPACK_MAJOR_VERSION || api->dltensor_from_py_object_no_sync == NULL) {
     PyErr_SetString(PyExc_RuntimeError,
                     "torch's DLPack exchange API has another major version or no "
                     "dltensor_from_py_object_no_sync");

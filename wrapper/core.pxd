@@ -2,8 +2,8 @@
 # table first). Keep them in step: a declaration added there is added here, in order.
 from libc.stdint cimport int32_t, int64_t, intptr_t, uint32_t, uint64_t, uintptr_t
 
-from dlpack_abi cimport (DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned,
-                         DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor)
+from dlpack cimport (DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned,
+                     DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor)
 
 
 cdef extern from "<stdbool.h>":
@@ -33,6 +33,8 @@ cdef extern from "tilejit/host.h" nogil:
 
 cdef extern from "tilejit/tilejit.h" nogil:
     const char *TJ_VERSION
+    int TJ_DLPACK_MAJOR
+    int TJ_DLPACK_MINOR
     enum:
         TJ_MAX_PARAMS
         TJ_MAX_SYMBOLS

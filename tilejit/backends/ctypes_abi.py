@@ -25,7 +25,7 @@ from ctypes import (
 
 from .. import abi
 
-# ---- dlpack_abi.h -------------------------------------------------------------------
+# ---- dlpack/dlpack.h ----------------------------------------------------------------
 
 
 class DLDevice(Structure):

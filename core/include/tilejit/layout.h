@@ -27,7 +27,7 @@
 
 #include <stdint.h>
 
-#include "tilejit/dlpack_abi.h"
+#include "dlpack/dlpack.h"
 #include "tilejit/tilejit.h"
 
 #ifdef __cplusplus

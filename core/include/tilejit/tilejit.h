@@ -24,13 +24,24 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "tilejit/dlpack_abi.h"
+#include "dlpack/dlpack.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 #define TJ_VERSION "0.1.0"
+
+/* The DLPack version the core speaks, in the tensors and tables it reads and
+ * makes. A producer whose major version differs is not read past the version
+ * and flags fields. The DLPack declarations are DLPack's own header
+ * (dlpack/dlpack.h, shipped beside this one), or any copy of the same or a
+ * newer minor version included before it. */
+#define TJ_DLPACK_MAJOR 1
+#define TJ_DLPACK_MINOR 3
+#if DLPACK_MAJOR_VERSION != TJ_DLPACK_MAJOR || DLPACK_MINOR_VERSION < TJ_DLPACK_MINOR
+#error "tilejit needs dlpack/dlpack.h of DLPack 1.3 or a later 1.x"
+#endif
 
 /* Hard limits, sized so a call frame lives on the stack. */
 #define TJ_MAX_PARAMS 64
@@ -646,7 +657,6 @@ typedef struct tj_call {
  *   7. releases every owning import, inputs and outputs, success or not.
  * On failure the record (tj_last_error_info) says which argument or output. */
 int tj_call_run(const tj_kernel *kernel, tj_call *call);
-
 
 #ifdef __cplusplus
 }
