@@ -42,10 +42,12 @@ CORE_PATTERNS = ("include/tilejit/*.h", "include/dlpack/dlpack.h", "include/dlpa
 # -DNDEBUG matches how setuptools builds extensions: without it CPython's own inline
 # accessors (PyTuple_GET_ITEM and friends) keep their assert()s on the per-call path.
 CFLAGS = ("-O2", "-fPIC", "-pthread", "-std=gnu11", "-DNDEBUG")
-# The core's public tj_ functions keep the default visibility: the ctypes backend looks
-# them up and the wrapper links against them. -Bsymbolic binds the core's calls to its own
-# functions inside the library, so they skip the PLT and no other library can interpose
-# them, as when the core was compiled into the wrapper.
+# Hidden visibility keeps the core's internals (tj__ names) inside the library: only the
+# functions its headers mark TJ_API (core/include/tilejit/export.h) are exported, which the
+# ctypes backend looks up and the wrapper links against. -Bsymbolic binds the core's calls
+# to its own exported functions inside the library, so they skip the PLT and no other
+# library can interpose them, as when the core was compiled into the wrapper.
+_CORE_CFLAGS = (*CFLAGS, "-fvisibility=hidden")
 _CORE_LINK_ARGS = ("-Wl,-Bsymbolic",)
 
 
@@ -159,7 +161,7 @@ def build_core_library(
             link_args = (*_CORE_LINK_ARGS, f"-Wl,-soname,{target.name}")
             # The object files go beside the output, into the cache's private build
             # directory.
-            toolchain.compile_and_link(sources, include_dirs, CFLAGS, output, output.parent,
+            toolchain.compile_and_link(sources, include_dirs, _CORE_CFLAGS, output, output.parent,
                                        verbose, link_args)
 
         return disk_cache.get_or_build(target.parent, target.name, build, force=force,

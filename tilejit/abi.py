@@ -20,7 +20,8 @@ import re
 from pathlib import Path
 
 # Paths under the include directory.
-HEADERS = ("tilejit/tilejit.h", "tilejit/host.h", "dlpack/dlpack.h", "tilejit/layout.h")
+HEADERS = ("tilejit/core.h", "tilejit/producer.h", "tilejit/host.h", "dlpack/dlpack.h",
+           "tilejit/layout.h")
 
 _DEFINE = re.compile(r"^#define[ \t]+((?:TJ|DLPACK)_\w+)[ \t]+(.+?)\s*(?:/\*.*)?$", re.MULTILINE)
 _ENUM_BODY = re.compile(r"enum\s*\w*\s*\{([^}]*)\}")

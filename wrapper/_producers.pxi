@@ -1,6 +1,6 @@
 # The host table and the producer of each Python type. Included by _tilejit.pyx.
 #
-# A producer (tj_producer, core/include/tilejit/tilejit.h) is how the core reads one
+# A producer (tj_producer, core/include/tilejit/producer.h) is how the core reads one
 # kind of object: the core's adapter over a type's DLPack C exchange API table, or the
 # producer built here around __dlpack__ and the framework allocators of tilejit.host.
 # Producers live as long as the process (a few per process), one per (type, mode).

@@ -71,7 +71,7 @@ class DLPackExchangeAPI(Structure):
                 ("current_work_stream", c_void_p)]
 
 
-# ---- tilejit.h ----------------------------------------------------------------------
+# ---- tilejit/core.h, producer.h, host.h ---------------------------------------------
 
 
 class TjAbiArg(Structure):

@@ -2,7 +2,7 @@
  * tilejit's host ABI: what a binding for a host language (CPython, for the
  * bindings shipped with tilejit) hands the core so that the core can read the
  * host's objects, and the entries such a binding calls. An embedder calling
- * kernels from C needs none of this (tilejit/tilejit.h).
+ * kernels from C needs none of this (tilejit/core.h).
  */
 #ifndef TILEJIT_HOST_H_
 #define TILEJIT_HOST_H_
@@ -10,7 +10,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "tilejit/tilejit.h"
+#include "tilejit/core.h"
+#include "tilejit/export.h"
+#include "tilejit/producer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -77,8 +79,8 @@ typedef struct tj_call_plan {
  * classifies the arguments itself and calls tj_call_run), else the call's
  * status and message. Two entries, so that the common call passes two
  * arguments: tj_call_sequence_on adds the explicit stream's handle. */
-void *tj_call_sequence(const tj_call_plan *plan, void *sequence);
-void *tj_call_sequence_on(const tj_call_plan *plan, void *sequence, uintptr_t stream);
+TJ_API void *tj_call_sequence(const tj_call_plan *plan, void *sequence);
+TJ_API void *tj_call_sequence_on(const tj_call_plan *plan, void *sequence, uintptr_t stream);
 
 /* The same call as a function CPython calls directly: tj_call_method has the
  * shape of a METH_O builtin, for bindings with no compiler of their own (the
@@ -92,8 +94,8 @@ void *tj_call_sequence_on(const tj_call_plan *plan, void *sequence, uintptr_t st
  * process, before any such builtin is made (the interpreter's C API; the
  * plan's own host runs the call). */
 #define TJ_CALL_PLAN_CAPSULE "tilejit.call_plan"
-void tj_call_method_host(const tj_host *host);
-void *tj_call_method(void *self, void *sequence);
+TJ_API void tj_call_method_host(const tj_host *host);
+TJ_API void *tj_call_method(void *self, void *sequence);
 
 #ifdef __cplusplus
 }
