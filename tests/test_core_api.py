@@ -110,3 +110,105 @@ def test_tilejit_h_compiles_beside_dlpack_h(tmp_path, compiler, std, suffix, ord
 @pytest.mark.parametrize("header", PUBLIC_HEADERS)
 def test_each_public_header_compiles_alone(tmp_path, header):
     _compile(tmp_path, "alone.c", f'#include "tilejit/{header}"\n', "cc", "gnu11")
+
+
+# ---- The core's sources are layered ---------------------------------------------------
+
+SRC = CORE / "src"
+
+
+def _code(path: Path) -> str:
+    """A C file without comments, string and character literals."""
+    text = _strip_comments(path.read_text())
+    return re.sub(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', '""', text)
+
+
+def _braced_body(text: str, start: int) -> str:
+    depth = 0
+    for i in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start:i + 1]
+    raise ValueError("unbalanced braces")
+
+
+_DEFINITION = re.compile(r"^(static\s+)?(?:[A-Za-z_][\w \*]*?)\b(tj_\w+)\s*\([^;{}]*\)\s*\{",
+                         re.MULTILINE)
+_NAME = re.compile(r"\b(tj_\w+)\b")
+
+
+def source_graph() -> dict[str, set[str]]:
+    """``{file.c: the other .c files whose functions it calls or takes the address of}``.
+
+    A function the core defines in a .c file belongs to that file; a static inline
+    function of a header belongs to every file that uses it (its calls count as theirs)."""
+    owner: dict[str, str] = {}
+    for path in sorted(SRC.glob("*.c")):
+        for match in _DEFINITION.finditer(_code(path)):
+            if not match.group(1):
+                owner[match.group(2)] = path.name
+    inline: dict[str, set[str]] = {}
+    for path in sorted(SRC.glob("*.h")):
+        code = _code(path)
+        for match in _DEFINITION.finditer(code):
+            if match.group(1):
+                body = _braced_body(code, match.end() - 1)
+                inline[match.group(2)] = set(_NAME.findall(body)) - {match.group(2)}
+    graph = {}
+    for path in sorted(SRC.glob("*.c")):
+        used, todo = set(), list(_NAME.findall(_code(path)))
+        while todo:
+            name = todo.pop()
+            if name not in used:
+                used.add(name)
+                todo.extend(inline.get(name, ()))
+        graph[path.name] = {owner[name] for name in used if owner.get(name, path.name) != path.name}
+    return graph
+
+
+def include_graph() -> dict[str, set[str]]:
+    """``{file: the core's own src/ headers it includes}``."""
+    return {path.name: set(re.findall(r'^#include "(\w+\.h)"', path.read_text(), re.MULTILINE))
+            & {h.name for h in SRC.glob("*.h")}
+            for path in sorted([*SRC.glob("*.c"), *SRC.glob("*.h")])}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """A cycle of `graph` as a path (first == last), or [] when it has none."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt):], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return []
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return []
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert _cycle({"a.c": {"b.c"}, "b.c": {"c.c"}, "c.c": {"a.c"}}) == \
+        ["a.c", "b.c", "c.c", "a.c"]
+    assert _cycle({"a.c": {"b.c"}, "b.c": set(), "c.c": {"a.c", "b.c"}}) == []
+
+
+def test_core_sources_call_each_other_without_cycles():
+    graph = source_graph()
+    assert graph["call.c"] >= {"validate.c", "launch.c", "memo.c"}  # the parser sees calls
+    cycle = _cycle(graph)
+    assert not cycle, "core/src files depend on each other in a cycle: " + " -> ".join(cycle)
+
+
+def test_core_headers_include_each_other_without_cycles():
+    cycle = _cycle(include_graph())
+    assert not cycle, "core/src headers include each other in a cycle: " + " -> ".join(cycle)
