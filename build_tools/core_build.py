@@ -36,15 +36,18 @@ __all__ = [
 # The files that make up the core's source tree. The package data in setup.cfg must list
 # the same patterns, or an installed tilejit would hash and compile a different set than a
 # checkout.
-CORE_PATTERNS = ("include/tilejit/*.h", "src/*.c", "src/*.h")
+CORE_PATTERNS = ("include/tilejit/*.h", "include/dlpack/dlpack.h", "include/dlpack/LICENSE",
+                 "src/*.c", "src/*.h")
 
 # -DNDEBUG matches how setuptools builds extensions: without it CPython's own inline
 # accessors (PyTuple_GET_ITEM and friends) keep their assert()s on the per-call path.
 CFLAGS = ("-O2", "-fPIC", "-pthread", "-std=gnu11", "-DNDEBUG")
-# The core's public tj_ functions keep the default visibility: the ctypes backend looks
-# them up and the wrapper links against them. -Bsymbolic binds the core's calls to its own
-# functions inside the library, so they skip the PLT and no other library can interpose
-# them, as when the core was compiled into the wrapper.
+# Hidden visibility keeps the core's internals (tj__ names) inside the library: only the
+# functions its headers mark TJ_API (core/include/tilejit/export.h) are exported, which the
+# ctypes backend looks up and the wrapper links against. -Bsymbolic binds the core's calls
+# to its own exported functions inside the library, so they skip the PLT and no other
+# library can interpose them, as when the core was compiled into the wrapper.
+_CORE_CFLAGS = (*CFLAGS, "-fvisibility=hidden")
 _CORE_LINK_ARGS = ("-Wl,-Bsymbolic",)
 
 
@@ -92,8 +95,9 @@ def build_tools_files() -> list[tuple[str, Path]]:
 def core_source_hash(core_dir: Path | None = None) -> str:
     """Return the core library's cache key: 16 hex digits of a sha256.
 
-    It covers every `core/include/tilejit/*.h`, `core/src/*.c` and `core/src/*.h`, the
-    `build_tools` sources and `$TILEJIT_CC`; not Cython nor the wrapper, so the ctypes
+    It covers every `core/include/tilejit/*.h`, the vendored `core/include/dlpack/`,
+    `core/src/*.c` and `core/src/*.h`, the `build_tools` sources and `$TILEJIT_CC`;
+    not Cython nor the wrapper, so the ctypes
     backend keeps working where Cython is missing or the wrapper does not build.
 
     Example:
@@ -157,7 +161,7 @@ def build_core_library(
             link_args = (*_CORE_LINK_ARGS, f"-Wl,-soname,{target.name}")
             # The object files go beside the output, into the cache's private build
             # directory.
-            toolchain.compile_and_link(sources, include_dirs, CFLAGS, output, output.parent,
+            toolchain.compile_and_link(sources, include_dirs, _CORE_CFLAGS, output, output.parent,
                                        verbose, link_args)
 
         return disk_cache.get_or_build(target.parent, target.name, build, force=force,

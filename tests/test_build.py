@@ -44,10 +44,12 @@ def _import_build_tools():
 
 core_build, wrapper_build = _import_build_tools()
 
+# The core is built with hidden visibility: like the core's TJ_API functions, the fixture's
+# one function is exported explicitly.
 FIXTURE_HEADER = """\
 #ifndef TILEJIT_FIXTURE_H_
 #define TILEJIT_FIXTURE_H_
-int tj_fixture_add(int a, int b);
+__attribute__((visibility("default"))) int tj_fixture_add(int a, int b);
 #endif
 """
 FIXTURE_C = """\

@@ -103,7 +103,7 @@ def test_exception_classes_come_from_the_core_table():
     assert table[-1] == ("TJ_ETYPE", "TypeError")
     assert table[-2] == ("TJ_EVALUE", "ValueError")
     assert table[-5] == ("TJ_EPYERR", "")
-    assert table[-6] == ("TJ_EDECLINED", "")
+    assert table[-7] == ("TJ_ECLAIMED", "")
 
 
 SCALED = r"""

@@ -3,8 +3,9 @@
 Every number Python shares with the core (limits, status codes and the exception class
 each maps to, argument kinds and flags, parameter kinds, buffer flags, targets,
 producer steps, DLPack device types, dtype codes and flags, the DLPack version,
-``TJ_VERSION``) comes from ``core/include/tilejit/*.h`` — shipped with the package as
-``tilejit/_core/include/tilejit`` — parsed here at import (well under a millisecond).
+``TJ_VERSION``) comes from the headers under ``core/include`` (``tilejit/*.h`` and the
+vendored ``dlpack/dlpack.h``) — shipped with the package as ``tilejit/_core/include`` —
+parsed here at import (well under a millisecond).
 A test compiles the headers and checks every value read here against the C compiler's,
 so the parser cannot misread silently.
 
@@ -18,9 +19,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-HEADERS = ("tilejit.h", "host.h", "dlpack_abi.h", "layout.h")
+# Paths under the include directory.
+HEADERS = ("tilejit/core.h", "tilejit/producer.h", "tilejit/host.h", "dlpack/dlpack.h",
+           "tilejit/layout.h")
 
-_DEFINE = re.compile(r"^#define\s+((?:TJ|DLPACK)_\w+)\s+(.+?)\s*(?:/\*.*)?$", re.MULTILINE)
+_DEFINE = re.compile(r"^#define[ \t]+((?:TJ|DLPACK)_\w+)[ \t]+(.+?)\s*(?:/\*.*)?$", re.MULTILINE)
 _ENUM_BODY = re.compile(r"enum\s*\w*\s*\{([^}]*)\}")
 _ENUM_ITEM = re.compile(r"^\s*(\w+)\s*=\s*(-?\d+)U?\s*,?", re.MULTILINE)
 _STATUS = re.compile(r"X\((TJ_\w+),\s*(-?\d+),\s*\"(\w*)\"\)")
@@ -28,12 +31,12 @@ _SHIFT = re.compile(r"^\((\d+)UL?\s*<<\s*(\d+)UL?\)$")
 
 
 def include_dir() -> Path:
-    """Where the core's public headers are: the package's copy when installed, the
-    checkout's ``core/include/tilejit`` otherwise."""
+    """Where the core's public headers are (the directory holding ``tilejit/`` and
+    ``dlpack/``): the package's copy when installed, the checkout's ``core/include``
+    otherwise."""
     here = Path(__file__).resolve().parent
-    for candidate in (here / "_core" / "include" / "tilejit",
-                      here.parent / "core" / "include" / "tilejit"):
-        if (candidate / "tilejit.h").is_file():
+    for candidate in (here / "_core" / "include", here.parent / "core" / "include"):
+        if (candidate / "tilejit" / "tilejit.h").is_file():
             return candidate
     raise ImportError(f"tilejit: the core's headers are missing (looked beside {here})")
 

@@ -134,7 +134,7 @@ _FLOOR_SOURCE = r"""
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include "tilejit/dlpack_abi.h"
+#include "dlpack/dlpack.h"
 
 static const DLPackExchangeAPI *api;
 
@@ -191,7 +191,7 @@ PyMODINIT_FUNC PyInit__tilejit_bench_floor(void) {
   api = (const DLPackExchangeAPI *)PyCapsule_GetPointer(capsule, "dlpack_exchange_api");
   Py_DECREF(capsule);
   if (api == NULL) return NULL;
-  if (api->header.version.major != TJ_DLPACK_MAJOR || api->dltensor_from_py_object_no_sync == NULL) {
+  if (api->header.version.major != DLPACK_MAJOR_VERSION || api->dltensor_from_py_object_no_sync == NULL) {
     PyErr_SetString(PyExc_RuntimeError,
                     "torch's DLPack exchange API has another major version or no "
                     "dltensor_from_py_object_no_sync");
@@ -412,7 +412,7 @@ def _ctypes_rows(tensor_sets: list[tuple]) -> tuple[Row, Row, list[Row]]:
     try:
         path = str(_cached_so("tilejit_bench_ctypes", _CTYPES_SOURCE, []))
         lib = ctypes.CDLL(path)
-        # The GIL kept, as tilejit's one-call entry (tj_call_method) keeps it.
+        # The GIL kept, as tilejit's builtin entry (tj_host_method) keeps it.
         floor_fn = ctypes.PyDLL(path).tj_bench_ctypes_floor
     except Exception as exc:  # noqa: BLE001 - reported in the table
         return (_failed(name_a, exc, required=True), _failed(name_b, exc, required=True),

@@ -279,7 +279,7 @@ _torch_probe: list = []  # [(offset, requires_grad, grad_enabled) or None], once
 
 def framework_claim(cls: type):
     """What the core needs to hand calls with objects of ``cls`` back to their framework
-    (``tj_claim``, core/include/tilejit/tilejit.h): ``(always, offset, requires_grad,
+    (``tj_claim``, core/include/tilejit/producer.h): ``(always, offset, requires_grad,
     grad_enabled)``, the functions as addresses, or None when no framework claims them.
 
     torch claims a call when a tensor requires grad while grad mode is on (autograd must

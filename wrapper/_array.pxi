@@ -10,12 +10,11 @@
 from cpython.pycapsule cimport PyCapsule_New
 from libc.string cimport memcpy
 
-from dlpack_abi cimport (DLPackCurrentWorkStream, DLPackDLTensorFromPyObjectNoSync,
-                         DLPackManagedTensorAllocator, DLPackManagedTensorFromPyObjectNoSync,
-                         DLPackManagedTensorToPyObjectNoSync, DLPackVersion,
-                         DLPACK_FLAG_BITMASK_READ_ONLY, DLDeviceType, TJ_DLPACK_MINOR,
-                         kDLBfloat, kDLBool, kDLComplex, kDLFloat, kDLFloat8_e4m3fn,
-                         kDLFloat8_e5m2, kDLInt, kDLUInt)
+from dlpack cimport (DLPackCurrentWorkStream, DLPackDLTensorFromPyObjectNoSync,
+                     DLPackManagedTensorAllocator, DLPackManagedTensorFromPyObjectNoSync,
+                     DLPackManagedTensorToPyObjectNoSync, DLPackVersion,
+                     DLPACK_FLAG_BITMASK_READ_ONLY, DLDeviceType, kDLBfloat, kDLBool,
+                     kDLComplex, kDLFloat, kDLFloat8_e4m3fn, kDLFloat8_e5m2, kDLInt, kDLUInt)
 
 
 cdef extern from "stdlib.h" nogil:

@@ -31,4 +31,4 @@ def status_exception_names():
     """The core's status-code table, for tests: {code: (name, exception)}."""
     return {code: (tj_status_name(code).decode(), tj_status_exception(code).decode())
             for code in (TJ_OK, TJ_ETYPE, TJ_EVALUE, TJ_ERUNTIME, TJ_ENOMEM, TJ_EPYERR,
-                         TJ_EDECLINED, TJ_ECLAIMED)}
+                         TJ_ECLAIMED)}

@@ -25,8 +25,8 @@ from libc.stdint cimport int32_t, int64_t, intptr_t, uint32_t, uintptr_t
 from libc.stdlib cimport calloc, free
 
 from core cimport *
-from dlpack_abi cimport (DLDataType, DLManagedTensor, DLManagedTensorVersioned,
-                         DLPackExchangeAPI, DLTensor, TJ_DLPACK_MAJOR, kDLCPU)
+from dlpack cimport (DLDataType, DLManagedTensor, DLManagedTensorVersioned, DLPackExchangeAPI,
+                     DLTensor, kDLCPU)
 
 
 __version__ = TJ_VERSION.decode()

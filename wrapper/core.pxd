@@ -1,16 +1,16 @@
-# Mirrors core/include/tilejit/tilejit.h and host.h (one block per header, the host
-# table first). Keep them in step: a declaration added there is added here, in order.
+# Mirrors core/include/tilejit/core.h, producer.h and host.h (one block per header, the
+# host table first). Keep them in step: a declaration added there is added here, in order.
 from libc.stdint cimport int32_t, int64_t, intptr_t, uint32_t, uint64_t, uintptr_t
 
-from dlpack_abi cimport (DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned,
-                         DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor)
+from dlpack cimport (DLDataType, DLDevice, DLManagedTensor, DLManagedTensorVersioned,
+                     DLPackExchangeAPI, DLPackExchangeAPIHeader, DLTensor)
 
 
 cdef extern from "<stdbool.h>":
     ctypedef bint c_bool "bool"  # what the C++ functions of tj_claim return
 
 
-# The host table first: the producer and the call of tilejit.h point to it.
+# The host table first: the producer and the call (core.h) point to it.
 cdef extern from "tilejit/host.h" nogil:
     enum:
         TJ_HOST_NUM_STATUS
@@ -66,8 +66,10 @@ cdef extern from "tilejit/host.h" nogil:
         void *producer_error
 
 
-cdef extern from "tilejit/tilejit.h" nogil:
+cdef extern from "tilejit/core.h" nogil:
     const char *TJ_VERSION
+    int TJ_DLPACK_MAJOR
+    int TJ_DLPACK_MINOR
     enum:
         TJ_MAX_PARAMS
         TJ_MAX_SYMBOLS
@@ -82,7 +84,6 @@ cdef extern from "tilejit/tilejit.h" nogil:
         TJ_ERUNTIME
         TJ_ENOMEM
         TJ_EPYERR
-        TJ_EDECLINED
         TJ_ECLAIMED
 
     const char *tj_last_error()
@@ -160,7 +161,6 @@ cdef extern from "tilejit/tilejit.h" nogil:
         const tj_producer *producer
 
     void tj_arg_init(tj_arg *arg)
-    void tj_arg_object(tj_arg *arg, void *object, const tj_producer *producer) noexcept
     void tj_arg_from_legacy(tj_arg *arg, DLManagedTensor *managed)
     int tj_arg_from_versioned(tj_arg *arg, DLManagedTensorVersioned *managed, const char *what)
     void tj_arg_from_dltensor(tj_arg *arg, const DLTensor *tensor, uint32_t flags)
@@ -271,6 +271,19 @@ cdef extern from "tilejit/tilejit.h" nogil:
 
     int tj_cuda_device_capability(int32_t device_id, int32_t *major, int32_t *minor)
 
+    ctypedef struct tj_call:
+        tj_arg *args
+        int32_t nargs
+        int32_t has_stream
+        void *stream
+        const tj_producer *fallback
+        const tj_host *host
+        void **outputs
+
+    int tj_call_run(const tj_kernel *kernel, tj_call *call)
+
+
+cdef extern from "tilejit/producer.h" nogil:
     uint32_t TJ_VIEW_CONJUGATE
     uint32_t TJ_VIEW_NEGATIVE
 
@@ -285,6 +298,8 @@ cdef extern from "tilejit/tilejit.h" nogil:
         int32_t offset
         c_bool (*requires_grad)(const void *state) noexcept
         c_bool (*grad_enabled)() noexcept
+
+    void tj_arg_object(tj_arg *arg, void *object, const tj_producer *producer) noexcept
 
     ctypedef struct tj_producer:
         int (*import_ "import")(const tj_producer *self, void *object, tj_arg *arg) noexcept
@@ -305,17 +320,6 @@ cdef extern from "tilejit/tilejit.h" nogil:
     int tj_producer_from_exchange(tj_producer *producer, const DLPackExchangeAPIHeader *header,
                                   void *type)
     int tj_arg_from_capsule(tj_arg *arg, void *capsule, const tj_host *host)
-
-    ctypedef struct tj_call:
-        tj_arg *args
-        int32_t nargs
-        int32_t has_stream
-        void *stream
-        const tj_producer *fallback
-        const tj_host *host
-        void **outputs
-
-    int tj_call_run(const tj_kernel *kernel, tj_call *call)
 
 
 cdef extern from "tilejit/host.h":

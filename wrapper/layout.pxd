@@ -4,7 +4,7 @@ from libc.stdint cimport int32_t, int64_t, uint64_t
 
 from core cimport TJ_MAX_NDIM
 
-from dlpack_abi cimport DLDataType
+from dlpack cimport DLDataType
 
 
 cdef extern from "tilejit/layout.h" nogil:

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "memo.h"
 
 /* The label of caller argument `position` ("argument 1 'B'"). */
 static const tj__param *input_param(const tj_kernel *k, int32_t position) {

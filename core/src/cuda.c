@@ -22,7 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "frame.h"
 #include "internal.h"
+#include "target_cuda.h"
 
 /* The driver API types and constants used here, with the values cuda.h gives
  * them (stable since CUDA 4). Declared here so that the core builds without

@@ -1,6 +1,30 @@
 /*
- * Private declarations shared by the core's translation units. Nothing here
- * is ABI; names are tj__.
+ * Private declarations shared by the core's translation units: the kernel's
+ * layout and the small helpers of the lowest layer (errors, dtypes, the
+ * exchange-API import). Nothing here is ABI; names are tj__. The internals
+ * of one file that others use are declared in that file's own header
+ * (frame.h, validate.h, memo.h, target_cuda.h).
+ *
+ * The files are layered: each calls only files of the layers below it, so no
+ * two depend on each other, directly or around a cycle
+ * (tests/test_core_api.py checks it). One step of a call lives in one file.
+ *
+ *   5  call.c       the call sequencer: import, bind, stream, outputs,
+ *                   launch, release (tj_call_run)
+ *   4  kernel.c     building a kernel's signature, loading it, freeing it
+ *   3  memo.c       binding a call: from the record of an earlier one, else
+ *                   by validate.c's full checks, recorded (tj_call_bind)
+ *      launch.c     packing the arguments and running a CPU kernel
+ *                   (tj_call_launch), cuda.c for a CUDA one
+ *   2  validate.c   the full checks of the arguments, symbol binding, and
+ *                   outputs (tj_call_set_output)
+ *      cuda.c       the CUDA driver, per-context modules, CUDA launches
+ *   1  frame.c      helpers over a kernel's parameters and argument list
+ *                   and a bound frame
+ *      producer.c   the exchange-API producer, lazy views, capsules
+ *      layout.c     the layout algebra of tensor views
+ *   0  arg.c, expr.c, dtype.c, error.c   arguments, expressions, names,
+ *                   the error record
  */
 #ifndef TILEJIT_INTERNAL_H_
 #define TILEJIT_INTERNAL_H_
@@ -152,9 +176,6 @@ static inline void *tj__tensor_address(const tj_arg *arg) {
   return (void *)((uintptr_t)arg->tensor.data + arg->tensor.byte_offset);
 }
 
-/* "argument 1 'B'" or "output 'C'" for messages. */
-void tj__param_label(const tj_kernel *k, int32_t index, char *buf, int32_t size);
-
 /* Puts a printf-style prefix before the current error message, keeping the
  * record's argument/output/producer; returns `code`. */
 int tj__prefix_error(int code, const char *fmt, ...)
@@ -163,64 +184,7 @@ int tj__prefix_error(int code, const char *fmt, ...)
 #endif
     ;
 
-/* The value of kernel ABI argument `a` when it is a symbol or an expression,
- * over the frame's bound symbols. */
-int tj__abi_integer(const tj_frame *f, const tj_abi_arg *a, int64_t *out);
-
-/* Bytes a kernel ABI argument takes in the kernel's parameter list. */
-int64_t tj__abi_bytes(const tj_kernel *k, const tj_abi_arg *a);
-
 /* Formats an int64 array as "(2, 3, 4)". */
 void tj__format_tuple(const int64_t *v, int32_t n, char *buf, int32_t size);
-
-/* Validation pieces the memo shares with tj_call_bind (validate.c). */
-/* Bytes below the first element and from it to the end of the last, for a
- * non-empty buffer argument as its parameter reads it; 0 when they fit. */
-int tj__buffer_span(const tj__param *p, const DLTensor *t, uint64_t *below, uint64_t *above);
-/* 1 when the tensor has data and its span around data + byte_offset lies in
- * the address space (the part of that check that depends on the address);
- * writes the first element's address. Inline: the memo runs it every call. */
-static inline int tj__span_fits(const DLTensor *t, uint64_t below, uint64_t above,
-                                uintptr_t *first) {
-  uintptr_t edge;
-  return t->data != NULL && !__builtin_add_overflow((uintptr_t)t->data, t->byte_offset, first) &&
-         !__builtin_sub_overflow(*first, (uintptr_t)below, &edge) &&
-         !__builtin_add_overflow(*first, (uintptr_t)above, &edge);
-}
-/* 1 when a scalar argument is of a kind the parameter takes, within range. */
-int tj__scalar_fits(const tj__param *p, const tj_arg *arg);
-
-/* The memo of the last call that bound (memo.c): a call whose arguments look
- * the same (kinds, dtypes, devices, shapes, strides, flags) is bound from it
- * after the checks that depend on addresses and values alone. Thread-safe. */
-/* Makes k->memo at finalize; kernels it cannot serve keep NULL. */
-int tj__memo_create(tj_kernel *k);
-void tj__memo_free(tj_kernel *k);
-/* 1 and a bound frame when the arguments match the memo; 0 otherwise. */
-int tj__memo_bind(const tj_kernel *k, tj_arg *args, tj_frame *frame);
-/* Records a call tj_call_bind accepted (and bound into `frame`). */
-void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *frame);
-
-/* tj_call_bind's full checks, remembered in the memo when they pass. */
-int tj__bind_checked(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *frame);
-/* tj_call_bind, inline for the sequencer: a call the memo matches is bound
- * from it, any other takes the full checks. */
-static inline int tj__bind(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *frame) {
-  if (k->memo != NULL && nargs == k->ninputs && tj__memo_bind(k, args, frame)) return TJ_OK;
-  return tj__bind_checked(k, args, nargs, frame);
-}
-
-/* CUDA target (cuda.c). */
-typedef struct tj__cuda_modules tj__cuda_modules;
-/* Makes the kernel's (empty) per-context module cache, k->cuda. */
-int tj__cuda_modules_create(tj_kernel *k);
-/* Launches a bound CUDA frame (tj_call_launch checked the outputs). */
-int tj__cuda_launch(const tj_frame *f);
-/* Unloads the kernel's modules from their contexts and frees k->cuda. */
-void tj__cuda_free(tj_kernel *k);
-/* Closes the driver and forgets the retained primary contexts, so that the
- * next CUDA call loads a driver afresh (TILEJIT_LIBCUDA read again). For
- * tests only: no CUDA kernel with loaded modules may be alive. */
-void tj__cuda_unload_driver(void);
 
 #endif /* TILEJIT_INTERNAL_H_ */

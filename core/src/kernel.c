@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "internal.h"
+#include "memo.h"
+#include "target_cuda.h"
 
 static char *copy_string(const char *s) {
   size_t n = strlen(s ? s : "") + 1;
@@ -349,14 +351,6 @@ int tj_kernel_finalize(tj_kernel *k) {
   return TJ_OK;
 }
 
-int64_t tj__abi_bytes(const tj_kernel *k, const tj_abi_arg *a) {
-  if (a->source == TJ_ABI_TENSORMAP) return TJ_TENSORMAP_BYTES;
-  if (a->source == TJ_ABI_SYMBOL) return k->symbol_dtype[a->index].bits / 8;
-  if (a->source == TJ_ABI_EXPR) return a->dtype.bits / 8;
-  const tj__param *p = &k->params[a->index];
-  return p->kind == TJ_PARAM_SCALAR ? tj__dtype_bytes(p->dtype) : (int64_t)sizeof(void *);
-}
-
 /* ---- CUDA module image and launch configuration ----------------------------- */
 
 static int check_cuda_kernel(const tj_kernel *k, const char *what) {
@@ -591,12 +585,4 @@ int32_t tj_kernel_param_kind(const tj_kernel *k, int32_t index) {
 }
 const char *tj_kernel_param_name(const tj_kernel *k, int32_t index) {
   return index >= 0 && index < k->nparams ? k->params[index].name : NULL;
-}
-
-void tj__param_label(const tj_kernel *k, int32_t index, char *buf, int32_t size) {
-  const tj__param *p = &k->params[index];
-  if (p->output >= 0)
-    snprintf(buf, (size_t)size, "output '%s'", p->name);
-  else
-    snprintf(buf, (size_t)size, "argument %d '%s'", p->position, p->name);
 }

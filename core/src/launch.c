@@ -1,22 +1,7 @@
 /* Packing bound arguments and running the kernel. */
+#include "frame.h"
 #include "internal.h"
-
-int tj__abi_integer(const tj_frame *f, const tj_abi_arg *a, int64_t *out) {
-  if (a->source == TJ_ABI_SYMBOL) {
-    *out = f->symbols[a->index];
-    return TJ_OK;
-  }
-  const tj__expr *e = &f->kernel->exprs[a->index];
-  if (e->sym >= 0) {
-    *out = f->symbols[e->sym];
-    return TJ_OK;
-  }
-  if (e->is_const) {
-    *out = e->cval;
-    return TJ_OK;
-  }
-  return tj_expr_eval(e->code, e->n, f->symbols, out);
-}
+#include "target_cuda.h"
 
 /* Writes the kernel function's argument list (the kernel's ABI entries):
  * pointers, scalars, and symbols or expressions as integers. tj_call_bind

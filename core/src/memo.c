@@ -23,11 +23,14 @@
  * Served: kernels whose parameters are buffers and scalars. A pointer
  * parameter takes many kinds of argument, so such kernels keep no memo.
  */
+#include "memo.h"
+
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
+#include "validate.h"
 
 /* Per input buffer: four key words, the shape and the strides (ndim each),
  * then what the full checks derived: the span around the first element and
@@ -243,4 +246,14 @@ void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *fram
       STORE(*shapes++, (uint64_t)frame->out_shape[o][d]);
   __atomic_store_n(&record[0], seq + 2, __ATOMIC_RELEASE);
   STORE(m->last, (const uint64_t *)record);
+}
+
+int tj__bind_recorded(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *frame) {
+  int rc = tj__bind_checked(k, args, nargs, frame);
+  if (rc == TJ_OK && k->memo != NULL) tj__memo_store(k, args, frame);
+  return rc;
+}
+
+int tj_call_bind(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *frame) {
+  return tj__bind(k, args, nargs, frame);
 }

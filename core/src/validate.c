@@ -1,13 +1,16 @@
 /*
- * Argument validation and symbol binding (SPEC section 2, "Validation").
+ * Argument validation and symbol binding.
  * Every failure names the kernel, the argument and what was expected.
  */
+#include "validate.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "frame.h"
 #include "internal.h"
 
 /* Per-call binding state beyond the frame: who bound each symbol. */
@@ -694,13 +697,7 @@ static int bind_checked(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_fram
 }
 
 int tj__bind_checked(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *frame) {
-  int rc = bind_checked(k, args, nargs, frame);
-  if (rc == TJ_OK && k->memo != NULL) tj__memo_store(k, args, frame);
-  return rc;
-}
-
-int tj_call_bind(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *frame) {
-  return tj__bind(k, args, nargs, frame);
+  return bind_checked(k, args, nargs, frame);
 }
 
 /* Whether an output is exactly what its allocator was asked for: the frame's

@@ -1,8 +1,9 @@
 /*
  * The DLPack ABI facts the tests compare: one list, expanded twice, once in
- * test_abi.c against tilejit's dlpack_abi.h and once in test_abi_reference.c
- * against an installed dlpack.h. The two headers declare the same names, so
- * they can never share a translation unit; each side exports its numbers in
+ * test_abi.c against the vendored dlpack/dlpack.h and once in
+ * test_abi_reference.c against an installed dlpack.h (torch's). The two
+ * headers declare the same names under the same include guard, so they can
+ * never share a translation unit; each side exports its numbers in
  * list order and test_abi.c compares them by position.
  *
  * Include this after the DLPack header of the translation unit, which must

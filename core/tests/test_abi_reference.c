@@ -1,6 +1,6 @@
 /*
  * The ABI numbers of an installed dlpack.h (torch's), for test_abi.c to
- * compare with tilejit's own header. This translation unit must include the
+ * compare with the vendored one. This translation unit must include the
  * reference header only: the two declare the same names. The Makefile builds
  * it only when it found one, passing its path as TJT_REFERENCE_DLPACK_H.
  */

@@ -14,6 +14,7 @@
 
 #include "builders.h"
 #include "internal.h"
+#include "target_cuda.h"
 
 #ifndef TJT_FIXTURE_DIR
 #error "build with -DTJT_FIXTURE_DIR='\"/abs/path/to/build/fixtures\"'"

@@ -52,11 +52,17 @@ static void tensor_object(fh_object *o, tjt_tensor *t, float *data, int64_t n) {
 
 /* ---- The kernel: mix(A, alpha: f64, k: i64, flag: bool) -> C = A * alpha + k + flag */
 
+static int32_t mix_outputs; /* of the kernel mix_kernel made last */
+
+/* Arguments: A, alpha, k, flag, the outputs, then n. */
 static int32_t mix_entry(const tj_value *args) {
   const float *a = args[0].p;
-  float *c = args[4].p;
-  for (int64_t i = 0; i < args[5].i; ++i)
-    c[i] = (float)(a[i] * args[1].f + (double)args[2].i + (double)args[3].i);
+  int64_t n = args[4 + mix_outputs].i;
+  for (int32_t o = 0; o < mix_outputs; ++o) {
+    float *c = args[4 + o].p;
+    for (int64_t i = 0; i < n; ++i)
+      c[i] = (float)(a[i] * args[1].f + (double)args[2].i + (double)args[3].i);
+  }
   return 0;
 }
 
@@ -72,6 +78,7 @@ static tj_kernel *mix_kernel(int32_t noutputs) {
   for (int32_t o = 0; o < noutputs; ++o)
     tjt_buffer(k, 4 + o, o ? "D" : "C", TJT_F32, 1, &n, NULL, 0, TJ_BUF_OUTPUT);
   CHECK_OK(tj_kernel_set_entry(k, mix_entry));
+  mix_outputs = noutputs;
   CHECK_OK(tj_kernel_finalize(k));
   return k;
 }

@@ -11,6 +11,7 @@
 
 #include "builders.h"
 #include "internal.h"
+#include "memo.h"
 
 /* k(A: (m, n) f32 with strides (s, 1), B: (n,) f32 const, C: (m + 1,) f32
  * optional, alpha: int8, beta: float64, D: (m, n) f32 output). */

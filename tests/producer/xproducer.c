@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tilejit/dlpack_abi.h"
+#include "dlpack/dlpack.h"
 
 typedef struct {
   PyObject_HEAD float *data;

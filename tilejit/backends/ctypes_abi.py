@@ -23,7 +23,7 @@ from ctypes import (
 
 from .. import abi
 
-# ---- dlpack_abi.h -------------------------------------------------------------------
+# ---- dlpack/dlpack.h ----------------------------------------------------------------
 
 
 class DLDevice(Structure):
@@ -69,7 +69,7 @@ class DLPackExchangeAPI(Structure):
                 ("current_work_stream", c_void_p)]
 
 
-# ---- tilejit.h ----------------------------------------------------------------------
+# ---- tilejit/core.h, producer.h, host.h ---------------------------------------------
 
 
 class TjAbiArg(Structure):

@@ -12,7 +12,7 @@
  *   - the stream= keyword, the result (None, one output, a list in the
  *     kernel's output order) and the exception of a failed call.
  * The core's sequencer (tj_call_run) does the rest. An embedder calling
- * kernels from C needs none of this (tilejit/tilejit.h without it).
+ * kernels from C needs none of this (tilejit/core.h).
  *
  * Every function here is called with the host's lock (the GIL) held.
  */
@@ -22,7 +22,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "tilejit/tilejit.h"
+#include "tilejit/core.h"
+#include "tilejit/export.h"
+#include "tilejit/producer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -166,11 +168,11 @@ typedef struct tj_host_plan {
 /* Makes `producer` the core's producer for objects of host type `type` read
  * through __dlpack__ and tilejit's host functions (tj_host.dlpack_capsule,
  * allocate, framework_stream). */
-void tj_host_dlpack_producer(tj_producer *producer, const tj_host *host, void *type);
+TJ_API void tj_host_dlpack_producer(tj_producer *producer, const tj_host *host, void *type);
 
 /* Makes `producer` ask tj_host.lazy_view whether an object is a lazy view (for
  * a framework whose view bits cannot be read in place). */
-void tj_host_ask_view(tj_producer *producer);
+TJ_API void tj_host_ask_view(tj_producer *producer);
 
 /* Runs a call of the plan's kernel with CPython's vectorcall convention:
  * `nargsf` positional arguments in `args` (the top bit is the vectorcall
@@ -180,7 +182,8 @@ void tj_host_ask_view(tj_producer *producer);
  * the plan's output order for several; or NULL with a host exception set
  * (the core's status as tj_host.exceptions names it, the message naming the
  * kernel and the argument; a producer's own error through producer_error). */
-void *tj_host_call(const tj_host_plan *plan, void *const *args, size_t nargsf, void *kwnames);
+TJ_API void *tj_host_call(const tj_host_plan *plan, void *const *args, size_t nargsf,
+                          void *kwnames);
 
 /* The same call as a builtin function CPython calls directly, for bindings
  * with no compiler of their own (the ctypes backend): tj_host_method has the
@@ -189,12 +192,12 @@ void *tj_host_call(const tj_host_plan *plan, void *const *args, size_t nargsf, v
  * host given to tj_host_method_install, once per process before any such
  * builtin is called. */
 #define TJ_HOST_PLAN_CAPSULE "tilejit.host_plan"
-void tj_host_method_install(const tj_host *host);
-void *tj_host_method(void *self, void *const *args, intptr_t nargs, void *kwnames);
+TJ_API void tj_host_method_install(const tj_host *host);
+TJ_API void *tj_host_method(void *self, void *const *args, intptr_t nargs, void *kwnames);
 
 /* The registry's answer for `type` in a mode (asking tj_host.describe on the
  * first sight of the type): borrowed, or NULL with a host error pending. */
-const tj_host_type *tj_host_type_of(const tj_host *host, void *type, int32_t exchange);
+TJ_API const tj_host_type *tj_host_type_of(const tj_host *host, void *type, int32_t exchange);
 
 #ifdef __cplusplus
 }

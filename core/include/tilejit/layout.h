@@ -1,7 +1,7 @@
 /*
- * tilejit layout algebra: the layouts of tensor views (SPEC section 4, after
- * the CuTe DSL framework-integration page). A view's layout starts fully
- * static, the tensor's own shape and strides; marking makes modes dynamic:
+ * tilejit layout algebra: the layouts of tensor views (after the CuTe DSL
+ * framework-integration page). A view's layout starts fully static, the
+ * tensor's own shape and strides; marking makes modes dynamic:
  *
  *   tj_layout_mark_dynamic()                 every shape mode dynamic, every
  *                                            stride dynamic except the
@@ -13,7 +13,7 @@
  *                                            order, divisibility propagated
  *                                            into them, size-1 modes stride 0.
  *
- * Conventions are those of tilejit.h: fallible functions return a tj_status
+ * Conventions are those of tilejit/core.h: fallible functions return a tj_status
  * and leave the message in thread-local storage (tj_last_error); a failing
  * mark leaves the layout exactly as it was. Every message of the reference
  * page is reproduced word for word (its "decude" typo fixed).
@@ -27,8 +27,9 @@
 
 #include <stdint.h>
 
-#include "tilejit/dlpack_abi.h"
-#include "tilejit/tilejit.h"
+#include "dlpack/dlpack.h"
+#include "tilejit/core.h"
+#include "tilejit/export.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -57,7 +58,8 @@ typedef struct tj_layout {
  * Borrows shape and strides (copied); strides NULL means compact row-major,
  * as DLPack says of NULL strides. Fails (TJ_EVALUE) for ndim outside
  * [0, TJ_MAX_NDIM] or a negative extent. */
-int tj_layout_init(tj_layout *layout, int32_t ndim, const int64_t *shape, const int64_t *strides);
+TJ_API int tj_layout_init(tj_layout *layout, int32_t ndim, const int64_t *shape,
+                          const int64_t *strides);
 
 /* How tj_layout_mark_dynamic finds the leading dimension. */
 typedef enum {
@@ -76,14 +78,14 @@ typedef enum {
 /* Finds the leading dimension by `rule` (DEDUCE or IMPLICIT) among the modes
  * whose stride is statically 1: writes it to *out, or -1 when there is none.
  * Fails only for DEDUCE with several candidates. Borrows layout. */
-int tj_layout_deduce_leading_dim(const tj_layout *layout, int32_t rule, int32_t *out);
+TJ_API int tj_layout_deduce_leading_dim(const tj_layout *layout, int32_t rule, int32_t *out);
 
 /* mark_layout_dynamic: every shape mode becomes dynamic (one already dynamic
  * keeps its divisibility); every stride becomes dynamic except the leading
  * dimension's, which stays 1, and static strides equal to 0 (broadcasting),
  * which stay 0. `leading_dim` is read only for TJ_LEADING_DIM_GIVEN. Forgets
  * any stride order of an earlier compact marking. */
-int tj_layout_mark_dynamic(tj_layout *layout, int32_t rule, int64_t leading_dim);
+TJ_API int tj_layout_mark_dynamic(tj_layout *layout, int32_t rule, int64_t leading_dim);
 
 /* Deduces the stride order of the tensor's strides (tensor_stride): modes
  * sorted by stride, largest (outermost) first. Ties put modes of size > 1
@@ -91,7 +93,7 @@ int tj_layout_mark_dynamic(tj_layout *layout, int32_t rule, int64_t leading_dim)
  * the mode just outside it), then follow mode order. Unlike
  * torch.Tensor.dim_order(), size-1 modes are placed by their strides too.
  * Fails when several modes have stride 1. Writes ndim entries to `order`. */
-int tj_layout_deduce_stride_order(const tj_layout *layout, int32_t *order);
+TJ_API int tj_layout_deduce_stride_order(const tj_layout *layout, int32_t *order);
 
 /* mark_compact_shape_dynamic: makes shape mode `mode` dynamic with
  * `divisibility` and recomputes every stride as the compact layout in the
@@ -111,36 +113,37 @@ int tj_layout_deduce_stride_order(const tj_layout *layout, int32_t *order);
  * stride 0. `stride_order` has `order_len` entries (NULL: none given); it is
  * read only when order_len == ndim, so a caller may pass a longer length than
  * the array it holds to have the length reported. Borrows stride_order. */
-int tj_layout_mark_compact_shape_dynamic(tj_layout *layout, int64_t mode,
-                                         const int64_t *stride_order, int32_t order_len,
-                                         int64_t divisibility);
+TJ_API int tj_layout_mark_compact_shape_dynamic(tj_layout *layout, int64_t mode,
+                                                const int64_t *stride_order, int32_t order_len,
+                                                int64_t divisibility);
 
 /* 1 when no shape or stride entry is dynamic. */
-int tj_layout_is_static(const tj_layout *layout);
+TJ_API int tj_layout_is_static(const tj_layout *layout);
 
 /* Writes the layout's text into buf (NUL-terminated): a static layout like
  * Python tuples, "(30, 20):(20, 1)", "(8,):(1,)"; a dynamic one compactly,
  * "(?{div=2},4,16,2):(2,?{div=4},?{div=16},1)", divisibility 1 printing as
  * "?". Fails (TJ_EVALUE, text truncated) only when size is below
  * TJ_LAYOUT_FORMAT_SIZE and the text does not fit. */
-int tj_layout_format(const tj_layout *layout, char *buf, int32_t size);
+TJ_API int tj_layout_format(const tj_layout *layout, char *buf, int32_t size);
 
 /* Writes the CuTe-style element type name of `dtype` into buf ("Float32",
  * "BFloat16", "Int8", "Uint64", "Boolean", "Float8E4M3FN", "Complex64";
  * "Float32x4" for lanes > 1); falls back to tj_dtype_format's name for types
  * CuTe does not name. */
-void tj_element_type_format(DLDataType dtype, char *buf, int32_t size);
+TJ_API void tj_element_type_format(DLDataType dtype, char *buf, int32_t size);
 
 /* The memory space of a device type: "generic" for host-addressable memory
  * (CPU, CUDA and ROCm pinned host memory), "gmem" for device memory. A static
  * string. */
-const char *tj_memspace_name(int32_t device_type);
+TJ_API const char *tj_memspace_name(int32_t device_type);
 
 /* Checks a view's assumed alignment: `align` (bytes; 0 means the element
  * size of `dtype`) must be a power of two, and `address` (data +
  * byte_offset) divisible by it. Writes the alignment in effect to
  * *out_align. */
-int tj_check_assumed_align(uint64_t address, DLDataType dtype, int64_t align, int64_t *out_align);
+TJ_API int tj_check_assumed_align(uint64_t address, DLDataType dtype, int64_t align,
+                                  int64_t *out_align);
 
 #ifdef __cplusplus
 }

@@ -1,10 +1,10 @@
-# Mirrors core/include/tilejit/dlpack_abi.h (the DLPack 1.3 ABI).
+# Mirrors core/include/dlpack/dlpack.h, DLPack's own header (1.3) as tilejit vendors it.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 
-cdef extern from "tilejit/dlpack_abi.h" nogil:
-    int TJ_DLPACK_MAJOR
-    int TJ_DLPACK_MINOR
+cdef extern from "dlpack/dlpack.h" nogil:
+    int DLPACK_MAJOR_VERSION
+    int DLPACK_MINOR_VERSION
 
     ctypedef struct DLPackVersion:
         uint32_t major

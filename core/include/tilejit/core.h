@@ -1,0 +1,539 @@
+/*
+ * tilejit's embedding API: what a program needs to declare a kernel and call
+ * it from C. Kernel signatures, call arguments, validation and symbol binding,
+ * expression evaluation, launch, and the call itself. Pure C, no Python.
+ * tilejit/tilejit.h includes it with the rest: the producer interface
+ * (tilejit/producer.h), the host ABI of language bindings (tilejit/host.h)
+ * and the layout algebra (tilejit/layout.h).
+ *
+ * Conventions:
+ * - Every fallible function returns a tj_status: TJ_OK (0) or a negative code.
+ *   On failure the message is in thread-local storage, read with
+ *   tj_last_error(); the binding maps codes to exception classes in one place.
+ * - Public names are tj_ / TJ_, internal non-static names tj__. Public
+ *   functions are marked TJ_API (tilejit/export.h): the only names the core's
+ *   shared library exports.
+ * - "borrows" means the callee keeps no reference past the call unless said;
+ *   "takes ownership" means the callee frees or releases it.
+ *
+ * The per-call flow lives in one function, tj_call_run ("The call" below):
+ * the binding classifies each host object into a tj_arg (a scalar, or an
+ * object with the producer that can import it) and hands the call over; the
+ * core imports, validates and binds (tj_call_bind), picks the stream,
+ * allocates and checks outputs (tj_call_set_output), launches
+ * (tj_call_launch) and releases. The step functions stay public for
+ * embedders and tests.
+ */
+#ifndef TILEJIT_CORE_H_
+#define TILEJIT_CORE_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dlpack/dlpack.h"
+#include "tilejit/export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TJ_VERSION "0.1.0"
+
+/* The DLPack version the core speaks, in the tensors and tables it reads and
+ * makes. A producer whose major version differs is not read past the version
+ * and flags fields. The DLPack declarations are DLPack's own header
+ * (dlpack/dlpack.h, shipped beside this one), or any copy of the same or a
+ * newer minor version included before it. */
+#define TJ_DLPACK_MAJOR 1
+#define TJ_DLPACK_MINOR 3
+#if DLPACK_MAJOR_VERSION != TJ_DLPACK_MAJOR || DLPACK_MINOR_VERSION < TJ_DLPACK_MINOR
+#error "tilejit needs dlpack/dlpack.h of DLPack 1.3 or a later 1.x"
+#endif
+
+/* Hard limits, sized so a call frame lives on the stack. */
+#define TJ_MAX_PARAMS 64
+#define TJ_MAX_SYMBOLS 64
+#define TJ_MAX_NDIM 16
+#define TJ_MAX_OUTPUTS 16
+/* Arguments the kernel function itself receives (tj_kernel_set_abi). */
+#define TJ_MAX_ABI_ARGS 128
+/* CUDA: kernel functions launched per call, and tensor maps encoded per call. */
+#define TJ_MAX_LAUNCHES 16
+#define TJ_MAX_TENSORMAPS 16
+#define TJ_MAX_TENSORMAP_RANK 5
+/* Bytes of a CUtensorMap (passed by value as a __grid_constant__ parameter). */
+#define TJ_TENSORMAP_BYTES 128
+
+/* ---- Status codes --------------------------------------------------------- */
+
+/* X(name, value, python exception class). -6 is retired (it never comes back
+ * as another code). */
+#define TJ_STATUS_MAP(X)                                              \
+  X(TJ_OK, 0, "")                                                     \
+  X(TJ_ETYPE, -1, "TypeError")       /* wrong kind of argument */     \
+  X(TJ_EVALUE, -2, "ValueError")     /* right kind, bad value */      \
+  X(TJ_ERUNTIME, -3, "RuntimeError") /* loader, driver, launch */     \
+  X(TJ_ENOMEM, -4, "MemoryError")                                     \
+  X(TJ_EPYERR, -5, "")   /* a producer's (Python) error is pending */ \
+  X(TJ_ECLAIMED, -7, "") /* a framework takes the call over (tj_claim) */
+
+typedef enum {
+#define TJ__STATUS_ENUM(name, value, exc) name = value,
+  TJ_STATUS_MAP(TJ__STATUS_ENUM)
+#undef TJ__STATUS_ENUM
+} tj_status;
+
+/* The message of the last failure on this thread; never NULL ("" if none).
+ * Borrowed: valid until the next failing tj_ call on this thread. */
+TJ_API const char *tj_last_error(void);
+
+/* Sets the thread's error message (printf-style) and returns `code`. Used by
+ * the core and by bindings that report through the same channel. */
+TJ_API int tj_set_error(int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* Name of a status code ("TJ_EVALUE"), and the Python exception class name it
+ * maps to ("ValueError"; "" for codes that raise nothing of their own: TJ_OK,
+ * TJ_EPYERR, TJ_ECLAIMED). Static strings. The one map from codes to
+ * exception classes: bindings raise what this names. */
+TJ_API const char *tj_status_name(int code);
+TJ_API const char *tj_status_exception(int code);
+
+/* Which step of a producer failed with TJ_EPYERR (tj_error_info.producer). */
+typedef enum {
+  TJ_PRODUCER_NONE = 0,
+  TJ_PRODUCER_IMPORT = 1,   /* turning an argument into a tensor */
+  TJ_PRODUCER_ALLOCATE = 2, /* making an output (allocator or to-object) */
+  TJ_PRODUCER_STREAM = 3,   /* asking for the current work stream */
+} tj_producer_step;
+
+/* Where the last failure on this thread happened, beside its message. With
+ * TJ_EPYERR the message is the prefix ("vec_add: argument 1 'B': cannot import
+ * the tensor through DLPack") that the binding joins to the producer's own
+ * error. */
+typedef struct tj_error_info {
+  int32_t code;     /* the status returned */
+  int32_t argument; /* the caller argument at fault, or -1 */
+  int32_t output;   /* the output at fault (output order), or -1 */
+  int32_t producer; /* tj_producer_step with TJ_EPYERR, else TJ_PRODUCER_NONE */
+} tj_error_info;
+
+/* This thread's record of its last failure (thread-local, like the message;
+ * every tj_set_error resets it to "no argument"). Borrowed. */
+TJ_API const tj_error_info *tj_last_error_info(void);
+
+/* Marks the last failure as caused by caller argument `argument` and/or output
+ * `output` (-1: keep) and a producer step; returns the code unchanged. */
+TJ_API int tj_error_at(int code, int32_t argument, int32_t output, int32_t producer);
+
+/* ---- Expressions ---------------------------------------------------------- */
+
+/* Expressions over symbols are RPN programs of (op, operand) int64 pairs.
+ * Division and modulo follow Python (floor) semantics; ceildiv(a, b) is
+ * -((-a) // b). Division by zero is a TJ_EVALUE. */
+typedef enum {
+  TJ_OP_CONST = 1, /* push operand */
+  TJ_OP_SYM = 2,   /* push value of symbol #operand */
+  TJ_OP_ADD = 3,
+  TJ_OP_SUB = 4,
+  TJ_OP_MUL = 5,
+  TJ_OP_FLOORDIV = 6,
+  TJ_OP_MOD = 7,
+  TJ_OP_CEILDIV = 8,
+  TJ_OP_NEG = 9,
+  TJ_OP_MIN = 10,
+  TJ_OP_MAX = 11,
+} tj_op;
+
+#define TJ_MAX_EXPR_STACK 32
+
+/* Evaluates `n` (op, operand) pairs (so `code` has 2*n int64) over `symbols`.
+ * Writes the result to *out. Borrows everything. */
+TJ_API int tj_expr_eval(const int64_t *code, int32_t n, const int64_t *symbols, int64_t *out);
+
+/* ---- DLPack names --------------------------------------------------------- */
+
+/* "cpu", "cuda", "oneapi", ...; "device_type(99)" style for unknown codes
+ * (written to a static per-thread buffer). */
+TJ_API const char *tj_device_name(int32_t device_type);
+
+/* Writes a dtype name ("float32", "bfloat16", "float8_e4m3fn", "bool",
+ * "int8x4" for lanes > 1) into buf (NUL-terminated, truncated). */
+TJ_API void tj_dtype_format(DLDataType dtype, char *buf, int32_t size);
+
+/* ---- Call arguments ------------------------------------------------------- */
+
+typedef enum {
+  TJ_ARG_NONE = 0,    /* Python None */
+  TJ_ARG_TENSOR = 1,  /* tensor, imported: `tensor` is valid */
+  TJ_ARG_INT = 2,     /* integer in value.i (Python int, bool excluded) */
+  TJ_ARG_BOOL = 3,    /* bool in value.i (0 or 1) */
+  TJ_ARG_FLOAT = 4,   /* float in value.f */
+  TJ_ARG_ADDRESS = 5, /* raw address in value.p (pointer params only); when
+                       * tensor.dtype.bits != 0, tensor.dtype and
+                       * tensor.device.device_type say what it points to */
+  TJ_ARG_OTHER = 6,   /* anything else; type_name says what, for messages */
+  TJ_ARG_OBJECT = 7,  /* a host object in value.p that `producer` imports
+                       * (tj_call_run makes it a TENSOR) */
+} tj_arg_kind;
+
+/* tj_arg.flags. TJ_ARG_OUT_OF_RANGE: a kind INT whose Python int fits neither
+ * int64 nor uint64; value.f then holds it as a double (±inf beyond a double's
+ * range), which a float parameter takes. */
+#define TJ_ARG_READ_ONLY 1u /* producer marked the tensor read-only */
+#define TJ_ARG_OUT_OF_RANGE 2u
+#define TJ_ARG_UNSIGNED 4u /* kind INT: value.i holds the bits of a uint64 >= 2**63 */
+
+typedef enum {
+  TJ_OWNER_NONE = 0,      /* borrowed view (exchange API, or a caller's struct) */
+  TJ_OWNER_LEGACY = 1,    /* DLManagedTensor*, deleter owed */
+  TJ_OWNER_VERSIONED = 2, /* DLManagedTensorVersioned*, deleter owed */
+} tj_owner_kind;
+
+/* One call argument. Caller-owned (usually on the stack); initialise with
+ * tj_arg_init, fill with tj_arg_from_* or by setting kind/value, and always
+ * finish with tj_arg_release. */
+typedef struct tj_arg {
+  int32_t kind;    /* tj_arg_kind */
+  uint32_t flags;  /* TJ_ARG_* */
+  DLTensor tensor; /* kind == TENSOR: borrows shape/strides from the owner */
+  union {
+    int64_t i;
+    double f;
+    void *p;
+  } value;
+  const char *type_name; /* kind OTHER: what it is; INT, BOOL, FLOAT: the type it
+                          * was read from when not Python's own (numpy.float32);
+                          * borrowed, for messages; may be NULL */
+  int32_t owner_kind;    /* tj_owner_kind */
+  void *owner;           /* the managed tensor whose deleter is owed */
+  /* Kind OBJECT: imports it. Kind TENSOR: allocates outputs like it and gives
+   * its stream; NULL for tensors no producer stands behind. Borrowed. */
+  const struct tj_producer *producer;
+} tj_arg;
+
+/* Sets `arg` to an empty NONE argument. */
+TJ_API void tj_arg_init(tj_arg *arg);
+
+/* Imports a legacy managed tensor: takes ownership of `managed` (its deleter
+ * is called exactly once, by tj_arg_release). Never fails. */
+TJ_API void tj_arg_from_legacy(tj_arg *arg, DLManagedTensor *managed);
+
+/* Imports a versioned managed tensor: takes ownership of `managed` in every
+ * case. A major version other than TJ_DLPACK_MAJOR deletes it at once and
+ * returns TJ_EVALUE (`what` names the argument in the message; may be NULL).
+ * Reads the READ_ONLY flag into arg->flags. */
+TJ_API int tj_arg_from_versioned(tj_arg *arg, DLManagedTensorVersioned *managed, const char *what);
+
+/* Uses a DLTensor the caller keeps alive for the whole call (copied by value;
+ * shape/strides borrowed). */
+TJ_API void tj_arg_from_dltensor(tj_arg *arg, const DLTensor *tensor, uint32_t flags);
+
+/* Calls the owed deleter, if any, exactly once; afterwards `arg` is NONE. Safe
+ * to call repeatedly. */
+TJ_API void tj_arg_release(tj_arg *arg);
+
+/* ---- Kernel signatures ---------------------------------------------------- */
+
+/* Parameter kinds. */
+typedef enum {
+  TJ_PARAM_BUFFER = 1,
+  TJ_PARAM_SCALAR = 2,
+  TJ_PARAM_POINTER = 3,
+} tj_param_kind;
+
+/* Buffer flags. */
+#define TJ_BUF_OPTIONAL 1u /* accepts None (NULL pointer) */
+#define TJ_BUF_CONST 2u    /* kernel only reads it: read-only tensors accepted */
+#define TJ_BUF_OUTPUT 4u   /* allocated by tilejit (out_idx), not passed */
+
+/* Where one argument of the kernel function comes from (tj_abi_arg.source). */
+typedef enum {
+  TJ_ABI_PARAM = 1,     /* parameter `index`, passed as declared */
+  TJ_ABI_SYMBOL = 2,    /* symbol `index`, as an integer of the symbol's dtype */
+  TJ_ABI_EXPR = 3,      /* expression `index` over the symbols, as an integer of `dtype` */
+  TJ_ABI_TENSORMAP = 4, /* CUDA: tensor map `index` (tj_kernel_add_tensormap), by value */
+} tj_abi_source;
+
+typedef struct tj_abi_arg {
+  int32_t source; /* tj_abi_source */
+  int32_t index;
+  DLDataType dtype; /* TJ_ABI_EXPR: int32, int64, uint32 or uint64; else ignored */
+} tj_abi_arg;
+
+/* Targets. */
+typedef enum {
+  TJ_TARGET_CPU = 1,
+  TJ_TARGET_CUDA = 2,
+} tj_target;
+
+/* A kernel: its signature, and once loaded, its entry point. Opaque. Build it
+ * with tj_kernel_create, tj_kernel_add_symbol / tj_kernel_add_expr /
+ * tj_kernel_set_*, then tj_kernel_finalize; release with tj_kernel_free.
+ * After finalize it is immutable and safe to call from many threads. */
+typedef struct tj_kernel tj_kernel;
+
+/* Creates an empty kernel named `name` (copied) with `nparams` parameters for
+ * `target`. Returns a new kernel in *out; release with tj_kernel_free. */
+TJ_API int tj_kernel_create(const char *name, int32_t nparams, int32_t target, tj_kernel **out);
+
+/* Frees the kernel, closing its library if tj_kernel_load opened one.
+ * NULL is allowed. */
+TJ_API void tj_kernel_free(tj_kernel *kernel);
+
+/* Declares the next symbol (ids are 0, 1, ... in call order; this order is the
+ * ABI order of the trailing int64 arguments). `name` is copied;
+ * divisibility >= 1. */
+TJ_API int tj_kernel_add_symbol(tj_kernel *kernel, const char *name, int64_t divisibility);
+
+/* Sets the integer type of `symbol` (default int64): int32, int64, uint32 or
+ * uint64. A bound value outside its range is a TJ_EVALUE naming the argument
+ * that bound it; in the kernel's argument list the symbol has that width. */
+TJ_API int tj_kernel_set_symbol_dtype(tj_kernel *kernel, int32_t symbol, DLDataType dtype);
+
+/* Registers an expression: `n` (op, operand) pairs and its source text for
+ * messages ("n + 1"); both copied. Writes its id to *out_id. A program that is
+ * a single TJ_OP_SYM is a direct occurrence: it binds the symbol. */
+TJ_API int tj_kernel_add_expr(tj_kernel *kernel, const int64_t *code, int32_t n, const char *text,
+                              int32_t *out_id);
+
+/* Declares parameter `index` as a buffer. shape_ids/stride_ids are expression
+ * ids (ndim each); stride_ids == NULL declares compact row-major. align is the
+ * required byte alignment of data + byte_offset (0: element size). flags is
+ * TJ_BUF_*. Arrays and name are copied. */
+TJ_API int tj_kernel_set_buffer(tj_kernel *kernel, int32_t index, const char *name,
+                                DLDataType dtype, int32_t ndim, const int32_t *shape_ids,
+                                const int32_t *stride_ids, int64_t align, uint32_t flags);
+
+/* Declares parameter `index` as a scalar of `dtype` (int, uint, float, bool). */
+TJ_API int tj_kernel_set_scalar(tj_kernel *kernel, int32_t index, const char *name,
+                                DLDataType dtype);
+
+/* Declares parameter `index` as a raw pointer (tensor, address or None). */
+TJ_API int tj_kernel_set_pointer(tj_kernel *kernel, int32_t index, const char *name,
+                                 DLDataType dtype, int64_t align, uint32_t flags);
+
+/* The arguments the kernel function receives, in its order: `n` entries
+ * (copied), each a parameter, a symbol or an expression over the symbols; a
+ * parameter may be left out (it is still validated and binds symbols). Without
+ * this call: every parameter in declaration order, then every symbol. */
+TJ_API int tj_kernel_set_abi(tj_kernel *kernel, int32_t n, const tj_abi_arg *args);
+
+/* Checks the signature is complete and consistent (every parameter set,
+ * every symbol bound by a direct occurrence in an input buffer) and plans
+ * binding. After this the kernel is immutable. */
+TJ_API int tj_kernel_finalize(tj_kernel *kernel);
+
+/* Entry point of a loaded CPU kernel: the packed-argument function tilejit
+ * generates next to the user's source. args holds one value per kernel ABI
+ * argument (tj_kernel_set_abi): pointers in p, integers (symbols, expressions,
+ * integer and bool scalars) in i, floating scalars in f. Returns the kernel's
+ * status: 0 for success (always, for a kernel returning void); anything else
+ * fails the call with TJ_ERUNTIME. */
+typedef union tj_value {
+  void *p;
+  int64_t i;
+  double f;
+} tj_value;
+typedef int32_t (*tj_cpu_entry)(const tj_value *args);
+
+/* CPU kernel: opens the shared library at `path` (dlopen, RTLD_LOCAL) and
+ * resolves `symbol` as the packed entry; the kernel keeps the library open
+ * until tj_kernel_free.
+ * CUDA kernel: reads the module image at `path` (cubin, fatbin or PTX) into
+ * memory and takes `symbol` as the name of its extern "C" __global__
+ * function, as tj_kernel_set_image does. */
+TJ_API int tj_kernel_load(tj_kernel *kernel, const char *path, const char *symbol);
+
+/* CPU kernel built elsewhere: opens the shared library `library` and resolves
+ * its function `symbol`, then opens the glue library `glue` (generated by
+ * tilejit from the signature) and resolves `entry`, its packed entry, which
+ * calls the function whose address is stored in the glue's exported
+ * `void *tilejit_kernel_function`. Both libraries stay open until
+ * tj_kernel_free. */
+TJ_API int tj_kernel_load_prebuilt(tj_kernel *kernel, const char *glue, const char *entry,
+                                   const char *library, const char *symbol);
+
+/* CUDA kernel: uses the module image of `size` bytes at `image` (copied) with
+ * `symbol` (copied) as its function. The driver loads it lazily, once per
+ * CUDA context, at the first launch in that context; a bad image or a missing
+ * function is reported by that launch. */
+TJ_API int tj_kernel_set_image(tj_kernel *kernel, const void *image, int64_t size,
+                               const char *symbol);
+
+/* CUDA kernel, before tj_kernel_finalize: how it is launched. grid_ids[3] and
+ * block_ids[3] are the dimensions and shared_mem_id the dynamic shared memory
+ * in bytes, each an expression id (tj_kernel_add_expr; use the constant 1 for
+ * unused dimensions), evaluated over the bound symbols at every launch. An
+ * empty grid (a dimension of 0) launches nothing. Arrays are copied. */
+TJ_API int tj_kernel_set_launch(tj_kernel *kernel, const int32_t grid_ids[3],
+                                const int32_t block_ids[3], int32_t shared_mem_id);
+
+/* Launch attributes (tj_kernel_set_launch_attrs flags): a cooperative launch
+ * (grid-wide sync); programmatic dependent launch (the kernel may start while
+ * the previous one on the stream finishes). */
+#define TJ_LAUNCH_COOPERATIVE 1u
+#define TJ_LAUNCH_PDL 2u
+
+/* CUDA kernel, before tj_kernel_finalize: one more kernel function of the
+ * same module image, launched after the ones before it on the same stream,
+ * each call. `symbol` is its extern "C" __global__ function; grid, block and
+ * shared memory are expression ids as in tj_kernel_set_launch; `args` its
+ * `nargs` arguments as in tj_kernel_set_abi. Launch 0 is the one
+ * tj_kernel_set_image, tj_kernel_set_launch and tj_kernel_set_abi describe.
+ * Writes the launch's index to *out_index. Everything is copied. */
+TJ_API int tj_kernel_add_launch(tj_kernel *kernel, const char *symbol, const int32_t grid_ids[3],
+                                const int32_t block_ids[3], int32_t shared_mem_id, int32_t nargs,
+                                const tj_abi_arg *args, int32_t *out_index);
+
+/* CUDA kernel, before tj_kernel_finalize: launch `index`'s attributes.
+ * cluster_ids: the thread block cluster's dimensions as expression ids, or
+ * NULL for none; flags: TJ_LAUNCH_*. A launch with any attribute goes through
+ * cuLaunchKernelEx, one without through cuLaunchKernel. */
+TJ_API int tj_kernel_set_launch_attrs(tj_kernel *kernel, int32_t index,
+                                      const int32_t cluster_ids[3], uint32_t flags);
+
+/* A tiled TMA descriptor (CUtensorMap) the core encodes at every call with
+ * the driver's cuTensorMapEncodeTiled, from the bound buffer's address and
+ * these fields evaluated over the bound symbols; a kernel receives it by value
+ * (TJ_ABI_TENSORMAP). Every array holds expression ids, innermost dimension
+ * first, as the driver takes them. */
+typedef struct tj_tensormap {
+  const char *name;                           /* for messages: the kernel's parameter ("A_desc") */
+  int32_t param;                              /* the buffer (or pointer) parameter it describes */
+  int32_t data_type;                          /* CUtensorMapDataType */
+  int32_t rank;                               /* 1 to TJ_MAX_TENSORMAP_RANK */
+  int32_t dims[TJ_MAX_TENSORMAP_RANK];        /* globalDim, elements */
+  int32_t strides[TJ_MAX_TENSORMAP_RANK - 1]; /* globalStrides, bytes, dims 1.. */
+  int32_t box[TJ_MAX_TENSORMAP_RANK];         /* boxDim, elements */
+  int32_t element_strides[TJ_MAX_TENSORMAP_RANK]; /* elementStrides */
+  int32_t interleave;                             /* CUtensorMapInterleave */
+  int32_t swizzle;                                /* CUtensorMapSwizzle */
+  int32_t l2_promotion;                           /* CUtensorMapL2promotion */
+  int32_t oob_fill;                               /* CUtensorMapFloatOOBfill */
+} tj_tensormap;
+
+/* CUDA kernel, before tj_kernel_finalize: registers a tensor map (copied);
+ * writes its id to *out_id. */
+TJ_API int tj_kernel_add_tensormap(tj_kernel *kernel, const tj_tensormap *map, int32_t *out_id);
+
+/* Uses an entry point the caller provides (tests, embedders). Borrowed: it
+ * must outlive the kernel. */
+TJ_API int tj_kernel_set_entry(tj_kernel *kernel, tj_cpu_entry entry);
+
+/* Introspection. Borrowed pointers, valid while the kernel lives. */
+TJ_API const char *tj_kernel_name(const tj_kernel *kernel);
+TJ_API int32_t tj_kernel_num_params(const tj_kernel *kernel);
+TJ_API int32_t tj_kernel_num_symbols(const tj_kernel *kernel);
+TJ_API int32_t tj_kernel_num_outputs(const tj_kernel *kernel);
+/* Parameter index of the i-th output (declaration order). */
+TJ_API int32_t tj_kernel_output_param(const tj_kernel *kernel, int32_t i);
+TJ_API int32_t tj_kernel_param_kind(const tj_kernel *kernel, int32_t index);
+TJ_API const char *tj_kernel_param_name(const tj_kernel *kernel, int32_t index);
+
+/* ---- Calls ---------------------------------------------------------------- */
+
+/* Per-call state; caller-owned, typically on the stack. Everything in it is
+ * borrowed from the kernel and the args; nothing to release. */
+typedef struct tj_frame {
+  const tj_kernel *kernel;
+  tj_arg *params[TJ_MAX_PARAMS]; /* per parameter; outputs NULL until set */
+  int64_t symbols[TJ_MAX_SYMBOLS];
+  DLDevice device;      /* of the first tensor; CPU if there is none */
+  int32_t has_device;   /* 1 once a tensor set `device` */
+  int32_t first_tensor; /* index into the caller's args of the first tensor, -1 if none */
+  /* Output shapes, computed by tj_call_bind, in output order. */
+  int32_t out_ndim[TJ_MAX_OUTPUTS];
+  int64_t out_shape[TJ_MAX_OUTPUTS][TJ_MAX_NDIM];
+  DLDataType out_dtype[TJ_MAX_OUTPUTS];
+  /* The stream to launch on (CUstream for CUDA). tj_call_bind sets it to NULL;
+   * the binding then sets it: an explicit stream first, else the producer's
+   * current work stream. A CPU kernel given a non-NULL stream is an error. */
+  void *stream;
+} tj_frame;
+
+/* Validates the `nargs` caller arguments (parameters minus outputs, in
+ * declaration order; all of them, optional ones given as None) against the
+ * kernel, binds every symbol and computes the output shapes into frame.
+ * Borrows args: they must outlive the frame. On error nothing needs undoing
+ * beyond tj_arg_release of the args. */
+TJ_API int tj_call_bind(const tj_kernel *kernel, tj_arg *args, int32_t nargs, tj_frame *frame);
+
+/* Sets output `i` (output order) to an imported tensor and validates it like
+ * an input (dtype, shape, strides, alignment, device). Borrows `arg`. */
+TJ_API int tj_call_set_output(tj_frame *frame, int32_t i, tj_arg *arg);
+
+/* Packs the arguments and runs the kernel: a CPU kernel synchronously on the
+ * calling thread; a CUDA kernel is enqueued on frame->stream with
+ * cuLaunchKernel (asynchronous), in the calling thread's current context
+ * when it is on the tensors' device, else in that device's primary context.
+ * Touches no Python state: bindings release the GIL around it. Every output
+ * must be set. */
+TJ_API int tj_call_launch(tj_frame *frame);
+
+/* ---- CUDA driver ---------------------------------------------------------- */
+
+/* The driver (libcuda) is opened at the first CUDA call, never before:
+ * $TILEJIT_LIBCUDA if set, else libcuda.so.1. Without one, CUDA calls fail
+ * with TJ_ERUNTIME saying so, and the next call tries again; CPU kernels
+ * never need it. Driver failures are TJ_ERUNTIME carrying the driver's error
+ * name and text. */
+
+/* Writes the compute capability of CUDA device `device_id` (a device
+ * ordinal; -1: the device of the calling thread's current context, else 0).
+ * Loads the driver if needed. */
+TJ_API int tj_cuda_device_capability(int32_t device_id, int32_t *major, int32_t *minor);
+
+/* How one kind of host object becomes a tensor (tilejit/producer.h), and the
+ * host's object operations (tilejit/host.h). An embedder that passes tensors
+ * (tj_arg_from_dltensor) and no objects never fills either. */
+typedef struct tj_producer tj_producer;
+typedef struct tj_host tj_host;
+
+/* ---- The call ----------------------------------------------------------------- */
+
+/* Everything a binding hands over for one kernel call. Caller-owned, usually on
+ * the stack; everything in it is borrowed. */
+typedef struct tj_call {
+  /* The caller's arguments, `nargs` of them, each classified by the binding:
+   * TJ_ARG_OBJECT entries (made by tj_arg_object) are imported by the core
+   * through their producer; the rest (scalars, addresses, None, tensors the
+   * binding already holds) are used as they are. tj_call_run releases every
+   * owning import before it returns. A call may leave out trailing optional
+   * buffers, as a Python function its trailing `=None` parameters: the array
+   * then has room for the kernel's inputs (TJ_MAX_PARAMS always does), and
+   * tj_call_run sets the records left out to None. */
+  tj_arg *args;
+  int32_t nargs;
+  int32_t has_stream; /* 1: `stream` was given explicitly and wins */
+  void *stream;
+  /* Allocates outputs when no argument is a tensor; NULL: such a kernel's
+   * outputs cannot be allocated (TJ_ETYPE). */
+  const tj_producer *fallback;
+  const tj_host *host; /* its unlock/lock run around the kernel; may be NULL */
+  /* One slot per output, in declaration order: new references the caller owns,
+   * also when the call fails (NULL where no object was made). */
+  void **outputs;
+} tj_call;
+
+/* Runs one call, each step here and nowhere else:
+ *   1. the argument count;
+ *   2. imports each TJ_ARG_OBJECT argument with its producer, unless the
+ *      producer's framework claims the call (tj_claim: TJ_ECLAIMED);
+ *   3. validates every argument and binds the symbols (tj_call_bind);
+ *   4. the stream: explicit > the current work stream of the first tensor's
+ *      producer (devices other than the CPU) > none;
+ *   5. allocates each output with the first tensor's producer (or `fallback`)
+ *      and validates it (tj_call_set_output);
+ *   6. launches (tj_call_launch) with the host lock dropped;
+ *   7. releases every owning import, inputs and outputs, success or not.
+ * On failure the record (tj_last_error_info) says which argument or output. */
+TJ_API int tj_call_run(const tj_kernel *kernel, tj_call *call);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TILEJIT_CORE_H_ */

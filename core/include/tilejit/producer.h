@@ -1,0 +1,161 @@
+/*
+ * tilejit's producer interface: how the core reads host objects it cannot see
+ * into (a framework's tensors), through tables of function pointers over
+ * opaque handles, like the DLPack C exchange API. For bindings and for
+ * programs that hand the core objects rather than tensors; an embedder passing
+ * DLTensors needs only tilejit/core.h. Conventions (statuses, ownership words)
+ * are those of tilejit/core.h.
+ */
+#ifndef TILEJIT_PRODUCER_H_
+#define TILEJIT_PRODUCER_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dlpack/dlpack.h"
+#include "tilejit/core.h"
+#include "tilejit/export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Producers: how the core reads objects it cannot see into -------------- */
+
+/* The core never looks inside a host object (a Python object, for the bindings
+ * shipped with tilejit): it holds opaque handles and calls function pointers
+ * over them, as the DLPack C exchange API does. A tj_host gives the few object
+ * operations of the host language the core needs; a tj_producer how one kind of
+ * object becomes a tensor, how outputs like it are made, and its stream.
+ *
+ * Producer functions return TJ_OK or a status. TJ_EPYERR means the producer's
+ * own error is pending on the host side (a Python exception); the core adds
+ * where it happened to the error record (tj_last_error_info) and the binding
+ * raises it. Every function is called with the host's lock (the GIL) held. */
+
+/* Lazy views: tensors whose values are not what their memory holds, such as
+ * torch's conjugate views (x.conj() of a complex tensor: the values are the
+ * conjugates of the memory's) and negative views (x.conj().imag,
+ * torch._neg_view(x): the negatives). No DLPack tensor can say so, and a
+ * kernel reading the memory would compute with the wrong values, so the core
+ * refuses them before import, as the producer reports them
+ * (tj_producer.view). */
+#define TJ_VIEW_CONJUGATE 1u
+#define TJ_VIEW_NEGATIVE 2u
+
+/* Where a host keeps the lazy-view bits of its objects, for reading them with
+ * no call into the host: the 64-bit word at byte `word_offset` of the block
+ * whose address is stored at byte `block_offset` of the object (for torch: the
+ * dispatch key set of the TensorImpl a torch.Tensor points to), with the masks
+ * of the two bits in it. The binding finds and verifies the offsets and vouches
+ * for them for every object of the producer's type; the core only reads. */
+typedef struct tj_view_bits {
+  int64_t block_offset;
+  int64_t word_offset;
+  uint64_t conjugate;
+  uint64_t negative;
+} tj_view_bits;
+
+/* A framework's claim on calls with its objects: such a call is not run by the
+ * core but handed back to the binding, which runs it through the framework
+ * (torch: the kernel's custom op, so that autograd records it and traced
+ * tensors reach its fake implementation). Before importing an object whose
+ * producer has a claim, the core asks: the call is claimed when `always` is 1
+ * (tensors a framework traces, which hold no data), or when the object
+ * requires grad and grad_enabled() says the framework records gradients now.
+ * Whether it requires grad is requires_grad(state), `state` being the pointer
+ * the object holds at byte `offset` (NULL: it does not). grad_enabled is
+ * asked at most once per call, and only then. The call then fails with
+ * TJ_ECLAIMED, before anything is allocated or launched, and the record names
+ * the argument.
+ *
+ * Both are plain C calls of a few nanoseconds, because every call of a kernel
+ * on torch tensors asks: for torch, `offset` is where a tensor's Python object
+ * keeps its TensorImpl (THPVariable::cdata, torch/csrc/autograd/
+ * python_variable.h), requires_grad is c10::TensorImpl::requires_grad() const
+ * and grad_enabled c10::GradMode::is_enabled(), both exported by libc10
+ * (tilejit.host checks all three against torch's own answers before use).
+ * Caller-owned; borrowed by the producers that point to it, for as long as
+ * they live. */
+typedef struct tj_claim {
+  int32_t always;
+  int32_t offset;
+  bool (*requires_grad)(const void *state);
+  bool (*grad_enabled)(void);
+} tj_claim;
+
+/* Makes `arg` an object the call imports through `producer` (TJ_ARG_OBJECT):
+ * sets every field the import does not write, so the record needs no
+ * tj_arg_init first. Inline: bindings run it for every tensor of every call. */
+static inline void tj_arg_object(tj_arg *arg, void *object, const tj_producer *producer);
+static inline void tj_arg_object(tj_arg *arg, void *object, const tj_producer *producer) {
+  arg->kind = TJ_ARG_OBJECT;
+  arg->flags = 0;
+  arg->value.p = object;
+  arg->type_name = NULL;
+  arg->owner_kind = TJ_OWNER_NONE;
+  arg->owner = NULL;
+  arg->producer = producer;
+}
+struct tj_producer {
+  /* Makes `arg` (initialised by the caller) a TENSOR from `object`: a borrowed
+   * view valid while the object lives (nothing to release) or an owning import
+   * (tj_arg_release deletes it). May set arg->producer to the producer that
+   * allocates outputs like this tensor (a layout view names its source's);
+   * the core sets it to this producer otherwise. */
+  int (*import)(const tj_producer *self, void *object, tj_arg *arg);
+  /* Allocates a tensor like `prototype` (device, dtype, ndim, shape; compact
+   * row-major) and hands it over as a host object: *object receives a new
+   * reference the caller owns (also on failure; NULL when none was made) and
+   * `out` a TENSOR view or import of it, valid while that object lives.
+   * TJ_ERUNTIME with the producer's message when it cannot allocate. */
+  int (*allocate)(const tj_producer *self, const DLTensor *prototype, tj_arg *out, void **object);
+  /* Writes the producer's current work stream on a device (NULL: none) to
+   * *stream. NULL function: the producer has no streams. */
+  int (*current_stream)(const tj_producer *self, int32_t device_type, int32_t device_id,
+                        void **stream);
+  const DLPackExchangeAPI *api; /* tj_producer_from_exchange: the table used */
+  void *type;                   /* the exact object type served (opaque), or NULL */
+  void *context;                /* the binding's own; the core never reads it */
+  const tj_host *host;          /* the host operations it may use, or NULL */
+  /* Optional, for producers whose objects can be lazy views, asked before
+   * every import: a function that writes the TJ_VIEW_* bits of `object` to
+   * *view (0: it holds its values; TJ_EPYERR when the host failed), or, taking
+   * precedence, where the bits are (borrowed), read in place with no call into
+   * the host. Both NULL: the producer's objects are never lazy views. */
+  int (*view)(const tj_producer *self, void *object, uint32_t *view);
+  const tj_view_bits *view_bits;
+  const tj_claim *claim; /* the framework's claim on calls, or NULL: none */
+};
+
+/* TJ_OK when `object` holds its values in memory (or its producer knows no lazy
+ * views); TJ_EVALUE when it is a lazy view, the message saying which and how
+ * to materialise it ("a conjugate view (its conjugate bit is set); materialise
+ * it with .resolve_conj()"); TJ_EPYERR from the producer. Borrows both. */
+TJ_API int tj_producer_check_view(const tj_producer *producer, void *object);
+
+/* How many tables of a prev_api chain tj_producer_from_exchange looks at. */
+#define TJ_MAX_EXCHANGE_CHAIN 16
+
+/* Makes `producer` the core's adapter over a DLPack exchange API table, given
+ * by the header a type publishes: walks prev_api (at most TJ_MAX_EXCHANGE_CHAIN
+ * tables: a chain that loops is refused) to major TJ_DLPACK_MAJOR and
+ * requires every function the API says must not be NULL (allocator, owning
+ * export, to-object, current work stream); the view function is used when
+ * present, else the owning export. `type` is stored (the exact type served).
+ * Returns TJ_OK, or TJ_EVALUE (message says why) when the table offers no
+ * usable version: the binding then reads such objects through __dlpack__. */
+TJ_API int tj_producer_from_exchange(tj_producer *producer, const DLPackExchangeAPIHeader *header,
+                                     void *type);
+
+/* Imports a DLPack capsule as __dlpack__ returns it ("dltensor_versioned" or
+ * legacy "dltensor"): `arg` takes ownership of the managed tensor and the
+ * capsule is renamed "used_*" so that its destructor leaves the tensor alone.
+ * Borrows the capsule. TJ_ETYPE when it is no such capsule, TJ_EVALUE for an
+ * unsupported DLPack major version (the tensor is deleted at once). */
+TJ_API int tj_arg_from_capsule(tj_arg *arg, void *capsule, const tj_host *host);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TILEJIT_PRODUCER_H_ */

@@ -1,0 +1,21 @@
+/*
+ * Helpers over a kernel's parameters and argument list and over a bound
+ * frame (frame.c). They read the kernel and the frame only: frame.c calls
+ * nothing above expr.c.
+ */
+#ifndef TILEJIT_FRAME_H_
+#define TILEJIT_FRAME_H_
+
+#include "internal.h"
+
+/* "argument 1 'B'" or "output 'C'" for messages. */
+void tj__param_label(const tj_kernel *k, int32_t index, char *buf, int32_t size);
+
+/* The value of kernel ABI argument `a` when it is a symbol or an expression,
+ * over the frame's bound symbols. */
+int tj__abi_integer(const tj_frame *f, const tj_abi_arg *a, int64_t *out);
+
+/* Bytes a kernel ABI argument takes in the kernel's parameter list. */
+int64_t tj__abi_bytes(const tj_kernel *k, const tj_abi_arg *a);
+
+#endif /* TILEJIT_FRAME_H_ */

@@ -1,0 +1,22 @@
+/*
+ * The CUDA target's driver side (cuda.c): per-context modules of a kernel and
+ * its launches.
+ */
+#ifndef TILEJIT_TARGET_CUDA_H_
+#define TILEJIT_TARGET_CUDA_H_
+
+#include "internal.h"
+
+typedef struct tj__cuda_modules tj__cuda_modules;
+/* Makes the kernel's (empty) per-context module cache, k->cuda. */
+int tj__cuda_modules_create(tj_kernel *k);
+/* Launches a bound CUDA frame (tj_call_launch checked the outputs). */
+int tj__cuda_launch(const tj_frame *f);
+/* Unloads the kernel's modules from their contexts and frees k->cuda. */
+void tj__cuda_free(tj_kernel *k);
+/* Closes the driver and forgets the retained primary contexts, so that the
+ * next CUDA call loads a driver afresh (TILEJIT_LIBCUDA read again). For
+ * tests only: no CUDA kernel with loaded modules may be alive. */
+void tj__cuda_unload_driver(void);
+
+#endif /* TILEJIT_TARGET_CUDA_H_ */
