@@ -14,42 +14,30 @@ import threading
 from ctypes import POINTER, byref, c_char_p, c_int, c_int32, c_int64, c_uint32, c_void_p
 
 from .. import abi
-from .ctypes_abi import DLDataType, TjAbiArg, TjArg, TjCall, TjErrorInfo, TjTensorMap
+from .ctypes_abi import DLDataType, TjAbiArg, TjTensorMap
 
 _lock = threading.Lock()
-_core = None  # ctypes.CDLL: calls drop the GIL (the kernel build, tj_call_launch)
-_core_gil = None  # ctypes.PyDLL of the same file: calls keep the GIL, raise pending errors
+_core = None  # ctypes.CDLL: calls drop the GIL (none of them reaches Python)
 
 
 def core_library() -> ctypes.CDLL:
     """The core (built and cached on first use), with prototypes set."""
-    global _core, _core_gil
+    global _core
     with _lock:
         if _core is None:
             from .._build import build_tools
 
             # Rebuilt once if the loader rejects the cached file (build_tools.core_build).
-            built, lib = build_tools.load_core_library()
-            path = str(built)
-            gil = ctypes.PyDLL(path)
-            for handle, protos in ((lib, _PROTOTYPES), (gil, _GIL_PROTOTYPES)):
-                for name, (restype, argtypes) in protos.items():
-                    fn = getattr(handle, name)
-                    fn.restype, fn.argtypes = restype, argtypes
-            _core_gil = gil
+            _, lib = build_tools.load_core_library()
+            for name, (restype, argtypes) in _PROTOTYPES.items():
+                fn = getattr(lib, name)
+                fn.restype, fn.argtypes = restype, argtypes
             _core = lib
     return _core
 
 
-def core_library_gil() -> ctypes.PyDLL:
-    """The core through PyDLL: for calls that reach Python producers."""
-    core_library()
-    return _core_gil
-
-
 _PROTOTYPES = {
     "tj_last_error": (c_char_p, []),
-    "tj_last_error_info": (POINTER(TjErrorInfo), []),
     "tj_status_exception": (c_char_p, [c_int]),
     "tj_kernel_create": (c_int, [c_char_p, c_int32, c_int32, POINTER(c_void_p)]),
     "tj_kernel_free": (None, [c_void_p]),
@@ -78,12 +66,6 @@ _PROTOTYPES = {
     "tj_host_dlpack_producer": (None, [c_void_p, c_void_p, c_void_p]),
     "tj_host_ask_view": (None, [c_void_p]),
 }
-# Called with the GIL held: they run producers, which are Python (or need the GIL).
-_GIL_PROTOTYPES = {
-    "tj_call_run": (c_int, [c_void_p, POINTER(TjCall)]),
-    "tj_arg_from_capsule": (c_int, [POINTER(TjArg), ctypes.py_object, c_void_p]),
-}
-
 _classes: dict = {}
 
 
@@ -97,8 +79,7 @@ def exception_class(rc: int) -> type:
 
 
 def check(rc: int) -> None:
-    """Raises the exception for a failed core status (not TJ_EPYERR: see the ctypes
-    backend, where a producer's error arrives as a raised Python exception)."""
+    """Raises the exception for a failed core status of a kernel's build."""
     if rc:
         raise exception_class(rc)(_core.tj_last_error().decode("utf-8", "replace"))
 

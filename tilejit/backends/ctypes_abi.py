@@ -9,9 +9,7 @@ from __future__ import annotations
 from ctypes import (
     POINTER,
     Structure,
-    Union,
     c_char_p,
-    c_double,
     c_int32,
     c_int64,
     c_uint8,
@@ -89,28 +87,6 @@ class TjTensorMap(Structure):
                 ("oob_fill", c_int32)]
 
 
-class TjValue(Union):
-    _c_name_ = "tj_value"
-    _fields_ = [("p", c_void_p), ("i", c_int64), ("f", c_double)]
-
-
-class _ArgValue(Union):
-    _fields_ = [("i", c_int64), ("f", c_double), ("p", c_void_p)]
-
-
-class TjArg(Structure):
-    _c_name_ = "tj_arg"
-    _fields_ = [("kind", c_int32), ("flags", c_uint32), ("tensor", DLTensor),
-                ("value", _ArgValue), ("type_name", c_char_p), ("owner_kind", c_int32),
-                ("owner", c_void_p), ("producer", c_void_p)]
-
-
-class TjErrorInfo(Structure):
-    _c_name_ = "tj_error_info"
-    _fields_ = [("code", c_int32), ("argument", c_int32), ("output", c_int32),
-                ("producer", c_int32)]
-
-
 class TjHost(Structure):
     _c_name_ = "tj_host"
     _fields_ = [(name, c_void_p) for name in (
@@ -143,13 +119,6 @@ class TjProducer(Structure):
                 ("api", c_void_p), ("type", c_void_p), ("context", c_void_p),
                 ("host", c_void_p), ("view", c_void_p), ("view_bits", c_void_p),
                 ("claim", c_void_p)]
-
-
-class TjCall(Structure):
-    _c_name_ = "tj_call"
-    _fields_ = [("args", POINTER(TjArg)), ("nargs", c_int32), ("has_stream", c_int32),
-                ("stream", c_void_p), ("fallback", c_void_p), ("host", c_void_p),
-                ("outputs", c_void_p)]
 
 
 class TjHostType(Structure):
