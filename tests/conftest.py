@@ -54,7 +54,7 @@ BACKENDS = ("cython", "dlpack", "ctypes")
 @pytest.fixture(scope="module", params=BACKENDS)
 def backend(request) -> str:
     """Every test that builds kernels runs once per execution backend: all three must give
-    the same results and the same errors (SPEC section 3)."""
+    the same results and the same errors (docs/backends.md)."""
     return request.param
 
 

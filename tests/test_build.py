@@ -308,7 +308,7 @@ def test_real_sources_build_and_load(cache):
     assert done.returncode == 0, done.stderr
 
 
-# --- damaged and unusable caches (issue 12, items 5 to 7) -------------------------------------
+# --- damaged and unusable caches -------------------------------------
 
 # Loads the fixture core through ctypes (as the ctypes backend does) in a fresh interpreter.
 CORE_SCRIPT = """\

@@ -1,5 +1,5 @@
-"""The CUDA target (SPEC sections 1-2): compile with nvcc or NVRTC, launch through the
-driver API on the producer's stream.
+"""The CUDA target (docs/kernel-abi.md#cuda-kernels): compile with nvcc or NVRTC,
+launch through the driver API on the producer's stream.
 
 Without a GPU, everything up to the driver is real: nvcc and NVRTC compile the kernels,
 and launches go through the fake driver (tests/fake_cuda) that records exactly what the

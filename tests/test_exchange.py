@@ -1,4 +1,4 @@
-"""The DLPack C exchange API, consumer side (SPEC section 3, issue 4): tensors read in C
+"""The DLPack C exchange API, consumer side (docs/backends.md): tensors read in C
 through a producer's table, outputs allocated by its allocator, the older int-valued
 attribute, prev_api, producers failing mid-call; and tilejit's own producer,
 ``tilejit.empty``, read by torch, NumPy and kernels.

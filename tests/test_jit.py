@@ -1,6 +1,6 @@
 """Compiling: exact C prototypes, compiler errors, ``@tilejit.jit`` and its canonical keys,
-options from the environment, and the on-disk kernel cache seen from several processes
-(SPEC sections 1, 2 and 5)."""
+options from the environment, and the on-disk kernel cache seen from several
+processes."""
 
 from __future__ import annotations
 

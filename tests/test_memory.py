@@ -1,4 +1,4 @@
-"""Memory: many calls leak neither memory nor references (SPEC section 6, "memory").
+"""Memory: many calls leak neither memory nor references.
 
 RSS comes from /proc/self/statm after a warm-up, with a gc.collect() before each reading;
 the inputs' reference counts must be exactly what they were before the calls.

@@ -1,4 +1,4 @@
-"""Formatting and lint checks the project holds itself to (STYLE.md)."""
+"""Formatting and lint checks the project holds itself to (CONTRIBUTING.md)."""
 
 import shutil
 import subprocess

@@ -1,5 +1,5 @@
 /*
- * tilejit layout algebra: the layouts of tensor views (SPEC section 4, after
+ * tilejit layout algebra: the layouts of tensor views (docs/layout-views.md, after
  * the CuTe DSL framework-integration page). A view's layout starts fully
  * static, the tensor's own shape and strides; marking makes modes dynamic:
  *

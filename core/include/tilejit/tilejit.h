@@ -2,7 +2,7 @@
  * tilejit core: kernel signatures, tensor import, validation and symbol
  * binding, expression evaluation, and launch. Pure C, no Python.
  *
- * Conventions (see also STYLE.md):
+ * Conventions (see also CONTRIBUTING.md):
  * - Every fallible function returns a tj_status: TJ_OK (0) or a negative code.
  *   On failure the message is in thread-local storage, read with
  *   tj_last_error(); the binding maps codes to exception classes in one place.
