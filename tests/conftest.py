@@ -35,6 +35,18 @@ _TILEJIT_ENV = (
 )
 
 
+def no_nvrtc() -> str:
+    """Why NVRTC (an optional package: the CUDA toolkit's, or the nvidia-cuda-nvrtc wheel's)
+    cannot be loaded here, or "" when it can: tests that compile with it skip without it."""
+    from tilejit import cuda_compiler
+
+    try:
+        cuda_compiler._Nvrtc.get()
+    except Exception as exc:  # noqa: BLE001 - CompileError saying where it looked
+        return str(exc).splitlines()[0]
+    return ""
+
+
 @pytest.fixture(scope="session", autouse=True)
 def tilejit_cache_dir(tmp_path_factory) -> Path:
     """The session's kernel cache; the tilejit environment is cleared around it."""
