@@ -20,6 +20,10 @@ from pathlib import Path
 
 import pytest
 
+# Tooling, builds of the core and the wrapper from scratch: left out by
+# `pytest -m "not slow"` (CONTRIBUTING.md).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 SECOND_PYTHON = Path.home() / ".pyenv" / "versions" / "3.12.1" / "bin" / "python"
 

@@ -17,6 +17,10 @@ from pathlib import Path
 
 import pytest
 
+# Tooling, fresh processes rebuilding damaged caches: left out by
+# `pytest -m "not slow"` (CONTRIBUTING.md).
+pytestmark = pytest.mark.slow
+
 # Compiles a kernel and runs it on each backend named on the command line, in order.
 SCRIPT = """\
 import sys, warnings

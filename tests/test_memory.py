@@ -17,8 +17,11 @@ from kernels import VEC_ADD
 
 from tilejit import T
 
-pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/statm"),
-                                reason="RSS is read from /proc/self/statm")
+# Hundreds of thousands of calls per test: left out by `pytest -m "not slow"`
+# (CONTRIBUTING.md).
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not os.path.exists("/proc/self/statm"),
+                                 reason="RSS is read from /proc/self/statm")]
 
 
 # Allowed RSS growth over the measured calls.

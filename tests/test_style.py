@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# Tooling, formatters and linters: left out by `pytest -m "not slow"` (CONTRIBUTING.md).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

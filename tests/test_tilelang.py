@@ -197,6 +197,7 @@ print("from-cache" if k.adapter.from_cache else "compiled",
 """
 
 
+@pytest.mark.slow  # two processes lowering
 def test_disk_cache_reloads_without_lowering(tmp_path, fake_driver_path):
     # Two processes with one TileLang cache: the second loads the description and the
     # image tilejit stored (a CPU kernel, and a CUDA one launched on the fake driver).
