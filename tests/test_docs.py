@@ -25,7 +25,7 @@ def test_pages_exist():
     names = {p.name for p in PAGES}
     assert {"README.md", "signature.md", "kernel-abi.md", "validation.md", "backends.md",
             "layout-views.md", "caching.md", "environment.md", "cli.md",
-            "torch-compile.md"} <= names
+            "torch-compile.md", "architecture.md"} <= names
 
 
 def test_index_links_every_page():
@@ -34,7 +34,8 @@ def test_index_links_every_page():
     assert not missing, f"docs/README.md does not link {missing}"
 
 
-@pytest.mark.parametrize("path", [*PAGES, ROOT / "README.md"], ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", [*PAGES, ROOT / "README.md", ROOT / "CONTRIBUTING.md"],
+                         ids=lambda p: str(p.relative_to(ROOT)))
 def test_links(path):
     assert not broken_links(path)
 
