@@ -1,4 +1,4 @@
-"""Compile times (SPEC section 6): cold, warm disk cache in a new process, in-process jit hit.
+"""Compile times: cold, warm disk cache in a new process, in-process jit hit.
 
     python tests/bench_compile.py
 

@@ -1,5 +1,5 @@
 """Per-call host time of one kernel given pre-converted views vs the same kernel given torch
-tensors (issue 3's closing note), and of implicit conversion. Not a test: run it.
+tensors, and of implicit conversion. Not a test: run it.
 
     python tests/bench_layout_views.py [calls] [repeats]
 

@@ -25,6 +25,7 @@ _TILEJIT_ENV = (
     "TILEJIT_CACHE_DIR",
     "TILEJIT_DISABLE_CACHE",
     "TILEJIT_CC",
+    "TILEJIT_CXX",
     "TILEJIT_COMPILE_FLAGS",
     "TILEJIT_TARGET",
     "TILEJIT_EXECUTION_BACKEND",
@@ -32,6 +33,18 @@ _TILEJIT_ENV = (
     "TILEJIT_CUDA_ARCH",
     "TILEJIT_CUDA_COMPILER",
 )
+
+
+def no_nvrtc() -> str:
+    """Why NVRTC (an optional package: the CUDA toolkit's, or the nvidia-cuda-nvrtc wheel's)
+    cannot be loaded here, or "" when it can: tests that compile with it skip without it."""
+    from tilejit import cuda_compiler
+
+    try:
+        cuda_compiler._Nvrtc.get()
+    except Exception as exc:  # noqa: BLE001 - CompileError saying where it looked
+        return str(exc).splitlines()[0]
+    return ""
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -54,7 +67,7 @@ BACKENDS = ("cython", "dlpack", "ctypes")
 @pytest.fixture(scope="module", params=BACKENDS)
 def backend(request) -> str:
     """Every test that builds kernels runs once per execution backend: all three must give
-    the same results and the same errors (SPEC section 3)."""
+    the same results and the same errors (docs/backends.md)."""
     return request.param
 
 

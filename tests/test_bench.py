@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+# Tooling, whole benchmark runs: left out by `pytest -m "not slow"` (CONTRIBUTING.md).
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("torch")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -20,6 +20,10 @@ from pathlib import Path
 
 import pytest
 
+# Tooling, builds of the core and the wrapper from scratch: left out by
+# `pytest -m "not slow"` (CONTRIBUTING.md).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 SECOND_PYTHON = Path.home() / ".pyenv" / "versions" / "3.12.1" / "bin" / "python"
 
@@ -310,7 +314,7 @@ def test_real_sources_build_and_load(cache):
     assert done.returncode == 0, done.stderr
 
 
-# --- damaged and unusable caches (issue 12, items 5 to 7) -------------------------------------
+# --- damaged and unusable caches -------------------------------------
 
 # Loads the fixture core through ctypes (as the ctypes backend does) in a fresh interpreter.
 CORE_SCRIPT = """\

@@ -1,5 +1,5 @@
 """Calling compiled CPU kernels: out_idx forms, symbols and expressions, frameworks, scalars,
-optional buffers, raw pointers and threads (SPEC section 2)."""
+optional buffers, raw pointers and threads."""
 
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ import pytest
 CORE = Path(__file__).resolve().parent.parent / "core"
 
 
-@pytest.mark.parametrize("target", ["test", "asan"])
+# The sanitizer build is slow: left out by `pytest -m "not slow"` (CONTRIBUTING.md).
+@pytest.mark.parametrize("target", ["test", pytest.param("asan", marks=pytest.mark.slow)])
 def test_core(target):
     if shutil.which("make") is None:
         pytest.fail("make is required to build the C tests")

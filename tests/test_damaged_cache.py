@@ -1,4 +1,4 @@
-"""Damaged and unusable caches, end to end (issue 12, items 5 to 7): a fresh process
+"""Damaged and unusable caches, end to end: a fresh process
 whose cache holds a library that is truncated, empty or garbage (its meta.json rewritten
 to match, so that size and hash cannot tell), or whose TILEJIT_CACHE_DIR is unusable,
 still runs kernels on every backend: the library is rebuilt rather than loaded (a
@@ -16,6 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
+
+# Tooling, fresh processes rebuilding damaged caches: left out by
+# `pytest -m "not slow"` (CONTRIBUTING.md).
+pytestmark = pytest.mark.slow
 
 # Compiles a kernel and runs it on each backend named on the command line, in order.
 SCRIPT = """\

@@ -1,4 +1,4 @@
-"""The DLPack C exchange API, consumer side (SPEC section 3, issue 4): tensors read in C
+"""The DLPack C exchange API, consumer side (docs/backends.md): tensors read in C
 through a producer's table, outputs allocated by its allocator, the older int-valued
 attribute, prev_api, producers failing mid-call; and tilejit's own producer,
 ``tilejit.empty``, read by torch, NumPy and kernels.
@@ -217,3 +217,44 @@ def test_arrays_in_arrays_out(add, backend):
     for _ in range(1000):
         kernel(a, b)
     assert sys.getrefcount(a) == before
+
+
+# ---- tilejit.Array: importable, loaded on first access -----------------------------------
+
+
+def test_array_is_the_class_of_empty():
+    from tilejit import Array
+
+    assert Array is tilejit.Array
+    assert type(tilejit.empty((2,), "float32")) is Array
+    assert "Array" in dir(tilejit)
+    with pytest.raises(AttributeError, match="has no attribute 'Arrays'"):
+        tilejit.Arrays  # noqa: B018
+
+
+def test_import_tilejit_loads_no_wrapper_until_array(child_env):
+    code = ("import sys, tilejit\n"
+            "assert 'tilejit._tilejit' not in sys.modules\n"
+            "a = tilejit.Array\n"
+            "assert sys.modules['tilejit._tilejit'].Array is a\n"
+            "print('ok')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=child_env(), check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def test_array_without_a_wrapper_is_an_import_error_saying_why(child_env, tmp_path):
+    # A fresh cache and no C compiler: neither the core nor the wrapper can be built.
+    code = ("import tilejit\n"
+            "try:\n"
+            "    from tilejit import Array\n"
+            "except ImportError as exc:\n"
+            "    print(type(exc).__name__, exc)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=child_env(TILEJIT_CACHE_DIR=str(tmp_path),
+                                        TILEJIT_CC="/nonexistent/cc"), check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ImportError tilejit.Array is defined by the compiled Cython "
+                                  "wrapper, which cannot be loaded: "), done.stdout
+    assert "TILEJIT_CC='/nonexistent/cc'" in done.stdout, done.stdout

@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+# Tooling, a minute of fuzzing: left out by `pytest -m "not slow"` (CONTRIBUTING.md).
+pytestmark = pytest.mark.slow
+
 CORE = Path(__file__).resolve().parent.parent / "core"
 # TILEJIT_FUZZ_SECONDS changes how long the test command fuzzes.
 FUZZ_SECONDS = int(os.environ.get("TILEJIT_FUZZ_SECONDS", "60"))

@@ -1,6 +1,6 @@
 """Compiling: exact C prototypes, compiler errors, ``@tilejit.jit`` and its canonical keys,
-options from the environment, and the on-disk kernel cache seen from several processes
-(SPEC sections 1, 2 and 5)."""
+options from the environment, and the on-disk kernel cache seen from several
+processes."""
 
 from __future__ import annotations
 
@@ -480,6 +480,7 @@ def _no_compiles_since(log: Path, before: str) -> None:
     assert not [line for line in new_lines if "/kernels/" in line], new_lines
 
 
+@pytest.mark.slow  # subprocesses
 def test_cache_is_reused_by_another_process(tmp_path, child_env, logging_cc, monkeypatch):
     log = tmp_path / "cc.log"
     log.touch()
@@ -502,6 +503,7 @@ def test_cache_is_reused_by_another_process(tmp_path, child_env, logging_cc, mon
     assert kernel(torch.zeros(2)).tolist() == [1.0, 1.0]
 
 
+@pytest.mark.slow  # subprocesses
 def test_processes_compiling_at_once_share_one_library(tmp_path, child_env, logging_cc):
     log = tmp_path / "cc.log"
     log.touch()

@@ -1,5 +1,5 @@
-"""Layout views (SPEC section 4): every example of the CuTe DSL framework-integration page
-(``../shared/reference/cute_dsl_framework_integration.rst``) with its exact output or error
+"""Layout views (docs/layout-views.md): every example of the CuTe DSL
+framework-integration page (NVIDIA's CUTLASS documentation) with its exact output or error
 text, then the same calls on the layouts PyTorch 2.13 really produces, then the view's
 attributes, ownership and errors.
 

@@ -1,4 +1,4 @@
-"""Kernels and layout views (issue 3, item 5): parameters from ``T.Buffer.like``, views
+"""Kernels and layout views: parameters from ``T.Buffer.like``, views
 passed as arguments without being imported again, ``make_ptr`` for ``T.Pointer``
 parameters (the reference's "bypass DLPack"), and implicit conversion through
 ``tilejit.jit(layout="dynamic")``. Every backend is held to the same results and messages.

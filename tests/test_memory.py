@@ -1,4 +1,4 @@
-"""Memory: many calls leak neither memory nor references (SPEC section 6, "memory").
+"""Memory: many calls leak neither memory nor references.
 
 RSS comes from /proc/self/statm after a warm-up, with a gc.collect() before each reading;
 the inputs' reference counts must be exactly what they were before the calls.
@@ -17,8 +17,11 @@ from kernels import VEC_ADD
 
 from tilejit import T
 
-pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/statm"),
-                                reason="RSS is read from /proc/self/statm")
+# Hundreds of thousands of calls per test: left out by `pytest -m "not slow"`
+# (CONTRIBUTING.md).
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not os.path.exists("/proc/self/statm"),
+                                 reason="RSS is read from /proc/self/statm")]
 
 
 # Allowed RSS growth over the measured calls.

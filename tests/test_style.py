@@ -1,4 +1,4 @@
-"""Formatting and lint checks the project holds itself to (STYLE.md)."""
+"""Formatting and lint checks the project holds itself to (CONTRIBUTING.md)."""
 
 import shutil
 import subprocess
@@ -6,6 +6,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+# Tooling, formatters and linters: left out by `pytest -m "not slow"` (CONTRIBUTING.md).
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -16,9 +16,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import tilelang
+
+# Optional packages: without them every test here is reported skipped, saying why, and the
+# rest of the suite still runs.
+tilelang = pytest.importorskip(
+    "tilelang", reason="TileLang is not installed (pip install 'tilejit[tilelang]')",
+    exc_type=ImportError)  # installed but not importable (a missing library): skipped too
+torch = pytest.importorskip("torch")
 import tilelang.language as TL
-import torch
 from conftest import load_fakes
 
 import tilejit
@@ -192,6 +197,7 @@ print("from-cache" if k.adapter.from_cache else "compiled",
 """
 
 
+@pytest.mark.slow  # two processes lowering
 def test_disk_cache_reloads_without_lowering(tmp_path, fake_driver_path):
     # Two processes with one TileLang cache: the second loads the description and the
     # image tilejit stored (a CPU kernel, and a CUDA one launched on the fake driver).

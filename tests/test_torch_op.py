@@ -1,6 +1,6 @@
 """tilejit kernels inside torch: every kernel a torch custom op (schema, mutation, a fake
 implementation shaped by the symbols), traced by ``torch.compile``, recorded by autograd
-with a registered backward, and left alone by eager calls (issue 11).
+with a registered backward, and left alone by eager calls.
 
 Compiles are what is slow here (Dynamo, and inductor most of all): each test compiles
 little, the inductor model is compiled once per module, and the kernels are compiled once

@@ -1,4 +1,4 @@
-"""Argument validation (SPEC section 2, "Validation"): every row of the table with its exact
+"""Argument validation (docs/validation.md): every row of its tables with its exact
 exception type, messages naming the kernel, the argument and what was expected, the edge
 rules, and DLPack producers on other devices built by hand with ctypes."""
 

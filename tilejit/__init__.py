@@ -34,6 +34,28 @@ def empty(shape, dtype="float32", device="cpu"):
     return wrapper_module().empty(shape, canonical(dtype), device)
 
 
+def __getattr__(name):
+    """``tilejit.Array``, the class of ``tilejit.empty``'s tensors, is defined by the compiled
+    wrapper (``wrapper/_array.pxi``): it is loaded, and built if need be, on first access
+    only, so that ``import tilejit`` compiles nothing. Without a wrapper (no Cython, no C
+    compiler) the access raises ImportError saying why."""
+    if name != "Array":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from .backends.cython_backend import wrapper_module
+
+    try:
+        array = wrapper_module().Array
+    except Exception as exc:  # whatever stopped the build or the load
+        raise ImportError(f"tilejit.Array is defined by the compiled Cython wrapper, which "
+                          f"cannot be loaded: {exc}", name=__name__) from exc
+    globals()["Array"] = array  # later accesses are plain attribute reads
+    return array
+
+
+def __dir__():
+    return sorted({*globals(), "Array"})
+
+
 __all__ = [
     "CompileError",
     "JITFunction",

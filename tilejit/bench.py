@@ -57,7 +57,7 @@ N = 16
 # Of the total calls per row, how many run untimed first (at least _WARMUP_MIN).
 _WARMUP_FRACTION = 10
 _WARMUP_MIN = 1000
-SPEC_MIN_CALLS = 100_000
+REPORT_MIN_CALLS = 100_000
 
 WIDE = (9, 16)
 """Tensor counts of case C."""
@@ -727,7 +727,7 @@ def _header(calls: int, repeats: int, quick: bool, elapsed_build: float) -> list
 
     from . import __version__
 
-    fewer = f" (fewer than the {SPEC_MIN_CALLS:,} a reportable run uses)" if calls < SPEC_MIN_CALLS \
+    fewer = f" (fewer than the {REPORT_MIN_CALLS:,} a reportable run uses)" if calls < REPORT_MIN_CALLS \
         else ""
     machine = (f"machine: {platform.platform()}, {_cpu_model()} ({os.cpu_count()} logical "
                f"CPUs) · python {platform.python_version()} · torch {torch.__version__} · "
@@ -765,7 +765,7 @@ def _no_alloc_table(rows: list[Row], count: int, tvm: Row, floor: Row, ctypes_fl
     return table
 
 
-def run(calls: int = SPEC_MIN_CALLS, repeats: int = 11, quick: bool = False) -> tuple[str, bool]:
+def run(calls: int = REPORT_MIN_CALLS, repeats: int = 11, quick: bool = False) -> tuple[str, bool]:
     """Runs the benchmark; returns the markdown report and whether every row that tilejit
     itself is responsible for (its backends, the floors, ctypes, torch.empty) ran.
 
@@ -887,7 +887,7 @@ void tj_bench_add(const float *A, const float *B, float *C, int64_t n) {
 """
 
 
-def run_torch_compile(calls: int = SPEC_MIN_CALLS, repeats: int = 11) -> tuple[str, bool]:
+def run_torch_compile(calls: int = REPORT_MIN_CALLS, repeats: int = 11) -> tuple[str, bool]:
     """Case E: a tilejit kernel called inside a graph compiled by ``torch.compile``
     (inductor), where it runs as its torch op, next to ``torch.add`` in the same graph
     and in graphs of their own; and the same calls in eager mode. Returns the report and

@@ -1,4 +1,4 @@
-"""Layout views (SPEC section 4, after the CuTe DSL's framework page).
+"""Layout views (docs/layout-views.md, after the CuTe DSL's framework page).
 
 ``from_dlpack`` makes a zero-copy view of any DLPack producer with a static layout that
 ``mark_layout_dynamic`` / ``mark_compact_shape_dynamic`` make (partly) dynamic;

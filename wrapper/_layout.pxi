@@ -1,4 +1,4 @@
-# Layout views (SPEC section 4): the storage behind tilejit.from_dlpack. Included by
+# Layout views (docs/layout-views.md): the storage behind tilejit.from_dlpack. Included by
 # _tilejit.pyx, whose helpers (_check, _pending, _producer_of) it uses.
 #
 # A TensorView imports its tensor once and keeps it: the managed tensor (its deleter runs

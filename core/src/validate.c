@@ -1,5 +1,5 @@
 /*
- * Argument validation and symbol binding.
+ * Argument validation and symbol binding (docs/validation.md).
  * Every failure names the kernel, the argument and what was expected.
  */
 #include "validate.h"

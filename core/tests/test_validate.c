@@ -1,5 +1,5 @@
 /*
- * Validation and symbol binding (SPEC section 2, "Validation" and its edge
+ * Validation and symbol binding (docs/validation.md, its tables and edge
  * rules): one test per row of the table or rule, each checking the status
  * code (TypeError / ValueError / RuntimeError classes) and the parts of the
  * message a user relies on: the kernel, the argument, what was expected.
@@ -1031,7 +1031,7 @@ TEST(validate_output_shapes) {
   tj_kernel_free(k);
 
   /* An output of more bytes than 64 bits count is refused before any
-   * allocator is asked (issue 12, item 8); an empty one never is. */
+   * allocator is asked; an empty one never is. */
   CHECK_OK(tj_kernel_create("big", 2, TJ_TARGET_CPU, &k));
   CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
   CHECK_OK(tj_kernel_add_symbol(k, "m", 1));

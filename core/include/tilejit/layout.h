@@ -1,7 +1,7 @@
 /*
- * tilejit layout algebra: the layouts of tensor views (after the CuTe DSL
- * framework-integration page). A view's layout starts fully static, the
- * tensor's own shape and strides; marking makes modes dynamic:
+ * tilejit layout algebra: the layouts of tensor views (docs/layout-views.md, after
+ * the CuTe DSL framework-integration page). A view's layout starts fully
+ * static, the tensor's own shape and strides; marking makes modes dynamic:
  *
  *   tj_layout_mark_dynamic()                 every shape mode dynamic, every
  *                                            stride dynamic except the
