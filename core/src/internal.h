@@ -9,6 +9,8 @@
  * two depend on each other, directly or around a cycle
  * (tests/test_core_api.py checks it). One step of a call lives in one file.
  *
+ *   6  host.c       the binding layer: host objects in, a host result or
+ *                   exception out (tj_host_call)
  *   5  call.c       the call sequencer: import, bind, stream, outputs,
  *                   launch, release (tj_call_run)
  *   4  kernel.c     building a kernel's signature, loading it, freeing it
