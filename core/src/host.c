@@ -12,6 +12,52 @@
 
 #include "internal.h"
 
+/* ---- Calls into the host ------------------------------------------------------- */
+
+/* A new host tuple of `n` items given as new references (stolen, also on
+ * failure; a NULL item, a failed allocation, fails: NULL). */
+static void *tuple_stealing(const tj_host *h, intptr_t n, void **items) {
+  void *tuple = h->tuple_new(n);
+  int ok = tuple != NULL;
+  for (intptr_t i = 0; i < n; ++i) {
+    if (ok && items[i] != NULL) {
+      ok = h->tuple_set(tuple, i, items[i]) == 0;
+    } else {
+      if (items[i] != NULL) h->release(items[i]);
+      ok = 0;
+    }
+  }
+  if (!ok && tuple != NULL) {
+    h->release(tuple);
+    tuple = NULL;
+  }
+  return tuple;
+}
+
+/* host->call(fn, (items...)), the items stolen as tuple_stealing does. */
+static void *call_with(const tj_host *h, void *fn, intptr_t n, void **items) {
+  void *args = tuple_stealing(h, n, items);
+  if (args == NULL) return NULL;
+  void *result = h->call(fn, args);
+  h->release(args);
+  return result;
+}
+
+/* call_with for a function answering a non-negative int: its value. */
+static int call_for_u64(const tj_host *h, void *fn, intptr_t n, void **items,
+                        unsigned long long *out) {
+  void *answer = call_with(h, fn, n, items);
+  if (answer == NULL) return TJ_EPYERR;
+  *out = h->uint64_of(answer);
+  h->release(answer);
+  return *out == (unsigned long long)-1 && h->error_pending() != NULL ? TJ_EPYERR : TJ_OK;
+}
+
+static void *retained(const tj_host *h, void *object) {
+  h->retain(object);
+  return object;
+}
+
 /* ---- The registry: how the objects of each host type are read ------------- */
 
 /* An open-addressing table per mode (exchange API first, or __dlpack__ only),
@@ -68,21 +114,10 @@ static int registry_add(registry *r, void *type, const tj_host_type *info) {
 
 /* Asks the binding how objects of `type` are read (tj_host.describe). */
 static const tj_host_type *describe(const tj_host *h, void *type, int32_t exchange) {
-  void *args = h->tuple_new(2);
-  if (args == NULL) return NULL;
-  void *mode = h->int_new(exchange);
   h->retain(type);
-  h->tuple_set(args, 0, type);
-  if (mode == NULL || h->tuple_set(args, 1, mode) != 0) {
-    h->release(args);
-    return NULL;
-  }
-  void *answer = h->call(h->describe, args);
-  h->release(args);
-  if (answer == NULL) return NULL;
-  unsigned long long address = h->uint64_of(answer);
-  h->release(answer);
-  if (address == (unsigned long long)-1 && h->error_pending() != NULL) return NULL;
+  void *items[2] = {type, h->int_new(exchange)};
+  unsigned long long address = 0;
+  if (call_for_u64(h, h->describe, 2, items, &address) != TJ_OK) return NULL;
   return (const tj_host_type *)(uintptr_t)address;
 }
 
@@ -248,29 +283,6 @@ static inline int classify(const tj_host_plan *plan, void *object, tj_arg *arg) 
 
 /* ---- The __dlpack__ producer: tilejit's host functions over a host type ------- */
 
-/* host->call(fn, (a, b, ...)) with `n` arguments given as new references
- * (stolen, also on failure; a NULL one fails the call). */
-static void *call_with(const tj_host *h, void *fn, intptr_t n, void **items) {
-  void *args = h->tuple_new(n);
-  int ok = args != NULL;
-  for (intptr_t i = 0; i < n; ++i) {
-    if (items[i] == NULL || !ok) {
-      if (items[i] != NULL) h->release(items[i]);
-      ok = 0;
-      continue;
-    }
-    ok = h->tuple_set(args, i, items[i]) == 0;
-  }
-  void *result = ok ? h->call(fn, args) : NULL;
-  if (args != NULL) h->release(args);
-  return result;
-}
-
-static void *retained(const tj_host *h, void *object) {
-  h->retain(object);
-  return object;
-}
-
 static int dlpack_import(const tj_producer *self, void *object, tj_arg *arg) {
   const tj_host *h = self->host;
   void *items[1] = {retained(h, object)};
@@ -284,21 +296,7 @@ static int dlpack_import(const tj_producer *self, void *object, tj_arg *arg) {
 static void *int_tuple(const tj_host *h, const int64_t *values, intptr_t n) {
   void *items[TJ_MAX_NDIM];
   for (intptr_t i = 0; i < n; ++i) items[i] = h->int_new(values[i]);
-  void *tuple = h->tuple_new(n);
-  int ok = tuple != NULL;
-  for (intptr_t i = 0; i < n; ++i) {
-    if (ok && items[i] != NULL) {
-      ok = h->tuple_set(tuple, i, items[i]) == 0;
-    } else {
-      if (items[i] != NULL) h->release(items[i]);
-      ok = 0;
-    }
-  }
-  if (!ok && tuple != NULL) {
-    h->release(tuple);
-    tuple = NULL;
-  }
-  return tuple;
+  return tuple_stealing(h, n, items);
 }
 
 static int dlpack_allocate(const tj_producer *self, const DLTensor *proto, tj_arg *out,
@@ -323,13 +321,10 @@ static int dlpack_stream(const tj_producer *self, int32_t device_type, int32_t d
                          void **stream) {
   const tj_host *h = self->host;
   void *items[3] = {retained(h, self->context), h->int_new(device_type), h->int_new(device_id)};
-  void *handle = call_with(h, h->framework_stream, 3, items);
-  if (handle == NULL) return TJ_EPYERR;
-  unsigned long long value = h->uint64_of(handle);
-  h->release(handle);
-  if (value == (unsigned long long)-1 && h->error_pending() != NULL) return TJ_EPYERR;
-  *stream = (void *)(uintptr_t)value;
-  return TJ_OK;
+  unsigned long long handle = 0;
+  int rc = call_for_u64(h, h->framework_stream, 3, items, &handle);
+  *stream = (void *)(uintptr_t)handle;
+  return rc;
 }
 
 /* The view bits asked of the framework (slow: a call into the host per tensor),
@@ -337,14 +332,10 @@ static int dlpack_stream(const tj_producer *self, int32_t device_type, int32_t d
 static int ask_view(const tj_producer *self, void *object, uint32_t *view) {
   const tj_host *h = self->host;
   void *items[1] = {retained(h, object)};
-  void *bits = call_with(h, h->lazy_view, 1, items);
-  if (bits == NULL) return TJ_EPYERR;
-  int overflow = 0;
-  long long value = h->int64_of(bits, &overflow);
-  h->release(bits);
-  if (value == -1 && h->error_pending() != NULL) return TJ_EPYERR;
-  *view = (uint32_t)value;
-  return TJ_OK;
+  unsigned long long bits = 0;
+  int rc = call_for_u64(h, h->lazy_view, 1, items, &bits);
+  *view = (uint32_t)bits;
+  return rc;
 }
 
 void tj_host_dlpack_producer(tj_producer *producer, const tj_host *host, void *type) {
@@ -449,13 +440,10 @@ static int stream_handle(const tj_host_plan *plan, void *stream, void **out) {
     }
   }
   void *items[2] = {retained(h, stream), retained(h, plan->name)};
-  void *handle = call_with(h, h->stream_handle, 2, items);
-  if (handle == NULL) return TJ_EPYERR;
-  unsigned long long value = h->uint64_of(handle);
-  h->release(handle);
-  if (value == (unsigned long long)-1 && h->error_pending() != NULL) return TJ_EPYERR;
-  *out = (void *)(uintptr_t)value;
-  return TJ_OK;
+  unsigned long long handle = 0;
+  int rc = call_for_u64(h, h->stream_handle, 2, items, &handle);
+  *out = (void *)(uintptr_t)handle;
+  return rc;
 }
 
 #define VECTORCALL_OFFSET ((size_t)1 << (8 * sizeof(size_t) - 1))
