@@ -5,17 +5,16 @@
 
 cdef extern from "Python.h":
     void PyType_Modified(object)
-    void *_type_of "Py_TYPE"(void *)
+    ctypedef struct _PyObjectHead "PyObject":
+        void *ob_type
 
 
-cdef void *_borrowed_type(void *obj) noexcept:
-    """The host table's type_of: Py_TYPE, compiled (no reference counting)."""
-    return _type_of(obj)
-
-
-def type_of_address():
-    """The address of a compiled ``Py_TYPE`` for the host table (tj_host.type_of)."""
-    return <uintptr_t>_borrowed_type
+def type_offset():
+    """Where an object keeps its type, as this interpreter's headers lay out PyObject
+    (offsetof(PyObject, ob_type)): the host table's type_offset."""
+    probe = object()
+    cdef _PyObjectHead *head = <_PyObjectHead *><PyObject *>probe
+    return <Py_ssize_t>(<char *>&head.ob_type - <char *>head)
 
 
 # Layout views (_layout.pxi): [0] under the dlpack backend, [1] with the exchange API.

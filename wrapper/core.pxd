@@ -21,7 +21,7 @@ cdef extern from "tilejit/host.h" nogil:
         int (*capsule_set_name)(void *capsule, const char *name) noexcept
         void *(*object_type)(void *object) noexcept
         void (*release)(void *object) noexcept
-        void *(*type_of)(void *object) noexcept
+        intptr_t type_offset
         intptr_t (*sequence_size)(void *sequence) noexcept
         void *(*sequence_item)(void *sequence, intptr_t i) noexcept
         void *(*tuple_new)(intptr_t n) noexcept

@@ -141,7 +141,11 @@ const tj_host_type *tj_host_type_of(const tj_host *h, void *type, int32_t exchan
 
 /* The object's exact type, borrowed (the object keeps it alive). */
 static inline void *type_of(const tj_host *h, void *object) {
-  if (h->type_of != NULL) return h->type_of(object);
+  if (h->type_offset >= 0) {
+    void *type;
+    memcpy(&type, (const char *)object + h->type_offset, sizeof(type));
+    return type;
+  }
   void *type = h->object_type(object);
   h->release(type);
   return type;

@@ -4,6 +4,7 @@
  */
 #include "fake_host.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,6 +274,7 @@ void fh_host(tj_host *host) {
   host->capsule_set_name = capsule_set_name;
   host->object_type = object_type;
   host->release = release;
+  host->type_offset = (intptr_t)offsetof(fh_object, type);
   host->sequence_size = sequence_size;
   host->sequence_item = sequence_item;
   host->tuple_new = tuple_new;

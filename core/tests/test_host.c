@@ -221,6 +221,7 @@ TEST(host_call_described_kinds) {
   tj_kernel *k = mix_kernel(1);
   setup s;
   setup_init(&s, k, 1);
+  s.host.type_offset = -1; /* types through object_type and release: as many of each */
   fh_object a;
   tjt_tensor ta;
   tensor_object(&a, &ta, a_data, 4);

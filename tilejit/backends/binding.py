@@ -206,7 +206,7 @@ def host_table() -> TjHost:
         if _host is None:
             table = TjHost(**{field: _c_function(name) for field, name in _FUNCTIONS.items()},
                            **{field: id(fn) for field, fn in _HOOKS.items()},
-                           none=id(None), true_object=id(True), int_type=id(int),
+                           type_offset=-1, none=id(None), true_object=id(True), int_type=id(int),
                            float_type=id(float), bool_type=id(bool))
             table.exceptions[:] = _exception_classes()
             core_library().tj_host_method_install(addressof(table))
@@ -218,10 +218,11 @@ def host_address() -> int:
     return addressof(host_table())
 
 
-def use_type_of(address: int) -> None:
-    """Lets the core read an object's type with ``address`` (a compiled ``Py_TYPE``)
-    instead of ``PyObject_Type`` and ``Py_DecRef``: the Cython wrapper gives one."""
-    host_table().type_of = address
+def use_type_offset(offset: int) -> None:
+    """Lets the core read an object's type in place, at byte ``offset`` of the object,
+    instead of calling ``PyObject_Type`` and ``Py_DecRef``: the Cython wrapper states
+    ``offsetof(PyObject, ob_type)`` as the interpreter's headers give it."""
+    host_table().type_offset = offset
 
 
 # ---- Kernels -----------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from ctypes import (
     Structure,
     c_char_p,
     c_int32,
+    c_ssize_t,
     c_int64,
     c_uint8,
     c_uint16,
@@ -90,8 +91,9 @@ class TjTensorMap(Structure):
 class TjHost(Structure):
     _c_name_ = "tj_host"
     _fields_ = [(name, c_void_p) for name in (
-        "capsule_is_valid", "capsule_pointer", "capsule_set_name", "object_type", "release",
-        "type_of", "sequence_size", "sequence_item", "tuple_new", "tuple_set", "retain",
+        "capsule_is_valid", "capsule_pointer", "capsule_set_name", "object_type", "release")]
+    _fields_ += [("type_offset", c_ssize_t)]
+    _fields_ += [(name, c_void_p) for name in ("sequence_size", "sequence_item", "tuple_new", "tuple_set", "retain",
         "list_new", "list_set", "int64_of", "uint64_of", "double_of", "index_of", "truth",
         "int_new", "string_new", "string_compare", "attribute", "call", "error_pending",
         "error_clear", "error_fetch", "error_normalize", "error_set", "error_set_object",

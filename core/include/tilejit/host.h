@@ -46,9 +46,11 @@ struct tj_host {
   /* PyObject_Type: a new reference to the object's exact type; Py_DecRef. */
   void *(*object_type)(void *object);
   void (*release)(void *object);
-  /* Optional (Py_TYPE): the object's exact type, borrowed. NULL: the core
-   * uses object_type and release. */
-  void *(*type_of)(void *object);
+  /* Optional: the byte offset at which every object keeps a pointer to its
+   * exact type (for CPython, offsetof(PyObject, ob_type), as a binding compiled
+   * against the interpreter's headers states it), read in place; -1: the core
+   * asks object_type and release. */
+  intptr_t type_offset;
   /* PyTuple_Size / PyTuple_GetItem (borrowed) / PyTuple_New (new) /
    * PyTuple_SetItem (steals `item`; 0 on success). */
   intptr_t (*sequence_size)(void *sequence);
