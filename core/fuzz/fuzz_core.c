@@ -592,15 +592,6 @@ static int host_allocate(const tj_producer *self, const DLTensor *prototype, tj_
   return rc;
 }
 
-static fh_object *describe_hook(fh_object *args) {
-  fh_object *type = args->items[0];
-  if (type->pointer == NULL) {
-    fh_raise(&fh_exception_types[1], "no description");
-    return NULL;
-  }
-  return fh_int((long long)(intptr_t)type->pointer);
-}
-
 static fh_object *int_hook(fh_object *args) {
   (void)args;
   return fh_int(0);
@@ -621,7 +612,7 @@ static void fuzz_host_call(input *in, tj_kernel *k) {
   tj_host host;
   fh_host(&host);
   if (next_u8(in) & 1) host.type_offset = -1; /* types through object_type */
-  fh_object *hooks[4] = {fh_func(describe_hook), fh_func(int_hook), fh_func(int_hook),
+  fh_object *hooks[4] = {fh_func(fh_describe), fh_func(int_hook), fh_func(int_hook),
                          fh_func(int_hook)};
   host.describe = hooks[0];
   host.stream_handle = hooks[1];

@@ -107,6 +107,15 @@ void fh_raise(fh_object *type, const char *message) {
   fh_error_value->type = type;
 }
 
+fh_object *fh_describe(fh_object *args) {
+  fh_object *type = args->items[0];
+  if (type->pointer == NULL) {
+    fh_raise(&fh_exception_types[1], "no description");
+    return NULL;
+  }
+  return fh_int((long long)(intptr_t)type->pointer);
+}
+
 /* ---- The table ------------------------------------------------------------------ */
 
 static int capsule_is_valid(void *capsule, const char *name) {

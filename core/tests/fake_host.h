@@ -70,6 +70,10 @@ void fh_type_init(fh_object *type, const tj_host_type *info);
 /* A static object of `type`. */
 void fh_object_init(fh_object *object, fh_object *type);
 
+/* tj_host.describe over these objects: describe(type, mode) answers the
+ * tj_host_type the type was made with (fh_type_init), or raises for none. */
+fh_object *fh_describe(fh_object *args);
+
 /* Raises an error of class `type` (a new string value). */
 void fh_raise(fh_object *type, const char *message);
 /* Clears the pending error. */

@@ -89,12 +89,7 @@ static int describes, stream_asks, keyword_calls, claimed_calls, producer_errors
 
 static fh_object *describe_fn(fh_object *args) {
   describes++;
-  fh_object *type = args->items[0];
-  if (type->pointer == NULL) {
-    fh_raise(&fh_exception_types[1], "no description");
-    return NULL;
-  }
-  return fh_int((long long)(intptr_t)type->pointer);
+  return fh_describe(args);
 }
 
 static fh_object *stream_handle_fn(fh_object *args) {
