@@ -187,14 +187,8 @@ static int int_attribute(const tj_host *h, void *object, const char *name, long 
   if (value == NULL) return TJ_EPYERR;
   int overflow = 0;
   *out = h->int64_of(value, &overflow);
+  if (overflow) *out = (long long)h->uint64_of(value); /* an address of 2**63 or more */
   h->release(value);
-  if (overflow) {
-    /* An address of 2**63 or more. */
-    value = h->attribute(object, name);
-    if (value == NULL) return TJ_EPYERR;
-    *out = (long long)h->uint64_of(value);
-    h->release(value);
-  }
   return h->error_pending() != NULL ? TJ_EPYERR : TJ_OK;
 }
 
