@@ -340,7 +340,6 @@ cdef extern from "tilejit/host.h":
         const tj_kernel *kernel
         const tj_host *host
         int32_t exchange
-        int32_t noutputs
         const int32_t *out_order
         const tj_producer *fallback
         void *name

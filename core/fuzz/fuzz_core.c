@@ -637,7 +637,6 @@ static void fuzz_host_call(input *in, tj_kernel *k) {
   tj_host_plan plan = {k,
                        &host,
                        next_u8(in) & 1,
-                       k->noutputs,
                        next_u8(in) < 128 ? order : NULL,
                        &host_producer,
                        name,

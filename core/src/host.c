@@ -392,7 +392,7 @@ static void *raise_failure(const tj_host_plan *plan, int rc, void *const *args, 
  * order. Takes the references in `made`. */
 static void *result_of(const tj_host_plan *plan, void **made) {
   const tj_host *h = plan->host;
-  int32_t n = plan->noutputs;
+  int32_t n = plan->kernel->noutputs;
   if (n == 0) return retained(h, h->none);
   if (n == 1) return made[0];
   void *list = h->list_new(n);

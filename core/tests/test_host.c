@@ -133,7 +133,7 @@ typedef struct {
   fh_object kernel_object;
 } setup;
 
-static void setup_init(setup *s, const tj_kernel *k, int32_t noutputs) {
+static void setup_init(setup *s, const tj_kernel *k) {
   memset(s, 0, sizeof(*s));
   fh_host(&s->host);
   s->hooks[0] = fh_func(describe_fn);
@@ -146,9 +146,8 @@ static void setup_init(setup *s, const tj_kernel *k, int32_t noutputs) {
   s->host.producer_error = s->hooks[4];
   s->name = fh_str("mix");
   fh_object_init(&s->kernel_object, &tensor_type);
-  s->plan =
-      (tj_host_plan){k,       &s->host,          1,           noutputs,   NULL, &tensor_producer,
-                     s->name, &s->kernel_object, s->hooks[2], s->hooks[3]};
+  s->plan = (tj_host_plan){k,       &s->host,          1,           NULL,       &tensor_producer,
+                           s->name, &s->kernel_object, s->hooks[2], s->hooks[3]};
   fh_type_init(&tensor_type, &tensor_info);
   tensor_producer.host = &s->host;
   tensor_producer.claim = NULL;
@@ -176,7 +175,7 @@ static void *call_n(setup *s, void **args, size_t n) {
 TEST(host_call_classifies_builtin_scalars) {
   tj_kernel *k = mix_kernel(1);
   setup s;
-  setup_init(&s, k, 1);
+  setup_init(&s, k);
   fh_object a;
   tjt_tensor ta;
   tensor_object(&a, &ta, a_data, 4);
@@ -215,7 +214,7 @@ TEST(host_call_classifies_builtin_scalars) {
 TEST(host_call_described_kinds) {
   tj_kernel *k = mix_kernel(1);
   setup s;
-  setup_init(&s, k, 1);
+  setup_init(&s, k);
   s.host.type_offset = -1; /* types through object_type and release: as many of each */
   fh_object a;
   tjt_tensor ta;
@@ -272,7 +271,7 @@ TEST(host_call_described_kinds) {
 TEST(host_registry_grows) {
   tj_kernel *k = mix_kernel(1);
   setup s;
-  setup_init(&s, k, 1);
+  setup_init(&s, k);
   static const tj_host_type info = {TJ_HOST_FLOAT, NULL, "many"};
   enum { N = 300 };
   static fh_object types[N];
@@ -288,7 +287,7 @@ TEST(host_registry_grows) {
 TEST(host_call_stream_and_keywords) {
   tj_kernel *k = mix_kernel(1);
   setup s;
-  setup_init(&s, k, 1);
+  setup_init(&s, k);
   fh_object a;
   tjt_tensor ta;
   tensor_object(&a, &ta, a_data, 4);
@@ -333,7 +332,7 @@ TEST(host_call_stream_and_keywords) {
 TEST(host_call_results_in_order) {
   tj_kernel *k = mix_kernel(2);
   setup s;
-  setup_init(&s, k, 2);
+  setup_init(&s, k);
   fh_object a;
   tjt_tensor ta;
   tensor_object(&a, &ta, a_data, 4);
@@ -364,7 +363,7 @@ TEST(host_call_results_in_order) {
 
   /* No outputs: None, retained. */
   tj_kernel *k0 = mix_kernel(0);
-  setup_init(&s, k0, 0);
+  setup_init(&s, k0);
   fh_object *alpha0 = fh_float(1.0), *kk0 = fh_int(0);
   void *args0[4] = {&a, alpha0, kk0, &fh_false};
   int none_refs = fh_none.refs;
@@ -384,7 +383,7 @@ static bool always(const void *state) {
 TEST(host_call_producer_errors_and_claims) {
   tj_kernel *k = mix_kernel(1);
   setup s;
-  setup_init(&s, k, 1);
+  setup_init(&s, k);
   fh_object a;
   tjt_tensor ta;
   tensor_object(&a, &ta, a_data, 4);
@@ -416,7 +415,7 @@ TEST(host_call_producer_errors_and_claims) {
 TEST(host_method_entry) {
   tj_kernel *k = mix_kernel(1);
   setup s;
-  setup_init(&s, k, 1);
+  setup_init(&s, k);
   tj_host_method_install(&s.host);
   fh_object capsule;
   fh_object_init(&capsule, &tensor_type);

@@ -133,7 +133,7 @@ def describe(cls, exchange) -> int:
     return addressof(info)
 
 
-_fallbacks: dict = {}  # (exchange, tilejit.Array or None) -> producer address
+_fallbacks: dict = {}  # (exchange, tilejit.Array or None) -> (address, what keeps it alive)
 
 
 def fallback_producer(exchange: bool) -> int:
@@ -143,16 +143,14 @@ def fallback_producer(exchange: bool) -> int:
     array = host.array_type()
     key = (bool(exchange), array)
     with _lock:
-        address = _fallbacks.get(key)
-        if address is None:
-            if exchange and array is not None:
-                address = TjHostType.from_address(describe(array, True)).producer
+        if key not in _fallbacks:
+            if exchange and array is not None:  # kept alive by the registry
+                _fallbacks[key] = (TjHostType.from_address(describe(array, True)).producer,
+                                   None)
             else:
                 producer = _producer(type(None), False)
-                _types[("fallback", key)] = producer  # alive for the process
-                address = addressof(producer)
-            _fallbacks[key] = address
-    return address
+                _fallbacks[key] = (addressof(producer), producer)
+    return _fallbacks[key][0]
 
 
 # ---- The host table ----------------------------------------------------------------------
@@ -242,7 +240,7 @@ class Plan:
         self._keep = (core_kernel, core_kernel.name, cls._call_with_keywords, cls._claimed_call)
         self.struct = TjHostPlan(
             kernel=core_kernel.address, host=host_address(), exchange=int(bool(exchange)),
-            noutputs=n, out_order=self._order, fallback=fallback_producer(exchange),
+            out_order=self._order, fallback=fallback_producer(exchange),
             name=id(core_kernel.name), kernel_object=id(kernel),
             keywords=id(cls._call_with_keywords), claimed=id(cls._claimed_call))
         self.address = addressof(self.struct)

@@ -131,9 +131,8 @@ class TjHostType(Structure):
 class TjHostPlan(Structure):
     _c_name_ = "tj_host_plan"
     _fields_ = [("kernel", c_void_p), ("host", c_void_p), ("exchange", c_int32),
-                ("noutputs", c_int32), ("out_order", POINTER(c_int32)), ("fallback", c_void_p),
-                ("name", c_void_p), ("kernel_object", c_void_p), ("keywords", c_void_p),
-                ("claimed", c_void_p)]
+                ("out_order", POINTER(c_int32)), ("fallback", c_void_p), ("name", c_void_p),
+                ("kernel_object", c_void_p), ("keywords", c_void_p), ("claimed", c_void_p)]
 
 
 __all__ = [name for name in dir() if name[0].isupper() and not name.startswith("_")]

@@ -154,7 +154,6 @@ typedef struct tj_host_plan {
   const tj_kernel *kernel;
   const tj_host *host;
   int32_t exchange;            /* 1: producers' DLPack exchange API first; 0: __dlpack__ only */
-  int32_t noutputs;            /* the kernel's outputs */
   const int32_t *out_order;    /* position j returns output out_order[j]; NULL: in order */
   const tj_producer *fallback; /* allocates outputs of calls with no tensor */
   void *name;                  /* the kernel's name, a host string */
