@@ -114,7 +114,7 @@ def framework_of(cls: type) -> str:
     arguments of type ``cls``. Subclasses follow their base (a ``torch.Tensor``
     subclass gets torch outputs); anything else gets NumPy; ``NoneType`` (a call with no
     tensor argument) gets ``tilejit.Array``."""
-    if cls is type(None) or (cls is _array and cls is not None):
+    if cls is type(None) or cls is _array:
         return "tilejit"
     for base in getattr(cls, "__mro__", (cls,)):
         module = (getattr(base, "__module__", "") or "").split(".")[0]

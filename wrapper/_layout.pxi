@@ -4,8 +4,9 @@
 # A TensorView imports its tensor once and keeps it: the managed tensor (its deleter runs
 # exactly once, when the view dies), a reference to the source object, and a DLTensor of
 # its own whose shape and strides arrays live in the view. Kernels take that DLTensor as
-# it is (Kernel._convert), so a view is never imported again. The layout marks live in a
-# tj_layout, changed only through the core's algebra (core/src/layout.c).
+# it is (the view producer, _jit_keys.pxi), so a view is never imported again. The
+# layout marks live in a tj_layout, changed only through the core's algebra
+# (core/src/layout.c).
 cimport cython
 from libc.stdint cimport uint32_t, uint64_t
 
