@@ -12,6 +12,7 @@ backend) use these same functions, so the rules are written once.
 
 from __future__ import annotations
 
+import os
 import threading
 
 from . import abi
@@ -97,7 +98,9 @@ def view_check(cls: type):
         return None
     from . import torch_views
 
-    location = torch_views.locate()
+    location = torch_views.locate() if FAST_PATHS else None
+    if not FAST_PATHS:
+        _decided("lazy-view bits (TensorImpl)", False, "TILEJIT_FAST_PATHS=0")
     return location if location is not None else torch_views.lazy_view
 
 
@@ -271,25 +274,74 @@ def scalar_kind(cls: type) -> str:
         kind = _scalar_kinds.setdefault(cls, kind)
     return kind
 
+# ---- Fast paths ---------------------------------------------------------------------
+
+FAST_PATHS = os.environ.get("TILEJIT_FAST_PATHS", "1").strip().lower() not in ("0", "false",
+                                                                              "no", "off")
+"""Whether tilejit may use its fast paths, those that read another project's internals
+(``TILEJIT_FAST_PATHS=0`` switches every one off). Each has a public fallback with the
+same results and checks; ``python -m tilejit doctor`` says which are active."""
+
+_fast_state: dict = {}  # fast path name -> (active, why), as decided
+
+
+def fast_path_state() -> dict:
+    """``{name: (active, why)}`` of every fast path decided so far in this process."""
+    return dict(_fast_state)
+
+
+def _decided(name: str, active: bool, why: str) -> bool:
+    _fast_state[name] = (active, why)
+    return active
+
+
+def in_fresh_thread(fn):
+    """``fn()`` run on a new thread and its result: the probes below make tensors of
+    their own, which must not see the caller's thread-local torch state (grad mode,
+    inference mode, a functorch transform, a dispatch mode such as FakeTensorMode)."""
+    result: list = []
+
+    def run():
+        try:
+            result.append((True, fn()))
+        except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+            result.append((False, exc))
+
+    thread = threading.Thread(target=run, name="tilejit-probe", daemon=True)
+    thread.start()
+    thread.join()
+    ok, value = result[0]
+    if not ok:
+        raise value
+    return value
+
+
 # ---- Claims: calls a framework takes over (tj_claim) ----------------------------------
 
+CLAIM_NONE, CLAIM_VALIDATED, CLAIM_NOW = (abi.TJ_CLAIM_NONE, abi.TJ_CLAIM_VALIDATED,
+                                          abi.TJ_CLAIM_NOW)
 _claim_lock = threading.Lock()
 _torch_probe: list = []  # [(offset, requires_grad, grad_enabled) or None], once found
+_forward_scope: list = []  # [forward-mode AD's namespace or None], once found
 
 
 def framework_claim(cls: type):
-    """What the core needs to hand calls with objects of ``cls`` back to their framework
-    (``tj_claim``, core/include/tilejit/producer.h): ``(always, offset, requires_grad,
-    grad_enabled)``, the functions as addresses, or None when no framework claims them.
+    """How the core learns that torch must run a call with objects of ``cls``
+    (``tj_claim``, core/include/tilejit/producer.h), or None when no framework claims
+    them: ``("always",)`` for tensor subclasses with their own ``__torch_dispatch__``
+    (FakeTensor, FunctionalTensor: tensors a tracer makes, with no data a kernel could
+    read), else ``("ask", probe, scope)``.
 
-    torch claims a call when a tensor requires grad while grad mode is on (autograd must
-    record it: the call runs as the kernel's custom op, ``tilejit.torch_op``), and every
-    call with a tensor subclass that has its own ``__torch_dispatch__`` (FakeTensor,
-    FunctionalTensor: tensors a tracer makes, with no data a kernel could read): torch
-    runs the op on them. Every kernel call on torch tensors asks, so the question is
-    answered by two C functions of libc10 (see ``_torch_grad_probe``): about 25
-    instructions a tensor, where ``tensor.requires_grad`` costs torch's Python getter 30
-    to 90 ns.
+    torch claims a call when a tensor requires grad while grad mode is on (autograd
+    must record it: the call runs as the kernel's custom op, ``tilejit.torch_op``),
+    when a tensor carries a forward-mode AD tangent, and when a tensor is one only
+    torch can read (functorch's wrappers under ``torch.func`` transforms). Every call
+    of a kernel on torch tensors asks, so by default the first question is answered
+    by two C functions of libc10 (``probe``, see ``_torch_grad_probe``) and the second
+    only while a forward-AD level is open (``scope``: forward_ad's namespace, whose
+    ``_current_level`` is -1 outside any). Without them (``TILEJIT_FAST_PATHS=0``, or a
+    torch where they do not check out) every tensor is asked the public way,
+    ``claims``: the same answers, slower.
     """
     if framework_of(cls) != "torch":
         return None
@@ -300,12 +352,40 @@ def framework_claim(cls: type):
     base = torch.Tensor
     if (_static(cls, "__torch_dispatch__") is not _static(base, "__torch_dispatch__")
             or _static(cls, "requires_grad") is not _static(base, "requires_grad")):
-        return (1, 0, 0, 0)
+        return ("always",)
     with _claim_lock:
         if not _torch_probe:
-            _torch_probe.append(_torch_grad_probe(torch))
-    probe = _torch_probe[0]
-    return None if probe is None else (0, *probe)
+            _torch_probe.append(_torch_grad_probe(torch) if FAST_PATHS else None)
+            _forward_scope.append(_forward_ad_scope(torch) if FAST_PATHS else None)
+            if not FAST_PATHS:
+                _decided("autograd claim (libc10)", False, "TILEJIT_FAST_PATHS=0")
+                _decided("forward-AD level", False, "TILEJIT_FAST_PATHS=0")
+    return ("ask", _torch_probe[0], _forward_scope[0])
+
+
+def claims(tensor, failed: int) -> int:
+    """The public answer of ``framework_claim`` for one torch tensor (``tj_claim_kind``):
+    ``failed`` when the core could not import it (a functorch wrapper is run by torch);
+    else whether autograd, forward or backward, must record a call with it."""
+    import torch
+
+    if failed:
+        return CLAIM_NOW if _functorch_wrapped(torch, tensor) else CLAIM_NONE
+    if tensor.requires_grad and torch.is_grad_enabled():
+        return CLAIM_VALIDATED
+    from torch.autograd import forward_ad
+
+    if forward_ad.unpack_dual(tensor).tangent is not None:
+        return CLAIM_VALIDATED
+    return CLAIM_NONE
+
+
+def _functorch_wrapped(torch, tensor) -> bool:
+    test = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", None)
+    try:
+        return bool(test(tensor)) if test is not None else False
+    except Exception:  # noqa: BLE001 - no answer: the import's own error stands
+        return False
 
 
 def _static(cls: type, name: str):
@@ -324,15 +404,16 @@ def _torch_grad_probe(torch):
     cdata``, torch/csrc/autograd/python_variable.h), which libc10's exported
     ``TensorImpl::requires_grad() const`` takes; ``GradMode::is_enabled()`` takes
     nothing. All three are checked against torch's own answers on tensors of every kind
-    (leaf, result, view, detached, Parameter, made under no_grad); when anything does
-    not match (another torch, another platform's C++ ABI), None, with a warning: calls
-    are then never claimed for autograd, as before tilejit knew about it."""
+    (leaf, result, view, detached, Parameter, made under no_grad), on a thread of their
+    own; when anything does not match (another torch, another platform's C++ ABI), None:
+    the public way is asked instead (``claims``)."""
     import ctypes
     from pathlib import Path
 
     offset = object.__basicsize__
     word = ctypes.sizeof(ctypes.c_void_p)
-    try:
+
+    def probe():
         # THPVariable: the header, at::Tensor cdata (one pointer), two hook pointers.
         if torch._C.TensorBase.__basicsize__ != offset + 3 * word:
             raise LookupError("torch.Tensor's object layout is not the one expected")
@@ -357,15 +438,41 @@ def _torch_grad_probe(torch):
             on = grad_enabled()
         if off or not on or any(asks(t) != t.requires_grad for t in cases):
             raise LookupError("libc10's answers differ from torch's")
-    except (OSError, AttributeError, LookupError) as exc:
-        import warnings
+        return (offset, ctypes.cast(requires_grad, ctypes.c_void_p).value,
+                ctypes.cast(grad_enabled, ctypes.c_void_p).value)
 
-        warnings.warn(f"tilejit: cannot ask torch from C whether a tensor requires grad "
-                      f"({exc}); kernel calls on such tensors will not run through "
-                      "autograd", RuntimeWarning, stacklevel=3)
+    try:
+        found = in_fresh_thread(probe)
+    except Exception as exc:  # noqa: BLE001 - any mismatch means: ask the public way
+        _decided("autograd claim (libc10)", False, f"{type(exc).__name__}: {exc}")
         return None
-    return (offset, ctypes.cast(requires_grad, ctypes.c_void_p).value,
-            ctypes.cast(grad_enabled, ctypes.c_void_p).value)
+    _decided("autograd claim (libc10)", True, "libc10's answers match torch's")
+    return found
+
+
+def _forward_ad_scope(torch):
+    """The namespace of ``torch.autograd.forward_ad`` when its ``_current_level`` reads
+    -1 outside a dual level and a level inside one (checked on a thread of its own);
+    else None (every tensor is asked ``claims``)."""
+    from torch.autograd import forward_ad
+
+    def probe():
+        space = vars(forward_ad)
+        if space.get("_current_level") != -1:
+            raise LookupError("forward_ad._current_level is not -1 outside a level")
+        with forward_ad.dual_level():
+            inside = space.get("_current_level")
+        if not isinstance(inside, int) or inside < 0 or space.get("_current_level") != -1:
+            raise LookupError("forward_ad._current_level does not follow dual_level()")
+        return space
+
+    try:
+        found = in_fresh_thread(probe)
+    except Exception as exc:  # noqa: BLE001
+        _decided("forward-AD level", False, f"{type(exc).__name__}: {exc}")
+        return None
+    _decided("forward-AD level", True, "forward_ad._current_level follows dual_level()")
+    return found
 
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE

@@ -32,7 +32,9 @@ import itertools
 import sys
 import threading
 
+from . import backends as _backends
 from .compilation import CompileOptions, compile
+from .host import FAST_PATHS
 from .lang import buffer_like
 from .layout import from_dlpack, is_view
 from .program import Program
@@ -144,7 +146,9 @@ class LayoutJITFunction:
             names.append(name)
         return kernel, tuple(names)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, /, *args, **kwargs):
+        if _backends.compiling():  # traced by torch.compile (see _traced_layout_call)
+            return _traced_layout_call(self, *args, **kwargs)
         stream = None if self._takes_stream else kwargs.pop("stream", None)
         views, keys, raw = self._views(args, kwargs)
         try:
@@ -175,7 +179,7 @@ class LayoutJITFunction:
         return len({id(entry[0]) for entry in self._kernels.values()})
 
 
-def _traced_layout_call(self, *args, **kwargs):
+def _traced_layout_call(self, /, *args, **kwargs):
     """What ``torch.compile`` traces for a call of a ``LayoutJITFunction``: the kernel
     is specialised from the tensors' layouts at trace time, outside the graph, and runs
     as its op (``tilejit.torch_op.traced_layout_call``, inlined directly once loaded, as
@@ -186,11 +190,13 @@ def _traced_layout_call(self, *args, **kwargs):
     return torch_op.traced_layout_call(self, *args, **kwargs)
 
 
-LayoutJITFunction.__call__._torchdynamo_inline = _traced_layout_call
+if FAST_PATHS:
+    LayoutJITFunction.__call__._torchdynamo_inline = _traced_layout_call
 
 
 def _trace_with_torch() -> None:
     if "torch" in sys.modules:
-        from . import torch_op
+        from . import torch_op  # also makes tilejit.backends.compiling torch's
 
-        LayoutJITFunction.__call__._torchdynamo_inline = torch_op.traced_layout_call
+        if FAST_PATHS:
+            LayoutJITFunction.__call__._torchdynamo_inline = torch_op.traced_layout_call

@@ -9,7 +9,9 @@ import inspect
 import sys
 import threading
 
+from . import backends as _backends
 from .compilation import CompileOptions, compile
+from .host import FAST_PATHS
 from .implicit import LayoutJITFunction
 from .kernel import JITKernel
 
@@ -52,7 +54,13 @@ class JITFunction:
                                 "hashable (use tuples, not lists)") from None
         return key
 
-    def __call__(self, *args, **kwargs) -> JITKernel:
+    def __call__(self, /, *args, **kwargs) -> JITKernel:
+        if _backends.compiling():  # traced by torch.compile (see _traced_factory_call)
+            return _traced_factory_call(self, *args, **kwargs)
+        return self.kernel_for(*args, **kwargs)
+
+    def kernel_for(self, /, *args, **kwargs) -> JITKernel:
+        """The kernel a call with these arguments returns, compiled or found."""
         # Fast path: the exact call seen before (one dict lookup), types included as in
         # the canonical key.
         raw = (args, tuple(kwargs.items()), tuple(map(type, args)),
@@ -81,7 +89,7 @@ class JITFunction:
         return len({id(k) for k in self._kernels.values()})
 
 
-def _traced_factory_call(self, *args, **kwargs):
+def _traced_factory_call(self, /, *args, **kwargs):
     """What ``torch.compile`` traces for a call of a ``JITFunction``: the kernel is
     compiled (or found) at trace time, outside the graph, and stands in the graph as its
     op (``tilejit.torch_op.traced_jit_call``, which Dynamo inlines directly once loaded:
@@ -92,17 +100,21 @@ def _traced_factory_call(self, *args, **kwargs):
     return torch_op.traced_jit_call(self, *args, **kwargs)
 
 
-JITFunction.__call__._torchdynamo_inline = _traced_factory_call
+if FAST_PATHS:
+    JITFunction.__call__._torchdynamo_inline = _traced_factory_call
 
 
 def _trace_with_torch() -> None:
     """With torch loaded, Dynamo inlines ``tilejit.torch_op.traced_jit_call`` itself (a
     module imported inside traced code costs every call of the compiled function a
-    guard written in Python)."""
+    guard written in Python). ``_torchdynamo_inline`` is a fast path: without it
+    (``TILEJIT_FAST_PATHS=0``) Dynamo inlines ``__call__``, which takes the traced branch
+    by ``torch.compiler.is_compiling()``."""
     if "torch" in sys.modules:
-        from . import torch_op
+        from . import torch_op  # also makes tilejit.backends.compiling torch's
 
-        JITFunction.__call__._torchdynamo_inline = torch_op.traced_jit_call
+        if FAST_PATHS:
+            JITFunction.__call__._torchdynamo_inline = torch_op.traced_jit_call
 
 
 def jit(func=None, *, out_idx=None, target=None, execution_backend=None, compile_flags=None,

@@ -51,6 +51,7 @@ class JITKernel:
         order = tuple(outs.index(i) for i in signature.out_idx)
         # Each JITKernel has its own core kernel (and so its own CUDA modules).
         self._core_kernel = CoreKernel(signature.spec, library_path, signature.entry, prebuilt)
+        self._out_order = order
         _backends.bind(self, self.execution_backend, self._core_kernel, order)
         JITKernel._alive.add(self)
         if "torch" in sys.modules:
@@ -128,7 +129,7 @@ class JITKernel:
 
         torch_op.register_autograd(self, backward, setup_context)
 
-    def _traced_call(self, *args, **keywords):
+    def _traced_call(self, /, *args, **keywords):
         """The call as ``torch.compile`` traces it: the kernel's op (see
         ``tilejit.backends.kernel_class``; a call from Python never comes here). Once
         ``tilejit.torch_op`` is loaded Dynamo inlines its ``traced_call`` in place of this
@@ -148,18 +149,31 @@ class JITKernel:
         args = (*args, *(None,) * (self._core_kernel.num_inputs - len(args)))
         return torch_op.claimed_call(self, args, stream)
 
+    @property
+    def _unclaimed(self):
+        """The kernel called so that no framework claims the call back: what its torch
+        op runs (``tilejit.torch_op.implementation``). Made on first use."""
+        entry = self.__dict__.get("_unclaimed_entry")
+        if entry is None:
+            made = _backends.unclaimed_entry(self, self.execution_backend, self._core_kernel,
+                                             self._out_order)
+            entry = self.__dict__.setdefault("_unclaimed_entry", made)
+        return entry[0]
+
     def _positional(self, args: tuple, keywords: dict) -> tuple[tuple, object]:
-        """``(args, stream)`` of a call given ``keywords``: ``stream=``, and the kernel's
-        inputs by their declared names after any positional arguments, as a Python function
-        takes them (``kernel(x, y, alpha=2.0)``); an optional buffer left out is None.
-        Refused, naming the kernel: an unknown name, an output's name (the call allocates
-        it), a name given twice, a missing input."""
+        """``(args, stream)`` of a call given ``keywords``: ``stream=`` (the launch stream,
+        unless the kernel has an input named ``stream``: the keyword then passes that
+        input, and the kernel launches on the framework's current stream), and the
+        kernel's inputs by their declared names after any positional arguments, as a
+        Python function takes them (``kernel(x, y, alpha=2.0)``); an optional buffer left
+        out is None. Refused, naming the kernel: an unknown name, an output's name (the
+        call allocates it), a name given twice, a missing input."""
         keywords = dict(keywords)
-        stream = keywords.pop("stream", None)
-        if not keywords:
-            return args, stream
         outputs = set(self._sig.out_idx)
         names = [n for i, n in enumerate(self._sig.names) if i not in outputs]
+        stream = None if "stream" in names else keywords.pop("stream", None)
+        if not keywords:
+            return args, stream
         slots = [*args, *[_MISSING] * (len(names) - len(args))]
         for key, value in keywords.items():
             if key not in names:
@@ -183,6 +197,8 @@ class JITKernel:
     def _keyword_call(self, args: tuple, keywords: dict):
         """A call given keywords other than ``stream=`` alone (see ``_positional``)."""
         args, stream = self._positional(args, keywords)
+        if stream is None:
+            return self(*args)
         return self(*args, stream=stream)
 
     def _call_with_keywords(self, items: tuple, kwnames: tuple):
@@ -192,7 +208,8 @@ class JITKernel:
         return self._keyword_call(items[:n], dict(zip(kwnames, items[n:])))
 
     def with_backend(self, name: str) -> JITKernel:
-        """The same compiled library behind another execution backend; no recompilation."""
+        """The same compiled library behind another execution backend; no recompilation.
+        It is the same kernel: the same torch op, the same registered backward."""
         return JITKernel(self.program, self._sig, self.library_path, self._host_source, name,
                          self._prebuilt)
 

@@ -37,6 +37,7 @@ import torch
 
 from . import backends
 from .cache import artifact_key
+from .host import FAST_PATHS
 from .lang import Buffer, Expr, PointerParam, Scalar, Symbol
 
 NAMESPACE = "tilejit"
@@ -50,8 +51,10 @@ def _constant_at_trace_time(fn):
     """``torch.compiler.assume_constant_result``: Dynamo calls ``fn`` while it traces and
     keeps the result as a constant. The decorator imports Dynamo (seconds) to set one
     attribute; this module loads in every process that makes a kernel with torch loaded,
-    most of which never compile, so the attribute is set here (a test checks that it is
-    the decorator's)."""
+    most of which never compile, so the fast path sets the attribute here (a test checks
+    that it is the decorator's); with ``TILEJIT_FAST_PATHS=0`` the decorator itself."""
+    if not FAST_PATHS:
+        return torch.compiler.assume_constant_result(fn)
     fn._dynamo_marked_constant = True
     return fn
 
@@ -61,16 +64,17 @@ def _constant_at_trace_time(fn):
 
 def op_name(kernel) -> str:
     """``<kernel name>_<16 hex digits>``: the hash covers the signature (prototype,
-    lowered spec, out_idx), the target, the execution backend and the compiled
-    binary's bytes, so equal kernels share a name in every process and different ones
-    never do."""
+    lowered spec, out_idx), the target and the compiled binary's bytes, so equal kernels
+    share a name in every process and different ones never do. The execution backend
+    is not part of it: ``kernel.with_backend(name)`` is the same kernel, with the same
+    op and the same backward."""
     name = kernel.__dict__.get("_torch_op_name")
     if name is None:
         sig = kernel._sig
         files = [kernel.library_path, kernel._prebuilt]
         key = artifact_key(
             kind="torch_op", name=sig.name, prototype=sig.c_prototype, spec=sig.spec,
-            out_idx=sig.out_idx, target=sig.target, backend=kernel.execution_backend,
+            out_idx=sig.out_idx, target=sig.target,
             binaries=[hashlib.sha256(Path(f).read_bytes()).hexdigest() for f in files if f])
         name = kernel.__dict__.setdefault("_torch_op_name", f"{sig.name}_{key[:16]}")
     return name
@@ -120,48 +124,81 @@ def _torch_dtype(name: str):
     return getattr(torch, name)
 
 
-def _fake(kernel):
-    """The fake implementation: outputs shaped from the inputs, symbols bound as the core
-    binds them (from the first tensor that carries each), on the first tensor's device."""
+def bind_symbols(kernel, args) -> dict:
+    """The symbols a call with inputs ``args`` (the kernel's inputs, in order) binds, by
+    the core's rules (core/src/validate.c, ``check_buffer``), from sizes and strides that
+    may be torch's symbolic ones: parameter by parameter, each lone-symbol extent of the
+    shape binds its symbol on first sight, then each stride; the stride of a size-1 or
+    empty dimension, which is never stepped over, binds a still-unbound symbol only
+    loosely, and any later firm binding replaces it. A firmly bound symbol met again
+    must match, as must constant extents and strides, refused with the core's words.
+    ``tests/test_torch_op.py`` checks that this and the core agree on every kind of
+    signature."""
     sig = kernel._sig
     params = kernel.params
     inputs = [i for i in range(len(params)) if i not in set(sig.out_idx)]
+    firm: dict[Symbol, tuple] = {}  # symbol -> (value, label of the argument binding it)
+    loose: dict[Symbol, object] = {}
+    for position, (i, value) in enumerate(zip(inputs, args)):
+        param = params[i]
+        if not isinstance(param, Buffer) or value is None:
+            continue
+        label = f"argument {position} '{sig.names[i]}'"
+        _check_tensor(sig, label, param, value)
+        shape = tuple(value.shape)
+        dims = [("shape", d, e, size) for d, (e, size) in enumerate(zip(param.shape, shape))]
+        if param.strides is not None:
+            empty = any(size == 0 for size in shape)
+            for d, (e, stride) in enumerate(zip(param.strides, value.stride())):
+                if empty or shape[d] == 1:
+                    if isinstance(e, Symbol) and e not in firm and e not in loose:
+                        loose[e] = stride
+                    continue
+                dims.append(("stride", d, e, stride))
+        for what, d, e, actual in dims:
+            if isinstance(e, Symbol):
+                if e in firm:
+                    bound, by = firm[e]
+                    if actual != bound:
+                        raise ValueError(f"{sig.name}: {label}: expected {what}[{d}] == {e.name} "
+                                         f"(= {bound}, bound by {by}), got {actual}")
+                else:
+                    firm[e] = (actual, label)
+                    loose.pop(e, None)
+            elif isinstance(e, int) and actual != e:
+                raise ValueError(f"{sig.name}: {label}: expected {what}[{d}] == {e}, "
+                                 f"got {actual}")
+    return {**loose, **{symbol: value for symbol, (value, _) in firm.items()}}
+
+
+def _fake(kernel):
+    """The fake implementation: outputs shaped from the symbols the inputs bind
+    (``bind_symbols``), on the first tensor's device."""
+    sig = kernel._sig
+    params = kernel.params
     default = torch.device("cuda" if sig.target == "cuda" else "cpu")
 
     def fake(*args):
-        values: dict[Symbol, object] = {}
-        device = None
-        for position, (i, value) in enumerate(zip(inputs, args)):
-            param = params[i]
-            if not isinstance(param, Buffer) or value is None:
-                continue
-            _check_tensor(sig, position, i, param, value)
-            device = value.device if device is None else device
-            dims = list(zip(param.shape, value.shape))
-            if param.strides is not None:
-                dims += zip(param.strides, value.stride())
-            for expr, size in dims:
-                if isinstance(expr, Symbol):
-                    values.setdefault(expr, size)
+        values = bind_symbols(kernel, args)
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), default)
         outputs = []
         for i in sig.out_idx:
             shape = [e.evaluate(values) if isinstance(e, Expr) else e for e in params[i].shape]
             outputs.append(torch.empty(shape, dtype=_torch_dtype(params[i].dtype),
-                                       device=device or default))
+                                       device=device))
         return _returned(outputs)
 
     return fake
 
 
-def _check_tensor(sig, position: int, index: int, param: Buffer, value) -> None:
+def _check_tensor(sig, label: str, param: Buffer, value) -> None:
     """What the core would refuse first and a tracer can tell without data: the dtype and
     the number of dimensions, with the core's wording."""
-    label = f"{sig.name}: argument {position} '{sig.names[index]}'"
     if value.dtype != _torch_dtype(param.dtype):
         got = str(value.dtype).removeprefix("torch.")
-        raise ValueError(f"{label}: expected dtype {param.dtype}, got {got}")
+        raise ValueError(f"{sig.name}: {label}: expected dtype {param.dtype}, got {got}")
     if value.dim() != len(param.shape):
-        raise ValueError(f"{label}: expected a {len(param.shape)}-d tensor, got "
+        raise ValueError(f"{sig.name}: {label}: expected a {len(param.shape)}-d tensor, got "
                          f"{value.dim()}-d with shape {tuple(value.shape)}")
 
 
@@ -173,19 +210,21 @@ def _returned(outputs: list):
 
 
 def implementation(kernel):
-    """The op's real implementation: the kernel itself, called by the dispatcher with no
-    Python frame in between (inside a compiled region every Python frame also costs
-    Dynamo's frame hook) on plain tensors. Under autograd grad mode is off, so the core
-    claims nothing; it passes no stream, so a CUDA kernel launches on torch's current
-    stream, the one a CUDA graph capture records. A kernel whose outputs may not be
-    torch's (no required tensor input to allocate them like) gets them converted."""
+    """The op's real implementation: the kernel itself, through a call plan whose calls
+    torch never claims back (``kernel._unclaimed``: the op is what a claimed call runs,
+    so handing it back again would recurse), called by the dispatcher with no Python
+    frame in between on plain tensors. It passes no stream, so a CUDA kernel launches
+    on torch's current stream, the one a CUDA graph capture records. A kernel whose
+    outputs may not be torch's (no required tensor input to allocate them like) gets
+    them converted."""
     sig = kernel._sig
+    entry = kernel._unclaimed
     if any(isinstance(p, Buffer) and not p.optional and i not in sig.out_idx
            for i, p in enumerate(kernel.params)) or not sig.out_idx:
-        return kernel
+        return entry
 
     def impl(*args):
-        return _returned([_as_tensor(out) for out in _as_list(kernel(*args))])
+        return _returned([_as_tensor(out) for out in _as_list(entry(*args))])
 
     return impl
 
@@ -207,11 +246,13 @@ def definition(kernel):
 
     Registered with the dispatcher directly (``Library.define`` and ``impl``), not as a
     ``torch.library.custom_op``: a call then costs the dispatcher and the kernel's own
-    call, about 3 us where custom_op's Python autograd and aliasing checks add 16 to every
-    call (see ``python -m tilejit bench --torch-compile``). Autograd is registered only
-    with a backward (``register_autograd``); eager calls that would need one raise first
-    (``claimed_call``). An op that writes its arguments also bumps their version
-    counters (``_versions_bumped``), as custom_op would.
+    call, where custom_op's Python aliasing checks add about 16 us to every call (see
+    ``python -m tilejit bench --torch-compile``). Its autograd kernel is tilejit's
+    (``_autograd_kernel``), registered with the op: with a backward
+    (``register_autograd``) it records the call; without one it refuses a call autograd
+    would have to differentiate, in eager mode and while torch.compile traces alike. An
+    op that writes its arguments also bumps their version counters
+    (``_versions_bumped``), as custom_op would.
     """
     global _library
     name = op_name(kernel)
@@ -228,6 +269,7 @@ def definition(kernel):
             _library.impl(name, implementation(kernel), "CompositeExplicitAutograd")
             torch.library.register_fake(f"{NAMESPACE}::{name}", _fake(kernel), lib=_library)
             found = getattr(getattr(torch.ops, NAMESPACE), name).default
+            _library.impl(name, _autograd_kernel(kernel, found), "Autograd", with_keyset=True)
             written = [i for i, arg in enumerate(found._schema.arguments)
                        if arg.alias_info is not None and arg.alias_info.is_write]
             if written:
@@ -258,21 +300,118 @@ def torch_op(kernel):
     return definition(kernel)
 
 
+# ---- Autograd ---------------------------------------------------------------------------
+
+_backwards: dict = {}  # op name -> (backward, setup_context), as registered
+
+
+def _input_names(kernel) -> list[str]:
+    outputs = set(kernel._sig.out_idx)
+    return [n for i, n in enumerate(kernel._sig.names) if i not in outputs]
+
+
+def _autograd_kernel(kernel, op):
+    """The op's Autograd kernel, the same for every call of it (eager, claimed by the
+    core, or traced by torch.compile, whose AOT autograd runs it on fake tensors):
+
+    - a forward-mode AD tangent on an input is refused (a tilejit kernel has no
+      forward derivative), rather than silently dropped;
+    - with grad mode on and an input requiring grad, the call is recorded with the
+      backward registered for the kernel (``register_autograd``), or refused without
+      one, naming the kernel and the argument: never outputs silently without
+      gradient;
+    - else it runs below autograd.
+    """
+    name = op_name(kernel)
+    label = kernel.name
+    names = _input_names(kernel)
+    after = torch._C._after_autograd_keyset
+    below = torch._C._AutoDispatchBelowAutograd
+
+    def run(keyset, args):
+        with below():
+            return op.redispatch(keyset & after, *args)
+
+    class Recorded(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            keyset, args = args[-1], args[:-1]
+            result = run(keyset, args)
+            _, setup_context = _backwards[name]
+            if setup_context is not None:
+                setup_context(ctx, args, result)
+            return result
+
+        @staticmethod
+        def backward(ctx, *grads):
+            backward, _ = _backwards[name]
+            needs = ctx.needs_input_grad
+            ctx.needs_input_grad = needs[:-1]  # the keyset is no input of the kernel
+            try:
+                result = backward(ctx, *grads)
+            finally:
+                ctx.needs_input_grad = needs
+            return (*(result if isinstance(result, tuple) else (result,)), None)
+
+    Recorded.__name__ = Recorded.__qualname__ = f"{label}Backward"
+
+    def autograd_kernel(keyset, *args):
+        _refuse_tangents(label, names, args)
+        if torch.is_grad_enabled():
+            for position, value in enumerate(args):
+                if isinstance(value, torch.Tensor) and value.requires_grad:
+                    if name not in _backwards:
+                        raise RuntimeError(_no_backward(label, position, names[position]))
+                    return Recorded.apply(*args, keyset)
+        return run(keyset, args)
+
+    return autograd_kernel
+
+
+def _no_backward(kernel_name: str, position: int, name: str) -> str:
+    return (f"{kernel_name}: argument {position} '{name}' requires grad, but no backward is "
+            "registered for this kernel, so its outputs would carry no gradient. Register one "
+            "with kernel.register_autograd(backward), or call the kernel under "
+            "torch.no_grad() or on detached tensors")
+
+
+def _refuse_tangents(kernel_name: str, names: list, args: tuple) -> None:
+    """Forward-mode AD (``torch.autograd.forward_ad``, ``torch.func.jvp``): refused for
+    an input carrying a tangent, naming the kernel and the argument."""
+    from torch.autograd import forward_ad
+
+    # The fast path: forward_ad's own record of the current level, -1 outside any
+    # (checked once per process by tilejit.host); else every input is asked.
+    if FAST_PATHS and getattr(forward_ad, "_current_level", 0) == -1:
+        return
+    for position, value in enumerate(args):
+        if isinstance(value, torch.Tensor) and forward_ad.unpack_dual(value).tangent is not None:
+            raise RuntimeError(
+                f"{kernel_name}: argument {position} '{names[position]}' carries a forward-mode "
+                "AD tangent, but tilejit kernels have no forward derivative (only a backward, "
+                "kernel.register_autograd); compute the tangent with reverse mode "
+                "(torch.func.jacrev / torch.autograd.grad), or pass the primal "
+                "(forward_ad.unpack_dual(x).primal)")
+
+
 def register_autograd(kernel, backward, setup_context=None) -> None:
-    """``torch.library.register_autograd`` for the kernel's op (see
-    ``JITKernel.register_autograd``)."""
-    op = definition(kernel)
+    """Makes the kernel's op differentiable (see ``JITKernel.register_autograd``): the
+    meaning of ``torch.library.register_autograd``, kept by tilejit so that it holds for
+    the op of the kernel on every backend. Registering again replaces the backward."""
+    if not callable(backward):
+        raise TypeError(f"{kernel.name}: backward must be callable, got "
+                        f"{type(backward).__name__}")
+    if setup_context is not None and not callable(setup_context):
+        raise TypeError(f"{kernel.name}: setup_context must be callable or None, got "
+                        f"{type(setup_context).__name__}")
+    definition(kernel)
     with _lock:
-        torch.library.register_autograd(op, backward, setup_context=setup_context,
-                                        lib=_library)
+        _backwards[op_name(kernel)] = (backward, setup_context)
 
 
 def has_backward(kernel) -> bool:
-    """Whether the kernel's op has an autograd kernel: a backward registered by tilejit or
-    directly with ``torch.library.register_autograd``."""
-    name = op_name(kernel)
-    return name in _ops and torch._C._dispatch_has_kernel_for_dispatch_key(
-        f"{NAMESPACE}::{name}", "Autograd")
+    """Whether a backward is registered for the kernel (on any of its backends)."""
+    return op_name(kernel) in _backwards
 
 
 # ---- Calls ------------------------------------------------------------------------------
@@ -280,23 +419,38 @@ def has_backward(kernel) -> bool:
 
 def claimed_call(kernel, args: tuple, stream):
     """A call the core handed back to torch (``tj_claim``): it runs as the op, so that
-    autograd records it or a tracer's tensors reach the fake implementation. Without a
-    registered backward, a call autograd would have to differentiate raises instead
-    of returning outputs that silently carry no gradient."""
+    autograd records it (or refuses it, ``_autograd_kernel``) and a tracer's tensors
+    reach the fake implementation. A call with data (a tensor requiring grad) was
+    validated by the core first, with the same rules and messages as any call; its
+    scalars reach the op as the schema's Python types, converted by tilejit's rules."""
     if stream is not None:
         raise ValueError(f"{kernel.name}: stream= cannot be given to a call that torch runs "
                          "as an op (a tensor requires grad, or a tracer made it); make the "
                          "stream current instead: with torch.cuda.stream(s): ...")
-    if torch.is_grad_enabled() and not has_backward(kernel):
-        names = [n for i, n in enumerate(kernel._sig.names) if i not in set(kernel.out_idx)]
-        for position, value in enumerate(args):
-            if isinstance(value, torch.Tensor) and value.requires_grad:
-                raise RuntimeError(
-                    f"{kernel.name}: argument {position} '{names[position]}' requires grad, "
-                    "but no backward is registered for this kernel, so its outputs would "
-                    "carry no gradient. Register one with kernel.register_autograd(backward), "
-                    "or call the kernel under torch.no_grad() or on detached tensors")
-    return _eager_result(torch_op(kernel)(*args))
+    return _eager_result(torch_op(kernel)(*_schema_scalars(kernel, args)))
+
+
+def _schema_scalars(kernel, args: tuple) -> tuple:
+    """``args`` with each scalar as the op's schema takes it: a bool, an int (SymInt)
+    or a float, read as the core reads it (``__index__``, ``__float__``, truth). The
+    core has validated them, or refuses the call when the op runs the kernel."""
+    import operator
+
+    inputs = [p for i, p in enumerate(kernel.params) if i not in set(kernel._sig.out_idx)]
+    out = list(args)
+    for position, (param, value) in enumerate(zip(inputs, args)):
+        if not isinstance(param, Scalar) or isinstance(value, torch.SymInt | torch.SymFloat):
+            continue
+        try:
+            if param.dtype == "bool":
+                out[position] = bool(value)
+            elif param.dtype.startswith("float"):
+                out[position] = float(value)
+            else:
+                out[position] = operator.index(value)
+        except (TypeError, ValueError, OverflowError):
+            pass  # left as it is: the kernel refuses it with its own message
+    return tuple(out)
 
 
 @_constant_at_trace_time
@@ -320,7 +474,7 @@ def _define_alive(kernel) -> None:
                 pass  # not expressible as an op (a T.Pointer): it says so if ever traced
 
 
-def traced_call(kernel, *args, **keywords):
+def traced_call(kernel, /, *args, **keywords):
     """What ``torch.compile`` traces for ``kernel(*args, **keywords)``: the kernel's op.
     Dynamo inlines it in place of the kernel's ``__call__`` (``tilejit.backends.
     trace_calls_with``, below)."""
@@ -328,7 +482,7 @@ def traced_call(kernel, *args, **keywords):
     return call_op(_traced_op_name(kernel), *args, stream=stream)
 
 
-def call_op(name: str, *args, **keywords):
+def call_op(name: str, /, *args, **keywords):
     """The op named ``name`` called as a kernel is: several outputs come back as a list.
     The op runs on torch's current stream, which is what CUDA graphs capture."""
     for key, value in keywords.items():
@@ -348,20 +502,20 @@ def _eager_result(result):
 
 
 @_constant_at_trace_time
-def _jit_op_name(function, *args, **kwargs) -> str:
+def _jit_op_name(function, /, *args, **kwargs) -> str:
     """Compiles (or finds) the kernel a jit factory call makes and registers its op, at
     trace time, outside the graph."""
-    return _traced_op_name(function(*args, **kwargs))
+    return _traced_op_name(function.kernel_for(*args, **kwargs))
 
 
-def traced_jit_call(function, *args, **kwargs):
+def traced_jit_call(function, /, *args, **kwargs):
     """What ``torch.compile`` traces for ``factory(*args, **kwargs)`` of a
     ``@tilejit.jit`` function: the kernel it returns, as a callable of its op."""
     return functools.partial(call_op, _jit_op_name(function, *args, **kwargs))
 
 
 @_constant_at_trace_time
-def _layout_entry(function, *args, **kwargs) -> tuple:
+def _layout_entry(function, /, *args, **kwargs) -> tuple:
     """``(op name, order)`` of the kernel a ``jit(layout=...)`` call runs, specialised
     and registered at trace time from the tensors' example values (Dynamo hands this
     function real tensors), outside the graph."""
@@ -369,7 +523,7 @@ def _layout_entry(function, *args, **kwargs) -> tuple:
     return _traced_op_name(kernel), order
 
 
-def traced_layout_call(function, *args, **kwargs):
+def traced_layout_call(function, /, *args, **kwargs):
     """What ``torch.compile`` traces for a call of a ``jit(layout=...)`` function: its
     kernel's op on the tensor arguments, in the kernel's order. The layout the kernel was
     specialised for is not guarded: a later call whose layout the kernel does not accept
@@ -380,4 +534,4 @@ def traced_layout_call(function, *args, **kwargs):
     return call_op(name, *[tensors[j] for j in order], stream=stream)
 
 
-backends.trace_calls_with(traced_call)
+backends.trace_calls_with(traced_call, torch.compiler.is_compiling)

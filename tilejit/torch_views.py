@@ -51,10 +51,15 @@ def locate() -> tuple[int, int, int, int] | None:
     if not _located:
         with _lock:
             if not _located:
-                try:
-                    found = _find()
-                except Exception:  # noqa: BLE001 - anything unexpected means: ask torch
-                    found = None
+                from .host import _decided, in_fresh_thread
+
+                try:  # on a thread of its own: the caller's torch modes do not apply
+                    found = in_fresh_thread(_find)
+                    why = ("found and checked on tensors of every kind" if found else
+                           "not found, or not matching is_conj()/is_neg()")
+                except Exception as exc:  # noqa: BLE001 - anything unexpected means: ask torch
+                    found, why = None, f"{type(exc).__name__}: {exc}"
+                _decided("lazy-view bits (TensorImpl)", found is not None, why)
                 _located.append(found)
     return _located[0]
 

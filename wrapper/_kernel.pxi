@@ -41,9 +41,10 @@ cdef class Kernel:
         self._plan_owner = plan
         self._plan = <const tj_host_plan *><uintptr_t>plan.address
 
-    def __call__(self, *args, **keywords):
-        # Python's calls arrive through the vectorcall slot; this serves explicit
-        # Kernel.__call__(k, ...) with the same arguments.
+    def __call__(self, /, *args, **keywords):
+        # The call slot (tilejit.backends' kernel classes call it from their
+        # __call__); with the vectorcall fast path Python's calls arrive through
+        # _kernel_vectorcall instead, the arguments in place.
         if not keywords:
             return _kernel_vectorcall(self, PySequence_Fast_ITEMS(args), len(args), NULL)
         names = tuple(keywords)
@@ -61,5 +62,3 @@ cdef object _kernel_vectorcall(object kernel, PyObject **args, size_t nargsf,
         raise RuntimeError("kernel is not bound")
     return tj_host_call(plan, <void **>args, nargsf, <void *>kwnames)
 
-
-_enable_vectorcall(Kernel)

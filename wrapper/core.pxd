@@ -46,6 +46,8 @@ cdef extern from "tilejit/host.h" nogil:
         void (*error_set)(void *type, const char *message) noexcept
         void (*error_set_object)(void *type, void *value) noexcept
         void (*exception_set_cause)(void *exception, void *cause) noexcept
+        void (*error_restore)(void *type, void *value, void *traceback) noexcept
+        void *(*dict_item)(void *dict, const char *key) noexcept
         void *(*unlock)() noexcept
         void (*lock)(void *token) noexcept
         void *(*interpreter)() noexcept
@@ -64,6 +66,7 @@ cdef extern from "tilejit/host.h" nogil:
         void *stream_handle
         void *lazy_view
         void *producer_error
+        void *claims
 
 
 cdef extern from "tilejit/core.h" nogil:
@@ -96,6 +99,7 @@ cdef extern from "tilejit/core.h" nogil:
         TJ_PRODUCER_IMPORT
         TJ_PRODUCER_ALLOCATE
         TJ_PRODUCER_STREAM
+        TJ_PRODUCER_CONVERT
 
     ctypedef struct tj_error_info:
         int32_t code
@@ -279,6 +283,7 @@ cdef extern from "tilejit/core.h" nogil:
         const tj_producer *fallback
         const tj_host *host
         void **outputs
+        int32_t unclaimed
 
     int tj_call_run(const tj_kernel *kernel, tj_call *call)
 
@@ -293,11 +298,18 @@ cdef extern from "tilejit/producer.h" nogil:
         uint64_t conjugate
         uint64_t negative
 
+    ctypedef enum tj_claim_kind:
+        TJ_CLAIM_NONE
+        TJ_CLAIM_VALIDATED
+        TJ_CLAIM_NOW
+
     ctypedef struct tj_claim:
         int32_t always
         int32_t offset
         c_bool (*requires_grad)(const void *state) noexcept
         c_bool (*grad_enabled)() noexcept
+        int (*ask)(const tj_claim *self, void *object, int32_t failed) noexcept
+        void *context
 
     void tj_arg_object(tj_arg *arg, void *object, const tj_producer *producer) noexcept
 
@@ -346,9 +358,19 @@ cdef extern from "tilejit/host.h":
         void *kernel_object
         void *keywords
         void *claimed
+        int32_t unclaimed
+        int32_t stream_is_input
 
     void tj_host_dlpack_producer(tj_producer *producer, const tj_host *host, void *type)
     void tj_host_ask_view(tj_producer *producer)
+
+    ctypedef struct tj_host_claim_mode:
+        const tj_host *host
+        void *scope
+        const char *key
+        int64_t idle
+    int tj_host_claim_ask(const tj_claim *claim, void *object, int32_t failed)
+
     # Called with the GIL held; NULL (an exception set) on failure.
     object tj_host_call(const tj_host_plan *plan, void **args, size_t nargsf, void *kwnames)
     const char *TJ_HOST_PLAN_CAPSULE

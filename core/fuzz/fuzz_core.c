@@ -576,7 +576,7 @@ static void fuzz_call_run(input *in, tj_kernel *k) {
   }
   void *outputs[TJ_MAX_OUTPUTS];
   tj_call call = {args, nargs,  next_u8(in) > 240, NULL, next_u8(in) < 128 ? &producer : NULL,
-                  NULL, outputs};
+                  NULL, outputs, 0};
   if (k->target == TJ_TARGET_CPU) check_status(tj_call_run(k, &call));
   for (int32_t i = 0; i < nargs; ++i) tj_arg_release(&args[i]);
   free(pl);
@@ -642,7 +642,9 @@ static void fuzz_host_call(input *in, tj_kernel *k) {
                        name,
                        &kernel_object,
                        hooks[2],
-                       hooks[3]};
+                       hooks[3],
+                       next_u8(in) < 64,
+                       next_u8(in) < 64};
   /* Arguments of every kind; a stream= or another keyword after them. */
   enum { MAX_ITEMS = TJ_MAX_PARAMS + 3 };
   fh_object statics[MAX_ITEMS];

@@ -48,30 +48,38 @@ static int output_failed(const tj_kernel *k, int32_t o, int rc) {
   return tj_error_at(rc, -1, o, TJ_PRODUCER_NONE);
 }
 
-/* Whether the producer's framework claims the call for argument `i` (tj_claim):
- * TJ_OK to go on, or TJ_ECLAIMED. `grad_enabled` caches the framework's answer
- * for the call (-1: not asked yet). */
-static int check_claim(const tj_kernel *k, const tj_claim *claim, void *object, int32_t i,
-                       int *grad_enabled) {
-  int claimed = claim->always;
-  if (!claimed) {
-    const void *state = *(void *const *)((const char *)object + claim->offset);
-    if (state == NULL || !claim->requires_grad(state)) return TJ_OK;
-    if (*grad_enabled < 0) *grad_enabled = claim->grad_enabled();
-    if (!*grad_enabled) return TJ_OK;
-  }
+/* The call handed back to the framework for argument `i` (tj_claim). */
+static int claimed_by(const tj_kernel *k, int32_t i, const char *why) {
   const tj__param *p = input_param(k, i);
-  tj_set_error(TJ_ECLAIMED, "%s: argument %d '%s': %s", k->name, i, p ? p->name : "?",
-               claimed ? "a tensor the framework traces" : "requires grad");
+  tj_set_error(TJ_ECLAIMED, "%s: argument %d '%s': %s", k->name, i, p ? p->name : "?", why);
   return tj_error_at(TJ_ECLAIMED, i, -1, TJ_PRODUCER_NONE);
 }
 
+/* How the producer's framework claims the call for `object` (tj_claim_kind),
+ * or TJ_EPYERR. `grad_enabled` caches the framework's answer for the call
+ * (-1: not asked yet). */
+static int claim_of(const tj_claim *claim, void *object, int *grad_enabled) {
+  if (claim->always) return TJ_CLAIM_NOW;
+  if (claim->requires_grad != NULL) {
+    const void *state = *(void *const *)((const char *)object + claim->offset);
+    if (state != NULL && claim->requires_grad(state)) {
+      if (*grad_enabled < 0) *grad_enabled = claim->grad_enabled();
+      if (*grad_enabled) return TJ_CLAIM_VALIDATED;
+    }
+  }
+  return claim->ask != NULL ? claim->ask(claim, object, 0) : TJ_CLAIM_NONE;
+}
+
 /* Imports the OBJECT arguments; each names its producer. Sets *owned to 0
- * when it saw every argument and none owes a deleter call. */
-static int import_args(const tj_kernel *k, tj_arg *args, int32_t nargs, int32_t *owned) {
+ * when it saw every argument and none owes a deleter call, and *claimed to the
+ * first argument for which the framework claims the call once it is validated
+ * (-1: none). `unclaimed`: claims are not asked (tj_call.unclaimed). */
+static int import_args(const tj_kernel *k, tj_arg *args, int32_t nargs, int32_t unclaimed,
+                       int32_t *owned, int32_t *claimed) {
   int grad_enabled = -1;
   int32_t any = 0;
   *owned = 1;
+  *claimed = -1;
   for (int32_t i = 0; i < nargs; ++i) {
     tj_arg *arg = &args[i];
     if (arg->kind != TJ_ARG_OBJECT) {
@@ -88,9 +96,15 @@ static int import_args(const tj_kernel *k, tj_arg *args, int32_t nargs, int32_t 
       return import_failed(k, i,
                            tj_set_error(TJ_ETYPE, "the binding gave no producer for the object"));
     }
-    if (producer->claim != NULL) {
-      int rc = check_claim(k, producer->claim, object, i, &grad_enabled);
-      if (rc != TJ_OK) return rc;
+    const tj_claim *claim = unclaimed ? NULL : producer->claim;
+    if (claim != NULL) {
+      int kind = claim_of(claim, object, &grad_enabled);
+      if (kind == TJ_CLAIM_NOW) return claimed_by(k, i, "a tensor the framework traces");
+      if (kind < 0) {
+        tj_set_error(kind, "%s: argument %d: the framework's claim", k->name, i);
+        return tj_error_at(kind, i, -1, TJ_PRODUCER_NONE);
+      }
+      if (kind == TJ_CLAIM_VALIDATED && *claimed < 0) *claimed = i;
     }
     arg->kind = TJ_ARG_NONE;
     arg->producer = NULL;
@@ -104,7 +118,12 @@ static int import_args(const tj_kernel *k, tj_arg *args, int32_t nargs, int32_t 
     rc = producer->import == tj__exchange_import ? tj__exchange_import_inline(producer, object, arg)
                                                  : producer->import(producer, object, arg);
     if (arg->producer == NULL) arg->producer = producer;
-    if (rc != TJ_OK) return import_failed(k, i, rc);
+    if (rc != TJ_OK) {
+      /* A tensor DLPack cannot describe may still be one the framework runs. */
+      if (claim != NULL && claim->ask != NULL && claim->ask(claim, object, 1) > 0)
+        return claimed_by(k, i, "a tensor only the framework can read");
+      return import_failed(k, i, rc);
+    }
     any |= arg->owner_kind;
   }
   *owned = any;
@@ -172,7 +191,7 @@ static int launch(const tj_call *call, tj_frame *frame) {
 int tj_call_run(const tj_kernel *k, tj_call *call) {
   tj_arg outs[TJ_MAX_OUTPUTS];
   tj_frame frame;
-  int32_t owned = 1, nargs = call->nargs;
+  int32_t owned = 1, claimed = -1, nargs = call->nargs;
   int rc;
   for (int32_t o = 0; o < k->noutputs; ++o) {
     call->outputs[o] = NULL;
@@ -184,14 +203,20 @@ int tj_call_run(const tj_kernel *k, tj_call *call) {
   }
   if (nargs != k->ninputs) {
     rc = tj__bind(k, NULL, nargs, &frame); /* reports the count */
-  } else if ((rc = import_args(k, call->args, nargs, &owned)) == TJ_OK &&
+  } else if ((rc = import_args(k, call->args, nargs, call->unclaimed, &owned, &claimed)) ==
+                 TJ_OK &&
              (rc = tj__bind(k, call->args, nargs, &frame)) == TJ_OK) {
+    if (claimed >= 0) { /* validated; the framework runs it */
+      rc = claimed_by(k, claimed, "requires grad");
+      goto release;
+    }
     const tj_producer *like =
         frame.first_tensor >= 0 ? call->args[frame.first_tensor].producer : call->fallback;
     if ((rc = choose_stream(k, call, like, &frame)) == TJ_OK &&
         (rc = allocate_outputs(k, call, like, &frame, outs)) == TJ_OK)
       rc = launch(call, &frame);
   }
+release:
   /* Only owning imports owe a deleter call; views and scalars have none. */
   if (owned && nargs == k->ninputs)
     for (int32_t i = 0; i < nargs; ++i)

@@ -348,6 +348,37 @@ void tj_host_dlpack_producer(tj_producer *producer, const tj_host *host, void *t
 
 void tj_host_ask_view(tj_producer *producer) { producer->view = ask_view; }
 
+/* ---- Claims asked through the host ---------------------------------------------- */
+
+int tj_host_claim_ask(const tj_claim *claim, void *object, int32_t failed) {
+  const tj_host_claim_mode *mode = claim->context;
+  const tj_host *h = mode->host;
+  if (!failed && mode->scope != NULL) { /* only in the framework's mode */
+    void *value = h->dict_item(mode->scope, mode->key);
+    int overflow = 0;
+    if (value == NULL || (h->int64_of(value, &overflow) == mode->idle && !overflow)) {
+      if (h->error_pending() != NULL) h->error_clear();
+      return TJ_CLAIM_NONE;
+    }
+  }
+  /* After a failed import its error is pending: kept unless the call is claimed. */
+  void *type = NULL, *value = NULL, *traceback = NULL;
+  if (failed) h->error_fetch(&type, &value, &traceback);
+  void *items[2] = {retained(h, object), h->int_new(failed)};
+  unsigned long long kind = 0;
+  int rc = call_for_u64(h, h->claims, 2, items, &kind);
+  if (!failed) return rc != TJ_OK ? rc : (int)kind;
+  if (rc != TJ_OK) h->error_clear(); /* the import's own error says more */
+  if (rc == TJ_OK && kind != TJ_CLAIM_NONE) {
+    if (type != NULL) h->release(type);
+    if (value != NULL) h->release(value);
+    if (traceback != NULL) h->release(traceback);
+    return (int)kind;
+  }
+  if (type != NULL) h->error_restore(type, value, traceback);
+  return TJ_CLAIM_NONE;
+}
+
 /* ---- The result or the exception ---------------------------------------------- */
 
 /* Raises the exception of a failed call and returns NULL. */
@@ -444,6 +475,22 @@ static int stream_handle(const tj_host_plan *plan, void *stream, void **out) {
   return rc;
 }
 
+/* A scalar whose conversion raised: the host's exception, with the kernel and
+ * the argument, its cause the original (raise_failure). */
+static void *conversion_failed(const tj_host_plan *plan, void *const *args, int32_t position) {
+  const tj_kernel *k = plan->kernel;
+  const char *name = "?";
+  for (int32_t i = 0; i < k->nparams; ++i)
+    if (k->params[i].output < 0 && k->params[i].position == position) name = k->params[i].name;
+  const tj_host_type *info =
+      registry_find(&registries[plan->exchange != 0], type_of(plan->host, args[position]));
+  if (info == NULL) return NULL; /* the type could not be described: that error as it is */
+  tj_set_error(TJ_EPYERR, "%s: argument %d '%s': cannot convert the %s", k->name, position, name,
+               info->name != NULL ? info->name : "object");
+  tj_error_at(TJ_EPYERR, position, -1, TJ_PRODUCER_CONVERT);
+  return raise_failure(plan, TJ_EPYERR, args, position + 1);
+}
+
 #define VECTORCALL_OFFSET ((size_t)1 << (8 * sizeof(size_t) - 1))
 
 void *tj_host_call(const tj_host_plan *plan, void *const *args, size_t nargsf, void *kwnames) {
@@ -452,7 +499,8 @@ void *tj_host_call(const tj_host_plan *plan, void *const *args, size_t nargsf, v
   void *stream = NULL;
   if (kwnames != NULL) {
     intptr_t nk = h->sequence_size(kwnames);
-    if (nk == 1 && h->string_compare(h->sequence_item(kwnames, 0), "stream") == 0) {
+    if (nk == 1 && !plan->stream_is_input &&
+        h->string_compare(h->sequence_item(kwnames, 0), "stream") == 0) {
       stream = args[count];
     } else if (nk > 0) { /* inputs by name: the kernel object maps them */
       return hand_over(plan, plan->keywords, tuple_of(h, args, (intptr_t)count + nk),
@@ -461,12 +509,14 @@ void *tj_host_call(const tj_host_plan *plan, void *const *args, size_t nargsf, v
   }
   tj_arg argv[TJ_MAX_PARAMS];
   void *made[TJ_MAX_OUTPUTS];
-  tj_call call = {
-      argv, count < 0x7fffffff ? (int32_t)count : 0x7fffffff, 0, NULL, plan->fallback, h, made};
+  tj_call call = {argv, count < 0x7fffffff ? (int32_t)count : 0x7fffffff,
+                  0,    NULL,
+                  plan->fallback, h,
+                  made, plan->unclaimed};
   const tj_kernel *k = plan->kernel;
   if (count <= (size_t)k->ninputs) { /* else the core reports the count, reading none */
     for (int32_t i = 0; i < call.nargs; ++i)
-      if (classify(plan, args[i], &argv[i]) != TJ_OK) return NULL;
+      if (classify(plan, args[i], &argv[i]) != TJ_OK) return conversion_failed(plan, args, i);
   }
   if (stream != NULL && stream != h->none) {
     if (stream_handle(plan, stream, &call.stream) != TJ_OK) return NULL;

@@ -270,6 +270,20 @@ static void exception_set_cause(void *exception, void *cause) {
   release(cause);
 }
 
+static void error_restore(void *type, void *value, void *traceback) {
+  (void)traceback;
+  fh_clear();
+  fh_error_type = type;
+  fh_error_value = value; /* stolen */
+  if (type != NULL) release(type); /* the reference error_fetch gave */
+}
+
+/* The fake host has no dicts: no item is ever found. */
+static void *dict_item(void *dict, const char *key) {
+  (void)dict, (void)key;
+  return NULL;
+}
+
 void fh_host(tj_host *host) {
   memset(host, 0, sizeof(*host));
   for (int i = 0; i < TJ_HOST_NUM_STATUS; ++i) {
@@ -308,6 +322,8 @@ void fh_host(tj_host *host) {
   host->error_set = error_set;
   host->error_set_object = error_set_object;
   host->exception_set_cause = exception_set_cause;
+  host->error_restore = error_restore;
+  host->dict_item = dict_item;
   host->none = &fh_none;
   host->true_object = &fh_true;
   host->int_type = &fh_int_type;

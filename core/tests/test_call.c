@@ -128,7 +128,7 @@ TEST(call_run_imports_binds_allocates) {
   object_arg(&args[0], &a);
   object_arg(&args[1], &b);
   void *outputs[1] = {(void *)1};
-  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs};
+  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs, 0};
   CHECK_OK(tj_call_run(k, &call));
   CHECK_EQ_INT(rec.imports, 2);
   CHECK_EQ_INT(rec.allocations, 1);
@@ -148,7 +148,7 @@ TEST(call_run_count_first) {
   tj_arg args[3];
   for (int i = 0; i < 3; ++i) object_arg(&args[i], &a);
   void *outputs[1];
-  tj_call call = {args, 3, 0, NULL, NULL, NULL, outputs};
+  tj_call call = {args, 3, 0, NULL, NULL, NULL, outputs, 0};
   CHECK_STATUS(tj_call_run(k, &call), TJ_ETYPE);
   CHECK_EQ_STR(tj_last_error(), "vec_add: expected 2 arguments (A, B), got 3");
   CHECK_EQ_INT(rec.imports, 0); /* nothing is imported before the count is right */
@@ -173,7 +173,7 @@ TEST(call_run_optional_left_out) {
   memset(args, 0xff, sizeof(args)); /* the record left out is the core's to set */
   object_arg(&args[0], &a);
   object_arg(&args[1], &a);
-  tj_call call = {args, 2, 0, NULL, NULL, NULL, NULL};
+  tj_call call = {args, 2, 0, NULL, NULL, NULL, NULL, 0};
   CHECK_OK(tj_call_run(k, &call));
   CHECK(seen_c == NULL);
   CHECK_EQ_INT(args[2].kind, TJ_ARG_NONE);
@@ -205,7 +205,7 @@ TEST(call_run_import_failure) {
   object_arg(&args[0], &a);
   object_arg(&args[1], &b);
   void *outputs[1];
-  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs};
+  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs, 0};
   CHECK_STATUS(tj_call_run(k, &call), TJ_EVALUE);
   CHECK_EQ_STR(tj_last_error(),
                "vec_add: argument 1 'B': cannot import the tensor through DLPack: refused");
@@ -268,7 +268,7 @@ TEST(call_run_refuses_lazy_views) {
     args[1].producer = &viewed;
     block[2] = cases[i].word;
     void *outputs[1];
-    tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs};
+    tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs, 0};
     int imports = rec.imports;
     if (cases[i].error == NULL) {
       CHECK_OK(tj_call_run(k, &call));
@@ -299,7 +299,7 @@ TEST(call_run_validation_failure) {
   object_arg(&args[0], &a);
   object_arg(&args[1], &b);
   void *outputs[1];
-  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs};
+  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs, 0};
   CHECK_STATUS(tj_call_run(k, &call), TJ_EVALUE);
   CHECK_EQ_STR(tj_last_error(),
                "vec_add: argument 1 'B': expected shape[0] == n (= 8, bound by "
@@ -321,7 +321,7 @@ TEST(call_run_allocation_failure) {
   object_arg(&args[0], &a);
   object_arg(&args[1], &b);
   void *outputs[1];
-  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs};
+  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs, 0};
   CHECK_STATUS(tj_call_run(k, &call), TJ_ERUNTIME);
   CHECK_EQ_STR(tj_last_error(),
                "vec_add: output 'C': cannot allocate the output: out of fake memory");
@@ -343,7 +343,7 @@ TEST(call_run_producer_error_pending) {
   object_arg(&args[0], &a);
   object_arg(&args[1], &b);
   void *outputs[1];
-  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs};
+  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs, 0};
   CHECK_STATUS(tj_call_run(k, &call), TJ_EPYERR);
   CHECK_EQ_STR(tj_last_error(), "vec_add: argument 0 'A': cannot import the tensor through DLPack");
   CHECK_EQ_INT(tj_last_error_info()->producer, TJ_PRODUCER_IMPORT);
@@ -371,7 +371,7 @@ TEST(call_run_streams) {
   object_arg(&args[0], &a);
   object_arg(&args[1], &b);
   object_arg(&args[2], &c);
-  tj_call call = {args, 3, 1, (void *)0x1234, NULL, NULL, NULL};
+  tj_call call = {args, 3, 1, (void *)0x1234, NULL, NULL, NULL, 0};
   /* An explicit stream wins, and a CPU kernel refuses a non-zero one. */
   CHECK_STATUS(tj_call_run(k, &call), TJ_EVALUE);
   CHECK_ERROR_CONTAINS("a stream was given to a cpu kernel");
@@ -391,7 +391,7 @@ TEST(call_run_releases_owned_imports) {
   object_tensor(&b, b_data, 8);
   tj_arg args[2];
   void *outputs[1];
-  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs};
+  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs, 0};
   for (int round = 0; round < 3; ++round) {
     object_arg(&args[0], &a);
     object_arg(&args[1], &b);
@@ -418,7 +418,7 @@ TEST(call_run_no_tensor_fallback) {
   tj_arg_init(&args[0]);
   args[0].kind = TJ_ARG_FLOAT;
   void *outputs[1];
-  tj_call call = {args, 1, 0, NULL, NULL, NULL, outputs};
+  tj_call call = {args, 1, 0, NULL, NULL, NULL, outputs, 0};
   CHECK_STATUS(tj_call_run(k, &call), TJ_ETYPE);
   CHECK_EQ_STR(tj_last_error(),
                "fill: output 'out': no tensor argument to allocate it like, and "
@@ -438,7 +438,8 @@ static bool fake_grad_enabled(void) {
 
 TEST(call_run_claims) {
   memset(&rec, 0, sizeof(rec));
-  tj_claim claim = {0, (int32_t)offsetof(tjt_object, grad), fake_requires_grad, fake_grad_enabled};
+  tj_claim claim = {0, (int32_t)offsetof(tjt_object, grad), fake_requires_grad, fake_grad_enabled,
+                    NULL, NULL};
   tj_producer claimed = fake_producer;
   claimed.claim = &claim;
   tj_kernel *k = adder(TJ_BUF_OUTPUT);
@@ -448,7 +449,7 @@ TEST(call_run_claims) {
   bool yes = true, no = false;
   tj_arg args[2];
   void *outputs[1];
-  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs};
+  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs, 0};
 #define RUN_CLAIMED(grad_a, grad_b, expect)         \
   do {                                              \
     a.grad = (grad_a), b.grad = (grad_b);           \
@@ -464,14 +465,32 @@ TEST(call_run_claims) {
   CHECK_EQ_INT(grad_asks, 0);
   CHECK_EQ_INT(rec.imports, 2);
 
-  /* B requires grad with grad mode on: claimed before its import, nothing made. */
+  /* B requires grad with grad mode on: claimed once the call is validated
+   * (both imported), nothing made. */
   memset(&rec, 0, sizeof(rec));
   RUN_CLAIMED(&no, &yes, TJ_ECLAIMED);
   CHECK_EQ_STR(tj_last_error(), "vec_add: argument 1 'B': requires grad");
   CHECK_EQ_INT(tj_last_error_info()->argument, 1);
-  CHECK_EQ_INT(rec.imports, 1);
+  CHECK_EQ_INT(rec.imports, 2);
   CHECK_EQ_INT(rec.allocations, 0);
   CHECK(outputs[0] == NULL);
+
+  /* A call refused by validation is refused as it would be without the claim. */
+  memset(&rec, 0, sizeof(rec));
+  a.grad = &yes, b.grad = &yes;
+  object_arg(&args[0], &a);
+  object_arg(&args[1], &b);
+  args[0].producer = args[1].producer = &claimed;
+  call.nargs = 1;
+  CHECK_STATUS(tj_call_run(k, &call), TJ_ETYPE);
+  call.nargs = 2;
+
+  /* The framework's own implementation of the call is never claimed. */
+  memset(&rec, 0, sizeof(rec));
+  call.unclaimed = 1;
+  RUN_CLAIMED(&yes, &yes, TJ_OK);
+  CHECK(rec.out_data[0][0] == 11.0f);
+  call.unclaimed = 0;
 
   /* Both require grad with grad mode off: grad mode asked once, the call runs. */
   memset(&rec, 0, sizeof(rec));
@@ -485,6 +504,62 @@ TEST(call_run_claims) {
   RUN_CLAIMED(NULL, NULL, TJ_ECLAIMED);
   CHECK_EQ_STR(tj_last_error(), "vec_add: argument 0 'A': a tensor the framework traces");
 #undef RUN_CLAIMED
+  tj_kernel_free(k);
+}
+
+/* A claim asked of the framework itself (tj_claim.ask): per object, and again
+ * after an import fails. */
+static int ask_answer, ask_failed_answer, asks, failed_asks;
+
+static int fake_ask(const tj_claim *self, void *object, int32_t failed) {
+  (void)self, (void)object;
+  if (failed) {
+    failed_asks++;
+    return ask_failed_answer;
+  }
+  asks++;
+  return ask_answer;
+}
+
+TEST(call_run_claims_asked) {
+  tj_claim claim = {0, 0, NULL, NULL, fake_ask, NULL};
+  tj_producer claimed = fake_producer;
+  claimed.claim = &claim;
+  tj_kernel *k = adder(TJ_BUF_OUTPUT);
+  tjt_object a, b;
+  object_tensor(&a, a_data, 8);
+  object_tensor(&b, b_data, 8);
+  tj_arg args[2];
+  void *outputs[1];
+  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs, 0};
+#define RUN_ASKED(answer, expect)                   \
+  do {                                              \
+    memset(&rec, 0, sizeof(rec));                   \
+    ask_answer = (answer), asks = failed_asks = 0;  \
+    object_arg(&args[0], &a);                       \
+    object_arg(&args[1], &b);                       \
+    args[0].producer = args[1].producer = &claimed; \
+    CHECK_STATUS(tj_call_run(k, &call), expect);    \
+  } while (0)
+  RUN_ASKED(TJ_CLAIM_NONE, TJ_OK);
+  CHECK_EQ_INT(asks, 2);
+  RUN_ASKED(TJ_CLAIM_VALIDATED, TJ_ECLAIMED);
+  CHECK_EQ_INT(rec.imports, 2);
+  CHECK_EQ_INT(tj_last_error_info()->argument, 0);
+  RUN_ASKED(TJ_CLAIM_NOW, TJ_ECLAIMED);
+  CHECK_EQ_INT(rec.imports, 0);
+  RUN_ASKED(TJ_EPYERR, TJ_EPYERR);
+  CHECK_EQ_INT(tj_last_error_info()->argument, 0);
+  /* An import that fails: the framework is asked again; it claims or not. */
+  b.fail_import = TJ_EVALUE;
+  ask_failed_answer = TJ_CLAIM_NOW;
+  RUN_ASKED(TJ_CLAIM_NONE, TJ_ECLAIMED);
+  CHECK_EQ_INT(failed_asks, 1);
+  CHECK_EQ_STR(tj_last_error(), "vec_add: argument 1 'B': a tensor only the framework can read");
+  ask_failed_answer = TJ_CLAIM_NONE;
+  RUN_ASKED(TJ_CLAIM_NONE, TJ_EVALUE);
+  CHECK_EQ_INT(failed_asks, 1);
+#undef RUN_ASKED
   tj_kernel_free(k);
 }
 

@@ -147,7 +147,7 @@ static void setup_init(setup *s, const tj_kernel *k) {
   s->name = fh_str("mix");
   fh_object_init(&s->kernel_object, &tensor_type);
   s->plan = (tj_host_plan){k,       &s->host,          1,           NULL,       &tensor_producer,
-                           s->name, &s->kernel_object, s->hooks[2], s->hooks[3]};
+                           s->name, &s->kernel_object, s->hooks[2], s->hooks[3], 0, 0};
   fh_type_init(&tensor_type, &tensor_info);
   tensor_producer.host = &s->host;
   tensor_producer.claim = NULL;
@@ -399,7 +399,7 @@ TEST(host_call_producer_errors_and_claims) {
   fail_import = 0;
 
   /* A framework claims the call: handed to the kernel object with the arguments. */
-  tj_claim claim = {1, 0, always, NULL};
+  tj_claim claim = {1, 0, always, NULL, NULL, NULL};
   tensor_producer.claim = &claim;
   fh_object *r = call_n(&s, args, 4);
   CHECK(r != NULL && r->i == 4);

@@ -446,7 +446,7 @@ static int run_objects(const tj_kernel *k, const tj_producer *producer, const tj
     args[i].value.p = objects[i];
     args[i].producer = producer;
   }
-  tj_call call = {args, 2, 0, NULL, NULL, host, outputs};
+  tj_call call = {args, 2, 0, NULL, NULL, host, outputs, 0};
   return tj_call_run(k, &call);
 }
 

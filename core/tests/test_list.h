@@ -53,6 +53,7 @@
   X(call_run_releases_owned_imports)            \
   X(call_run_no_tensor_fallback)                \
   X(call_run_claims)                            \
+  X(call_run_claims_asked)                      \
   X(producer_from_exchange_versions)            \
   X(producer_exchange_view_or_export)           \
   X(arg_from_capsule)                           \

@@ -16,6 +16,7 @@ goes straight into the backend's ``__call__`` with no Python layer in between.
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 BACKENDS = ("cython", "dlpack", "ctypes")
@@ -55,45 +56,90 @@ def _wrapper_available() -> bool:
 _traced_call = None  # what Dynamo inlines for a kernel call, once tilejit.torch_op is loaded
 
 
+def _compiling_before_torch_op() -> bool:
+    """Whether torch.compile is tracing, asked before tilejit.torch_op is loaded: False
+    without torch; with it, torch's own answer."""
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.compiler.is_compiling()
+
+
+compiling = _compiling_before_torch_op
+"""Whether torch.compile is tracing the call: ``torch.compiler.is_compiling`` once
+tilejit.torch_op is loaded (``trace_calls_with``)."""
+
+
+def _python_call(entry):
+    """The ``__call__`` of a kernel class: ``k.__call__(...)`` and ``type(k).__call__(k,
+    ...)`` make the call ``k(...)`` makes, through ``entry(k, *args, **keywords)``. Dynamo
+    inlines it, and ``compiling()`` (``torch.compiler.is_compiling``, public) makes the
+    traced call the kernel's op (``JITKernel._traced_call``)."""
+
+    def __call__(self, /, *args, **keywords):
+        if compiling():
+            return type(self)._traced_call(self, *args, **keywords)
+        return entry(self, *args, **keywords)
+
+    return __call__
+
+
+def _ctypes_entry(kernel, /, *args, **keywords):
+    return kernel._entry(*args, **keywords)
+
+
 def kernel_class(base: type, name: str) -> type:
     """The JITKernel subclass running through backend ``name`` (created once).
 
-    Its ``__call__`` is what ``torch.compile`` sees (``base._traced_call``, which traces
-    the call as the kernel's custom op) while a call in Python runs the backend's own
-    entry: the wrapper's vectorcall slot, which CPython calls before any ``__call__``,
-    or the ctypes ``__call__``, whose ``_torchdynamo_inline`` names the function Dynamo
-    inlines in its place (the attribute ``torch.compile`` itself marks its wrappers
-    with). Neither costs an eager call anything.
+    Its ``__call__`` (``_python_call``) makes the backend's call: the ctypes kernel's
+    builtin entry, or the wrapper's kernel type's own. It is what ``torch.compile``
+    sees: under tracing it is the kernel's op (``base._traced_call``).
+
+    Two fast paths, on unless ``TILEJIT_FAST_PATHS=0``, make the same calls cheaper:
+    the wrapper's kernel classes get CPython's vectorcall protocol
+    (``_enable_vectorcall``: ``k(...)`` then reaches the core with the arguments in
+    place, where ``__call__`` costs a Python frame and an argument tuple), and
+    ``__call__`` gets Dynamo's ``_torchdynamo_inline`` (Dynamo inlines the traced call
+    in its place without evaluating ``compiling()``).
     """
+    from ..host import FAST_PATHS, _decided
+
     cls = _classes.get(name)
     if cls is None:
         if name == "ctypes":
             from .ctypes_backend import CtypesKernel as impl
 
-            call = impl.__call__
-            call._torchdynamo_inline = _traced_call or base._traced_call
+            call = _python_call(_ctypes_entry)
         else:
             from .cython_backend import wrapper_module
 
             impl = wrapper_module().Kernel
-            call = base._traced_call
+            call = _python_call(impl.__call__)
+        if FAST_PATHS:
+            call._torchdynamo_inline = _traced_call or base._traced_call
         cls = type(f"{name.capitalize()}JITKernel", (base, impl),
                    {"__module__": base.__module__, "__doc__": base.__doc__, "__call__": call})
-        if name != "ctypes":
+        if name != "ctypes" and FAST_PATHS:
             # Calls straight into the wrapper's vectorcall entry (no argument tuple).
             wrapper_module()._enable_vectorcall(cls)
+        _decided("vectorcall (CPython type flags)", FAST_PATHS,
+                 "set on the wrapper's kernel classes" if FAST_PATHS else "TILEJIT_FAST_PATHS=0")
+        _decided("Dynamo inline (_torchdynamo_inline)", FAST_PATHS,
+                 "set on every kernel class's __call__" if FAST_PATHS else
+                 "TILEJIT_FAST_PATHS=0: Dynamo inlines __call__ (torch.compiler.is_compiling)")
         _classes[name] = cls
     return cls
 
 
-def trace_calls_with(traced_call) -> None:
-    """Makes ``traced_call`` (``tilejit.torch_op.traced_call``) what Dynamo inlines for a
-    call of a kernel of any backend, made or to be made: the ``_torchdynamo_inline`` of
-    every kernel class's ``__call__``."""
-    global _traced_call
-    _traced_call = traced_call
-    for cls in _classes.values():
-        cls.__call__._torchdynamo_inline = traced_call
+def trace_calls_with(traced_call, is_compiling) -> None:
+    """Makes ``traced_call`` (``tilejit.torch_op.traced_call``) what Dynamo traces for a
+    call of a kernel of any backend, made or to be made, and ``is_compiling``
+    (``torch.compiler.is_compiling``) how ``__call__`` knows it is traced."""
+    from ..host import FAST_PATHS
+
+    global _traced_call, compiling
+    _traced_call, compiling = traced_call, is_compiling
+    if FAST_PATHS:
+        for cls in _classes.values():
+            cls.__call__._torchdynamo_inline = traced_call
 
 
 def bind(kernel, name: str, core_kernel, out_order: tuple) -> None:
@@ -104,3 +150,13 @@ def bind(kernel, name: str, core_kernel, out_order: tuple) -> None:
     from . import binding
 
     kernel._attach_plan(binding.Plan(kernel, core_kernel, name != "dlpack", out_order))
+
+
+def unclaimed_entry(kernel, name: str, core_kernel, out_order: tuple):
+    """A builtin function calling ``kernel`` through a plan whose calls no framework
+    claims (``tj_host_plan.unclaimed``): the implementation of the kernel's torch op.
+    The caller keeps the returned ``(function, plan)`` alive together."""
+    from . import binding
+
+    plan = binding.Plan(kernel, core_kernel, name != "dlpack", out_order, unclaimed=True)
+    return binding.entry(plan), plan

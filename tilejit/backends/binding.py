@@ -28,7 +28,8 @@ from ctypes import addressof, c_int, c_int32, c_void_p, py_object
 from .. import abi, host
 from ..pointer import Pointer
 from .core import core_library
-from .ctypes_abi import TjClaim, TjHost, TjHostPlan, TjHostType, TjProducer, TjViewBits
+from .ctypes_abi import (TjClaim, TjHost, TjHostClaimMode, TjHostPlan, TjHostType, TjProducer,
+                         TjViewBits)
 
 _lock = threading.RLock()
 
@@ -88,13 +89,39 @@ def _producer(cls, exchange: bool):
         producer.view_bits = addressof(bits)
     elif check is not None:
         core.tj_host_ask_view(addressof(producer))
-    claim = host.framework_claim(cls)
+    claim = _claim(host.framework_claim(cls))
     if claim is not None:  # see tj_claim
-        claim = TjClaim(*claim)
         keep.append(claim)
         producer.claim = addressof(claim)
     producer._keep = keep
     return producer
+
+
+_claims: dict = {}  # framework_claim's answer -> its TjClaim, alive for the process
+
+
+def _claim(how):
+    """The ``TjClaim`` of ``tilejit.host.framework_claim``'s answer (None: no claim)."""
+    if how is None:
+        return None
+    key = (how[0], *(() if how[0] == "always" else (how[1], id(how[2]))))
+    with _lock:
+        claim = _claims.get(key)
+        if claim is None:
+            if how[0] == "always":
+                claim = TjClaim(always=1)
+            else:
+                _, probe, scope = how
+                core = core_library()
+                mode = TjHostClaimMode(host=host_address(), scope=id(scope) if scope else None,
+                                       key=b"_current_level", idle=-1)
+                claim = TjClaim(ask=ctypes.cast(core.tj_host_claim_ask, c_void_p).value,
+                                context=addressof(mode))
+                if probe is not None:
+                    claim.offset, claim.requires_grad, claim.grad_enabled = probe
+                claim._keep = (mode, scope)
+            claim = _claims.setdefault(key, claim)
+    return claim
 
 
 def _describe(cls, exchange: bool) -> TjHostType:
@@ -174,7 +201,8 @@ _FUNCTIONS = {
     "error_pending": "PyErr_Occurred", "error_clear": "PyErr_Clear",
     "error_fetch": "PyErr_Fetch", "error_normalize": "PyErr_NormalizeException",
     "error_set": "PyErr_SetString", "error_set_object": "PyErr_SetObject",
-    "exception_set_cause": "PyException_SetCause", "unlock": "PyEval_SaveThread",
+    "exception_set_cause": "PyException_SetCause", "error_restore": "PyErr_Restore",
+    "dict_item": "PyDict_GetItemString", "unlock": "PyEval_SaveThread",
     "lock": "PyEval_RestoreThread", "interpreter": "PyInterpreterState_Get",
     "thread_head": "PyInterpreterState_ThreadHead", "thread_next": "PyThreadState_Next",
 }
@@ -183,7 +211,7 @@ _FUNCTIONS = {
 _HOOKS = {"describe": describe, "dlpack_capsule": host.dlpack_capsule,
           "allocate": host.allocate, "framework_stream": host.framework_stream,
           "stream_handle": host.stream_handle, "lazy_view": host.lazy_view,
-          "producer_error": host.producer_error}
+          "producer_error": host.producer_error, "claims": host.claims}
 
 _host = None
 
@@ -229,9 +257,12 @@ def use_type_offset(offset: int) -> None:
 class Plan:
     """A kernel's ``tj_host_plan``: the core kernel, the mode, the output order and the
     kernel object's methods for the calls the core hands back (inputs by name,
-    calls a framework claims). ``kernel`` owns its plan; the plan borrows it."""
+    calls a framework claims). ``kernel`` owns its plan; the plan borrows it.
+    ``unclaimed``: no framework claims its calls (the plan of the kernel's torch op,
+    which is what a claimed call runs)."""
 
-    def __init__(self, kernel, core_kernel, exchange: bool, out_order: tuple):
+    def __init__(self, kernel, core_kernel, exchange: bool, out_order: tuple, *,
+                 unclaimed: bool = False):
         n = core_kernel.num_outputs
         self._order = None
         if out_order != tuple(range(n)):
@@ -242,7 +273,8 @@ class Plan:
             kernel=core_kernel.address, host=host_address(), exchange=int(bool(exchange)),
             out_order=self._order, fallback=fallback_producer(exchange),
             name=id(core_kernel.name), kernel_object=id(kernel),
-            keywords=id(cls._call_with_keywords), claimed=id(cls._claimed_call))
+            keywords=id(cls._call_with_keywords), claimed=id(cls._claimed_call),
+            unclaimed=int(unclaimed), stream_is_input=int("stream" in core_kernel.input_names))
         self.address = addressof(self.struct)
 
 

@@ -156,6 +156,8 @@ class CoreKernel:
         check(core.tj_kernel_finalize(handle))
         self.num_outputs = core.tj_kernel_num_outputs(handle)
         self.num_inputs = len(params) - self.num_outputs
+        self.input_names = tuple(p.name for p in params if not (
+            p.kind == abi.TJ_PARAM_BUFFER and p.flags & abi.TJ_BUF_OUTPUT))
         if prebuilt is not None:  # a CPU library built elsewhere, called through the glue
             check(core.tj_kernel_load_prebuilt(handle, library.encode(), entry.encode(),
                                                str(prebuilt).encode(), spec.name.encode()))

@@ -97,12 +97,12 @@ class TjHost(Structure):
         "list_new", "list_set", "int64_of", "uint64_of", "double_of", "index_of", "truth",
         "int_new", "string_new", "string_compare", "attribute", "call", "error_pending",
         "error_clear", "error_fetch", "error_normalize", "error_set", "error_set_object",
-        "exception_set_cause", "unlock", "lock", "interpreter", "thread_head", "thread_next",
+        "exception_set_cause", "error_restore", "dict_item", "unlock", "lock", "interpreter", "thread_head", "thread_next",
         "none", "true_object", "int_type", "float_type", "bool_type")]
     _fields_ += [("exceptions", c_void_p * abi.TJ_HOST_NUM_STATUS)]
     _fields_ += [(name, c_void_p) for name in (
         "describe", "dlpack_capsule", "allocate", "framework_stream", "stream_handle",
-        "lazy_view", "producer_error")]
+        "lazy_view", "producer_error", "claims")]
 
 
 class TjViewBits(Structure):
@@ -112,7 +112,12 @@ class TjViewBits(Structure):
 class TjClaim(Structure):
     _c_name_ = "tj_claim"
     _fields_ = [("always", c_int32), ("offset", c_int32), ("requires_grad", c_void_p),
-                ("grad_enabled", c_void_p)]
+                ("grad_enabled", c_void_p), ("ask", c_void_p), ("context", c_void_p)]
+
+
+class TjHostClaimMode(Structure):
+    _c_name_ = "tj_host_claim_mode"
+    _fields_ = [("host", c_void_p), ("scope", c_void_p), ("key", c_char_p), ("idle", c_int64)]
 
 
 class TjProducer(Structure):
@@ -132,7 +137,8 @@ class TjHostPlan(Structure):
     _c_name_ = "tj_host_plan"
     _fields_ = [("kernel", c_void_p), ("host", c_void_p), ("exchange", c_int32),
                 ("out_order", POINTER(c_int32)), ("fallback", c_void_p), ("name", c_void_p),
-                ("kernel_object", c_void_p), ("keywords", c_void_p), ("claimed", c_void_p)]
+                ("kernel_object", c_void_p), ("keywords", c_void_p), ("claimed", c_void_p),
+                ("unclaimed", c_int32), ("stream_is_input", c_int32)]
 
 
 __all__ = [name for name in dir() if name[0].isupper() and not name.startswith("_")]

@@ -108,6 +108,7 @@ typedef enum {
   TJ_PRODUCER_IMPORT = 1,   /* turning an argument into a tensor */
   TJ_PRODUCER_ALLOCATE = 2, /* making an output (allocator or to-object) */
   TJ_PRODUCER_STREAM = 3,   /* asking for the current work stream */
+  TJ_PRODUCER_CONVERT = 4,  /* reading a scalar argument (the host's conversion) */
 } tj_producer_step;
 
 /* Where the last failure on this thread happened, beside its message. With
@@ -517,13 +518,17 @@ typedef struct tj_call {
   /* One slot per output, in declaration order: new references the caller owns,
    * also when the call fails (NULL where no object was made). */
   void **outputs;
+  /* 1: no framework claims the call (tj_claim): it is the framework's own
+   * implementation of the call it handed back. */
+  int32_t unclaimed;
 } tj_call;
 
 /* Runs one call, each step here and nowhere else:
  *   1. the argument count;
  *   2. imports each TJ_ARG_OBJECT argument with its producer, unless the
- *      producer's framework claims the call (tj_claim: TJ_ECLAIMED);
- *   3. validates every argument and binds the symbols (tj_call_bind);
+ *      producer's framework claims the call at once (tj_claim: TJ_ECLAIMED);
+ *   3. validates every argument and binds the symbols (tj_call_bind); a call
+ *      claimed after validation stops here with TJ_ECLAIMED;
  *   4. the stream: explicit > the current work stream of the first tensor's
  *      producer (devices other than the CPU) > none;
  *   5. allocates each output with the first tensor's producer (or `fallback`)

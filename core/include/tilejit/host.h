@@ -86,6 +86,10 @@ struct tj_host {
   void (*error_set)(void *type, const char *message);
   void (*error_set_object)(void *type, void *value);
   void (*exception_set_cause)(void *exception, void *cause);
+  /* PyErr_Restore (steals all three); PyDict_GetItemString (borrowed, or NULL
+   * with no error set). */
+  void (*error_restore)(void *type, void *value, void *traceback);
+  void *(*dict_item)(void *dict, const char *key);
   /* Drops the lock around the kernel and takes it back (PyEval_SaveThread /
    * PyEval_RestoreThread). unlock may return NULL to say it kept the lock; lock
    * is then not called. unlock NULL: the kernel runs with the lock held. */
@@ -119,7 +123,9 @@ struct tj_host {
    * stream_handle(stream, kernel_name) -> the handle of a stream= value;
    * lazy_view(obj) -> its TJ_VIEW_* bits;
    * producer_error(prefix, step, exception, obj) -> the exception to raise
-   *   for a producer's failure (tj_producer_step). */
+   *   for a producer's failure (tj_producer_step);
+   * claims(obj, failed) -> how the framework of obj claims a call with it
+   *   (tj_claim_kind; tj_host_claim_ask). */
   void *describe;
   void *dlpack_capsule;
   void *allocate;
@@ -127,6 +133,7 @@ struct tj_host {
   void *stream_handle;
   void *lazy_view;
   void *producer_error;
+  void *claims;
 };
 
 /* How arguments of one host type are read (tj_host_type.kind). */
@@ -164,6 +171,13 @@ typedef struct tj_host_plan {
    * claimed(kernel, args, stream) for calls a framework claims (tj_claim). */
   void *keywords;
   void *claimed;
+  /* 1: no framework claims a call of this plan (the framework's own
+   * implementation of the kernel, tj_call.unclaimed). */
+  int32_t unclaimed;
+  /* 1: the kernel has an input named `stream`, which stream= passes; the
+   * launch stream is then the framework's current one. 0: stream= is the
+   * launch stream. */
+  int32_t stream_is_input;
 } tj_host_plan;
 
 /* Makes `producer` the core's producer for objects of host type `type` read
@@ -174,6 +188,21 @@ TJ_API void tj_host_dlpack_producer(tj_producer *producer, const tj_host *host, 
 /* Makes `producer` ask tj_host.lazy_view whether an object is a lazy view (for
  * a framework whose view bits cannot be read in place). */
 TJ_API void tj_host_ask_view(tj_producer *producer);
+
+/* A framework's claim asked through the host (tj_claim.ask =
+ * tj_host_claim_ask, tj_claim.context = a tj_host_claim_mode): the core asks
+ * tj_host.claims(object, failed). Unless `failed`, it is asked only while
+ * the framework is in a mode in which it may claim a call that the claim's
+ * fast path did not: `scope` (a host dict, alive for the process) holds at
+ * `key` an int other than `idle` (torch: forward-mode AD's current level,
+ * -1 outside any). scope NULL: always asked. */
+typedef struct tj_host_claim_mode {
+  const tj_host *host;
+  void *scope;
+  const char *key;
+  int64_t idle;
+} tj_host_claim_mode;
+TJ_API int tj_host_claim_ask(const tj_claim *claim, void *object, int32_t failed);
 
 /* Runs a call of the plan's kernel with CPython's vectorcall convention:
  * `nargsf` positional arguments in `args` (the top bit is the vectorcall

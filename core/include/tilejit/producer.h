@@ -60,28 +60,44 @@ typedef struct tj_view_bits {
  * core but handed back to the binding, which runs it through the framework
  * (torch: the kernel's custom op, so that autograd records it and traced
  * tensors reach its fake implementation). Before importing an object whose
- * producer has a claim, the core asks: the call is claimed when `always` is 1
- * (tensors a framework traces, which hold no data), or when the object
- * requires grad and grad_enabled() says the framework records gradients now.
- * Whether it requires grad is requires_grad(state), `state` being the pointer
- * the object holds at byte `offset` (NULL: it does not). grad_enabled is
- * asked at most once per call, and only then. The call then fails with
- * TJ_ECLAIMED, before anything is allocated or launched, and the record names
- * the argument.
+ * producer has a claim, the core asks, cheapest first:
+ *   - `always` 1: every call is claimed, before anything is imported (tensors
+ *     a framework traces, which hold no data);
+ *   - requires_grad (optional, a fast path): the object requires grad when
+ *     requires_grad(state) is true, `state` being the pointer the object holds
+ *     at byte `offset` (NULL: it does not); the call is then claimed if
+ *     grad_enabled() (asked at most once per call) says the framework records
+ *     gradients now;
+ *   - ask (optional): the framework's own answer for the object, a
+ *     tj_claim_kind or TJ_EPYERR. It is also asked, with `failed` 1, when the
+ *     import of an object fails: a framework may still run the call on
+ *     tensors DLPack cannot describe (torch's functorch wrappers).
+ * A call claimed for an object whose data can be read (TJ_CLAIM_VALIDATED:
+ * autograd's calls) is first imported and validated like any call, so that
+ * it is refused with the same messages; it then fails with TJ_ECLAIMED before
+ * anything is allocated or launched, and the record names the argument.
  *
- * Both are plain C calls of a few nanoseconds, because every call of a kernel
- * on torch tensors asks: for torch, `offset` is where a tensor's Python object
- * keeps its TensorImpl (THPVariable::cdata, torch/csrc/autograd/
- * python_variable.h), requires_grad is c10::TensorImpl::requires_grad() const
- * and grad_enabled c10::GradMode::is_enabled(), both exported by libc10
- * (tilejit.host checks all three against torch's own answers before use).
- * Caller-owned; borrowed by the producers that point to it, for as long as
- * they live. */
+ * For torch the fast path reads a tensor's TensorImpl pointer from its Python
+ * object and asks libc10's exported c10::TensorImpl::requires_grad() const
+ * and c10::GradMode::is_enabled(): a few nanoseconds, where the public
+ * answers (Tensor.requires_grad, torch.is_grad_enabled()) cost a call into
+ * Python each; tilejit.host checks all three against torch's own answers
+ * before use, and asks the public way (ask alone) when they do not match or
+ * TILEJIT_FAST_PATHS=0. Caller-owned; borrowed by the producers that point to
+ * it, for as long as they live. */
+typedef enum {
+  TJ_CLAIM_NONE = 0,      /* the core runs the call */
+  TJ_CLAIM_VALIDATED = 1, /* claimed once the call is validated */
+  TJ_CLAIM_NOW = 2,       /* claimed before any import */
+} tj_claim_kind;
+
 typedef struct tj_claim {
   int32_t always;
   int32_t offset;
   bool (*requires_grad)(const void *state);
   bool (*grad_enabled)(void);
+  int (*ask)(const struct tj_claim *self, void *object, int32_t failed);
+  void *context; /* the asker's own */
 } tj_claim;
 
 /* Makes `arg` an object the call imports through `producer` (TJ_ARG_OBJECT):
