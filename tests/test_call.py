@@ -280,10 +280,12 @@ class _HandlelessStream:  # like torch.cpu.Stream: a stream object with no handl
 
 
 @pytest.mark.parametrize(("stream", "exc", "message"), [
-    ("0", TypeError, (r"^vec_add: stream must be an int handle, a torch.cuda.Stream or an "
+    ("0", TypeError, (r"^vec_add: stream= is the launch stream \(the kernel has no input "
+                      r"named 'stream'\): expected an int handle, a torch.cuda.Stream or an "
                       r"object with __cuda_stream__, got str$")),
     (_HandlelessStream(), TypeError, r"got (tests\.)?test_call\._HandlelessStream$"),
-    (True, TypeError, r"^vec_add: stream must be a stream handle, got bool$"),
+    (True, TypeError, r"^vec_add: stream= is the launch stream \(the kernel has no input "
+                      r"named 'stream'\): expected a stream handle, got bool$"),
     (-1, ValueError, r"^vec_add: stream handle must be a non-negative int, got -1$"),
 ])
 def test_bad_streams(vec_add, stream, exc, message):
@@ -731,13 +733,18 @@ def test_kernel_attributes(vec_add, backend):
 
 
 def test_wrapper_kernels_are_called_through_vectorcall(vec_add, backend):
-    # The wrapper's kernels take calls without an argument tuple (Py_TPFLAGS_HAVE_VECTORCALL,
-    # set by hand on the backend class: before 3.12 heap subclasses do not inherit it).
+    # A fast path: the wrapper's kernels take calls without an argument tuple
+    # (Py_TPFLAGS_HAVE_VECTORCALL, set by hand on the backend class: before 3.12 heap
+    # subclasses do not inherit it); off with TILEJIT_FAST_PATHS=0.
+    from tilejit.fast_paths import FAST_PATHS
+
     have_vectorcall = 1 << 11
-    assert bool(type(vec_add).__flags__ & have_vectorcall) == (backend != "ctypes")
+    assert bool(type(vec_add).__flags__ & have_vectorcall) == (backend != "ctypes"
+                                                                and FAST_PATHS)
     a = torch.ones(3)
     assert vec_add(a, a, stream=None).tolist() == [2.0] * 3
-    # __call__ itself is what torch.compile traces (the kernel's torch op); the same sums.
+    # __call__ and type(k).__call__ make the same call.
     assert vec_add.__call__(a, a).tolist() == [2.0] * 3
+    assert type(vec_add).__call__(vec_add, a, a).tolist() == [2.0] * 3
     with pytest.raises(TypeError, match=r"unexpected keyword argument 'streams'"):
         vec_add(a, a, streams=0)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import tilejit
+import tilejit.fast_paths
 from tilejit import T
 
 BACKENDS = ("cython", "dlpack", "ctypes")
@@ -150,6 +151,9 @@ def _python_calls(fn) -> list[str]:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.skipif(not tilejit.fast_paths.FAST_PATHS,
+                    reason="what the fast paths save: with TILEJIT_FAST_PATHS=0 the public "
+                           "fallbacks (claims, __call__) are Python by design")
 @pytest.mark.parametrize("make", [
     torch.ones,
     lambda n: tilejit.from_dlpack(torch.ones(n)),

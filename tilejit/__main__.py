@@ -1,4 +1,4 @@
-"""``python -m tilejit {build,demo,bench,version}``."""
+"""``python -m tilejit {build,demo,bench,doctor,version}``."""
 
 from __future__ import annotations
 
@@ -28,6 +28,9 @@ def main(argv=None) -> int:
     bench.add_argument("--torch-compile", action="store_true",
                        help="instead: a tilejit kernel inside torch.compile (inductor), next "
                             "to torch.add")
+    doctor = sub.add_parser("doctor", help="what this installation has and uses: versions, "
+                                           "compilers, builds, CUDA, fast paths")
+    doctor.add_argument("--json", action="store_true", help="print it as JSON")
     sub.add_parser("version", help="print the version")
     args = parser.parse_args(argv)
 
@@ -41,6 +44,10 @@ def main(argv=None) -> int:
         from .bench import main as bench
 
         return bench(args)
+    if args.command == "doctor":
+        from .doctor import main as doctor
+
+        return doctor(as_json=args.json)
     if args.command == "demo":
         if args.tilelang:
             from .demo import run_tilelang

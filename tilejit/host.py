@@ -12,11 +12,13 @@ backend) use these same functions, so the rules are written once.
 
 from __future__ import annotations
 
-import os
+import sys
 import threading
 
 from . import abi
 from . import dtypes as _dtypes
+from .fast_paths import FAST_PATHS, in_fresh_thread
+from .fast_paths import decided as _decided
 
 MAX_VERSION = (abi.TJ_DLPACK_MAJOR, abi.TJ_DLPACK_MINOR)
 
@@ -224,9 +226,11 @@ def _qualified_name(cls: type) -> str:
 def stream_handle(stream, kernel: str) -> int:
     """A raw stream handle (``CUstream`` as an int) from what a caller passes as
     ``stream=``: an int, a ``torch.cuda.Stream`` (``.cuda_stream``) or any object
-    implementing ``__cuda_stream__``."""
+    implementing ``__cuda_stream__``. A kernel with an input named ``stream`` never comes
+    here: ``stream=`` passes that input."""
+    said = f"{kernel}: stream= is the launch stream (the kernel has no input named 'stream')"
     if isinstance(stream, bool):
-        raise TypeError(f"{kernel}: stream must be a stream handle, got bool")
+        raise TypeError(f"{said}: expected a stream handle, got bool")
     if isinstance(stream, int):
         handle = stream
     elif hasattr(stream, "__cuda_stream__"):
@@ -234,8 +238,8 @@ def stream_handle(stream, kernel: str) -> int:
     elif hasattr(stream, "cuda_stream"):
         handle = stream.cuda_stream
     else:
-        raise TypeError(f"{kernel}: stream must be an int handle, a torch.cuda.Stream or an "
-                        f"object with __cuda_stream__, got {_qualified_name(type(stream))}")
+        raise TypeError(f"{said}: expected an int handle, a torch.cuda.Stream or an object "
+                        f"with __cuda_stream__, got {_qualified_name(type(stream))}")
     if not isinstance(handle, int) or not 0 <= handle < (1 << 64):
         raise ValueError(f"{kernel}: stream handle must be a non-negative int, got {handle!r}")
     return handle
@@ -273,48 +277,6 @@ def scalar_kind(cls: type) -> str:
             kind = SCALAR_OTHER
         kind = _scalar_kinds.setdefault(cls, kind)
     return kind
-
-# ---- Fast paths ---------------------------------------------------------------------
-
-FAST_PATHS = os.environ.get("TILEJIT_FAST_PATHS", "1").strip().lower() not in ("0", "false",
-                                                                              "no", "off")
-"""Whether tilejit may use its fast paths, those that read another project's internals
-(``TILEJIT_FAST_PATHS=0`` switches every one off). Each has a public fallback with the
-same results and checks; ``python -m tilejit doctor`` says which are active."""
-
-_fast_state: dict = {}  # fast path name -> (active, why), as decided
-
-
-def fast_path_state() -> dict:
-    """``{name: (active, why)}`` of every fast path decided so far in this process."""
-    return dict(_fast_state)
-
-
-def _decided(name: str, active: bool, why: str) -> bool:
-    _fast_state[name] = (active, why)
-    return active
-
-
-def in_fresh_thread(fn):
-    """``fn()`` run on a new thread and its result: the probes below make tensors of
-    their own, which must not see the caller's thread-local torch state (grad mode,
-    inference mode, a functorch transform, a dispatch mode such as FakeTensorMode)."""
-    result: list = []
-
-    def run():
-        try:
-            result.append((True, fn()))
-        except BaseException as exc:  # noqa: BLE001 - handed back to the caller
-            result.append((False, exc))
-
-    thread = threading.Thread(target=run, name="tilejit-probe", daemon=True)
-    thread.start()
-    thread.join()
-    ok, value = result[0]
-    if not ok:
-        raise value
-    return value
-
 
 # ---- Claims: calls a framework takes over (tj_claim) ----------------------------------
 
@@ -367,15 +329,12 @@ def claims(tensor, failed: int) -> int:
     """The public answer of ``framework_claim`` for one torch tensor (``tj_claim_kind``):
     ``failed`` when the core could not import it (a functorch wrapper is run by torch);
     else whether autograd, forward or backward, must record a call with it."""
-    import torch
-
+    torch = sys.modules["torch"]
     if failed:
         return CLAIM_NOW if _functorch_wrapped(torch, tensor) else CLAIM_NONE
     if tensor.requires_grad and torch.is_grad_enabled():
         return CLAIM_VALIDATED
-    from torch.autograd import forward_ad
-
-    if forward_ad.unpack_dual(tensor).tangent is not None:
+    if torch.autograd.forward_ad.unpack_dual(tensor).tangent is not None:
         return CLAIM_VALIDATED
     return CLAIM_NONE
 

@@ -34,7 +34,7 @@ import threading
 
 from . import backends as _backends
 from .compilation import CompileOptions, compile
-from .host import FAST_PATHS
+from .fast_paths import FAST_PATHS
 from .lang import buffer_like
 from .layout import from_dlpack, is_view
 from .program import Program

@@ -11,7 +11,7 @@ import threading
 
 from . import backends as _backends
 from .compilation import CompileOptions, compile
-from .host import FAST_PATHS
+from .fast_paths import FAST_PATHS
 from .implicit import LayoutJITFunction
 from .kernel import JITKernel
 

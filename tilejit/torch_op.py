@@ -37,7 +37,7 @@ import torch
 
 from . import backends
 from .cache import artifact_key
-from .host import FAST_PATHS
+from .fast_paths import FAST_PATHS
 from .lang import Buffer, Expr, PointerParam, Scalar, Symbol
 
 NAMESPACE = "tilejit"
@@ -303,6 +303,7 @@ def torch_op(kernel):
 # ---- Autograd ---------------------------------------------------------------------------
 
 _backwards: dict = {}  # op name -> (backward, setup_context), as registered
+_recorded: dict = {}  # op name -> its autograd.Function (_autograd_kernel)
 
 
 def _input_names(kernel) -> list[str]:
@@ -333,20 +334,26 @@ def _autograd_kernel(kernel, op):
             return op.redispatch(keyset & after, *args)
 
     class Recorded(torch.autograd.Function):
+        # forward and setup_context apart, as torch.func's transforms require; the
+        # dispatcher's keyset rides along as a last input that is no input of the kernel.
         @staticmethod
-        def forward(ctx, *args):
+        def forward(*args):
             keyset, args = args[-1], args[:-1]
-            result = run(keyset, args)
+            # From the op's Autograd kernel: below autograd with its keyset; from Python
+            # (claimed_call, None): the op itself, which grad mode off sends below.
+            return run(keyset, args) if keyset is not None else op(*args)
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
             _, setup_context = _backwards[name]
             if setup_context is not None:
-                setup_context(ctx, args, result)
-            return result
+                setup_context(ctx, inputs[:-1], output)
 
         @staticmethod
         def backward(ctx, *grads):
             backward, _ = _backwards[name]
             needs = ctx.needs_input_grad
-            ctx.needs_input_grad = needs[:-1]  # the keyset is no input of the kernel
+            ctx.needs_input_grad = needs[:-1]
             try:
                 result = backward(ctx, *grads)
             finally:
@@ -354,6 +361,7 @@ def _autograd_kernel(kernel, op):
             return (*(result if isinstance(result, tuple) else (result,)), None)
 
     Recorded.__name__ = Recorded.__qualname__ = f"{label}Backward"
+    _recorded[name] = Recorded
 
     def autograd_kernel(keyset, *args):
         _refuse_tangents(label, names, args)
@@ -427,7 +435,16 @@ def claimed_call(kernel, args: tuple, stream):
         raise ValueError(f"{kernel.name}: stream= cannot be given to a call that torch runs "
                          "as an op (a tensor requires grad, or a tracer made it); make the "
                          "stream current instead: with torch.cuda.stream(s): ...")
-    return _eager_result(torch_op(kernel)(*_schema_scalars(kernel, args)))
+    op = torch_op(kernel)
+    args = _schema_scalars(kernel, args)
+    name = op_name(kernel)
+    if name in _backwards and torch.is_grad_enabled() and any(
+            isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+        # Recorded here, above the dispatcher, where torch.func's transforms see the
+        # autograd.Function (they cannot from inside an op's Autograd kernel).
+        _refuse_tangents(kernel.name, _input_names(kernel), args)
+        return _eager_result(_recorded[name].apply(*args, None))
+    return _eager_result(op(*args))
 
 
 def _schema_scalars(kernel, args: tuple) -> tuple:

@@ -29,6 +29,8 @@ import struct
 import threading
 
 from . import abi
+from .fast_paths import decided as _decided
+from .fast_paths import in_fresh_thread
 
 __all__ = ["CONJUGATE", "NEGATIVE", "lazy_view", "locate"]
 
@@ -51,7 +53,6 @@ def locate() -> tuple[int, int, int, int] | None:
     if not _located:
         with _lock:
             if not _located:
-                from .host import _decided, in_fresh_thread
 
                 try:  # on a thread of its own: the caller's torch modes do not apply
                     found = in_fresh_thread(_find)

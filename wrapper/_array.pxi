@@ -22,10 +22,7 @@ cdef extern from "stdlib.h" nogil:
 
 
 cdef extern from "Python.h":
-    int PyDict_SetItem(object, object, object) except -1
     void Py_DecRef(PyObject *)
-    ctypedef struct PyTypeObject_dict "PyTypeObject":
-        PyObject *tp_dict
 
 cdef int64_t _ARRAY_ALIGN = 64
 
@@ -71,6 +68,9 @@ _ARRAY_DTYPES = {
 _ARRAY_NAMES = {value: name for name, value in _ARRAY_DTYPES.items()}
 
 
+cdef DLPackExchangeAPI _array_api  # filled below, once the functions it names exist
+
+
 cdef class Array:
     """A minimal host tensor that speaks DLPack; see ``tilejit.empty``.
 
@@ -78,6 +78,9 @@ cdef class Array:
     >>> torch.from_dlpack(a).shape     # zero-copy
     torch.Size([2, 3])
     """
+    # Published on the type, as the exchange-API proposal asks: a class attribute of the
+    # type's own (the table is static, its fields set at module load).
+    __dlpack_c_exchange_api__ = PyCapsule_New(&_array_api, b"dlpack_exchange_api", NULL)
     cdef DLTensor _t
     cdef int64_t _dims[2 * TJ_MAX_NDIM]
     cdef void *_data  # owned allocation, or NULL when wrapping
@@ -301,7 +304,6 @@ cdef int _array_stream(DLDeviceType device_type, int32_t device_id, void **out) 
     return 0
 
 
-cdef DLPackExchangeAPI _array_api
 _array_api.header.version.major = TJ_DLPACK_MAJOR
 _array_api.header.version.minor = TJ_DLPACK_MINOR
 _array_api.header.prev_api = NULL
@@ -312,9 +314,3 @@ _array_api.managed_tensor_to_py_object_no_sync = (
     <DLPackManagedTensorToPyObjectNoSync>_array_to_py)
 _array_api.dltensor_from_py_object_no_sync = <DLPackDLTensorFromPyObjectNoSync>_array_view
 _array_api.current_work_stream = <DLPackCurrentWorkStream>_array_stream
-# Published on the type, as the exchange-API proposal asks; the table is static. Cython
-# types are immutable from Python, so the attribute goes into the type's dict directly.
-PyDict_SetItem(<object>(<PyTypeObject_dict *><PyObject *>Array).tp_dict,
-               "__dlpack_c_exchange_api__",
-               PyCapsule_New(&_array_api, b"dlpack_exchange_api", NULL))
-PyType_Modified(Array)

@@ -82,6 +82,16 @@ def _python_call(entry):
     return __call__
 
 
+def _direct_call(entry):
+    """The ``__call__`` of a kernel class with the fast paths: the backend's call, which
+    Dynamo never runs (``_torchdynamo_inline`` names what it inlines instead)."""
+
+    def __call__(self, /, *args, **keywords):
+        return entry(self, *args, **keywords)
+
+    return __call__
+
+
 def _ctypes_entry(kernel, /, *args, **keywords):
     return kernel._entry(*args, **keywords)
 
@@ -89,30 +99,35 @@ def _ctypes_entry(kernel, /, *args, **keywords):
 def kernel_class(base: type, name: str) -> type:
     """The JITKernel subclass running through backend ``name`` (created once).
 
-    Its ``__call__`` (``_python_call``) makes the backend's call: the ctypes kernel's
-    builtin entry, or the wrapper's kernel type's own. It is what ``torch.compile``
-    sees: under tracing it is the kernel's op (``base._traced_call``).
+    Its ``__call__`` makes the backend's call: the ctypes kernel's builtin entry, or the
+    wrapper's kernel type's own; ``k(...)``, ``k.__call__(...)`` and
+    ``type(k).__call__(k, ...)`` are the same call. Under torch.compile the call is the
+    kernel's op (``base._traced_call``): Dynamo inlines ``__call__``, whose
+    ``compiling()`` (``torch.compiler.is_compiling``) takes the traced branch
+    (``_python_call``).
 
     Two fast paths, on unless ``TILEJIT_FAST_PATHS=0``, make the same calls cheaper:
     the wrapper's kernel classes get CPython's vectorcall protocol
     (``_enable_vectorcall``: ``k(...)`` then reaches the core with the arguments in
     place, where ``__call__`` costs a Python frame and an argument tuple), and
-    ``__call__`` gets Dynamo's ``_torchdynamo_inline`` (Dynamo inlines the traced call
-    in its place without evaluating ``compiling()``).
+    ``__call__`` is the backend's call alone (``_direct_call``), with Dynamo's
+    ``_torchdynamo_inline`` naming the traced call it inlines in its place.
     """
-    from ..host import FAST_PATHS, _decided
+    from ..fast_paths import FAST_PATHS
+    from ..fast_paths import decided as _decided
 
     cls = _classes.get(name)
     if cls is None:
         if name == "ctypes":
             from .ctypes_backend import CtypesKernel as impl
 
-            call = _python_call(_ctypes_entry)
+            entry = _ctypes_entry
+            call = impl.__call__ if FAST_PATHS else _python_call(entry)
         else:
             from .cython_backend import wrapper_module
 
             impl = wrapper_module().Kernel
-            call = _python_call(impl.__call__)
+            call = (_direct_call if FAST_PATHS else _python_call)(impl.__call__)
         if FAST_PATHS:
             call._torchdynamo_inline = _traced_call or base._traced_call
         cls = type(f"{name.capitalize()}JITKernel", (base, impl),
@@ -133,7 +148,7 @@ def trace_calls_with(traced_call, is_compiling) -> None:
     """Makes ``traced_call`` (``tilejit.torch_op.traced_call``) what Dynamo traces for a
     call of a kernel of any backend, made or to be made, and ``is_compiling``
     (``torch.compiler.is_compiling``) how ``__call__`` knows it is traced."""
-    from ..host import FAST_PATHS
+    from ..fast_paths import FAST_PATHS
 
     global _traced_call, compiling
     _traced_call, compiling = traced_call, is_compiling

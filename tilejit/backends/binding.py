@@ -28,8 +28,15 @@ from ctypes import addressof, c_int, c_int32, c_void_p, py_object
 from .. import abi, host
 from ..pointer import Pointer
 from .core import core_library
-from .ctypes_abi import (TjClaim, TjHost, TjHostClaimMode, TjHostPlan, TjHostType, TjProducer,
-                         TjViewBits)
+from .ctypes_abi import (
+    TjClaim,
+    TjHost,
+    TjHostClaimMode,
+    TjHostPlan,
+    TjHostType,
+    TjProducer,
+    TjViewBits,
+)
 
 _lock = threading.RLock()
 

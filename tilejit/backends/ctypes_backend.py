@@ -22,5 +22,5 @@ class CtypesKernel:
         self._plan = plan
         self._entry = binding.entry(plan)
 
-    def __call__(self, *args, **keywords):
+    def __call__(self, /, *args, **keywords):
         return self._entry(*args, **keywords)

@@ -1,0 +1,403 @@
+"""tilejit kernels under torch's autograd, as a training user meets them: the same
+semantics as torch's own custom ops, eager and compiled, on every backend, whatever the
+grad mode, inference mode, tensor subclass or functorch transform; the claimed calls
+validated like direct ones; keyword names and scalar conversions.
+
+Every test here also runs with ``TILEJIT_FAST_PATHS=0`` (tests/test_fast_paths.py), where
+every fast path is off and the public fallbacks answer.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from torch.autograd import forward_ad
+
+import tilejit
+from tilejit import T
+from tilejit import torch_op as top
+
+SQUARE = """
+void sq(const double *X, double *Y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) Y[i] = X[i] * X[i];
+}
+"""
+TWICE = """
+void twice(const double *G, const double *X, double *DX, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) DX[i] = 2.0 * G[i] * X[i];
+}
+"""
+NOGRAD = """
+void nograd(const double *X, double *Y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) Y[i] = X[i] + 1.0;
+}
+"""
+AXPY = """
+void axpy(const double *X, double *Y, double a, int64_t k, bool flag, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) Y[i] = flag ? a * X[i] + (double)k : X[i];
+}
+"""
+# Parameters named like the call's own machinery: every one can be passed by name.
+ODD_NAMES = """
+void odd(const float *self, const float *stream, float *out, float kernel, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = self[i] + kernel * stream[i];
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def k(build):
+    n = T.symbol("n")
+    x, y = T.Buffer((n,), "float64", name="X", const=True), T.Buffer((n,), "float64", name="Y")
+    found = {
+        "sq": build("sq", [x, y], SQUARE, out_idx=-1),
+        "twice": build("twice", [T.Buffer((n,), "float64", name="G", const=True), x,
+                                 T.Buffer((n,), "float64", name="DX")], TWICE, out_idx=-1),
+        "nograd": build("nograd", [x, y], NOGRAD, out_idx=-1),
+        "axpy": build("axpy", [x, y, T.Scalar("float64", name="a"), T.Scalar("int64", name="k"),
+                               T.Scalar("bool", name="flag")], AXPY, out_idx=1),
+        "odd": build("odd", [T.Buffer((n,), "float32", name="self", const=True),
+                             T.Buffer((n,), "float32", name="stream", const=True),
+                             T.Buffer((n,), "float32", name="out"),
+                             T.Scalar("float32", name="kernel")], ODD_NAMES, out_idx=2),
+    }
+    sq, twice = found["sq"], found["twice"]
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        # torch.func differentiates with create_graph: the backward kernel, itself without
+        # a backward, runs outside autograd's recording.
+        with torch.no_grad():
+            return twice(grad.contiguous(), x)
+
+    sq.register_autograd(backward, setup_context=setup_context)
+    return found
+
+
+def _x(n=6):
+    return torch.linspace(-1, 2, n, dtype=torch.float64)
+
+
+# ---- Without a backward: refused, never a silently lost gradient ------------------------
+
+
+NO_BACKWARD = r"^nograd: argument 0 'X' requires grad, but no backward is registered"
+
+
+def test_a_kernel_without_backward_refuses_a_differentiable_call_eagerly(k):
+    x = _x().requires_grad_()
+    with pytest.raises(RuntimeError, match=NO_BACKWARD):
+        k["nograd"](x)
+    with pytest.raises(RuntimeError, match=NO_BACKWARD):
+        k["nograd"].torch_op(x)  # the op itself, as torch.compile emits it
+    assert not top.has_backward(k["nograd"])
+
+
+@pytest.mark.parametrize("backend_name", ["aot_eager", "inductor"])
+def test_a_kernel_without_backward_refuses_in_compiled_code(k, backend_name):
+    torch._dynamo.reset()
+    x = _x().requires_grad_()
+    compiled = torch.compile(lambda t: k["nograd"](t) * 2, fullgraph=True, backend=backend_name)
+    with pytest.raises(Exception, match=r"nograd: argument 0 'X' requires grad, but no "
+                                        r"backward is registered") as raised:
+        compiled(x).sum().backward()
+    assert x.grad is None, raised
+    # Without anything to differentiate, the same compiled function runs.
+    torch.testing.assert_close(compiled(_x()), (_x() + 1) * 2)
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "set_grad_enabled(False)",
+                                  "detached"])
+def test_without_autograd_recording_a_kernel_without_backward_runs(k, mode):
+    x = _x().requires_grad_()
+    contexts = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode,
+                "set_grad_enabled(False)": lambda: torch.set_grad_enabled(False)}
+    if mode == "detached":
+        out = k["nograd"](x.detach())
+    else:
+        with contexts[mode]():
+            out = k["nograd"](x)
+    torch.testing.assert_close(out, x.detach() + 1)
+    assert out.grad_fn is None
+
+
+# ---- With a backward: recorded, eager and compiled, on every backend -------------------
+
+
+def test_a_backward_trains_eagerly_and_compiled(k):
+    x = _x().requires_grad_()
+    y = k["sq"](x)
+    assert y.grad_fn is not None
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, 2 * x.detach())
+    for backend_name in ("aot_eager", "inductor"):
+        torch._dynamo.reset()
+        x.grad = None
+        compiled = torch.compile(lambda t: (k["sq"](t) * 3).sum(), fullgraph=True,
+                                 backend=backend_name)
+        compiled(x).backward()
+        torch.testing.assert_close(x.grad, 6 * x.detach())
+
+
+def test_with_backend_keeps_the_backward(k, backend):
+    sq = k["sq"]
+    for other in tilejit.backends.BACKENDS:
+        twin = sq.with_backend(other)
+        assert top.has_backward(twin) and twin.torch_op is sq.torch_op
+        x = _x().requires_grad_()
+        twin(x).sum().backward()
+        torch.testing.assert_close(x.grad, 2 * x.detach())
+
+
+def test_gradcheck_and_opcheck_on_every_signature_kind(k):
+    x = _x().requires_grad_()
+    assert torch.autograd.gradcheck(k["sq"], (x,))
+    samples = {
+        "sq": [(_x(),), (_x().requires_grad_(),), (torch.zeros(0, dtype=torch.float64),)],
+        "nograd": [(_x(),)],
+        "axpy": [(_x(), 2.0, 3, True), (_x(), -1.5, 0, False)],
+        "odd": [(torch.ones(4), torch.ones(4), 2.0)],
+    }
+    for name, cases in samples.items():
+        for args in cases:
+            torch.library.opcheck(k[name].torch_op, args)
+
+
+def test_grad_mode_combinations_never_recurse(k):
+    sq = k["sq"]
+    x = _x().requires_grad_()
+    with torch.no_grad():
+        with torch.enable_grad():
+            y = sq(x)
+        assert y.grad_fn is not None
+        assert sq(x).grad_fn is None
+    with torch.inference_mode():
+        inference = sq(_x())
+    assert inference.is_inference()
+    with torch.inference_mode(False):
+        assert sq(x).grad_fn is not None
+    param = torch.nn.Parameter(_x())
+    sq(param).sum().backward()
+    torch.testing.assert_close(param.grad, 2 * param.detach())
+
+    class Plain(torch.Tensor):  # a subclass without __torch_dispatch__
+        pass
+
+    sub = _x().as_subclass(Plain).requires_grad_()
+    out = sq(sub)
+    out.sum().backward()
+    torch.testing.assert_close(sub.grad, 2 * sub.detach().as_subclass(torch.Tensor))
+    # A backward that itself calls kernels with grad enabled (double backward off).
+    x.grad = None
+    (g,) = torch.autograd.grad(sq(x).sum(), x, create_graph=False)
+    torch.testing.assert_close(g, 2 * x.detach())
+
+
+# ---- Forward-mode AD and functorch -----------------------------------------------------
+
+
+def test_forward_mode_ad_is_refused_naming_the_kernel(k):
+    with forward_ad.dual_level():
+        dual = forward_ad.make_dual(_x(), torch.ones(6, dtype=torch.float64))
+        for name in ("sq", "nograd"):
+            with pytest.raises(RuntimeError, match=rf"^{name}: argument 0 'X' carries a "
+                                                   r"forward-mode AD tangent"):
+                k[name](dual)
+        # The primal alone runs.
+        torch.testing.assert_close(k["sq"](forward_ad.unpack_dual(dual).primal), _x() ** 2)
+    with pytest.raises(RuntimeError, match=r"carries a forward-mode AD tangent"):
+        torch.func.jvp(k["sq"], (_x(),), (torch.ones(6, dtype=torch.float64),))
+
+
+def test_functorch_transforms(k):
+    x = _x()
+    torch.testing.assert_close(torch.func.grad(lambda t: k["sq"](t).sum())(x), 2 * x)
+    with pytest.raises(RuntimeError, match=NO_BACKWARD):
+        torch.func.grad(lambda t: k["nograd"](t).sum())(x)
+    batch = torch.stack([x, 2 * x])
+    torch.testing.assert_close(torch.func.vmap(k["sq"])(batch), batch ** 2)
+    torch.testing.assert_close(torch.func.jacrev(k["sq"])(x), torch.diag(2 * x))
+
+
+@pytest.mark.parametrize("transform", ["grad", "vmap", "FakeTensorMode", "inference_mode"])
+def test_the_first_call_of_a_process_inside_a_transform(transform, child_env, backend):
+    # Torch's state of the caller (a transform, a dispatch mode, inference mode) must not
+    # reach tilejit's one-time probes of torch, which run on a thread of their own.
+    if backend != "cython":
+        pytest.skip("one child process per transform, behind the default backend")
+    code = textwrap.dedent(f"""
+        import torch
+        import tilejit
+        from tilejit import T
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        n = T.symbol("n")
+        k = tilejit.compile(tilejit.Program(name="sq", source={SQUARE!r}, params=[
+            T.Buffer((n,), "float64", name="X", const=True),
+            T.Buffer((n,), "float64", name="Y")]), out_idx=-1)
+        k2 = tilejit.compile(tilejit.Program(name="twice", source={TWICE!r}, params=[
+            T.Buffer((n,), "float64", name="G", const=True),
+            T.Buffer((n,), "float64", name="X", const=True),
+            T.Buffer((n,), "float64", name="DX")]), out_idx=-1)
+        def backward(ctx, g):
+            with torch.no_grad():
+                return k2(g.contiguous(), ctx.saved_tensors[0])
+        k.register_autograd(backward,
+                            setup_context=lambda ctx, inputs, output:
+                                ctx.save_for_backward(inputs[0]))
+        x = torch.arange(4.0, dtype=torch.float64)
+        transform = {transform!r}
+        if transform == "grad":
+            print(torch.func.grad(lambda t: k(t).sum())(x).tolist())
+        elif transform == "vmap":
+            print(torch.func.vmap(k)(torch.stack([x, x]))[1].tolist())
+        elif transform == "FakeTensorMode":
+            with FakeTensorMode() as mode:
+                fake = mode.from_tensor(x)
+                print(tuple(k(fake).shape))
+            print(k(x).tolist())
+        else:
+            with torch.inference_mode():
+                print(k(x).tolist())
+            y = x.clone().requires_grad_()
+            k(y).sum().backward()
+            print(y.grad.tolist())
+        """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=child_env(), timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    expected = {"grad": "[0.0, 2.0, 4.0, 6.0]", "vmap": "[0.0, 1.0, 4.0, 9.0]",
+                "FakeTensorMode": "(4,)\n[0.0, 1.0, 4.0, 9.0]",
+                "inference_mode": "[0.0, 1.0, 4.0, 9.0]\n[0.0, 2.0, 4.0, 6.0]"}[transform]
+    assert done.stdout.strip() == expected
+
+
+# ---- The autograd path validates as the direct call does ----------------------------------
+
+
+def _message(fn, *args, **keywords):
+    with pytest.raises(Exception) as raised:
+        fn(*args, **keywords)
+    return type(raised.value), str(raised.value)
+
+
+@pytest.mark.parametrize("case", ["dtype", "ndim", "count", "mismatch", "scalar", "bool"])
+def test_claimed_calls_are_validated_like_direct_ones(k, case):
+    axpy = k["axpy"]
+    x = _x()
+    args = {"dtype": (x.float(), 1.0, 2, True), "ndim": (x[None], 1.0, 2, True),
+            "count": (x, 1.0), "mismatch": (x, 1.0, "two", True),
+            "scalar": (x, 1.0, 2**70, True), "bool": (x, 1.0, 2, "yes")}[case]
+    direct = _message(axpy, *args)
+    grad_args = (args[0].clone().requires_grad_(), *args[1:])
+    assert _message(axpy, *grad_args) == direct
+
+
+def test_claimed_calls_take_scalars_by_tilejit_rules(k):
+    axpy = k["axpy"]
+    x = _x().requires_grad_()
+    # NumPy scalars, bools as truth: accepted as they are by a direct call; the schema
+    # would refuse numpy.int64 for an int and numpy.bool_ for a bool.
+    with pytest.raises(RuntimeError, match=r"^axpy: argument 0 'X' requires grad, but no "):
+        axpy(x, np.float32(2.0), np.int64(3), np.bool_(True))
+    with torch.no_grad():
+        want = axpy(x, 2.0, 3, True)
+    with torch.no_grad():
+        got = axpy(x, np.float32(2.0), np.int64(3), np.bool_(True))
+    torch.testing.assert_close(got, want)
+
+
+# ---- Keyword names and scalar conversions ---------------------------------------------
+
+
+def test_any_parameter_name_can_be_passed_by_keyword(k):
+    odd = k["odd"]
+    a, b = torch.ones(3), torch.full((3,), 2.0)
+    want = a + 0.5 * b
+    torch.testing.assert_close(odd(self=a, stream=b, kernel=0.5), want)
+    torch.testing.assert_close(odd(a, b, kernel=0.5), want)
+    torch.testing.assert_close(odd.__call__(a, stream=b, kernel=0.5), want)
+    torch.testing.assert_close(type(odd).__call__(odd, self=a, stream=b, kernel=0.5), want)
+    compiled = torch.compile(lambda p, q: odd(self=p, stream=q, kernel=0.5), fullgraph=True,
+                             backend="aot_eager")
+    torch.testing.assert_close(compiled(a, b), want)
+    # stream= is the parameter here, not the launch stream.
+    with pytest.raises(TypeError, match=r"^odd\(\) missing 1 argument: 'kernel'"):
+        odd(a, stream=b)
+
+
+def test_stream_keyword_is_the_launch_stream_unless_a_parameter_has_the_name(k):
+    with pytest.raises(TypeError, match=r"^sq: stream= is the launch stream \(the kernel has "
+                                        r"no input named 'stream'\)"):
+        k["sq"](_x(), stream=_x())
+
+
+class _Broken:
+    def __index__(self):
+        raise ArithmeticError("cannot be an index")
+
+    def __float__(self):
+        raise ArithmeticError("cannot be a float")
+
+
+def test_a_scalar_whose_conversion_raises_is_named(k):
+    with pytest.raises(ArithmeticError, match=r"^axpy: argument 2 'k': cannot convert the "
+                                              r"_Broken: cannot be an index") as raised:
+        k["axpy"](_x(), 1.0, _Broken(), True)
+    assert isinstance(raised.value.__cause__, ArithmeticError)
+
+
+def test_call_dunder_is_the_call(k):
+    sq = k["sq"]
+    a = np.arange(4.0)
+    np.testing.assert_allclose(sq.__call__(a), sq(a))
+    np.testing.assert_allclose(type(sq).__call__(sq, a), a * a)
+    for fn in (sq, sq.__call__):
+        with pytest.raises(ValueError, match=r"^sq: argument 0 'X': expected dtype float64"):
+            fn(np.arange(4.0, dtype=np.float32))
+
+
+# ---- The fake implementation binds symbols as the core does ---------------------------
+
+STRIDED = """
+void strided(const float *A, const float *B, float *O, int64_t m, int64_t n, int64_t s,
+             int64_t t) {
+  for (int64_t i = 0; i < s + t; ++i) O[i] = 0.0f;
+}
+"""
+
+
+def test_fake_shapes_equal_the_cores_on_every_binding_kind(build):
+    m, n, s, t = T.symbol("m"), T.symbol("n"), T.symbol("s"), T.symbol("t")
+    kernel = build("strided", [
+        T.Buffer((m, n), "float32", name="A", strides=(s, 1), const=True),
+        T.Buffer((n, m), "float32", name="B", strides=(t, s), const=True),
+        T.Buffer((s + t,), "float32", name="O")], STRIDED, out_idx=-1)
+    base = torch.zeros(64, 64)
+    cases = [
+        (base[:3, :4], base[:4, :3]),          # s and t from the rows
+        (base[:1, :4], base[:4, :1]),          # A has one row: s binds loosely, then B's
+        (base[:1, :4], torch.zeros(4, 1)),     # loosely bound by A's size-1 row, firm by B
+        (base[:0, :4], base[:4, :0]),          # empty: every stride loose
+        (torch.zeros(1, 5), torch.zeros(5, 1)),
+        (base[::2, :3][:2], base[:3, :2]),
+    ]
+    for a, b in cases:
+        try:
+            eager = tuple(kernel(a, b).shape)
+        except ValueError as exc:
+            with pytest.raises(ValueError) as raised:
+                top._fake(kernel)(a, b)
+            assert str(raised.value) == str(exc)
+            continue
+        assert tuple(top._fake(kernel)(a, b).shape) == eager, (a.stride(), b.stride())
+        compiled = torch.compile(lambda p, q: kernel(p, q), fullgraph=True, backend="aot_eager")
+        assert tuple(compiled(a, b).shape) == eager
+        torch._dynamo.reset()
