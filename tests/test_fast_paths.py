@@ -1,0 +1,68 @@
+"""The fast paths and their switch: ``TILEJIT_FAST_PATHS=0`` turns off everything tilejit
+reads of other projects' internals, and the behaviour suites pass again on the public
+fallbacks alone; ``python -m tilejit doctor`` says which are active and why."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The suites whose behaviour every fast path touches: claims and autograd (libc10's
+# requires_grad, forward-AD's level), torch.compile (Dynamo's inline and constant
+# attributes), lazy views (TensorImpl's key set), the call itself (vectorcall), keywords,
+# validation, layouts and the exchange API.
+BEHAVIOUR = ["test_torch_autograd.py", "test_torch_op.py", "test_call.py", "test_validation.py",
+             "test_exchange.py", "test_layout.py", "test_jit.py", "test_backends.py"]
+
+FAST_PATHS = {"autograd claim (libc10)", "forward-AD level", "lazy-view bits (TensorImpl)",
+              "vectorcall (CPython type flags)", "Dynamo inline (_torchdynamo_inline)",
+              "Dynamo constant (_dynamo_marked_constant)"}
+
+
+def _doctor(env) -> dict:
+    done = subprocess.run([sys.executable, "-m", "tilejit", "doctor", "--json"], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_doctor_reports_every_fast_path(child_env):
+    on = _doctor(child_env())
+    assert on["fast_paths_switch"] == "on"
+    assert set(on["fast_paths"]) >= FAST_PATHS
+    # This machine's torch is one the probes know: every fast path checks out.
+    assert all(on["fast_paths"][name]["active"] for name in FAST_PATHS), on["fast_paths"]
+    assert on["packages"]["torch"].startswith("2.")
+    assert on["builds"]["core"]["built"] and on["builds"]["wrapper"]["built"]
+    off = _doctor(child_env(TILEJIT_FAST_PATHS="0"))
+    assert off["fast_paths_switch"].startswith("off")
+    for name in FAST_PATHS:
+        assert not off["fast_paths"][name]["active"]
+        assert "TILEJIT_FAST_PATHS=0" in off["fast_paths"][name]["why"]
+
+
+def test_doctor_prints_one_screen(child_env):
+    done = subprocess.run([sys.executable, "-m", "tilejit", "doctor"], env=child_env(),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    for heading in ("packages", "compilers", "builds for", "cuda", "fast paths: on"):
+        assert heading in done.stdout
+    assert len(done.stdout.splitlines()) < 60
+
+
+@pytest.mark.slow
+def test_the_behaviour_suites_pass_with_every_fast_path_off(child_env):
+    tests = [str(ROOT / "tests" / name) for name in BEHAVIOUR]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-m", "not slow", "-p", "no:cacheprovider",
+         *tests], cwd=ROOT, env=child_env(TILEJIT_FAST_PATHS="0"), capture_output=True,
+        text=True, timeout=1200, check=False)
+    tail = "\n".join(done.stdout.splitlines()[-30:])
+    assert done.returncode == 0, tail + done.stderr[-3000:]
+    assert " passed" in tail and "failed" not in tail
