@@ -409,6 +409,9 @@ def _torch_grad_probe(torch):
     return found
 
 
+_IDLE_LEVEL = -1  # forward_ad's level outside any: one int object in CPython
+
+
 def _forward_ad_scope(torch):
     """The namespace of ``torch.autograd.forward_ad`` when its ``_current_level`` reads
     -1 outside a dual level and a level inside one (checked on a thread of its own);
@@ -417,11 +420,12 @@ def _forward_ad_scope(torch):
 
     def probe():
         space = vars(forward_ad)
-        if space.get("_current_level") != -1:
-            raise LookupError("forward_ad._current_level is not -1 outside a level")
+        if space.get("_current_level") is not _IDLE_LEVEL:  # the very object the core compares
+            raise LookupError("forward_ad._current_level is not the int -1 outside a level")
         with forward_ad.dual_level():
             inside = space.get("_current_level")
-        if not isinstance(inside, int) or inside < 0 or space.get("_current_level") != -1:
+        if (not isinstance(inside, int) or inside < 0
+                or space.get("_current_level") is not _IDLE_LEVEL):
             raise LookupError("forward_ad._current_level does not follow dual_level()")
         return space
 

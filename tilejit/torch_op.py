@@ -336,6 +336,8 @@ def _autograd_kernel(kernel, op):
     class Recorded(torch.autograd.Function):
         # forward and setup_context apart, as torch.func's transforms require; the
         # dispatcher's keyset rides along as a last input that is no input of the kernel.
+        # Under vmap, torch.func batches it by running forward and backward per slice.
+        generate_vmap_rule = True
         @staticmethod
         def forward(*args):
             keyset, args = args[-1], args[:-1]

@@ -47,7 +47,7 @@ cdef extern from "tilejit/host.h" nogil:
         void (*error_set_object)(void *type, void *value) noexcept
         void (*exception_set_cause)(void *exception, void *cause) noexcept
         void (*error_restore)(void *type, void *value, void *traceback) noexcept
-        void *(*dict_item)(void *dict, const char *key) noexcept
+        void *(*dict_item)(void *dict, void *key) noexcept
         void *(*unlock)() noexcept
         void (*lock)(void *token) noexcept
         void *(*interpreter)() noexcept
@@ -309,6 +309,7 @@ cdef extern from "tilejit/producer.h" nogil:
         c_bool (*requires_grad)(const void *state) noexcept
         c_bool (*grad_enabled)() noexcept
         int (*ask)(const tj_claim *self, void *object, int32_t failed) noexcept
+        int (*active)(const tj_claim *self) noexcept
         void *context
 
     void tj_arg_object(tj_arg *arg, void *object, const tj_producer *producer) noexcept
@@ -367,9 +368,10 @@ cdef extern from "tilejit/host.h":
     ctypedef struct tj_host_claim_mode:
         const tj_host *host
         void *scope
-        const char *key
-        int64_t idle
+        void *key
+        void *idle
     int tj_host_claim_ask(const tj_claim *claim, void *object, int32_t failed)
+    int tj_host_claim_active(const tj_claim *claim)
 
     # Called with the GIL held; NULL (an exception set) on failure.
     object tj_host_call(const tj_host_plan *plan, void **args, size_t nargsf, void *kwnames)

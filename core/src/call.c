@@ -55,19 +55,29 @@ static int claimed_by(const tj_kernel *k, int32_t i, const char *why) {
   return tj_error_at(TJ_ECLAIMED, i, -1, TJ_PRODUCER_NONE);
 }
 
+/* The framework's answers for one call, each asked at most once (-1: not yet). */
+typedef struct {
+  int grad_enabled;
+  int active;
+} claim_state;
+
 /* How the producer's framework claims the call for `object` (tj_claim_kind),
- * or TJ_EPYERR. `grad_enabled` caches the framework's answer for the call
- * (-1: not asked yet). */
-static int claim_of(const tj_claim *claim, void *object, int *grad_enabled) {
+ * or TJ_EPYERR. */
+static int claim_of(const tj_claim *claim, void *object, claim_state *state) {
   if (claim->always) return TJ_CLAIM_NOW;
   if (claim->requires_grad != NULL) {
-    const void *state = *(void *const *)((const char *)object + claim->offset);
-    if (state != NULL && claim->requires_grad(state)) {
-      if (*grad_enabled < 0) *grad_enabled = claim->grad_enabled();
-      if (*grad_enabled) return TJ_CLAIM_VALIDATED;
+    const void *impl = *(void *const *)((const char *)object + claim->offset);
+    if (impl != NULL && claim->requires_grad(impl)) {
+      if (state->grad_enabled < 0) state->grad_enabled = claim->grad_enabled();
+      if (state->grad_enabled) return TJ_CLAIM_VALIDATED;
     }
   }
-  return claim->ask != NULL ? claim->ask(claim, object, 0) : TJ_CLAIM_NONE;
+  if (claim->ask == NULL) return TJ_CLAIM_NONE;
+  if (claim->active != NULL) {
+    if (state->active < 0) state->active = claim->active(claim) != 0;
+    if (!state->active) return TJ_CLAIM_NONE;
+  }
+  return claim->ask(claim, object, 0);
 }
 
 /* Imports the OBJECT arguments; each names its producer. Sets *owned to 0
@@ -76,7 +86,7 @@ static int claim_of(const tj_claim *claim, void *object, int *grad_enabled) {
  * (-1: none). `unclaimed`: claims are not asked (tj_call.unclaimed). */
 static int import_args(const tj_kernel *k, tj_arg *args, int32_t nargs, int32_t unclaimed,
                        int32_t *owned, int32_t *claimed) {
-  int grad_enabled = -1;
+  claim_state state = {-1, -1};
   int32_t any = 0;
   *owned = 1;
   *claimed = -1;
@@ -98,7 +108,7 @@ static int import_args(const tj_kernel *k, tj_arg *args, int32_t nargs, int32_t 
     }
     const tj_claim *claim = unclaimed ? NULL : producer->claim;
     if (claim != NULL) {
-      int kind = claim_of(claim, object, &grad_enabled);
+      int kind = claim_of(claim, object, &state);
       if (kind == TJ_CLAIM_NOW) return claimed_by(k, i, "a tensor the framework traces");
       if (kind < 0) {
         tj_set_error(kind, "%s: argument %d: the framework's claim", k->name, i);

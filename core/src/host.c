@@ -350,17 +350,15 @@ void tj_host_ask_view(tj_producer *producer) { producer->view = ask_view; }
 
 /* ---- Claims asked through the host ---------------------------------------------- */
 
+int tj_host_claim_active(const tj_claim *claim) {
+  const tj_host_claim_mode *mode = claim->context;
+  void *value = mode->host->dict_item(mode->scope, mode->key);
+  return value != NULL && value != mode->idle;
+}
+
 int tj_host_claim_ask(const tj_claim *claim, void *object, int32_t failed) {
   const tj_host_claim_mode *mode = claim->context;
   const tj_host *h = mode->host;
-  if (!failed && mode->scope != NULL) { /* only in the framework's mode */
-    void *value = h->dict_item(mode->scope, mode->key);
-    int overflow = 0;
-    if (value == NULL || (h->int64_of(value, &overflow) == mode->idle && !overflow)) {
-      if (h->error_pending() != NULL) h->error_clear();
-      return TJ_CLAIM_NONE;
-    }
-  }
   /* After a failed import its error is pending: kept unless the call is claimed. */
   void *type = NULL, *value = NULL, *traceback = NULL;
   if (failed) h->error_fetch(&type, &value, &traceback);

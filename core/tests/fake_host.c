@@ -279,7 +279,7 @@ static void error_restore(void *type, void *value, void *traceback) {
 }
 
 /* The fake host has no dicts: no item is ever found. */
-static void *dict_item(void *dict, const char *key) {
+static void *dict_item(void *dict, void *key) {
   (void)dict, (void)key;
   return NULL;
 }

@@ -438,8 +438,8 @@ static bool fake_grad_enabled(void) {
 
 TEST(call_run_claims) {
   memset(&rec, 0, sizeof(rec));
-  tj_claim claim = {0, (int32_t)offsetof(tjt_object, grad), fake_requires_grad, fake_grad_enabled,
-                    NULL, NULL};
+  tj_claim claim = {0,    (int32_t)offsetof(tjt_object, grad), fake_requires_grad, fake_grad_enabled,
+                    NULL, NULL,                                 NULL};
   tj_producer claimed = fake_producer;
   claimed.claim = &claim;
   tj_kernel *k = adder(TJ_BUF_OUTPUT);
@@ -521,8 +521,16 @@ static int fake_ask(const tj_claim *self, void *object, int32_t failed) {
   return ask_answer;
 }
 
+static int active_mode, active_asks;
+
+static int fake_active(const tj_claim *self) {
+  (void)self;
+  active_asks++;
+  return active_mode;
+}
+
 TEST(call_run_claims_asked) {
-  tj_claim claim = {0, 0, NULL, NULL, fake_ask, NULL};
+  tj_claim claim = {0, 0, NULL, NULL, fake_ask, NULL, NULL};
   tj_producer claimed = fake_producer;
   claimed.claim = &claim;
   tj_kernel *k = adder(TJ_BUF_OUTPUT);
@@ -543,6 +551,17 @@ TEST(call_run_claims_asked) {
   } while (0)
   RUN_ASKED(TJ_CLAIM_NONE, TJ_OK);
   CHECK_EQ_INT(asks, 2);
+  /* Outside the framework's mode nothing is asked; the mode, once per call. */
+  claim.active = fake_active;
+  active_mode = 0, active_asks = 0;
+  RUN_ASKED(TJ_CLAIM_NOW, TJ_OK);
+  CHECK_EQ_INT(asks, 0);
+  CHECK_EQ_INT(active_asks, 1);
+  active_mode = 1;
+  RUN_ASKED(TJ_CLAIM_VALIDATED, TJ_ECLAIMED);
+  CHECK_EQ_INT(asks, 2);
+  CHECK_EQ_INT(active_asks, 2);
+  claim.active = NULL;
   RUN_ASKED(TJ_CLAIM_VALIDATED, TJ_ECLAIMED);
   CHECK_EQ_INT(rec.imports, 2);
   CHECK_EQ_INT(tj_last_error_info()->argument, 0);

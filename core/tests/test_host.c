@@ -115,11 +115,14 @@ static fh_object *claimed_fn(fh_object *args) {
   return fh_int(args->items[1]->n);
 }
 
+static int64_t producer_error_step = TJ_PRODUCER_IMPORT;
+
 static fh_object *producer_error_fn(fh_object *args) {
   producer_errors++;
   /* (prefix, step, exception, object): a new exception saying where. */
-  CHECK_EQ_INT(args->items[1]->i, TJ_PRODUCER_IMPORT);
-  CHECK_EQ_STR(args->items[2]->s, "the producer refused");
+  CHECK_EQ_INT(args->items[1]->i, producer_error_step);
+  if (producer_error_step == TJ_PRODUCER_IMPORT)
+    CHECK_EQ_STR(args->items[2]->s, "the producer refused");
   fh_object *e = fh_str(args->items[0]->s);
   e->type = &fh_exception_types[2];
   return e;
@@ -256,6 +259,20 @@ TEST(host_call_described_kinds) {
   CHECK_ERROR_CONTAINS("got numpy.float32");
   fh_clear();
   CHECK_EQ_INT(describes, 4); /* each type described once */
+
+  /* A scalar whose conversion raises: the host's error becomes the cause of one
+   * that names the kernel, the argument and the type. */
+  fh_object broken;
+  fh_object_init(&broken, &f32_type);
+  broken.kind = FH_NONE; /* double_of refuses it */
+  void *bad4[4] = {&a, &broken, &i, &b};
+  producer_error_step = TJ_PRODUCER_CONVERT;
+  producer_errors = 0;
+  CHECK(call_n(&s, bad4, 4) == NULL);
+  CHECK_EQ_INT(producer_errors, 1);
+  CHECK_EQ_STR(fh_error_value->s, "mix: argument 1 'alpha': cannot convert the numpy.float32");
+  producer_error_step = TJ_PRODUCER_IMPORT;
+  fh_clear();
 
   /* A type the binding cannot describe: its error, as it is. */
   fh_object nameless;
@@ -399,7 +416,7 @@ TEST(host_call_producer_errors_and_claims) {
   fail_import = 0;
 
   /* A framework claims the call: handed to the kernel object with the arguments. */
-  tj_claim claim = {1, 0, always, NULL, NULL, NULL};
+  tj_claim claim = {1, 0, always, NULL, NULL, NULL, NULL};
   tensor_producer.claim = &claim;
   fh_object *r = call_n(&s, args, 4);
   CHECK(r != NULL && r->i == 4);

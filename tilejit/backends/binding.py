@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import builtins
 import ctypes
+import sys
 import threading
 from ctypes import addressof, c_int, c_int32, c_void_p, py_object
 
@@ -105,6 +106,9 @@ def _producer(cls, exchange: bool):
 
 
 _claims: dict = {}  # framework_claim's answer -> its TjClaim, alive for the process
+# forward_ad's record of its level, and its value outside any level: the one int object
+# -1 is in CPython (the probe, tilejit.host._forward_ad_scope, checks it is that object).
+_LEVEL_KEY, _IDLE_LEVEL = sys.intern("_current_level"), -1
 
 
 def _claim(how):
@@ -121,9 +125,11 @@ def _claim(how):
                 _, probe, scope = how
                 core = core_library()
                 mode = TjHostClaimMode(host=host_address(), scope=id(scope) if scope else None,
-                                       key=b"_current_level", idle=-1)
+                                       key=id(_LEVEL_KEY), idle=id(_IDLE_LEVEL))
                 claim = TjClaim(ask=ctypes.cast(core.tj_host_claim_ask, c_void_p).value,
                                 context=addressof(mode))
+                if scope is not None:  # asked only inside a forward-AD level
+                    claim.active = ctypes.cast(core.tj_host_claim_active, c_void_p).value
                 if probe is not None:
                     claim.offset, claim.requires_grad, claim.grad_enabled = probe
                 claim._keep = (mode, scope)
@@ -209,7 +215,7 @@ _FUNCTIONS = {
     "error_fetch": "PyErr_Fetch", "error_normalize": "PyErr_NormalizeException",
     "error_set": "PyErr_SetString", "error_set_object": "PyErr_SetObject",
     "exception_set_cause": "PyException_SetCause", "error_restore": "PyErr_Restore",
-    "dict_item": "PyDict_GetItemString", "unlock": "PyEval_SaveThread",
+    "dict_item": "PyDict_GetItem", "unlock": "PyEval_SaveThread",
     "lock": "PyEval_RestoreThread", "interpreter": "PyInterpreterState_Get",
     "thread_head": "PyInterpreterState_ThreadHead", "thread_next": "PyThreadState_Next",
 }

@@ -112,12 +112,13 @@ class TjViewBits(Structure):
 class TjClaim(Structure):
     _c_name_ = "tj_claim"
     _fields_ = [("always", c_int32), ("offset", c_int32), ("requires_grad", c_void_p),
-                ("grad_enabled", c_void_p), ("ask", c_void_p), ("context", c_void_p)]
+                ("grad_enabled", c_void_p), ("ask", c_void_p), ("active", c_void_p),
+                ("context", c_void_p)]
 
 
 class TjHostClaimMode(Structure):
     _c_name_ = "tj_host_claim_mode"
-    _fields_ = [("host", c_void_p), ("scope", c_void_p), ("key", c_char_p), ("idle", c_int64)]
+    _fields_ = [("host", c_void_p), ("scope", c_void_p), ("key", c_void_p), ("idle", c_void_p)]
 
 
 class TjProducer(Structure):

@@ -86,10 +86,10 @@ struct tj_host {
   void (*error_set)(void *type, const char *message);
   void (*error_set_object)(void *type, void *value);
   void (*exception_set_cause)(void *exception, void *cause);
-  /* PyErr_Restore (steals all three); PyDict_GetItemString (borrowed, or NULL
-   * with no error set). */
+  /* PyErr_Restore (steals all three); PyDict_GetItem (borrowed, or NULL with no
+   * error set). */
   void (*error_restore)(void *type, void *value, void *traceback);
-  void *(*dict_item)(void *dict, const char *key);
+  void *(*dict_item)(void *dict, void *key);
   /* Drops the lock around the kernel and takes it back (PyEval_SaveThread /
    * PyEval_RestoreThread). unlock may return NULL to say it kept the lock; lock
    * is then not called. unlock NULL: the kernel runs with the lock held. */
@@ -191,18 +191,21 @@ TJ_API void tj_host_ask_view(tj_producer *producer);
 
 /* A framework's claim asked through the host (tj_claim.ask =
  * tj_host_claim_ask, tj_claim.context = a tj_host_claim_mode): the core asks
- * tj_host.claims(object, failed). Unless `failed`, it is asked only while
- * the framework is in a mode in which it may claim a call that the claim's
- * fast path did not: `scope` (a host dict, alive for the process) holds at
- * `key` an int other than `idle` (torch: forward-mode AD's current level,
- * -1 outside any). scope NULL: always asked. */
+ * tj_host.claims(object, failed). With tj_claim.active =
+ * tj_host_claim_active, it is asked only while the framework is in a mode in
+ * which it may claim a call that the claim's fast path did not: while
+ * `scope` (a host dict) holds at `key` (a host string) an object other than
+ * `idle` (torch: forward-mode AD's current level, the int -1 outside any,
+ * one object in CPython). All three alive for the process; scope is unused
+ * without tj_host_claim_active. */
 typedef struct tj_host_claim_mode {
   const tj_host *host;
   void *scope;
-  const char *key;
-  int64_t idle;
+  void *key;
+  void *idle;
 } tj_host_claim_mode;
 TJ_API int tj_host_claim_ask(const tj_claim *claim, void *object, int32_t failed);
+TJ_API int tj_host_claim_active(const tj_claim *claim);
 
 /* Runs a call of the plan's kernel with CPython's vectorcall convention:
  * `nargsf` positional arguments in `args` (the top bit is the vectorcall

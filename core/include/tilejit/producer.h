@@ -69,9 +69,12 @@ typedef struct tj_view_bits {
  *     grad_enabled() (asked at most once per call) says the framework records
  *     gradients now;
  *   - ask (optional): the framework's own answer for the object, a
- *     tj_claim_kind or TJ_EPYERR. It is also asked, with `failed` 1, when the
- *     import of an object fails: a framework may still run the call on
- *     tensors DLPack cannot describe (torch's functorch wrappers).
+ *     tj_claim_kind or TJ_EPYERR; when `active` is set, only while active()
+ *     says the framework is in a mode in which it may claim a call the fast
+ *     path did not (asked at most once per call). It is also asked, with
+ *     `failed` 1, when the import of an object fails: a framework may still
+ *     run the call on tensors DLPack cannot describe (torch's functorch
+ *     wrappers).
  * A call claimed for an object whose data can be read (TJ_CLAIM_VALIDATED:
  * autograd's calls) is first imported and validated like any call, so that
  * it is refused with the same messages; it then fails with TJ_ECLAIMED before
@@ -97,6 +100,7 @@ typedef struct tj_claim {
   bool (*requires_grad)(const void *state);
   bool (*grad_enabled)(void);
   int (*ask)(const struct tj_claim *self, void *object, int32_t failed);
+  int (*active)(const struct tj_claim *self);
   void *context; /* the asker's own */
 } tj_claim;
 
