@@ -284,8 +284,8 @@ class _HandlelessStream:  # like torch.cpu.Stream: a stream object with no handl
                       r"named 'stream'\): expected an int handle, a torch.cuda.Stream or an "
                       r"object with __cuda_stream__, got str$")),
     (_HandlelessStream(), TypeError, r"got (tests\.)?test_call\._HandlelessStream$"),
-    (True, TypeError, r"^vec_add: stream= is the launch stream \(the kernel has no input "
-                      r"named 'stream'\): expected a stream handle, got bool$"),
+    (True, TypeError, (r"^vec_add: stream= is the launch stream \(the kernel has no input "
+                       r"named 'stream'\): expected a stream handle, got bool$")),
     (-1, ValueError, r"^vec_add: stream handle must be a non-negative int, got -1$"),
 ])
 def test_bad_streams(vec_add, stream, exc, message):

@@ -213,8 +213,7 @@ int tj_call_run(const tj_kernel *k, tj_call *call) {
   }
   if (nargs != k->ninputs) {
     rc = tj__bind(k, NULL, nargs, &frame); /* reports the count */
-  } else if ((rc = import_args(k, call->args, nargs, call->unclaimed, &owned, &claimed)) ==
-                 TJ_OK &&
+  } else if ((rc = import_args(k, call->args, nargs, call->unclaimed, &owned, &claimed)) == TJ_OK &&
              (rc = tj__bind(k, call->args, nargs, &frame)) == TJ_OK) {
     if (claimed >= 0) { /* validated; the framework runs it */
       rc = claimed_by(k, claimed, "requires grad");

@@ -507,10 +507,14 @@ void *tj_host_call(const tj_host_plan *plan, void *const *args, size_t nargsf, v
   }
   tj_arg argv[TJ_MAX_PARAMS];
   void *made[TJ_MAX_OUTPUTS];
-  tj_call call = {argv, count < 0x7fffffff ? (int32_t)count : 0x7fffffff,
-                  0,    NULL,
-                  plan->fallback, h,
-                  made, plan->unclaimed};
+  tj_call call = {argv,
+                  count < 0x7fffffff ? (int32_t)count : 0x7fffffff,
+                  0,
+                  NULL,
+                  plan->fallback,
+                  h,
+                  made,
+                  plan->unclaimed};
   const tj_kernel *k = plan->kernel;
   if (count <= (size_t)k->ninputs) { /* else the core reports the count, reading none */
     for (int32_t i = 0; i < call.nargs; ++i)

@@ -274,7 +274,7 @@ static void error_restore(void *type, void *value, void *traceback) {
   (void)traceback;
   fh_clear();
   fh_error_type = type;
-  fh_error_value = value; /* stolen */
+  fh_error_value = value;          /* stolen */
   if (type != NULL) release(type); /* the reference error_fetch gave */
 }
 

@@ -149,8 +149,9 @@ static void setup_init(setup *s, const tj_kernel *k) {
   s->host.producer_error = s->hooks[4];
   s->name = fh_str("mix");
   fh_object_init(&s->kernel_object, &tensor_type);
-  s->plan = (tj_host_plan){k,       &s->host,          1,           NULL,       &tensor_producer,
-                           s->name, &s->kernel_object, s->hooks[2], s->hooks[3], 0, 0};
+  s->plan = (tj_host_plan){k,       &s->host,          1,           NULL,        &tensor_producer,
+                           s->name, &s->kernel_object, s->hooks[2], s->hooks[3], 0,
+                           0};
   fh_type_init(&tensor_type, &tensor_info);
   tensor_producer.host = &s->host;
   tensor_producer.claim = NULL;
