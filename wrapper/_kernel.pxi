@@ -61,4 +61,3 @@ cdef object _kernel_vectorcall(object kernel, PyObject **args, size_t nargsf,
     if plan == NULL:
         raise RuntimeError("kernel is not bound")
     return tj_host_call(plan, <void **>args, nargsf, <void *>kwnames)
-
