@@ -401,3 +401,77 @@ def test_fake_shapes_equal_the_cores_on_every_binding_kind(build):
         compiled = torch.compile(lambda p, q: kernel(p, q), fullgraph=True, backend="aot_eager")
         assert tuple(compiled(a, b).shape) == eager
         torch._dynamo.reset()
+
+
+def _random_signature(rng, index: int):
+    """A signature of every kind the core binds from: shapes of constants and symbols,
+    strides declared with symbols (or not), symbols shared between buffers, and an output
+    shaped by an expression over all of them."""
+    symbols = [T.symbol(f"s{index}_{j}", divisibility=int(rng.choice([1, 1, 2])))
+               for j in range(3)]
+    params, exprs = [], []
+    for b in range(2):
+        ndim = int(rng.integers(1, 4))
+        shape = tuple(symbols[int(rng.integers(0, 3))] if rng.random() < 0.7
+                      else int(rng.integers(1, 4)) for _ in range(ndim))
+        strides = None
+        if rng.random() < 0.6:
+            strides = tuple(symbols[int(rng.integers(0, 3))] if rng.random() < 0.2 else
+                            T.symbol(f"t{index}_{b}_{d}") for d in range(ndim))
+        params.append(T.Buffer(shape, "float32", name=f"B{b}", strides=strides, const=True))
+        exprs += [e for e in (*shape, *(strides or ())) if not isinstance(e, int)]
+    total = exprs[0]
+    for e in exprs[1:]:
+        total = total + e
+    params.append(T.Buffer((total + 1,), "float32", name="O"))
+    names = sorted({e.name for e in exprs}, key=str)
+    source = (f"void rnd{index}(" + ", ".join(["const float *B0", "const float *B1", "float *O",
+                                              *[f"int64_t {n}" for n in names]])
+              + ") { (void)B0; (void)B1; (void)O; }")
+    return params, source
+
+
+def _random_tensor(rng, param, values: dict):
+    """A tensor for ``param``: half the time shaped by ``values`` (the symbols' sizes of
+    this call), else of any size; often a strided view, sometimes transposed."""
+    ndim = len(param.shape)
+    if rng.random() < 0.5:
+        sizes = [e if isinstance(e, int) else values.setdefault(e, int(rng.choice([1, 2, 4])))
+                 for e in param.shape]
+    else:
+        sizes = [int(rng.choice([0, 1, 1, 2, 3, 4])) for _ in range(ndim)]
+    base = torch.zeros(*[max(s, 1) * 3 for s in sizes])
+    view = base
+    if rng.random() < 0.5:  # a strided view of a larger tensor
+        view = base[tuple(slice(0, None, int(rng.integers(1, 3))) for _ in range(ndim))]
+    view = view[tuple(slice(0, s) for s in sizes)]
+    if ndim > 1 and rng.random() < 0.3:
+        view = view.transpose(0, 1)
+    return view
+
+
+def test_fake_binding_agrees_with_the_core_on_random_signatures(build):
+    # The fake implementation (compiled code) and the core (eager) must give the same
+    # output shapes, or refuse the same calls with the same message.
+    rng = np.random.default_rng(23)
+    for index in range(12):
+        params, source = _random_signature(rng, index)
+        try:
+            kernel = build(f"rnd{index}", params, source, out_idx=-1)
+        except Exception:  # noqa: BLE001 - a signature the lowering refuses: not this test's
+            continue
+        fake = top._fake(kernel)
+        for _ in range(40):
+            values: dict = {}
+            args = [_random_tensor(rng, p, values) for p in params[:2]]
+            try:
+                eager = tuple(kernel(*args).shape)
+            except ValueError as exc:
+                # The fake checks what it can without data; when it refuses, it says
+                # what the core says.
+                try:
+                    fake(*args)
+                except ValueError as fake_exc:
+                    assert str(fake_exc) == str(exc)
+                continue
+            assert tuple(fake(*args).shape) == eager, [(a.shape, a.stride()) for a in args]

@@ -145,17 +145,8 @@ def bind_symbols(kernel, args) -> dict:
             continue
         label = f"argument {position} '{sig.names[i]}'"
         _check_tensor(sig, label, param, value)
-        shape = tuple(value.shape)
-        dims = [("shape", d, e, size) for d, (e, size) in enumerate(zip(param.shape, shape))]
-        if param.strides is not None:
-            empty = any(size == 0 for size in shape)
-            for d, (e, stride) in enumerate(zip(param.strides, value.stride())):
-                if empty or shape[d] == 1:
-                    if isinstance(e, Symbol) and e not in firm and e not in loose:
-                        loose[e] = stride
-                    continue
-                dims.append(("stride", d, e, stride))
-        for what, d, e, actual in dims:
+
+        def check(what, d, e, actual):
             if isinstance(e, Symbol):
                 if e in firm:
                     bound, by = firm[e]
@@ -163,12 +154,52 @@ def bind_symbols(kernel, args) -> dict:
                         raise ValueError(f"{sig.name}: {label}: expected {what}[{d}] == {e.name} "
                                          f"(= {bound}, bound by {by}), got {actual}")
                 else:
+                    if actual < 0:
+                        raise ValueError(f"{sig.name}: {label}: {what}[{d}] = {actual} is "
+                                         "negative, and negative strides are not declared "
+                                         f"(symbol {e.name})")
+                    if actual % e.divisibility != 0:
+                        raise ValueError(f"{sig.name}: {label}: {what}[{d}] = {actual} binds "
+                                         f"{e.name}, which must be divisible by {e.divisibility}")
                     firm[e] = (actual, label)
                     loose.pop(e, None)
             elif isinstance(e, int) and actual != e:
                 raise ValueError(f"{sig.name}: {label}: expected {what}[{d}] == {e}, "
                                  f"got {actual}")
+
+        shape = tuple(value.shape)
+        for d, (e, size) in enumerate(zip(param.shape, shape)):
+            check("shape", d, e, size)
+        empty = any(size == 0 for size in shape)
+        if param.strides is None:
+            if not empty:
+                _check_compact(sig, label, shape, tuple(value.stride()))
+            continue
+        for d, (e, stride) in enumerate(zip(param.strides, value.stride())):
+            if empty or shape[d] == 1:  # never stepped over: binds only loosely
+                if isinstance(e, Symbol) and e not in firm and e not in loose:
+                    loose[e] = stride
+            else:
+                check("stride", d, e, stride)
     return {**loose, **{symbol: value for symbol, (value, _) in firm.items()}}
+
+
+def _check_compact(sig, label: str, shape: tuple, strides: tuple) -> None:
+    """A buffer without declared strides takes compact row-major tensors (size-1
+    dimensions may have any stride), refused with the core's words."""
+    want, expected = [], 1
+    for size in reversed(shape):
+        want.append(expected)
+        expected *= size
+    want.reverse()
+    if any(size != 1 and stride != w for size, stride, w in zip(shape, strides, want)):
+        raise ValueError(f"{sig.name}: {label}: expected a compact row-major tensor (strides "
+                         f"{_tuple(want)}), got strides {_tuple(strides)}; declare strides to "
+                         "accept strided tensors")
+
+
+def _tuple(values) -> str:
+    return str(tuple(int(v) for v in values))
 
 
 def _fake(kernel):
