@@ -146,30 +146,9 @@ def bind_symbols(kernel, args) -> dict:
         label = f"argument {position} '{sig.names[i]}'"
         _check_tensor(sig, label, param, value)
 
-        def check(what, d, e, actual):
-            if isinstance(e, Symbol):
-                if e in firm:
-                    bound, by = firm[e]
-                    if actual != bound:
-                        raise ValueError(f"{sig.name}: {label}: expected {what}[{d}] == {e.name} "
-                                         f"(= {bound}, bound by {by}), got {actual}")
-                else:
-                    if actual < 0:
-                        raise ValueError(f"{sig.name}: {label}: {what}[{d}] = {actual} is "
-                                         "negative, and negative strides are not declared "
-                                         f"(symbol {e.name})")
-                    if actual % e.divisibility != 0:
-                        raise ValueError(f"{sig.name}: {label}: {what}[{d}] = {actual} binds "
-                                         f"{e.name}, which must be divisible by {e.divisibility}")
-                    firm[e] = (actual, label)
-                    loose.pop(e, None)
-            elif isinstance(e, int) and actual != e:
-                raise ValueError(f"{sig.name}: {label}: expected {what}[{d}] == {e}, "
-                                 f"got {actual}")
-
         shape = tuple(value.shape)
         for d, (e, size) in enumerate(zip(param.shape, shape)):
-            check("shape", d, e, size)
+            _bind_one(sig, label, firm, loose, ("shape", d, e, size))
         empty = any(size == 0 for size in shape)
         if param.strides is None:
             if not empty:
@@ -180,8 +159,32 @@ def bind_symbols(kernel, args) -> dict:
                 if isinstance(e, Symbol) and e not in firm and e not in loose:
                     loose[e] = stride
             else:
-                check("stride", d, e, stride)
+                _bind_one(sig, label, firm, loose, ("stride", d, e, stride))
     return {**loose, **{symbol: value for symbol, (value, _) in firm.items()}}
+
+
+def _bind_one(sig, label: str, firm: dict, loose: dict, dim: tuple) -> None:
+    """One extent or stride ``dim`` = (what, d, declared expression, actual) of argument
+    ``label``, as the core's ``check_direct`` takes it: a constant must match; a symbol is
+    bound on first sight (not negative, divisible as declared), and must match after."""
+    what, d, e, actual = dim
+    if isinstance(e, Symbol):
+        if e in firm:
+            bound, by = firm[e]
+            if actual != bound:
+                raise ValueError(f"{sig.name}: {label}: expected {what}[{d}] == {e.name} "
+                                 f"(= {bound}, bound by {by}), got {actual}")
+            return
+        if actual < 0:
+            raise ValueError(f"{sig.name}: {label}: {what}[{d}] = {actual} is negative, and "
+                             f"negative strides are not declared (symbol {e.name})")
+        if actual % e.divisibility != 0:
+            raise ValueError(f"{sig.name}: {label}: {what}[{d}] = {actual} binds {e.name}, "
+                             f"which must be divisible by {e.divisibility}")
+        firm[e] = (actual, label)
+        loose.pop(e, None)
+    elif isinstance(e, int) and actual != e:
+        raise ValueError(f"{sig.name}: {label}: expected {what}[{d}] == {e}, got {actual}")
 
 
 def _check_compact(sig, label: str, shape: tuple, strides: tuple) -> None:
