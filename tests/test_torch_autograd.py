@@ -472,3 +472,27 @@ def test_fake_binding_agrees_with_the_core_on_random_signatures(build):
                     assert str(fake_exc) == str(exc)
                 continue
             assert tuple(fake(*args).shape) == eager, [(a.shape, a.stride()) for a in args]
+
+
+def test_a_recorded_call_is_named_after_the_kernel(k):
+    y = k["sq"](_x().requires_grad_())
+    assert type(y.grad_fn).__name__ == "sqBackward"
+
+
+U64 = """
+void u64(const double *X, double *Y, uint64_t u, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) Y[i] = X[i] + (double)(u >> 62);
+}
+"""
+
+
+def test_an_integer_torch_cannot_pass_is_refused_by_name(build):
+    n = T.symbol("n")
+    kernel = build("u64", [T.Buffer((n,), "float64", name="X", const=True),
+                           T.Buffer((n,), "float64", name="Y"), T.Scalar("uint64", name="u")],
+                   U64, out_idx=1)
+    x = _x()
+    torch.testing.assert_close(kernel(x, 2**63 + 5), x + 2)  # a direct call takes it
+    with pytest.raises(ValueError, match=r"^u64: argument 1 'u': 9223372036854775813 does not "
+                                         r"fit int64, the integer type of torch ops"):
+        kernel(x.clone().requires_grad_(), 2**63 + 5)

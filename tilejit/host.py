@@ -19,6 +19,7 @@ from . import abi
 from . import dtypes as _dtypes
 from .fast_paths import FAST_PATHS, in_fresh_thread
 from .fast_paths import decided as _decided
+from .torch_views import lazy_view as _lazy_view
 
 MAX_VERSION = (abi.TJ_DLPACK_MAJOR, abi.TJ_DLPACK_MINOR)
 
@@ -106,12 +107,8 @@ def view_check(cls: type):
     return location if location is not None else torch_views.lazy_view
 
 
-def lazy_view(tensor) -> int:
-    """The ``TJ_VIEW_*`` bits of a torch tensor, asked of torch (``view_check``'s slow
-    way)."""
-    from . import torch_views
-
-    return torch_views.lazy_view(tensor)
+lazy_view = _lazy_view
+"""The ``TJ_VIEW_*`` bits of a torch tensor, asked of torch (``view_check``'s slow way)."""
 
 
 def framework_of(cls: type) -> str:

@@ -367,36 +367,35 @@ def _autograd_kernel(kernel, op):
         with below():
             return op.redispatch(keyset & after, *args)
 
-    class Recorded(torch.autograd.Function):
-        # forward and setup_context apart, as torch.func's transforms require; the
-        # dispatcher's keyset rides along as a last input that is no input of the kernel.
-        # Under vmap, torch.func batches it by running forward and backward per slice.
-        generate_vmap_rule = True
-        @staticmethod
-        def forward(*args):
-            keyset, args = args[-1], args[:-1]
-            # From the op's Autograd kernel: below autograd with its keyset; from Python
-            # (claimed_call, None): the op itself, which grad mode off sends below.
-            return run(keyset, args) if keyset is not None else op(*args)
+    # forward and setup_context apart, as torch.func's transforms require; the
+    # dispatcher's keyset rides along as a last input that is no input of the kernel.
 
-        @staticmethod
-        def setup_context(ctx, inputs, output):
-            _, setup_context = _backwards[name]
-            if setup_context is not None:
-                setup_context(ctx, inputs[:-1], output)
+    def forward(*args):
+        keyset, args = args[-1], args[:-1]
+        # From the op's Autograd kernel: below autograd with its keyset; from Python
+        # (claimed_call, None): the op itself, which grad mode off sends below.
+        return run(keyset, args) if keyset is not None else op(*args)
 
-        @staticmethod
-        def backward(ctx, *grads):
-            backward, _ = _backwards[name]
-            needs = ctx.needs_input_grad
-            ctx.needs_input_grad = needs[:-1]
-            try:
-                result = backward(ctx, *grads)
-            finally:
-                ctx.needs_input_grad = needs
-            return (*(result if isinstance(result, tuple) else (result,)), None)
+    def setup_context(ctx, inputs, output):
+        _, setup = _backwards[name]
+        if setup is not None:
+            setup(ctx, inputs[:-1], output)
 
-    Recorded.__name__ = Recorded.__qualname__ = f"{label}Backward"
+    def backward(ctx, *grads):
+        registered, _ = _backwards[name]
+        needs = ctx.needs_input_grad
+        ctx.needs_input_grad = needs[:-1]
+        try:
+            result = registered(ctx, *grads)
+        finally:
+            ctx.needs_input_grad = needs
+        return (*(result if isinstance(result, tuple) else (result,)), None)
+
+    # Named after the kernel: its outputs' grad_fn is <kernel>Backward. Under vmap,
+    # torch.func batches it by running forward and backward per slice.
+    Recorded = type(label, (torch.autograd.Function,), {
+        "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
+        "backward": staticmethod(backward), "generate_vmap_rule": True})
     _recorded[name] = Recorded
 
     def autograd_kernel(keyset, *args):
@@ -486,12 +485,16 @@ def claimed_call(kernel, args: tuple, stream):
 def _schema_scalars(kernel, args: tuple) -> tuple:
     """``args`` with each scalar as the op's schema takes it: a bool, an int (SymInt)
     or a float, read as the core reads it (``__index__``, ``__float__``, truth). The
-    core has validated them, or refuses the call when the op runs the kernel."""
+    core has validated them, or refuses the call when the op runs the kernel. A uint64
+    value of 2**63 or more, which torch cannot pass (its integers are int64), is refused
+    naming the kernel and the argument."""
     import operator
 
-    inputs = [p for i, p in enumerate(kernel.params) if i not in set(kernel._sig.out_idx)]
+    outputs = set(kernel._sig.out_idx)
+    inputs = [(p, n) for i, (p, n) in enumerate(zip(kernel.params, kernel._sig.names))
+              if i not in outputs]
     out = list(args)
-    for position, (param, value) in enumerate(zip(inputs, args)):
+    for position, ((param, name), value) in enumerate(zip(inputs, args)):
         if not isinstance(param, Scalar) or isinstance(value, torch.SymInt | torch.SymFloat):
             continue
         try:
@@ -502,7 +505,12 @@ def _schema_scalars(kernel, args: tuple) -> tuple:
             else:
                 out[position] = operator.index(value)
         except (TypeError, ValueError, OverflowError):
-            pass  # left as it is: the kernel refuses it with its own message
+            continue  # left as it is: the kernel refuses it with its own message
+        if isinstance(out[position], int) and not -2**63 <= out[position] < 2**63:
+            raise ValueError(
+                f"{kernel.name}: argument {position} '{name}': {out[position]} does not fit "
+                "int64, the integer type of torch ops, so this call cannot run through "
+                "autograd; pass it under torch.no_grad() or with detached tensors")
     return tuple(out)
 
 
