@@ -352,8 +352,10 @@ void tj_host_ask_view(tj_producer *producer) { producer->view = ask_view; }
 
 int tj_host_claim_active(const tj_claim *claim) {
   const tj_host_claim_mode *mode = claim->context;
-  void *value = mode->host->dict_item(mode->scope, mode->key);
-  return value != NULL && value != mode->idle;
+  const tj_host *h = mode->host;
+  void *value = h->dict_item(mode->scope, mode->key);
+  if (value == NULL && h->error_pending() != NULL) h->error_clear(); /* no answer: ask */
+  return value != mode->idle;
 }
 
 int tj_host_claim_ask(const tj_claim *claim, void *object, int32_t failed) {

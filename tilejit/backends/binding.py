@@ -215,7 +215,7 @@ _FUNCTIONS = {
     "error_fetch": "PyErr_Fetch", "error_normalize": "PyErr_NormalizeException",
     "error_set": "PyErr_SetString", "error_set_object": "PyErr_SetObject",
     "exception_set_cause": "PyException_SetCause", "error_restore": "PyErr_Restore",
-    "dict_item": "PyDict_GetItem", "unlock": "PyEval_SaveThread",
+    "dict_item": "PyDict_GetItemWithError", "unlock": "PyEval_SaveThread",
     "lock": "PyEval_RestoreThread", "interpreter": "PyInterpreterState_Get",
     "thread_head": "PyInterpreterState_ThreadHead", "thread_next": "PyThreadState_Next",
 }

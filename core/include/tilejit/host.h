@@ -86,8 +86,8 @@ struct tj_host {
   void (*error_set)(void *type, const char *message);
   void (*error_set_object)(void *type, void *value);
   void (*exception_set_cause)(void *exception, void *cause);
-  /* PyErr_Restore (steals all three); PyDict_GetItem (borrowed, or NULL with no
-   * error set). */
+  /* PyErr_Restore (steals all three); PyDict_GetItemWithError (borrowed, or
+   * NULL: no such item, or an error pending). */
   void (*error_restore)(void *type, void *value, void *traceback);
   void *(*dict_item)(void *dict, void *key);
   /* Drops the lock around the kernel and takes it back (PyEval_SaveThread /
