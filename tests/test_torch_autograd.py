@@ -496,3 +496,34 @@ def test_an_integer_torch_cannot_pass_is_refused_by_name(build):
     with pytest.raises(ValueError, match=r"^u64: argument 1 'u': 9223372036854775813 does not "
                                          r"fit int64, the integer type of torch ops"):
         kernel(x.clone().requires_grad_(), 2**63 + 5)
+
+
+MUL = """
+void mul(const double *A, const double *B, double *C, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) C[i] = A[i] * B[i];
+}
+"""
+
+
+def test_a_recorded_call_takes_other_frameworks_tensors_beside_torchs(k, build):
+    # A NumPy array beside a tensor that requires grad: the call runs through autograd
+    # on a torch tensor over the array's memory.
+    x = _x().requires_grad_()
+    with pytest.raises(RuntimeError, match=r"^twice: argument 1 'X' requires grad, but no "):
+        k["twice"](np.full(6, 2.0), x)  # refused by name, not by torch's schema parser
+    n = T.symbol("n")
+    mul = build("mul", [T.Buffer((n,), "float64", name="A", const=True),
+                        T.Buffer((n,), "float64", name="B", const=True),
+                        T.Buffer((n,), "float64", name="C")], MUL, out_idx=-1)
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        return grad * b, grad * a
+
+    mul.register_autograd(backward, setup_context=setup_context)
+    a = np.full(6, 3.0)
+    (grad,) = torch.autograd.grad(mul(a, x).sum(), x)
+    torch.testing.assert_close(grad, torch.full((6,), 3.0, dtype=torch.float64))

@@ -471,7 +471,7 @@ def claimed_call(kernel, args: tuple, stream):
                          "as an op (a tensor requires grad, or a tracer made it); make the "
                          "stream current instead: with torch.cuda.stream(s): ...")
     op = torch_op(kernel)
-    args = _schema_scalars(kernel, args)
+    args = _schema_args(kernel, args)
     name = op_name(kernel)
     if name in _backwards and torch.is_grad_enabled() and any(
             isinstance(a, torch.Tensor) and a.requires_grad for a in args):
@@ -482,12 +482,14 @@ def claimed_call(kernel, args: tuple, stream):
     return _eager_result(op(*args))
 
 
-def _schema_scalars(kernel, args: tuple) -> tuple:
-    """``args`` with each scalar as the op's schema takes it: a bool, an int (SymInt)
-    or a float, read as the core reads it (``__index__``, ``__float__``, truth). The
-    core has validated them, or refuses the call when the op runs the kernel. A uint64
-    value of 2**63 or more, which torch cannot pass (its integers are int64), is refused
-    naming the kernel and the argument."""
+def _schema_args(kernel, args: tuple) -> tuple:
+    """``args`` as the op's schema takes them. A scalar becomes a bool, an int (SymInt)
+    or a float, read as the core reads it (``__index__``, ``__float__``, truth): the core
+    has validated it, or refuses it when the op runs the kernel. A uint64 value of 2**63
+    or more, which torch cannot pass (its integers are int64), is refused naming the
+    kernel and the argument. A tensor of another framework beside torch's (a NumPy
+    array, a ``tilejit.Array``) becomes a torch tensor over the same memory
+    (``torch.from_dlpack``), so that autograd can take the call."""
     import operator
 
     outputs = set(kernel._sig.out_idx)
@@ -495,7 +497,12 @@ def _schema_scalars(kernel, args: tuple) -> tuple:
               if i not in outputs]
     out = list(args)
     for position, ((param, name), value) in enumerate(zip(inputs, args)):
-        if not isinstance(param, Scalar) or isinstance(value, torch.SymInt | torch.SymFloat):
+        label = f"{kernel.name}: argument {position} '{name}'"
+        if isinstance(param, Buffer):
+            if value is not None and not isinstance(value, torch.Tensor):
+                out[position] = _as_torch(label, value)
+            continue
+        if isinstance(value, torch.SymInt | torch.SymFloat):
             continue
         try:
             if param.dtype == "bool":
@@ -508,10 +515,20 @@ def _schema_scalars(kernel, args: tuple) -> tuple:
             continue  # left as it is: the kernel refuses it with its own message
         if isinstance(out[position], int) and not -2**63 <= out[position] < 2**63:
             raise ValueError(
-                f"{kernel.name}: argument {position} '{name}': {out[position]} does not fit "
-                "int64, the integer type of torch ops, so this call cannot run through "
-                "autograd; pass it under torch.no_grad() or with detached tensors")
+                f"{label}: {out[position]} does not fit int64, the integer type of torch ops, "
+                "so this call cannot run through autograd; pass it under torch.no_grad() or "
+                "with detached tensors")
     return tuple(out)
+
+
+def _as_torch(label: str, value):
+    """A torch tensor over ``value``'s memory, for a call torch runs as an op."""
+    try:
+        return torch.from_dlpack(value)
+    except Exception as exc:  # noqa: BLE001 - said with the argument below
+        raise TypeError(f"{label}: a call that torch runs as an op (a tensor requires grad) "
+                        f"takes torch tensors; got {type(value).__name__}, which "
+                        f"torch.from_dlpack cannot read ({exc})") from exc
 
 
 @_constant_at_trace_time
