@@ -525,7 +525,7 @@ def _as_torch(label: str, value):
     """A torch tensor over ``value``'s memory, for a call torch runs as an op."""
     try:
         return torch.from_dlpack(value)
-    except Exception as exc:  # noqa: BLE001 - said with the argument below
+    except Exception as exc:
         raise TypeError(f"{label}: a call that torch runs as an op (a tensor requires grad) "
                         f"takes torch tensors; got {type(value).__name__}, which "
                         f"torch.from_dlpack cannot read ({exc})") from exc
