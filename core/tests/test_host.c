@@ -430,6 +430,66 @@ TEST(host_call_producer_errors_and_claims) {
   setup_free(&s, k);
 }
 
+/* The host's claims hook: claims(object, failed) -> a tj_claim_kind. */
+static int64_t claims_answer, claims_failed_answer;
+static int claims_asks;
+
+static fh_object *claims_fn(fh_object *args) {
+  claims_asks++;
+  return fh_int(args->items[1]->i ? claims_failed_answer : claims_answer);
+}
+
+TEST(host_claims_asked_of_the_host) {
+  tj_kernel *k = mix_kernel(1);
+  setup s;
+  setup_init(&s, k);
+  fh_object *hook = fh_func(claims_fn);
+  s.host.claims = hook;
+  tj_host_claim_mode mode = {&s.host, NULL, NULL, NULL};
+  tj_claim claim = {0, 0, NULL, NULL, tj_host_claim_ask, NULL, &mode};
+  tensor_producer.claim = &claim;
+  fh_object a;
+  tjt_tensor ta;
+  tensor_object(&a, &ta, a_data, 4);
+  fh_object *alpha = fh_float(1.0), *kk = fh_int(0);
+  void *args[4] = {&a, alpha, kk, &fh_false};
+  /* Asked per tensor: no claim, the call runs. */
+  claims_answer = TJ_CLAIM_NONE, claims_asks = 0;
+  CHECK(call_n(&s, args, 4) == &outputs[0]);
+  CHECK_EQ_INT(claims_asks, 1);
+  /* Claimed once validated: imported, nothing allocated, handed over. */
+  claims_answer = TJ_CLAIM_VALIDATED, imports = allocations = 0;
+  fh_object *r = call_n(&s, args, 4);
+  CHECK(r != NULL && r->i == 4);
+  CHECK_EQ_INT(imports, 1);
+  CHECK_EQ_INT(allocations, 0);
+  CHECK_EQ_INT(claimed_calls, 1);
+  s.host.release(r);
+  /* ... but never by the plan of the framework's own implementation. */
+  s.plan.unclaimed = 1;
+  CHECK(call_n(&s, args, 4) == &outputs[0]); /* run: its output, the first allocation */
+  CHECK_EQ_INT(claimed_calls, 1);
+  s.plan.unclaimed = 0;
+  /* An import that fails: asked again with `failed`; a claim drops the import's error. */
+  claims_answer = TJ_CLAIM_NONE, claims_failed_answer = TJ_CLAIM_NOW, fail_import = 1;
+  r = call_n(&s, args, 4);
+  CHECK(r != NULL && r->i == 4);
+  CHECK(fh_error_type == NULL);
+  s.host.release(r);
+  /* No claim: the import's own error, as without a claim. */
+  claims_failed_answer = TJ_CLAIM_NONE, producer_errors = 0;
+  CHECK(call_n(&s, args, 4) == NULL);
+  CHECK_EQ_INT(producer_errors, 1);
+  CHECK_EQ_STR(fh_error_value->s, "mix: argument 0 'A': cannot import the tensor through DLPack");
+  fh_clear();
+  fail_import = 0;
+  tensor_producer.claim = NULL;
+  s.host.release(hook);
+  s.host.release(alpha);
+  s.host.release(kk);
+  setup_free(&s, k);
+}
+
 TEST(host_method_entry) {
   tj_kernel *k = mix_kernel(1);
   setup s;

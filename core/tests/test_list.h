@@ -39,6 +39,7 @@
   X(host_call_stream_and_keywords)              \
   X(host_call_results_in_order)                 \
   X(host_call_producer_errors_and_claims)       \
+  X(host_claims_asked_of_the_host)              \
   X(host_method_entry)                          \
   /* test_call.c */                             \
   X(call_run_imports_binds_allocates)           \
