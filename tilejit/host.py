@@ -395,7 +395,7 @@ def _torch_grad_probe(torch):
         if off or not on or any(asks(t) != t.requires_grad for t in cases):
             raise LookupError("libc10's answers differ from torch's")
         return (offset, ctypes.cast(requires_grad, ctypes.c_void_p).value,
-                ctypes.cast(grad_enabled, ctypes.c_void_p).value)
+                ctypes.cast(grad_enabled, ctypes.c_void_p).value, _autograd_meta_offset(torch))
 
     try:
         found = in_fresh_thread(probe)
@@ -407,6 +407,50 @@ def _torch_grad_probe(torch):
 
 
 _IDLE_LEVEL = -1  # forward_ad's level outside any: one int object in CPython
+
+
+def _autograd_meta_offset(torch) -> int:
+    """Where a ``TensorImpl`` keeps its autograd record (``autograd_meta_``), NULL for a
+    tensor that neither requires grad nor carries a forward-mode tangent (nor is a view
+    autograd tracks): the one word of the TensorImpl that is NULL on fresh tensors and
+    set on every tensor requiring grad or carrying a tangent, read through
+    ``/proc/self/mem``. -1 when it cannot be told apart: every tensor is then asked."""
+    import os
+    import struct
+
+    from torch.autograd import forward_ad
+
+    span = 64
+    fd = os.open("/proc/self/mem", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        def words(tensor):
+            raw = os.pread(fd, 8 * span, tensor._cdata)
+            return struct.unpack(f"={len(raw) // 8}Q", raw)
+
+        leaf = torch.ones(3, requires_grad=True)
+        without = [torch.ones(3), torch.zeros(2, 2), torch.empty(0), leaf.detach(),
+                   torch.ones(3, dtype=torch.int32), torch.ones(1, 3, 2, 2).to(
+                       memory_format=torch.channels_last)]
+        with torch.no_grad():
+            without.append(leaf * 2)
+        with_record = [leaf, leaf * 2, leaf[1:], torch.nn.Parameter(torch.ones(2)),
+                       torch.ones(2).requires_grad_()]
+        with forward_ad.dual_level():
+            dual = forward_ad.make_dual(torch.ones(3), torch.ones(3))
+            with_record += [dual, dual * 2]
+            found = None
+            tables = [words(t) for t in (*without, *with_record)]
+        n = min(map(len, tables))
+        candidates = [i for i in range(n)
+                      if all(w[i] == 0 for w in tables[:len(without)])
+                      and all(w[i] != 0 for w in tables[len(without):])]
+        if len(candidates) == 1:
+            found = 8 * candidates[0]
+    finally:
+        os.close(fd)
+    if found is None:
+        raise LookupError("the autograd record of a TensorImpl was not found")
+    return found
 
 
 def _forward_ad_scope(torch):

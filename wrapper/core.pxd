@@ -311,6 +311,7 @@ cdef extern from "tilejit/producer.h" nogil:
         int (*ask)(const tj_claim *self, void *object, int32_t failed) noexcept
         int (*active)(const tj_claim *self) noexcept
         void *context
+        int32_t meta_offset
 
     void tj_arg_object(tj_arg *arg, void *object, const tj_producer *producer) noexcept
 

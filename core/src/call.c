@@ -67,6 +67,10 @@ static int claim_of(const tj_claim *claim, void *object, claim_state *state) {
   if (claim->always) return TJ_CLAIM_NOW;
   if (claim->requires_grad != NULL) {
     const void *impl = *(void *const *)((const char *)object + claim->offset);
+    /* No autograd record: neither grad nor a tangent, nothing to ask. */
+    if (impl != NULL && claim->meta_offset >= 0 &&
+        *(void *const *)((const char *)impl + claim->meta_offset) == NULL)
+      return TJ_CLAIM_NONE;
     if (impl != NULL && claim->requires_grad(impl)) {
       if (state->grad_enabled < 0) state->grad_enabled = claim->grad_enabled();
       if (state->grad_enabled) return TJ_CLAIM_VALIDATED;

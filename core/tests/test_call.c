@@ -438,9 +438,14 @@ static bool fake_grad_enabled(void) {
 
 TEST(call_run_claims) {
   memset(&rec, 0, sizeof(rec));
-  tj_claim claim = {
-      0,   (int32_t)offsetof(tjt_object, grad), fake_requires_grad, fake_grad_enabled, NULL, NULL,
-      NULL};
+  tj_claim claim = {0,
+                    (int32_t)offsetof(tjt_object, grad),
+                    fake_requires_grad,
+                    fake_grad_enabled,
+                    NULL,
+                    NULL,
+                    NULL,
+                    -1};
   tj_producer claimed = fake_producer;
   claimed.claim = &claim;
   tj_kernel *k = adder(TJ_BUF_OUTPUT);
@@ -531,7 +536,7 @@ static int fake_active(const tj_claim *self) {
 }
 
 TEST(call_run_claims_asked) {
-  tj_claim claim = {0, 0, NULL, NULL, fake_ask, NULL, NULL};
+  tj_claim claim = {0, 0, NULL, NULL, fake_ask, NULL, NULL, -1};
   tj_producer claimed = fake_producer;
   claimed.claim = &claim;
   tj_kernel *k = adder(TJ_BUF_OUTPUT);

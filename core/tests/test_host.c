@@ -417,7 +417,7 @@ TEST(host_call_producer_errors_and_claims) {
   fail_import = 0;
 
   /* A framework claims the call: handed to the kernel object with the arguments. */
-  tj_claim claim = {1, 0, always, NULL, NULL, NULL, NULL};
+  tj_claim claim = {1, 0, always, NULL, NULL, NULL, NULL, -1};
   tensor_producer.claim = &claim;
   fh_object *r = call_n(&s, args, 4);
   CHECK(r != NULL && r->i == 4);
@@ -446,7 +446,7 @@ TEST(host_claims_asked_of_the_host) {
   fh_object *hook = fh_func(claims_fn);
   s.host.claims = hook;
   tj_host_claim_mode mode = {&s.host, NULL, NULL, NULL};
-  tj_claim claim = {0, 0, NULL, NULL, tj_host_claim_ask, NULL, &mode};
+  tj_claim claim = {0, 0, NULL, NULL, tj_host_claim_ask, NULL, &mode, -1};
   tensor_producer.claim = &claim;
   fh_object a;
   tjt_tensor ta;

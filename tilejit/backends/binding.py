@@ -127,11 +127,12 @@ def _claim(how):
                 mode = TjHostClaimMode(host=host_address(), scope=id(scope) if scope else None,
                                        key=id(_LEVEL_KEY), idle=id(_IDLE_LEVEL))
                 claim = TjClaim(ask=ctypes.cast(core.tj_host_claim_ask, c_void_p).value,
-                                context=addressof(mode))
+                                context=addressof(mode), meta_offset=-1)
                 if scope is not None:  # asked only inside a forward-AD level
                     claim.active = ctypes.cast(core.tj_host_claim_active, c_void_p).value
                 if probe is not None:
-                    claim.offset, claim.requires_grad, claim.grad_enabled = probe
+                    (claim.offset, claim.requires_grad, claim.grad_enabled,
+                     claim.meta_offset) = probe
                 claim._keep = (mode, scope)
             claim = _claims.setdefault(key, claim)
     return claim

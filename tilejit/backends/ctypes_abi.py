@@ -113,7 +113,7 @@ class TjClaim(Structure):
     _c_name_ = "tj_claim"
     _fields_ = [("always", c_int32), ("offset", c_int32), ("requires_grad", c_void_p),
                 ("grad_enabled", c_void_p), ("ask", c_void_p), ("active", c_void_p),
-                ("context", c_void_p)]
+                ("context", c_void_p), ("meta_offset", c_int32)]
 
 
 class TjHostClaimMode(Structure):

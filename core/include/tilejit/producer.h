@@ -67,7 +67,9 @@ typedef struct tj_view_bits {
  *     requires_grad(state) is true, `state` being the pointer the object holds
  *     at byte `offset` (NULL: it does not); the call is then claimed if
  *     grad_enabled() (asked at most once per call) says the framework records
- *     gradients now;
+ *     gradients now. With `meta_offset` >= 0, a state whose pointer at that
+ *     byte is NULL has no autograd record at all (torch: TensorImpl's
+ *     autograd_meta_): nothing is asked for it, it is not claimed;
  *   - ask (optional): the framework's own answer for the object, a
  *     tj_claim_kind or TJ_EPYERR; when `active` is set, only while active()
  *     says the framework is in a mode in which it may claim a call the fast
@@ -102,6 +104,7 @@ typedef struct tj_claim {
   int (*ask)(const struct tj_claim *self, void *object, int32_t failed);
   int (*active)(const struct tj_claim *self);
   void *context; /* the asker's own */
+  int32_t meta_offset;
 } tj_claim;
 
 /* Makes `arg` an object the call imports through `producer` (TJ_ARG_OBJECT):
