@@ -513,6 +513,55 @@ TEST(call_run_claims) {
   tj_kernel_free(k);
 }
 
+/* A framework's autograd record (tj_claim.meta_offset): NULL, nothing is asked. */
+typedef struct {
+  const void *meta;
+  bool grad;
+} fake_impl;
+
+static int record_asks;
+
+static bool impl_requires_grad(const void *state) {
+  record_asks++;
+  return ((const fake_impl *)state)->grad;
+}
+
+TEST(call_run_claims_skip_objects_without_a_record) {
+  memset(&rec, 0, sizeof(rec));
+  tj_claim claim = {
+      0,    (int32_t)offsetof(tjt_object, grad), impl_requires_grad, fake_grad_enabled, NULL, NULL,
+      NULL, (int32_t)offsetof(fake_impl, meta)};
+  tj_producer claimed = fake_producer;
+  claimed.claim = &claim;
+  tj_kernel *k = adder(TJ_BUF_OUTPUT);
+  tjt_object a, b;
+  object_tensor(&a, a_data, 8);
+  object_tensor(&b, b_data, 8);
+  static const int record = 1;
+  fake_impl plain = {NULL, false}, recorded = {&record, true};
+  tj_arg args[2];
+  void *outputs[1];
+  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs, 0};
+  grad_mode = 1;
+  /* No record on either: run, requires_grad never called. */
+  record_asks = 0;
+  a.grad = b.grad = (const bool *)&plain;
+  object_arg(&args[0], &a);
+  object_arg(&args[1], &b);
+  args[0].producer = args[1].producer = &claimed;
+  CHECK_OK(tj_call_run(k, &call));
+  CHECK_EQ_INT(record_asks, 0);
+  /* A record that requires grad: asked, claimed once validated. */
+  b.grad = (const bool *)&recorded;
+  object_arg(&args[0], &a);
+  object_arg(&args[1], &b);
+  args[0].producer = args[1].producer = &claimed;
+  CHECK_STATUS(tj_call_run(k, &call), TJ_ECLAIMED);
+  CHECK_EQ_INT(record_asks, 1);
+  CHECK_EQ_INT(tj_last_error_info()->argument, 1);
+  tj_kernel_free(k);
+}
+
 /* A claim asked of the framework itself (tj_claim.ask): per object, and again
  * after an import fails. */
 static int ask_answer, ask_failed_answer, asks, failed_asks;
