@@ -128,12 +128,19 @@ static fh_object *producer_error_fn(fh_object *args) {
   return e;
 }
 
+static float a_data[4] = {1, 2, 3, 4};
+
 typedef struct {
   tj_host host;
   tj_host_plan plan;
   fh_object *hooks[5];
   fh_object *name;
   fh_object kernel_object;
+  /* The usual call: mix(a, alpha=1.0, k=0, flag=False), its arguments in args. */
+  fh_object a;
+  tjt_tensor ta;
+  fh_object *alpha, *kk;
+  void *args[4];
 } setup;
 
 static void setup_init(setup *s, const tj_kernel *k) {
@@ -157,17 +164,21 @@ static void setup_init(setup *s, const tj_kernel *k) {
   tensor_producer.claim = NULL;
   imports = allocations = fail_import = describes = stream_asks = 0;
   keyword_calls = claimed_calls = producer_errors = 0;
+  tensor_object(&s->a, &s->ta, a_data, 4);
+  s->alpha = fh_float(1.0);
+  s->kk = fh_int(0);
+  s->args[0] = &s->a, s->args[1] = s->alpha, s->args[2] = s->kk, s->args[3] = &fh_false;
 }
 
 static void setup_free(setup *s, tj_kernel *k) {
   for (int i = 0; i < 5; ++i) s->host.release(s->hooks[i]);
   s->host.release(s->name);
+  s->host.release(s->alpha);
+  s->host.release(s->kk);
   tj_kernel_free(k);
   CHECK(fh_error_type == NULL);
   CHECK_EQ_INT(fh_alive, 0); /* every reference given back */
 }
-
-static float a_data[4] = {1, 2, 3, 4};
 
 /* Calls the plan with `n` positional arguments and no keywords. */
 static void *call_n(setup *s, void **args, size_t n) {
@@ -180,24 +191,21 @@ TEST(host_call_classifies_builtin_scalars) {
   tj_kernel *k = mix_kernel(1);
   setup s;
   setup_init(&s, k);
-  fh_object a;
-  tjt_tensor ta;
-  tensor_object(&a, &ta, a_data, 4);
   fh_object *alpha = fh_float(2.0), *kk = fh_int(3);
-  void *args[4] = {&a, alpha, kk, &fh_true};
+  void *args[4] = {&s.a, alpha, kk, &fh_true};
   /* The vectorcall offset bit is not an argument. */
   void *result = call_n(&s, args, 4 | ((size_t)1 << (8 * sizeof(size_t) - 1)));
   CHECK(result == &outputs[0]);
   CHECK(out_data[0][3] == 4.0f * 2.0f + 3.0f + 1.0f);
   CHECK_EQ_INT(outputs[0].refs, 1); /* the caller's */
   CHECK_EQ_INT(describes, 1);       /* the tensor type, once */
-  CHECK_EQ_INT(a.refs, 1);
+  CHECK_EQ_INT(s.a.refs, 1);
 
   /* An int where the float parameter is: its value as a float; ints beyond 64 bits
    * for the int parameter: refused, naming the argument. */
   fh_object *two = fh_int(2), *huge = fh_int(0);
   huge->overflow = 1;
-  void *args2[4] = {&a, two, huge, &fh_false};
+  void *args2[4] = {&s.a, two, huge, &fh_false};
   CHECK(call_n(&s, args2, 4) == NULL);
   CHECK(fh_error_type == &fh_exception_types[-TJ_EVALUE]);
   CHECK(strstr(fh_error_value->s, "mix: argument 2 'k'") != NULL);
@@ -220,9 +228,6 @@ TEST(host_call_described_kinds) {
   setup s;
   setup_init(&s, k);
   s.host.type_offset = -1; /* types through object_type and release: as many of each */
-  fh_object a;
-  tjt_tensor ta;
-  tensor_object(&a, &ta, a_data, 4);
   /* NumPy-style scalars: a float through __float__, an integer through __index__,
    * a bool by truth; and something else, refused with its name. */
   static const tj_host_type f32_info = {TJ_HOST_FLOAT, NULL, "numpy.float32"};
@@ -243,19 +248,19 @@ TEST(host_call_described_kinds) {
   f.f = 0.5;
   i.i = 10;
   b.i = 1;
-  void *args[4] = {&a, &f, &i, &b};
+  void *args[4] = {&s.a, &f, &i, &b};
   CHECK(call_n(&s, args, 4) == &outputs[0]);
   CHECK(out_data[0][1] == 2.0f * 0.5f + 10.0f + 1.0f);
   CHECK_EQ_INT(describes, 3); /* the tensor type is known from the test before */
 
-  void *bad[4] = {&a, &other, &i, &b};
+  void *bad[4] = {&s.a, &other, &i, &b};
   CHECK(call_n(&s, bad, 4) == NULL);
   CHECK(fh_error_type == &fh_exception_types[-TJ_ETYPE]);
   CHECK(strstr(fh_error_value->s, "mix: argument 1 'alpha'") != NULL);
   CHECK_ERROR_CONTAINS("got Thing");
   fh_clear();
   /* A float type where the int parameter is: refused, named by its type. */
-  void *bad2[4] = {&a, &f, &f, &b};
+  void *bad2[4] = {&s.a, &f, &f, &b};
   CHECK(call_n(&s, bad2, 4) == NULL);
   CHECK_ERROR_CONTAINS("got numpy.float32");
   fh_clear();
@@ -266,7 +271,7 @@ TEST(host_call_described_kinds) {
   fh_object broken;
   fh_object_init(&broken, &f32_type);
   broken.kind = FH_NONE; /* double_of refuses it */
-  void *bad4[4] = {&a, &broken, &i, &b};
+  void *bad4[4] = {&s.a, &broken, &i, &b};
   producer_error_step = TJ_PRODUCER_CONVERT;
   producer_errors = 0;
   CHECK(call_n(&s, bad4, 4) == NULL);
@@ -279,7 +284,7 @@ TEST(host_call_described_kinds) {
   fh_object nameless;
   fh_type_init(&nameless_type, NULL);
   fh_object_init(&nameless, &nameless_type);
-  void *bad3[4] = {&a, &nameless, &i, &b};
+  void *bad3[4] = {&s.a, &nameless, &i, &b};
   CHECK(call_n(&s, bad3, 4) == NULL);
   CHECK_EQ_STR(fh_error_value->s, "no description");
   fh_clear();
@@ -306,16 +311,13 @@ TEST(host_call_stream_and_keywords) {
   tj_kernel *k = mix_kernel(1);
   setup s;
   setup_init(&s, k);
-  fh_object a;
-  tjt_tensor ta;
-  tensor_object(&a, &ta, a_data, 4);
-  fh_object *alpha = fh_float(1.0), *kk = fh_int(0), *handle = fh_int(0x99);
+  fh_object *alpha = s.alpha, *kk = s.kk, *handle = fh_int(0x99);
   fh_object *stream_name = fh_tuple(1), *alpha_name = fh_tuple(1);
   stream_name->items[0] = fh_str("stream");
   alpha_name->items[0] = fh_str("alpha");
 
   /* stream=: the handle reaches the core (a CPU kernel refuses a non-zero one). */
-  void *args[5] = {&a, alpha, kk, &fh_true, handle};
+  void *args[5] = {&s.a, alpha, kk, &fh_true, handle};
   CHECK(tj_host_call(&s.plan, args, 4, stream_name) == NULL);
   CHECK_EQ_INT(stream_asks, 0); /* a non-negative int is a handle as it is */
   CHECK(strstr(fh_error_value->s, "a stream was given to a cpu kernel") != NULL);
@@ -333,7 +335,7 @@ TEST(host_call_stream_and_keywords) {
   fh_clear();
 
   /* Inputs by name: the kernel object maps them (items: 3 positional + 1 keyword). */
-  void *named[4] = {&a, kk, &fh_true, alpha};
+  void *named[4] = {&s.a, kk, &fh_true, alpha};
   fh_object *r = tj_host_call(&s.plan, named, 3, alpha_name);
   CHECK(r != NULL && r->i == 401);
   CHECK_EQ_INT(keyword_calls, 1);
@@ -341,8 +343,6 @@ TEST(host_call_stream_and_keywords) {
   s.host.release(r);
   s.host.release(stream_name);
   s.host.release(alpha_name);
-  s.host.release(alpha);
-  s.host.release(kk);
   s.host.release(handle);
   setup_free(&s, k);
 }
@@ -351,13 +351,8 @@ TEST(host_call_results_in_order) {
   tj_kernel *k = mix_kernel(2);
   setup s;
   setup_init(&s, k);
-  fh_object a;
-  tjt_tensor ta;
-  tensor_object(&a, &ta, a_data, 4);
-  fh_object *alpha = fh_float(1.0), *kk = fh_int(0);
-  void *args[4] = {&a, alpha, kk, &fh_false};
   /* Two outputs: a list in declaration order... */
-  fh_object *list = call_n(&s, args, 4);
+  fh_object *list = call_n(&s, s.args, 4);
   CHECK(list != NULL && list->kind == FH_LIST && list->n == 2);
   CHECK(list->items[0] == &outputs[0] && list->items[1] == &outputs[1]);
   s.host.release(list);
@@ -365,31 +360,25 @@ TEST(host_call_results_in_order) {
   /* ...or in the plan's. */
   int32_t order[2] = {1, 0};
   s.plan.out_order = order;
-  list = call_n(&s, args, 4);
+  list = call_n(&s, s.args, 4);
   CHECK(list->items[0] == &outputs[3] && list->items[1] == &outputs[2]);
   s.host.release(list);
 
   /* A failing call gives back the outputs made: none are left referenced. */
-  void *short_args[2] = {&a, alpha};
+  void *short_args[2] = {&s.a, s.alpha};
   CHECK(call_n(&s, short_args, 2) == NULL);
   CHECK(fh_error_type == &fh_exception_types[-TJ_ETYPE]);
   CHECK_EQ_STR(fh_error_value->s, "mix: expected 4 arguments (A, alpha, k, flag), got 2");
   fh_clear();
-  s.host.release(alpha);
-  s.host.release(kk);
   setup_free(&s, k);
 
   /* No outputs: None, retained. */
   tj_kernel *k0 = mix_kernel(0);
   setup_init(&s, k0);
-  fh_object *alpha0 = fh_float(1.0), *kk0 = fh_int(0);
-  void *args0[4] = {&a, alpha0, kk0, &fh_false};
   int none_refs = fh_none.refs;
-  CHECK(call_n(&s, args0, 4) == &fh_none);
+  CHECK(call_n(&s, s.args, 4) == &fh_none);
   CHECK_EQ_INT(fh_none.refs, none_refs + 1);
   fh_none.refs--;
-  s.host.release(alpha0);
-  s.host.release(kk0);
   setup_free(&s, k0);
 }
 
@@ -402,14 +391,9 @@ TEST(host_call_producer_errors_and_claims) {
   tj_kernel *k = mix_kernel(1);
   setup s;
   setup_init(&s, k);
-  fh_object a;
-  tjt_tensor ta;
-  tensor_object(&a, &ta, a_data, 4);
-  fh_object *alpha = fh_float(1.0), *kk = fh_int(0);
-  void *args[4] = {&a, alpha, kk, &fh_false};
   /* The producer's own error becomes the cause of one saying where. */
   fail_import = 1;
-  CHECK(call_n(&s, args, 4) == NULL);
+  CHECK(call_n(&s, s.args, 4) == NULL);
   CHECK_EQ_INT(producer_errors, 1);
   CHECK(fh_error_type == &fh_exception_types[2]);
   CHECK_EQ_STR(fh_error_value->s, "mix: argument 0 'A': cannot import the tensor through DLPack");
@@ -419,14 +403,12 @@ TEST(host_call_producer_errors_and_claims) {
   /* A framework claims the call: handed to the kernel object with the arguments. */
   tj_claim claim = {1, 0, always, NULL, NULL, NULL, NULL, -1};
   tensor_producer.claim = &claim;
-  fh_object *r = call_n(&s, args, 4);
+  fh_object *r = call_n(&s, s.args, 4);
   CHECK(r != NULL && r->i == 4);
   CHECK_EQ_INT(claimed_calls, 1);
   CHECK_EQ_INT(allocations, 0);
   s.host.release(r);
   tensor_producer.claim = NULL;
-  s.host.release(alpha);
-  s.host.release(kk);
   setup_free(&s, k);
 }
 
@@ -448,18 +430,13 @@ TEST(host_claims_asked_of_the_host) {
   tj_host_claim_mode mode = {&s.host, NULL, NULL, NULL};
   tj_claim claim = {0, 0, NULL, NULL, tj_host_claim_ask, NULL, &mode, -1};
   tensor_producer.claim = &claim;
-  fh_object a;
-  tjt_tensor ta;
-  tensor_object(&a, &ta, a_data, 4);
-  fh_object *alpha = fh_float(1.0), *kk = fh_int(0);
-  void *args[4] = {&a, alpha, kk, &fh_false};
   /* Asked per tensor: no claim, the call runs. */
   claims_answer = TJ_CLAIM_NONE, claims_asks = 0;
-  CHECK(call_n(&s, args, 4) == &outputs[0]);
+  CHECK(call_n(&s, s.args, 4) == &outputs[0]);
   CHECK_EQ_INT(claims_asks, 1);
   /* Claimed once validated: imported, nothing allocated, handed over. */
   claims_answer = TJ_CLAIM_VALIDATED, imports = allocations = 0;
-  fh_object *r = call_n(&s, args, 4);
+  fh_object *r = call_n(&s, s.args, 4);
   CHECK(r != NULL && r->i == 4);
   CHECK_EQ_INT(imports, 1);
   CHECK_EQ_INT(allocations, 0);
@@ -467,26 +444,24 @@ TEST(host_claims_asked_of_the_host) {
   s.host.release(r);
   /* ... but never by the plan of the framework's own implementation. */
   s.plan.unclaimed = 1;
-  CHECK(call_n(&s, args, 4) == &outputs[0]); /* run: its output, the first allocation */
+  CHECK(call_n(&s, s.args, 4) == &outputs[0]); /* run: its output, the first allocation */
   CHECK_EQ_INT(claimed_calls, 1);
   s.plan.unclaimed = 0;
   /* An import that fails: asked again with `failed`; a claim drops the import's error. */
   claims_answer = TJ_CLAIM_NONE, claims_failed_answer = TJ_CLAIM_NOW, fail_import = 1;
-  r = call_n(&s, args, 4);
+  r = call_n(&s, s.args, 4);
   CHECK(r != NULL && r->i == 4);
   CHECK(fh_error_type == NULL);
   s.host.release(r);
   /* No claim: the import's own error, as without a claim. */
   claims_failed_answer = TJ_CLAIM_NONE, producer_errors = 0;
-  CHECK(call_n(&s, args, 4) == NULL);
+  CHECK(call_n(&s, s.args, 4) == NULL);
   CHECK_EQ_INT(producer_errors, 1);
   CHECK_EQ_STR(fh_error_value->s, "mix: argument 0 'A': cannot import the tensor through DLPack");
   fh_clear();
   fail_import = 0;
   tensor_producer.claim = NULL;
   s.host.release(hook);
-  s.host.release(alpha);
-  s.host.release(kk);
   setup_free(&s, k);
 }
 
@@ -500,21 +475,14 @@ TEST(host_method_entry) {
   capsule.kind = FH_CAPSULE;
   strcpy(capsule.s, TJ_HOST_PLAN_CAPSULE);
   capsule.pointer = &s.plan;
-  fh_object a;
-  tjt_tensor ta;
-  tensor_object(&a, &ta, a_data, 4);
-  fh_object *alpha = fh_float(1.0), *kk = fh_int(0);
-  void *args[4] = {&a, alpha, kk, &fh_false};
-  CHECK(tj_host_method(&capsule, args, 4, NULL) == &outputs[0]);
+  CHECK(tj_host_method(&capsule, s.args, 4, NULL) == &outputs[0]);
   /* Another object as self: the capsule's error, nothing done. */
   fh_object not_a_capsule;
   fh_object_init(&not_a_capsule, &tensor_type);
   int before = imports;
-  CHECK(tj_host_method(&not_a_capsule, args, 4, NULL) == NULL);
+  CHECK(tj_host_method(&not_a_capsule, s.args, 4, NULL) == NULL);
   CHECK_EQ_INT(imports, before);
   fh_clear();
   tj_host_method_install(NULL);
-  s.host.release(alpha);
-  s.host.release(kk);
   setup_free(&s, k);
 }
