@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -100,6 +101,21 @@ def subprocess_env(**overrides: str) -> dict[str, str]:
 def child_env():
     """``child_env(**overrides)``: see `subprocess_env`."""
     return subprocess_env
+
+
+def run_python(*argv: str, timeout: float = 600, **overrides: str) -> str:
+    """The stdout of ``python *argv`` run as a child that imports this checkout's tilejit
+    (`subprocess_env` with ``overrides``), which must exit 0 (its stderr says why not)."""
+    done = subprocess.run([sys.executable, *argv], env=subprocess_env(**overrides),
+                          capture_output=True, text=True, timeout=timeout, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture(scope="session")
+def child_python():
+    """``child_python(*argv, timeout=600, **overrides) -> stdout``: see `run_python`."""
+    return run_python
 
 
 @pytest.fixture(scope="module")

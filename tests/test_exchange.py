@@ -232,29 +232,23 @@ def test_array_is_the_class_of_empty():
         tilejit.Arrays  # noqa: B018
 
 
-def test_import_tilejit_loads_no_wrapper_until_array(child_env):
+def test_import_tilejit_loads_no_wrapper_until_array(child_python):
     code = ("import sys, tilejit\n"
             "assert 'tilejit._tilejit' not in sys.modules\n"
             "a = tilejit.Array\n"
             "assert sys.modules['tilejit._tilejit'].Array is a\n"
             "print('ok')\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=child_env(), check=False)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "ok"
+    assert child_python("-c", code).strip() == "ok"
 
 
-def test_array_without_a_wrapper_is_an_import_error_saying_why(child_env, tmp_path):
+def test_array_without_a_wrapper_is_an_import_error_saying_why(child_python, tmp_path):
     # A fresh cache and no C compiler: neither the core nor the wrapper can be built.
     code = ("import tilejit\n"
             "try:\n"
             "    from tilejit import Array\n"
             "except ImportError as exc:\n"
             "    print(type(exc).__name__, exc)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=child_env(TILEJIT_CACHE_DIR=str(tmp_path),
-                                        TILEJIT_CC="/nonexistent/cc"), check=False)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("ImportError tilejit.Array is defined by the compiled Cython "
-                                  "wrapper, which cannot be loaded: "), done.stdout
-    assert "TILEJIT_CC='/nonexistent/cc'" in done.stdout, done.stdout
+    out = child_python("-c", code, TILEJIT_CACHE_DIR=str(tmp_path), TILEJIT_CC="/nonexistent/cc")
+    assert out.startswith("ImportError tilejit.Array is defined by the compiled Cython "
+                          "wrapper, which cannot be loaded: "), out
+    assert "TILEJIT_CC='/nonexistent/cc'" in out, out

@@ -25,35 +25,26 @@ FAST_PATHS = {"autograd claim (libc10)", "forward-AD level", "lazy-view bits (Te
               "Dynamo constant (_dynamo_marked_constant)"}
 
 
-def _doctor(env) -> dict:
-    done = subprocess.run([sys.executable, "-m", "tilejit", "doctor", "--json"], env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
-
-def test_doctor_reports_every_fast_path(child_env):
-    on = _doctor(child_env())
+def test_doctor_reports_every_fast_path(child_python):
+    on = json.loads(child_python("-m", "tilejit", "doctor", "--json"))
     assert on["fast_paths_switch"] == "on"
     assert set(on["fast_paths"]) >= FAST_PATHS
     # This machine's torch is one the probes know: every fast path checks out.
     assert all(on["fast_paths"][name]["active"] for name in FAST_PATHS), on["fast_paths"]
     assert on["packages"]["torch"].startswith("2.")
     assert on["builds"]["core"]["built"] and on["builds"]["wrapper"]["built"]
-    off = _doctor(child_env(TILEJIT_FAST_PATHS="0"))
+    off = json.loads(child_python("-m", "tilejit", "doctor", "--json", TILEJIT_FAST_PATHS="0"))
     assert off["fast_paths_switch"].startswith("off")
     for name in FAST_PATHS:
         assert not off["fast_paths"][name]["active"]
         assert "TILEJIT_FAST_PATHS=0" in off["fast_paths"][name]["why"]
 
 
-def test_doctor_prints_one_screen(child_env):
-    done = subprocess.run([sys.executable, "-m", "tilejit", "doctor"], env=child_env(),
-                          capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr
+def test_doctor_prints_one_screen(child_python):
+    out = child_python("-m", "tilejit", "doctor")
     for heading in ("packages", "compilers", "builds for", "cuda", "fast paths: on"):
-        assert heading in done.stdout
-    assert len(done.stdout.splitlines()) < 60
+        assert heading in out
+    assert len(out.splitlines()) < 60
 
 
 @pytest.mark.slow

@@ -9,8 +9,6 @@ every fast path is off and the public fallbacks answer.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -228,7 +226,7 @@ def test_functorch_transforms(k):
 
 
 @pytest.mark.parametrize("transform", ["grad", "vmap", "FakeTensorMode", "inference_mode"])
-def test_the_first_call_of_a_process_inside_a_transform(transform, child_env, backend):
+def test_the_first_call_of_a_process_inside_a_transform(transform, child_python, backend):
     # Torch's state of the caller (a transform, a dispatch mode, inference mode) must not
     # reach tilejit's one-time probes of torch, which run on a thread of their own.
     if backend != "cython":
@@ -270,13 +268,11 @@ def test_the_first_call_of_a_process_inside_a_transform(transform, child_env, ba
             k(y).sum().backward()
             print(y.grad.tolist())
         """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=child_env(), timeout=300, check=False)
-    assert done.returncode == 0, done.stderr
+    out = child_python("-c", code, timeout=300)
     expected = {"grad": "[0.0, 2.0, 4.0, 6.0]", "vmap": "[0.0, 1.0, 4.0, 9.0]",
                 "FakeTensorMode": "(4,)\n[0.0, 1.0, 4.0, 9.0]",
                 "inference_mode": "[0.0, 1.0, 4.0, 9.0]\n[0.0, 2.0, 4.0, 6.0]"}[transform]
-    assert done.stdout.strip() == expected
+    assert out.strip() == expected
 
 
 # ---- The autograd path validates as the direct call does ----------------------------------

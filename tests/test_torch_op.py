@@ -9,8 +9,6 @@ per backend (``kernels``).
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -405,7 +403,7 @@ def test_the_trace_time_constants_are_marked_as_torch_marks_them():
     assert marked == {name: vars(top._traced_op_name)[name] for name in marked}
 
 
-def test_a_kernel_made_before_torch_is_imported(kernels, backend, child_env):
+def test_a_kernel_made_before_torch_is_imported(kernels, backend, child_python):
     # And the op's name is the same in another process: a stable name for a same kernel.
     if backend != "cython":
         pytest.skip("one child process (torch's import is slow), behind the default backend")
@@ -424,7 +422,5 @@ def test_a_kernel_made_before_torch_is_imported(kernels, backend, child_env):
         from tilejit import torch_op
         print(torch_op.op_name(k))
         """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=child_env(), timeout=300, check=False)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split("\n")[:2] == ["[2.0, 2.0, -2.0]", top.op_name(kernels["pad1"])]
+    out = child_python("-c", code, timeout=300)
+    assert out.split("\n")[:2] == ["[2.0, 2.0, -2.0]", top.op_name(kernels["pad1"])]

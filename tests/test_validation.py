@@ -1010,13 +1010,7 @@ for backend in ("cython", "dlpack", "ctypes"):
 """
 
 
-def test_without_the_bits_torch_is_asked(child_env):
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-c", ASKING], env=child_env(), capture_output=True,
-                          text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [
+def test_without_the_bits_torch_is_asked(child_python):
+    assert child_python("-c", ASKING).splitlines() == [
         f"{backend} f: argument 0 'A': {_LAZY} negative view (its negative bit is set); "
         f"materialise it with .resolve_neg()" for backend in ("cython", "dlpack", "ctypes")]
