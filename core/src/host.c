@@ -307,12 +307,7 @@ static int dlpack_allocate(const tj_producer *self, const DLTensor *proto, tj_ar
   void *tensor = call_with(h, h->allocate, 4, items);
   *object = tensor; /* the caller owns it from here, whatever happens next */
   if (tensor == NULL) return TJ_EPYERR;
-  void *capsule_args[1] = {retained(h, tensor)};
-  void *capsule = call_with(h, h->dlpack_capsule, 1, capsule_args);
-  if (capsule == NULL) return TJ_EPYERR;
-  int rc = tj_arg_from_capsule(out, capsule, h);
-  h->release(capsule);
-  return rc;
+  return dlpack_import(self, tensor, out); /* read back as any argument is */
 }
 
 static int dlpack_stream(const tj_producer *self, int32_t device_type, int32_t device_id,
