@@ -34,6 +34,7 @@ import threading
 from pathlib import Path
 
 import torch
+from torch.autograd import forward_ad
 
 from . import backends
 from .cache import artifact_key
@@ -132,8 +133,8 @@ def bind_symbols(kernel, args) -> dict:
     empty dimension, which is never stepped over, binds a still-unbound symbol only
     loosely, and any later firm binding replaces it. A firmly bound symbol met again
     must match, as must constant extents and strides, refused with the core's words.
-    ``tests/test_torch_op.py`` checks that this and the core agree on every kind of
-    signature."""
+    ``tests/test_torch_autograd.py`` checks that this and the core agree on random
+    signatures of every kind."""
     sig = kernel._sig
     params = kernel.params
     inputs = [i for i in range(len(params)) if i not in set(sig.out_idx)]
@@ -400,15 +401,24 @@ def _autograd_kernel(kernel, op):
 
     def autograd_kernel(keyset, *args):
         _refuse_tangents(label, names, args)
-        if torch.is_grad_enabled():
-            for position, value in enumerate(args):
-                if isinstance(value, torch.Tensor) and value.requires_grad:
-                    if name not in _backwards:
-                        raise RuntimeError(_no_backward(label, position, names[position]))
-                    return Recorded.apply(*args, keyset)
-        return run(keyset, args)
+        position = _requiring_grad(args)
+        if position is None:
+            return run(keyset, args)
+        if name not in _backwards:
+            raise RuntimeError(_no_backward(label, position, names[position]))
+        return Recorded.apply(*args, keyset)
 
     return autograd_kernel
+
+
+def _requiring_grad(args: tuple) -> int | None:
+    """The position of the first tensor of ``args`` autograd must record (it requires
+    grad while grad mode is on), or None."""
+    if torch.is_grad_enabled():
+        for position, value in enumerate(args):
+            if isinstance(value, torch.Tensor) and value.requires_grad:
+                return position
+    return None
 
 
 def _no_backward(kernel_name: str, position: int, name: str) -> str:
@@ -421,8 +431,6 @@ def _no_backward(kernel_name: str, position: int, name: str) -> str:
 def _refuse_tangents(kernel_name: str, names: list, args: tuple) -> None:
     """Forward-mode AD (``torch.autograd.forward_ad``, ``torch.func.jvp``): refused for
     an input carrying a tangent, naming the kernel and the argument."""
-    from torch.autograd import forward_ad
-
     # The fast path: forward_ad's own record of the current level, -1 outside any
     # (checked once per process by tilejit.host); else every input is asked.
     if FAST_PATHS and getattr(forward_ad, "_current_level", 0) == -1:
@@ -473,8 +481,7 @@ def claimed_call(kernel, args: tuple, stream):
     op = torch_op(kernel)
     args = _schema_args(kernel, args)
     name = op_name(kernel)
-    if name in _backwards and torch.is_grad_enabled() and any(
-            isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+    if name in _backwards and _requiring_grad(args) is not None:
         # Recorded here, above the dispatcher, where torch.func's transforms see the
         # autograd.Function (they cannot from inside an op's Autograd kernel).
         _refuse_tangents(kernel.name, _input_names(kernel), args)
