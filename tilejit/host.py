@@ -407,7 +407,9 @@ def _torch_grad_probe(torch):
     return found
 
 
-_IDLE_LEVEL = -1  # forward_ad's level outside any: one int object in CPython
+# forward_ad's record of its current level, and its value outside any level: the one
+# int object -1 is in CPython, which the core compares by identity (tj_host_claim_mode).
+FORWARD_LEVEL, IDLE_LEVEL = sys.intern("_current_level"), -1
 
 
 def _autograd_meta_offset(torch) -> int:
@@ -462,12 +464,12 @@ def _forward_ad_scope(torch):
 
     def probe():
         space = vars(forward_ad)
-        if space.get("_current_level") is not _IDLE_LEVEL:  # the very object the core compares
+        if space.get(FORWARD_LEVEL) is not IDLE_LEVEL:  # the very object the core compares
             raise LookupError("forward_ad._current_level is not the int -1 outside a level")
         with forward_ad.dual_level():
-            inside = space.get("_current_level")
+            inside = space.get(FORWARD_LEVEL)
         if (not isinstance(inside, int) or inside < 0
-                or space.get("_current_level") is not _IDLE_LEVEL):
+                or space.get(FORWARD_LEVEL) is not IDLE_LEVEL):
             raise LookupError("forward_ad._current_level does not follow dual_level()")
         return space
 

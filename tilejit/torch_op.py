@@ -39,6 +39,7 @@ from torch.autograd import forward_ad
 from . import backends
 from .cache import artifact_key
 from .fast_paths import FAST_PATHS
+from .host import FORWARD_LEVEL, IDLE_LEVEL
 from .lang import Buffer, Expr, PointerParam, Scalar, Symbol
 
 NAMESPACE = "tilejit"
@@ -433,7 +434,7 @@ def _refuse_tangents(kernel_name: str, names: list, args: tuple) -> None:
     an input carrying a tangent, naming the kernel and the argument."""
     # The fast path: forward_ad's own record of the current level, -1 outside any
     # (checked once per process by tilejit.host); else every input is asked.
-    if FAST_PATHS and getattr(forward_ad, "_current_level", 0) == -1:
+    if FAST_PATHS and getattr(forward_ad, FORWARD_LEVEL, None) == IDLE_LEVEL:
         return
     for position, value in enumerate(args):
         if isinstance(value, torch.Tensor) and forward_ad.unpack_dual(value).tangent is not None:

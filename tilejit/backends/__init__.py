@@ -121,8 +121,7 @@ def kernel_class(base: type, name: str) -> type:
         if name == "ctypes":
             from .ctypes_backend import CtypesKernel as impl
 
-            entry = _ctypes_entry
-            call = impl.__call__ if FAST_PATHS else _python_call(entry)
+            call = impl.__call__ if FAST_PATHS else _python_call(_ctypes_entry)
         else:
             from .cython_backend import wrapper_module
 

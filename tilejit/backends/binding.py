@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import builtins
 import ctypes
-import sys
 import threading
 from ctypes import addressof, c_int, c_int32, c_void_p, py_object
 
@@ -106,9 +105,6 @@ def _producer(cls, exchange: bool):
 
 
 _claims: dict = {}  # framework_claim's answer -> its TjClaim, alive for the process
-# forward_ad's record of its level, and its value outside any level: the one int object
-# -1 is in CPython (the probe, tilejit.host._forward_ad_scope, checks it is that object).
-_LEVEL_KEY, _IDLE_LEVEL = sys.intern("_current_level"), -1
 
 
 def _claim(how):
@@ -120,12 +116,12 @@ def _claim(how):
         claim = _claims.get(key)
         if claim is None:
             if how[0] == "always":
-                claim = TjClaim(always=1)
+                claim = TjClaim(always=1, meta_offset=-1)
             else:
                 _, probe, scope = how
                 core = core_library()
                 mode = TjHostClaimMode(host=host_address(), scope=id(scope) if scope else None,
-                                       key=id(_LEVEL_KEY), idle=id(_IDLE_LEVEL))
+                                       key=id(host.FORWARD_LEVEL), idle=id(host.IDLE_LEVEL))
                 claim = TjClaim(ask=ctypes.cast(core.tj_host_claim_ask, c_void_p).value,
                                 context=addressof(mode), meta_offset=-1)
                 if scope is not None:  # asked only inside a forward-AD level
