@@ -402,8 +402,9 @@ def _torch_grad_probe(torch):
     except Exception as exc:  # noqa: BLE001 - any mismatch means: ask the public way
         _decided("autograd claim (libc10)", False, f"{type(exc).__name__}: {exc}")
         return None
-    _decided("autograd claim (libc10)", True, "libc10's answers match torch's; TensorImpl's "
-             f"autograd record at byte {found[3]}")
+    record = (f"TensorImpl's autograd record at byte {found[3]}" if found[3] >= 0 else
+              "TensorImpl's autograd record not found: libc10 asked for every tensor")
+    _decided("autograd claim (libc10)", True, f"libc10's answers match torch's; {record}")
     return found
 
 
@@ -416,44 +417,35 @@ def _autograd_meta_offset(torch) -> int:
     """Where a ``TensorImpl`` keeps its autograd record (``autograd_meta_``), NULL for a
     tensor that neither requires grad nor carries a forward-mode tangent (nor is a view
     autograd tracks): the one word of the TensorImpl that is NULL on fresh tensors and
-    set on every tensor requiring grad or carrying a tangent, read through
-    ``/proc/self/mem``. -1 when it cannot be told apart: every tensor is then asked."""
-    import os
-    import struct
-
+    set on every tensor requiring grad or carrying a tangent, read as
+    ``tilejit.torch_views`` reads the lazy-view bits. -1 when it cannot be told apart:
+    every tensor is then asked libc10."""
     from torch.autograd import forward_ad
 
-    span = 64
-    fd = os.open("/proc/self/mem", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        def words(tensor):
-            raw = os.pread(fd, 8 * span, tensor._cdata)
-            return struct.unpack(f"={len(raw) // 8}Q", raw)
+    from .torch_views import _Memory
 
-        leaf = torch.ones(3, requires_grad=True)
-        without = [torch.ones(3), torch.zeros(2, 2), torch.empty(0), leaf.detach(),
-                   torch.ones(3, dtype=torch.int32), torch.ones(1, 3, 2, 2).to(
-                       memory_format=torch.channels_last)]
-        with torch.no_grad():
-            without.append(leaf * 2)
-        with_record = [leaf, leaf * 2, leaf[1:], torch.nn.Parameter(torch.ones(2)),
-                       torch.ones(2).requires_grad_()]
+    leaf = torch.ones(3, requires_grad=True)
+    without = [torch.ones(3), torch.zeros(2, 2), torch.empty(0), leaf.detach(),
+               torch.ones(3, dtype=torch.int32),
+               torch.ones(1, 3, 2, 2).to(memory_format=torch.channels_last)]
+    with torch.no_grad():
+        without.append(leaf * 2)
+    with_record = [leaf, leaf * 2, leaf[1:], torch.nn.Parameter(torch.ones(2)),
+                   torch.ones(2).requires_grad_()]
+    memory = _Memory()
+    try:
         with forward_ad.dual_level():
             dual = forward_ad.make_dual(torch.ones(3), torch.ones(3))
             with_record += [dual, dual * 2]
-            found = None
-            tables = [words(t) for t in (*without, *with_record)]
-        n = min(map(len, tables))
-        candidates = [i for i in range(n)
-                      if all(w[i] == 0 for w in tables[:len(without)])
-                      and all(w[i] != 0 for w in tables[len(without):])]
-        if len(candidates) == 1:
-            found = 8 * candidates[0]
+            tables = [memory.words(t._cdata, 512) for t in (*without, *with_record)]
     finally:
-        os.close(fd)
-    if found is None:
-        raise LookupError("the autograd record of a TensorImpl was not found")
-    return found
+        memory.close()
+    if any(words is None for words in tables):
+        return -1
+    candidates = [i for i in range(min(map(len, tables)))
+                  if all(w[i] == 0 for w in tables[:len(without)])
+                  and all(w[i] != 0 for w in tables[len(without):])]
+    return 8 * candidates[0] if len(candidates) == 1 else -1
 
 
 def _forward_ad_scope(torch):
