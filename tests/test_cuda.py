@@ -667,9 +667,13 @@ def test_gpu_side_stream_and_large_shared_memory(child_env):
         side = torch.cuda.Stream()
         a = torch.rand(1 << 22, device=dev)
         b = torch.rand(1 << 22, device=dev)
+        # A kernel's first launch loads it, which under CUDA's lazy module loading waits
+        # for the work queued on the device (torch's own `a * 2` blocked 0.1 s so on an
+        # H200): launch each once before the stream is made busy.
+        add(a * 2, b)
         torch.cuda.synchronize()
         with torch.cuda.stream(side):
-            torch.cuda._sleep(50_000_000)  # keeps the side stream busy
+            torch.cuda._sleep(200_000_000)  # keeps the side stream busy (about 0.1 s)
             a2 = a * 2                      # queued on the side stream
             c = add(a2, b)                  # must run after a2, on the side stream
             d = add(a2, b, stream=side)     # the same, explicitly

@@ -343,7 +343,6 @@ def test_gpu_tilelang_kernels_match_torch(child_env):
         import sys, torch, tilelang
         sys.path.insert(0, {str(HERE)!r})
         import tilejit.tilelang as tt
-from tilejit.demo import tilelang_kernels
         from test_tilelang import gemm, two_kernels, clustered
         target = {{"kind": "cuda", "arch": {arch!r}}}
         dev = torch.device("cuda")

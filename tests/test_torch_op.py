@@ -394,6 +394,22 @@ def test_layout_jit_specialises_at_trace_time(backend):
     assert counter.frame_count == 1 and rowsum.cache_info() == 1
 
 
+def test_traced_code_hands_dynamo_constant_functions_strings(kernels, monkeypatch):
+    # Before torch 2.13, assume_constant_result takes only constants and tensors: a kernel
+    # or jit function handed over fails the trace. Traced code hands its trace key.
+    looked_up = []
+    find = top.backends.traced_object
+    monkeypatch.setattr(top.backends, "traced_object",
+                        lambda key: looked_up.append(key) or find(key))
+    pad1 = kernels["pad1"]
+    torch._dynamo.reset()
+    x = torch.rand(4)
+    torch.testing.assert_close(torch.compile(lambda t: pad1(t) * 2, fullgraph=True,
+                                             backend="eager")(x), pad1(x) * 2)
+    assert looked_up == [pad1._trace_key] and isinstance(pad1._trace_key, str)
+    assert top.backends.traced_object(pad1._trace_key) is pad1
+
+
 def test_the_trace_time_constants_are_marked_as_torch_marks_them():
     def probe():
         return 0

@@ -65,6 +65,7 @@ class LayoutJITFunction:
         self._lock = threading.Lock()
         self._classify = None
         functools.update_wrapper(self, func)
+        _backends.register_traced(self)
         _trace_with_torch()
 
     def _views(self, args, kwargs):

@@ -37,6 +37,7 @@ class JITFunction:
         self._calls: dict = {}
         self._lock = threading.Lock()
         functools.update_wrapper(self, func)
+        _backends.register_traced(self)
         _trace_with_torch()
 
     def _canonical_key(self, args, kwargs):

@@ -54,6 +54,7 @@ class JITKernel:
         self._out_order = order
         _backends.bind(self, self.execution_backend, self._core_kernel, order)
         JITKernel._alive.add(self)
+        _backends.register_traced(self)
         if "torch" in sys.modules:
             # Loading it makes Dynamo inline its traced_call in place of __call__ (see
             # _traced_call). A process that imports torch only later traces through

@@ -539,13 +539,19 @@ def _as_torch(label: str, value):
                         f"torch.from_dlpack cannot read ({exc})") from exc
 
 
-@_constant_at_trace_time
-def _traced_op_name(kernel) -> str:
-    """The op name, computed (and the op registered) while Dynamo traces, outside the
-    graph: Dynamo calls this at trace time and keeps the result as a constant."""
+def _registered_op_name(kernel) -> str:
+    """The op name, the op registered (with every live kernel's: ``_define_alive``)."""
     definition(kernel)
     _define_alive(kernel)
     return op_name(kernel)
+
+
+@_constant_at_trace_time
+def _traced_op_name(key: str) -> str:
+    """The op name of the kernel ``key`` names (``backends.register_traced``), computed
+    and the op registered while Dynamo traces, outside the graph: Dynamo calls this at
+    trace time and keeps the result as a constant."""
+    return _registered_op_name(backends.traced_object(key))
 
 
 def _define_alive(kernel) -> None:
@@ -565,7 +571,7 @@ def traced_call(kernel, /, *args, **keywords):
     Dynamo inlines it in place of the kernel's ``__call__`` (``tilejit.backends.
     trace_calls_with``, below)."""
     args, stream = kernel._positional(args, keywords)
-    return call_op(_traced_op_name(kernel), *args, stream=stream)
+    return call_op(_traced_op_name(kernel._trace_key), *args, stream=stream)
 
 
 def call_op(name: str, /, *args, **keywords):
@@ -588,25 +594,25 @@ def _eager_result(result):
 
 
 @_constant_at_trace_time
-def _jit_op_name(function, /, *args, **kwargs) -> str:
-    """Compiles (or finds) the kernel a jit factory call makes and registers its op, at
-    trace time, outside the graph."""
-    return _traced_op_name(function.kernel_for(*args, **kwargs))
+def _jit_op_name(key: str, /, *args, **kwargs) -> str:
+    """Compiles (or finds) the kernel a call of the jit function ``key`` names makes and
+    registers its op, at trace time, outside the graph."""
+    return _registered_op_name(backends.traced_object(key).kernel_for(*args, **kwargs))
 
 
 def traced_jit_call(function, /, *args, **kwargs):
     """What ``torch.compile`` traces for ``factory(*args, **kwargs)`` of a
     ``@tilejit.jit`` function: the kernel it returns, as a callable of its op."""
-    return functools.partial(call_op, _jit_op_name(function, *args, **kwargs))
+    return functools.partial(call_op, _jit_op_name(function._trace_key, *args, **kwargs))
 
 
 @_constant_at_trace_time
-def _layout_entry(function, /, *args, **kwargs) -> tuple:
-    """``(op name, order)`` of the kernel a ``jit(layout=...)`` call runs, specialised
-    and registered at trace time from the tensors' example values (Dynamo hands this
-    function real tensors), outside the graph."""
-    kernel, order = function.entry_for(*args, **kwargs)
-    return _traced_op_name(kernel), order
+def _layout_entry(key: str, /, *args, **kwargs) -> tuple:
+    """``(op name, order)`` of the kernel a call of the ``jit(layout=...)`` function
+    ``key`` names runs, specialised and registered at trace time from the tensors'
+    example values (Dynamo hands this function real tensors), outside the graph."""
+    kernel, order = backends.traced_object(key).entry_for(*args, **kwargs)
+    return _registered_op_name(kernel), order
 
 
 def traced_layout_call(function, /, *args, **kwargs):
@@ -615,7 +621,7 @@ def traced_layout_call(function, /, *args, **kwargs):
     specialised for is not guarded: a later call whose layout the kernel does not accept
     fails its validation (ValueError), as a direct call of that kernel would."""
     stream = None if function._takes_stream else kwargs.pop("stream", None)
-    name, order = _layout_entry(function, *args, **kwargs)
+    name, order = _layout_entry(function._trace_key, *args, **kwargs)
     tensors = [value for value in (*args, *kwargs.values()) if isinstance(value, torch.Tensor)]
     return call_op(name, *[tensors[j] for j in order], stream=stream)
 

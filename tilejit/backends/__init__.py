@@ -16,12 +16,33 @@ goes straight into the backend's ``__call__`` with no Python layer in between.
 
 from __future__ import annotations
 
+import itertools
 import sys
 import warnings
+import weakref
 
 BACKENDS = ("cython", "dlpack", "ctypes")
 
 _classes: dict = {}
+
+_traced_objects: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_trace_numbers = itertools.count()
+
+
+def register_traced(obj) -> None:
+    """Gives ``obj`` (a kernel, a jit function) ``obj._trace_key``, a string naming it
+    while it lives (``traced_object``). Traced code hands Dynamo's constant functions
+    that string, not the object: every torch version reads a string attribute as a
+    constant (with a guard on it), while passing a Python object to
+    ``torch.compiler.assume_constant_result`` only works from torch 2.13."""
+    key = f"{type(obj).__name__}-{next(_trace_numbers)}"
+    obj._trace_key = key
+    _traced_objects[key] = obj
+
+
+def traced_object(key: str):
+    """The object ``register_traced`` gave ``key``."""
+    return _traced_objects[key]
 
 
 def resolve(name: str | None) -> str:
