@@ -12,6 +12,7 @@
 
 from .compilation import compile
 from .compiler import CompileError
+from .export import load
 from .jit import JITFunction, jit
 from .kernel import JITKernel
 from .lang import T
@@ -69,5 +70,6 @@ __all__ = [
     "empty",
     "from_dlpack",
     "jit",
+    "load",
     "make_ptr",
 ]

@@ -93,8 +93,12 @@ def compile(program: Program, out_idx=None, target=None, execution_backend=None,
                                  "a prebuilt binary= is loaded as it is")
             path = load_binary(program, sig)
             return JITKernel(program, sig, str(path), "", execution_backend)
+        from .cuda_compiler import resolve_arch
+
         path, source = compile_program(program, sig, flags, arch, compiler, verbose)
-        return JITKernel(program, sig, str(path), source, execution_backend)
+        kernel = JITKernel(program, sig, str(path), source, execution_backend)
+        kernel._cuda_arch = ",".join(resolve_arch(arch))  # what kernel.export records
+        return kernel
     if arch is not None or compiler is not None:
         raise ValueError(f"{program.name}: arch= and compiler= are for target='cuda', not "
                          f"{target!r}")

@@ -26,7 +26,7 @@ class JITKernel:
     """
 
     def __new__(cls, program, signature, library_path, host_source, execution_backend="auto",
-                prebuilt=None):
+                prebuilt=None, core_kernel=None):
         # The instance is of the backend's subclass, whose calls go to the backend's own
         # entry: no Python frame between the caller and the wrapper.
         impl = _backends.kernel_class(JITKernel, _backends.resolve(execution_backend))
@@ -37,8 +37,11 @@ class JITKernel:
     # the op of a kernel that only a registered backward calls.
     _alive: ClassVar[weakref.WeakSet] = weakref.WeakSet()
 
+    _export_dir = None  # the directory a kernel made by tilejit.load was opened from
+
     def __init__(self, program: Program, signature: Signature, library_path: str,
-                 host_source: str, execution_backend: str = "auto", prebuilt=None):
+                 host_source: str, execution_backend: str = "auto", prebuilt=None,
+                 core_kernel=None):
         self.program = program
         self._prebuilt = prebuilt  # a prebuilt CPU library, called through library_path
         self._sig = signature
@@ -49,8 +52,10 @@ class JITKernel:
         # allocates and returns them in); the caller gets them in out_idx order.
         outs = sorted(signature.out_idx)
         order = tuple(outs.index(i) for i in signature.out_idx)
-        # Each JITKernel has its own core kernel (and so its own CUDA modules).
-        self._core_kernel = CoreKernel(signature.spec, library_path, signature.entry, prebuilt)
+        # Each JITKernel has its own core kernel (and so its own CUDA modules); one opened
+        # from an export (tilejit.load) is handed over.
+        self._core_kernel = core_kernel or CoreKernel(signature.spec, library_path,
+                                                      signature.entry, prebuilt)
         self._out_order = order
         _backends.bind(self, self.execution_backend, self._core_kernel, order)
         JITKernel._alive.add(self)
@@ -211,8 +216,28 @@ class JITKernel:
     def with_backend(self, name: str) -> JITKernel:
         """The same compiled library behind another execution backend; no recompilation.
         It is the same kernel: the same torch op, the same registered backward."""
-        return JITKernel(self.program, self._sig, self.library_path, self._host_source, name,
-                         self._prebuilt)
+        core_kernel = None if self._export_dir is None else CoreKernel.open(self._export_dir)
+        kernel = JITKernel(self.program, self._sig, self.library_path, self._host_source, name,
+                           self._prebuilt, core_kernel=core_kernel)
+        kernel._export_dir = self._export_dir
+        kernel._cuda_arch = self._cuda_arch
+        return kernel
+
+    _cuda_arch = None  # the architecture(s) a compiled CUDA kernel was built for
+
+    def export(self, path, *, overwrite: bool = False):
+        """Writes the kernel to the directory ``path``: its compiled image, its signature
+        (``signature.tj``), ``kernel.h`` and a ``MANIFEST`` with the SHA-256 of every
+        file; ``tilejit.load(path)`` and C's ``tj_kernel_open`` open it without a
+        compiler (docs/export.md). A non-empty directory is refused unless
+        ``overwrite=True``, which replaces it whole. Returns the directory.
+
+        >>> kernel.export("kernels/vec_add")
+        >>> same = tilejit.load("kernels/vec_add")
+        """
+        from .export import export
+
+        return export(self, path, overwrite=overwrite)
 
     def __repr__(self) -> str:
         return (f"<JITKernel {self.c_prototype} target={self.target} "

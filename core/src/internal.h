@@ -11,6 +11,8 @@
  *
  *   6  host.c       the binding layer: host objects in, a host result or
  *                   exception out (tj_host_call)
+ *      open.c       opening an exported kernel: its manifest and files
+ *                   checked, its signature replayed (tj_kernel_open)
  *   5  call.c       the call sequencer: import, bind, stream, outputs,
  *                   launch, release (tj_call_run)
  *   4  kernel.c     building a kernel's signature, loading it, freeing it
@@ -26,7 +28,7 @@
  *      producer.c   the exchange-API producer, lazy views, capsules
  *      layout.c     the layout algebra of tensor views
  *   0  arg.c, expr.c, dtype.c, error.c   arguments, expressions, names,
- *                   the error record
+ *                   the error record; sha256.c  file hashes
  */
 #ifndef TILEJIT_INTERNAL_H_
 #define TILEJIT_INTERNAL_H_
@@ -185,6 +187,9 @@ int tj__prefix_error(int code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+
+/* The SHA-256 of `size` bytes as 64 lowercase hex digits and a NUL (sha256.c). */
+void tj__sha256_hex(const void *data, size_t size, char out[65]);
 
 /* Formats an int64 array as "(2, 3, 4)". */
 void tj__format_tuple(const int64_t *v, int32_t n, char *buf, int32_t size);

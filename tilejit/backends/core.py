@@ -60,6 +60,12 @@ _PROTOTYPES = {
     "tj_kernel_finalize": (c_int, [c_void_p]),
     "tj_kernel_load": (c_int, [c_void_p, c_char_p, c_char_p]),
     "tj_kernel_num_outputs": (c_int32, [c_void_p]),
+    "tj_kernel_num_params": (c_int32, [c_void_p]),
+    "tj_kernel_param_kind": (c_int32, [c_void_p, c_int32]),
+    "tj_kernel_param_name": (c_char_p, [c_void_p, c_int32]),
+    "tj_kernel_output_param": (c_int32, [c_void_p, c_int32]),
+    "tj_kernel_name": (c_char_p, [c_void_p]),
+    "tj_kernel_open": (c_int, [c_char_p, POINTER(c_void_p)]),
     "tj_cuda_device_capability": (c_int, [c_int32, POINTER(c_int32), POINTER(c_int32)]),
     "tj_producer_from_exchange": (c_int, [c_void_p, c_void_p, c_void_p]),
     "tj_host_method_install": (None, [c_void_p]),
@@ -154,15 +160,35 @@ class CoreKernel:
                 cluster = None if launch.cluster is None else (c_int32 * 3)(*launch.cluster)
                 check(core.tj_kernel_set_launch_attrs(handle, index, cluster, launch.flags))
         check(core.tj_kernel_finalize(handle))
-        self.num_outputs = core.tj_kernel_num_outputs(handle)
-        self.num_inputs = len(params) - self.num_outputs
-        self.input_names = tuple(p.name for p in params if not (
-            p.kind == abi.TJ_PARAM_BUFFER and p.flags & abi.TJ_BUF_OUTPUT))
+        self._read_params()
         if prebuilt is not None:  # a CPU library built elsewhere, called through the glue
             check(core.tj_kernel_load_prebuilt(handle, library.encode(), entry.encode(),
                                                str(prebuilt).encode(), spec.name.encode()))
         elif library:
             check(core.tj_kernel_load(handle, library.encode(), entry.encode()))
+
+    @classmethod
+    def open(cls, directory) -> CoreKernel:
+        """The kernel exported to ``directory``, as the core opens it (``tj_kernel_open``:
+        every file checked, the signature replayed, the image loaded)."""
+        core = core_library()
+        handle = c_void_p()
+        check(core.tj_kernel_open(str(directory).encode(), byref(handle)))
+        self = cls.__new__(cls)
+        self.address = handle.value
+        self.name = core.tj_kernel_name(handle).decode()
+        self._read_params()
+        return self
+
+    def _read_params(self) -> None:
+        core, handle = _core, self.address
+        outputs = {core.tj_kernel_output_param(handle, i)
+                   for i in range(core.tj_kernel_num_outputs(handle))}
+        nparams = core.tj_kernel_num_params(handle)
+        self.num_outputs = len(outputs)
+        self.num_inputs = nparams - self.num_outputs
+        self.input_names = tuple(core.tj_kernel_param_name(handle, i).decode()
+                                 for i in range(nparams) if i not in outputs)
 
     def __del__(self):
         if getattr(self, "address", None) and _core is not None:

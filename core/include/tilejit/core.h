@@ -435,6 +435,19 @@ TJ_API int32_t tj_kernel_output_param(const tj_kernel *kernel, int32_t i);
 TJ_API int32_t tj_kernel_param_kind(const tj_kernel *kernel, int32_t index);
 TJ_API const char *tj_kernel_param_name(const tj_kernel *kernel, int32_t index);
 
+/* ---- Exported kernels ----------------------------------------------------- */
+
+/* Opens an export directory (what kernel.export(path) writes in Python: a
+ * MANIFEST, signature.tj, the compiled image and kernel.h; docs/export.md).
+ * Every file MANIFEST lists is checked against its size and SHA-256, the
+ * format versions and the target against this machine (a cpu kernel's
+ * architecture; a cuda kernel's against the device's compute capability),
+ * then the kernel is built from signature.tj and its image loaded. Nothing is
+ * compiled. On success *out is a finalized, loaded kernel (tj_kernel_free);
+ * any failure is TJ_EVALUE naming the directory, the file and what is wrong,
+ * and nothing is kept. */
+TJ_API int tj_kernel_open(const char *dir, tj_kernel **out);
+
 /* ---- Calls ---------------------------------------------------------------- */
 
 /* Per-call state; caller-owned, typically on the stack. Everything in it is

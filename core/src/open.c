@@ -1,0 +1,586 @@
+/* Opening an exported kernel (tj_kernel_open): the manifest read and every file
+ * it lists checked against its size and SHA-256, the target checked against
+ * this machine, the signature file replayed as the builder calls that made the
+ * kernel, and its image loaded. docs/export.md describes both files. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/utsname.h>
+
+#include "internal.h"
+
+#define EXPORT_FORMAT 1
+#define SIGNATURE_FORMAT 1
+#define SIGNATURE_FILE "signature.tj"
+#define MAX_FILES 16
+#define MAX_TOKENS 512
+#define NAME_SIZE 128
+
+typedef struct {
+  char name[NAME_SIZE];
+  char sha256[65];
+  int64_t size;
+} listed_file;
+
+typedef struct {
+  const char *dir;
+  char target[16];
+  char arch[NAME_SIZE];
+  listed_file files[MAX_FILES];
+  int32_t nfiles;
+} manifest;
+
+/* A line split in place into whitespace-separated tokens. */
+typedef struct {
+  char *tok[MAX_TOKENS];
+  int32_t n;
+  const char *rest[MAX_TOKENS]; /* the whole line from token i on, for text fields */
+} line_tokens;
+
+static int refuse(const manifest *m, const char *file, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+static int refuse(const manifest *m, const char *file, const char *fmt, ...) {
+  char what[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof(what), fmt, ap);
+  va_end(ap);
+  return tj_set_error(TJ_EVALUE, "tilejit export %s: %s: %s", m->dir, file, what);
+}
+
+static int read_whole(const char *path, char **out, int64_t *size) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) return errno ? errno : ENOENT;
+  char *buf = NULL;
+  int64_t used = 0, cap = 0;
+  for (;;) {
+    if (used == cap) {
+      cap = cap ? 2 * cap : 1 << 16;
+      char *grown = realloc(buf, (size_t)cap + 1);
+      if (grown == NULL) {
+        free(buf);
+        fclose(f);
+        return ENOMEM;
+      }
+      buf = grown;
+    }
+    size_t got = fread(buf + used, 1, (size_t)(cap - used), f);
+    used += (int64_t)got;
+    if (got == 0) break;
+  }
+  int failed = ferror(f);
+  fclose(f);
+  if (failed) {
+    free(buf);
+    return EIO;
+  }
+  buf[used] = '\0';
+  *out = buf;
+  *size = used;
+  return 0;
+}
+
+/* Splits `line` in place; `whole` is a copy of it made before, which rest[] points into. */
+static void split(char *line, const char *whole, line_tokens *t) {
+  t->n = 0;
+  char *p = line;
+  while (*p && t->n < MAX_TOKENS) {
+    while (*p == ' ' || *p == '\t') ++p;
+    if (!*p) break;
+    t->rest[t->n] = whole + (p - line);
+    t->tok[t->n++] = p;
+    while (*p && *p != ' ' && *p != '\t') ++p;
+    if (*p) *p++ = '\0';
+  }
+}
+
+/* The next line of `text` (NUL-terminated in place), or NULL at the end. */
+static char *next_line(char **cursor) {
+  char *line = *cursor;
+  if (line == NULL || *line == '\0') return NULL;
+  char *end = strchr(line, '\n');
+  if (end) {
+    *end = '\0';
+    *cursor = end + 1;
+  } else {
+    *cursor = line + strlen(line);
+  }
+  size_t n = strlen(line);
+  if (n && line[n - 1] == '\r') line[n - 1] = '\0';
+  return line;
+}
+
+static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+  if (s == NULL || *s == '\0') return 0;
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || *end != '\0' || v < lo || v > hi) return 0;
+  *out = v;
+  return 1;
+}
+
+static int safe_file_name(const char *name) {
+  if (name[0] == '\0' || name[0] == '.' || strlen(name) >= NAME_SIZE) return 0;
+  for (const char *p = name; *p; ++p)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+          *p == '.' || *p == '_' || *p == '-'))
+      return 0;
+  return 1;
+}
+
+static const listed_file *listed(const manifest *m, const char *name) {
+  for (int32_t i = 0; i < m->nfiles; ++i)
+    if (strcmp(m->files[i].name, name) == 0) return &m->files[i];
+  return NULL;
+}
+
+static int path_of(const manifest *m, const char *name, char *path, size_t size) {
+  if ((size_t)snprintf(path, size, "%s/%s", m->dir, name) >= size)
+    return refuse(m, name, "the path is too long");
+  return TJ_OK;
+}
+
+/* Reads a listed file whole, checking its size and SHA-256; *out is the caller's to free. */
+static int read_checked(const manifest *m, const char *name, char **out, int64_t *size) {
+  const listed_file *f = listed(m, name);
+  if (f == NULL) return refuse(m, name, "the file is not listed in MANIFEST");
+  char path[4096];
+  int rc = path_of(m, name, path, sizeof(path));
+  if (rc) return rc;
+  int err = read_whole(path, out, size);
+  if (err) return refuse(m, name, "cannot read it (%s)", strerror(err));
+  char digest[65];
+  tj__sha256_hex(*out, (size_t)*size, digest);
+  if (*size != f->size || strcmp(digest, f->sha256) != 0) {
+    free(*out);
+    *out = NULL;
+    if (*size != f->size)
+      return refuse(m, name, "%lld bytes, but MANIFEST lists %lld: the file was changed",
+                    (long long)*size, (long long)f->size);
+    return refuse(m, name, "its SHA-256 is %s, but MANIFEST lists %s: the file was changed", digest,
+                  f->sha256);
+  }
+  return TJ_OK;
+}
+
+static int read_manifest(manifest *m) {
+  char path[4096], *text;
+  int64_t size;
+  int rc = path_of(m, "MANIFEST", path, sizeof(path));
+  if (rc) return rc;
+  int err = read_whole(path, &text, &size);
+  if (err)
+    return refuse(m, "MANIFEST", "cannot read it (%s): is this a tilejit export directory?",
+                  strerror(err));
+  char *cursor = text, *line;
+  int32_t number = 0;
+  line_tokens t;
+  rc = TJ_OK;
+  while (rc == TJ_OK && (line = next_line(&cursor)) != NULL) {
+    ++number;
+    split(line, line, &t);
+    int64_t v;
+    if (number == 1) {
+      if (t.n != 2 || strcmp(t.tok[0], "tilejit-export") != 0 ||
+          !parse_int(t.tok[1], 0, 1 << 30, &v))
+        rc = refuse(m, "MANIFEST", "line 1 is not 'tilejit-export <format version>'");
+      else if (v != EXPORT_FORMAT)
+        rc = refuse(m, "MANIFEST",
+                    "export format version %lld; this tilejit (%s) reads version %d: load it "
+                    "with the tilejit version that exported it, or export it again",
+                    (long long)v, TJ_VERSION, EXPORT_FORMAT);
+      continue;
+    }
+    if (t.n == 0 || t.tok[0][0] == '#') continue;
+    const char *key = t.tok[0];
+    if (strcmp(key, "tilejit") == 0 && t.n == 2) continue; /* the exporting version */
+    if (strcmp(key, "target") == 0 && t.n == 2 && strlen(t.tok[1]) < sizeof(m->target)) {
+      strcpy(m->target, t.tok[1]);
+    } else if (strcmp(key, "arch") == 0 && t.n == 2 && strlen(t.tok[1]) < sizeof(m->arch)) {
+      strcpy(m->arch, t.tok[1]);
+    } else if (strcmp(key, "file") == 0 && t.n == 4) {
+      if (m->nfiles == MAX_FILES) {
+        rc = refuse(m, "MANIFEST", "more than %d files", MAX_FILES);
+      } else if (!safe_file_name(t.tok[1])) {
+        rc = refuse(m, "MANIFEST", "line %d: '%s' is not a plain file name", number, t.tok[1]);
+      } else if (listed(m, t.tok[1])) {
+        rc = refuse(m, "MANIFEST", "line %d: '%s' is listed twice", number, t.tok[1]);
+      } else if (!parse_int(t.tok[2], 0, INT64_MAX, &v) || strlen(t.tok[3]) != 64 ||
+                 strspn(t.tok[3], "0123456789abcdef") != 64) {
+        rc = refuse(m, "MANIFEST", "line %d: expected 'file <name> <size> <sha256>'", number);
+      } else {
+        listed_file *f = &m->files[m->nfiles++];
+        strcpy(f->name, t.tok[1]);
+        f->size = v;
+        strcpy(f->sha256, t.tok[3]);
+      }
+    } else {
+      rc = refuse(m, "MANIFEST", "line %d: unknown entry '%s'", number, key);
+    }
+  }
+  free(text);
+  if (rc) return rc;
+  if (number == 0) return refuse(m, "MANIFEST", "the file is empty");
+  if (strcmp(m->target, "cpu") != 0 && strcmp(m->target, "cuda") != 0)
+    return refuse(m, "MANIFEST", "target '%s'; expected cpu or cuda", m->target);
+  return TJ_OK;
+}
+
+/* Whether an image built for `arch` ("sm_90a", "compute_80", "sm_80,sm_90")
+ * runs on a device of compute capability major.minor. */
+static int cuda_arch_runs(const char *arch, int32_t major, int32_t minor) {
+  char copy[NAME_SIZE];
+  snprintf(copy, sizeof(copy), "%s", arch);
+  for (char *item = strtok(copy, ","); item; item = strtok(NULL, ",")) {
+    int ptx = strncmp(item, "compute_", 8) == 0;
+    const char *digits = item + (ptx ? 8 : strncmp(item, "sm_", 3) == 0 ? 3 : 0);
+    char *end;
+    long number = strtol(digits, &end, 10);
+    if (end == digits) return 1; /* not an arch tilejit writes: the driver decides */
+    int exact = *end == 'a' || *end == 'f';
+    int32_t want_major = (int32_t)(number / 10), want_minor = (int32_t)(number % 10);
+    int32_t have = major * 10 + minor, want = want_major * 10 + want_minor;
+    if (ptx ? have >= want : exact ? have == want : (major == want_major && minor >= want_minor))
+      return 1;
+  }
+  return 0;
+}
+
+static int check_machine(const manifest *m) {
+  if (strcmp(m->target, "cpu") == 0) {
+    struct utsname host;
+    if (m->arch[0] && uname(&host) == 0 && strcmp(host.machine, m->arch) != 0)
+      return refuse(m, "MANIFEST", "a cpu kernel for %s; this machine is %s", m->arch,
+                    host.machine);
+    return TJ_OK;
+  }
+  int32_t major, minor;
+  int rc = tj_cuda_device_capability(-1, &major, &minor);
+  if (rc)
+    return tj__prefix_error(
+        TJ_EVALUE, "tilejit export %s: a cuda kernel, but no CUDA device is usable here: ", m->dir);
+  if (m->arch[0] && strcmp(m->arch, "unknown") != 0 && !cuda_arch_runs(m->arch, major, minor))
+    return refuse(m, "MANIFEST",
+                  "a cuda kernel built for %s, which does not run on this "
+                  "machine's device (compute capability %d.%d)",
+                  m->arch, (int)major, (int)minor);
+  return TJ_OK;
+}
+
+/* ---- The signature file ----------------------------------------------------- */
+
+typedef struct {
+  const manifest *m;
+  tj_kernel *k;
+  int32_t line;
+  int32_t finalized;
+  int32_t loaded;
+  int32_t launches;
+} replay;
+
+static int bad(replay *r, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+static int bad(replay *r, const char *fmt, ...) {
+  char what[384];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof(what), fmt, ap);
+  va_end(ap);
+  return refuse(r->m, SIGNATURE_FILE, "line %d: %s", (int)r->line, what);
+}
+
+/* Token `i` as an int in [lo, hi], else a refusal naming `what`. */
+static int int_at(replay *r, const line_tokens *t, int32_t i, int64_t lo, int64_t hi,
+                  const char *what, int64_t *out) {
+  if (i >= t->n) return bad(r, "'%s' ends before its %s", t->tok[0], what);
+  if (!parse_int(t->tok[i], lo, hi, out))
+    return bad(r, "%s '%s' is not an integer in [%lld, %lld]", what, t->tok[i], (long long)lo,
+               (long long)hi);
+  return TJ_OK;
+}
+
+static int i32_at(replay *r, const line_tokens *t, int32_t i, const char *what, int32_t *out) {
+  int64_t v;
+  int rc = int_at(r, t, i, INT32_MIN, INT32_MAX, what, &v);
+  if (rc == TJ_OK) *out = (int32_t)v;
+  return rc;
+}
+
+/* A dtype written code:bits:lanes. */
+static int dtype_at(replay *r, const line_tokens *t, int32_t i, DLDataType *out) {
+  unsigned code, bits, lanes;
+  char tail;
+  if (i >= t->n) return bad(r, "'%s' ends before its dtype", t->tok[0]);
+  if (sscanf(t->tok[i], "%u:%u:%u%c", &code, &bits, &lanes, &tail) != 3 || code > 255 ||
+      bits > 255 || lanes > 65535)
+    return bad(r, "dtype '%s' is not code:bits:lanes", t->tok[i]);
+  out->code = (uint8_t)code;
+  out->bits = (uint8_t)bits;
+  out->lanes = (uint16_t)lanes;
+  return TJ_OK;
+}
+
+static int ids_at(replay *r, const line_tokens *t, int32_t first, int32_t n, const char *what,
+                  int32_t *out) {
+  for (int32_t j = 0; j < n; ++j) {
+    int rc = i32_at(r, t, first + j, what, &out[j]);
+    if (rc) return rc;
+  }
+  return TJ_OK;
+}
+
+/* N (source index dtype) triples from token `first`; *next: the token after. */
+static int abi_at(replay *r, const line_tokens *t, int32_t first, tj_abi_arg *args, int32_t *n,
+                  int32_t *next) {
+  int64_t count;
+  int rc = int_at(r, t, first, 0, TJ_MAX_PARAMS + TJ_MAX_SYMBOLS + 64, "argument count", &count);
+  if (rc) return rc;
+  for (int32_t j = 0; j < (int32_t)count; ++j) {
+    int32_t at = first + 1 + 3 * j;
+    if ((rc = i32_at(r, t, at, "argument source", &args[j].source)) ||
+        (rc = i32_at(r, t, at + 1, "argument index", &args[j].index)) ||
+        (rc = dtype_at(r, t, at + 2, &args[j].dtype)))
+      return rc;
+  }
+  *n = (int32_t)count;
+  *next = first + 1 + 3 * (int32_t)count;
+  return TJ_OK;
+}
+
+static int expect_tokens(replay *r, const line_tokens *t, int32_t n) {
+  if (t->n != n)
+    return bad(r, "'%s' takes %d fields, found %d", t->tok[0], (int)n - 1, (int)t->n - 1);
+  return TJ_OK;
+}
+
+/* A builder's refusal, prefixed with where it comes from. */
+static int built(replay *r, int rc) {
+  if (rc == TJ_OK) return rc;
+  return tj__prefix_error(rc, "tilejit export %s: %s: line %d: ", r->m->dir, SIGNATURE_FILE,
+                          (int)r->line);
+}
+
+static int load_line(replay *r, const line_tokens *t) {
+  if (r->loaded) return bad(r, "a second load line");
+  int rc = built(r, tj_kernel_finalize(r->k));
+  if (rc) return rc;
+  r->finalized = 1;
+  int prebuilt = strcmp(t->tok[0], "load_prebuilt") == 0;
+  if ((rc = expect_tokens(r, t, prebuilt ? 5 : 3))) return rc;
+  char image[4096], library[4096];
+  const char *file = t->tok[1];
+  for (int32_t i = 1; i < t->n; i += 2) {
+    if (!listed(r->m, t->tok[i]))
+      return bad(r, "'%s' names file '%s', which MANIFEST does not list", t->tok[0], t->tok[i]);
+  }
+  if ((rc = path_of(r->m, file, image, sizeof(image)))) return rc;
+  if (prebuilt) {
+    if ((rc = path_of(r->m, t->tok[3], library, sizeof(library)))) return rc;
+    rc = tj_kernel_load_prebuilt(r->k, image, t->tok[2], library, t->tok[4]);
+  } else {
+    rc = tj_kernel_load(r->k, image, t->tok[2]);
+  }
+  r->loaded = rc == TJ_OK;
+  return built(r, rc);
+}
+
+static int replay_line(replay *r, line_tokens *t) {
+  const char *key = t->tok[0];
+  int rc;
+  int64_t v;
+  if (strcmp(key, "function") == 0 || strcmp(key, "arg") == 0 || strcmp(key, "out_idx") == 0)
+    return TJ_OK; /* what kernel.h and the Python binding show; the core needs none */
+  if (r->k == NULL) {
+    if (strcmp(key, "kernel") != 0) return bad(r, "expected the 'kernel' line first");
+    int64_t nparams;
+    if ((rc = expect_tokens(r, t, 4)) ||
+        (rc = int_at(r, t, 3, 0, TJ_MAX_PARAMS, "parameter count", &nparams)))
+      return rc;
+    int32_t target = strcmp(t->tok[2], "cpu") == 0    ? TJ_TARGET_CPU
+                     : strcmp(t->tok[2], "cuda") == 0 ? TJ_TARGET_CUDA
+                                                      : 0;
+    if (target == 0 || strcmp(t->tok[2], r->m->target) != 0)
+      return bad(r, "target '%s', but MANIFEST says '%s'", t->tok[2], r->m->target);
+    return built(r, tj_kernel_create(t->tok[1], (int32_t)nparams, target, &r->k));
+  }
+  if (r->finalized) return bad(r, "'%s' after the load line", key);
+  if (strcmp(key, "symbol") == 0) {
+    DLDataType dtype;
+    if ((rc = expect_tokens(r, t, 4)) || (rc = int_at(r, t, 2, 1, INT64_MAX, "divisibility", &v)) ||
+        (rc = dtype_at(r, t, 3, &dtype)))
+      return rc;
+    if ((rc = built(r, tj_kernel_add_symbol(r->k, t->tok[1], v)))) return rc;
+    if (dtype.code == kDLInt && dtype.bits == 64 && dtype.lanes == 1) return TJ_OK;
+    return built(r, tj_kernel_set_symbol_dtype(r->k, tj_kernel_num_symbols(r->k) - 1, dtype));
+  }
+  if (strcmp(key, "expr") == 0) {
+    int64_t pairs, code[2 * 256];
+    if ((rc = int_at(r, t, 1, 1, 256, "operation count", &pairs))) return rc;
+    for (int32_t j = 0; j < 2 * (int32_t)pairs; ++j)
+      if ((rc = int_at(r, t, 2 + j, INT64_MIN, INT64_MAX, "operation", &code[j]))) return rc;
+    int32_t text_at = 2 + 2 * (int32_t)pairs, id;
+    const char *text = text_at < t->n ? t->rest[text_at] : "";
+    return built(r, tj_kernel_add_expr(r->k, code, (int32_t)pairs, text, &id));
+  }
+  if (strcmp(key, "buffer") == 0 || strcmp(key, "scalar") == 0 || strcmp(key, "pointer") == 0) {
+    int32_t index, ndim = 0, shape[TJ_MAX_NDIM], strides[TJ_MAX_NDIM];
+    int64_t align = 0, flags = 0;
+    DLDataType dtype;
+    if ((rc = i32_at(r, t, 1, "parameter index", &index)) || (rc = dtype_at(r, t, 3, &dtype)))
+      return rc;
+    if (key[0] == 's') {
+      if ((rc = expect_tokens(r, t, 4))) return rc;
+      return built(r, tj_kernel_set_scalar(r->k, index, t->tok[2], dtype));
+    }
+    if ((rc = int_at(r, t, 4, 0, INT64_MAX, "align", &align)) ||
+        (rc = int_at(r, t, 5, 0, UINT32_MAX, "flags", &flags)))
+      return rc;
+    if (key[0] == 'p') {
+      if ((rc = expect_tokens(r, t, 6))) return rc;
+      return built(r, tj_kernel_set_pointer(r->k, index, t->tok[2], dtype, align, (uint32_t)flags));
+    }
+    int64_t n;
+    if ((rc = int_at(r, t, 6, 0, TJ_MAX_NDIM, "dimension count", &n))) return rc;
+    ndim = (int32_t)n;
+    if ((rc = ids_at(r, t, 7, ndim, "shape expression", shape))) return rc;
+    int32_t at = 7 + ndim, has_strides = !(at < t->n && strcmp(t->tok[at], "-") == 0);
+    if ((rc = expect_tokens(r, t, has_strides ? at + ndim : at + 1))) return rc;
+    if (has_strides && (rc = ids_at(r, t, at, ndim, "stride expression", strides))) return rc;
+    return built(r, tj_kernel_set_buffer(r->k, index, t->tok[2], dtype, ndim, shape,
+                                         has_strides ? strides : NULL, align, (uint32_t)flags));
+  }
+  if (strcmp(key, "tensormap") == 0) {
+    tj_tensormap map;
+    memset(&map, 0, sizeof(map));
+    map.name = t->tok[1];
+    int64_t rank;
+    if ((rc = i32_at(r, t, 2, "parameter", &map.param)) ||
+        (rc = i32_at(r, t, 3, "data type", &map.data_type)) ||
+        (rc = int_at(r, t, 4, 1, TJ_MAX_TENSORMAP_RANK, "rank", &rank)))
+      return rc;
+    int32_t n = (int32_t)rank, at = 5;
+    map.rank = n;
+    if ((rc = expect_tokens(r, t, at + 4 * n - 1 + 4)) ||
+        (rc = ids_at(r, t, at, n, "dimension", map.dims)) ||
+        (rc = ids_at(r, t, at + n, n - 1, "stride", map.strides)) ||
+        (rc = ids_at(r, t, at + 2 * n - 1, n, "box", map.box)) ||
+        (rc = ids_at(r, t, at + 3 * n - 1, n, "element stride", map.element_strides)))
+      return rc;
+    at += 4 * n - 1;
+    if ((rc = i32_at(r, t, at, "interleave", &map.interleave)) ||
+        (rc = i32_at(r, t, at + 1, "swizzle", &map.swizzle)) ||
+        (rc = i32_at(r, t, at + 2, "l2 promotion", &map.l2_promotion)) ||
+        (rc = i32_at(r, t, at + 3, "oob fill", &map.oob_fill)))
+      return rc;
+    int32_t id;
+    return built(r, tj_kernel_add_tensormap(r->k, &map, &id));
+  }
+  if (strcmp(key, "abi") == 0 || strcmp(key, "launch") == 0) {
+    static _Thread_local tj_abi_arg args[TJ_MAX_PARAMS + TJ_MAX_SYMBOLS + 64];
+    int32_t n, next, grid[3], block[3], shared;
+    if (key[0] == 'a') {
+      if ((rc = abi_at(r, t, 1, args, &n, &next)) || (rc = expect_tokens(r, t, next))) return rc;
+      return built(r, tj_kernel_set_abi(r->k, n, args));
+    }
+    if ((rc = ids_at(r, t, 2, 3, "grid expression", grid)) ||
+        (rc = ids_at(r, t, 5, 3, "block expression", block)) ||
+        (rc = i32_at(r, t, 8, "shared memory expression", &shared)) ||
+        (rc = abi_at(r, t, 9, args, &n, &next)) || (rc = expect_tokens(r, t, next)))
+      return rc;
+    if (r->launches++ == 0) return built(r, tj_kernel_set_launch(r->k, grid, block, shared));
+    int32_t id;
+    return built(r, tj_kernel_add_launch(r->k, t->tok[1], grid, block, shared, n, args, &id));
+  }
+  if (strcmp(key, "launch_attrs") == 0) {
+    int32_t index, cluster[3];
+    int has_cluster = t->n > 2 && strcmp(t->tok[2], "-") != 0;
+    if ((rc = expect_tokens(r, t, has_cluster ? 6 : 4)) ||
+        (rc = i32_at(r, t, 1, "launch index", &index)) ||
+        (has_cluster && (rc = ids_at(r, t, 2, 3, "cluster expression", cluster))) ||
+        (rc = int_at(r, t, has_cluster ? 5 : 3, 0, UINT32_MAX, "flags", &v)))
+      return rc;
+    return built(
+        r, tj_kernel_set_launch_attrs(r->k, index, has_cluster ? cluster : NULL, (uint32_t)v));
+  }
+  if (strcmp(key, "load") == 0 || strcmp(key, "load_prebuilt") == 0) return load_line(r, t);
+  return bad(r, "unknown entry '%s'", key);
+}
+
+/* One line of signature.tj: the header on line 1, else an entry (comments skipped). */
+static int replay_text_line(replay *r, char *line) {
+  line_tokens t;
+  char *whole = strdup(line);
+  if (whole == NULL) return tj_set_error(TJ_ENOMEM, "tilejit export %s: out of memory", r->m->dir);
+  split(line, whole, &t);
+  int rc = TJ_OK;
+  int64_t v;
+  if (r->line == 1) {
+    if (t.n != 2 || strcmp(t.tok[0], "tilejit-signature") != 0 ||
+        !parse_int(t.tok[1], 0, 1 << 30, &v))
+      rc = bad(r, "not 'tilejit-signature <format version>'");
+    else if (v != SIGNATURE_FORMAT)
+      rc = bad(r, "signature format version %lld; this tilejit (%s) reads version %d", (long long)v,
+               TJ_VERSION, SIGNATURE_FORMAT);
+  } else if (t.n == MAX_TOKENS) {
+    rc = bad(r, "more than %d fields", MAX_TOKENS - 1);
+  } else if (t.n > 0 && t.tok[0][0] != '#') {
+    rc = replay_line(r, &t);
+  }
+  free(whole);
+  return rc;
+}
+
+static int replay_signature(const manifest *m, char *text, tj_kernel **out) {
+  replay r = {m, NULL, 0, 0, 0, 0};
+  char *cursor = text, *line;
+  int rc = TJ_OK;
+  while (rc == TJ_OK && (line = next_line(&cursor)) != NULL) {
+    ++r.line;
+    rc = replay_text_line(&r, line);
+  }
+  if (rc == TJ_OK && !r.loaded) rc = bad(&r, "the file ends before its load line");
+  if (rc) {
+    tj_kernel_free(r.k);
+    return rc;
+  }
+  *out = r.k;
+  return TJ_OK;
+}
+
+int tj_kernel_open(const char *dir, tj_kernel **out) {
+  if (dir == NULL || out == NULL) return tj_set_error(TJ_EVALUE, "tj_kernel_open: NULL argument");
+  *out = NULL;
+  manifest m;
+  memset(&m, 0, sizeof(m));
+  m.dir = dir;
+  int rc = read_manifest(&m);
+  if (rc) return rc;
+  /* Every listed file first: nothing is built from an export any file of which is damaged. */
+  char *signature = NULL;
+  for (int32_t i = 0; i < m.nfiles && rc == TJ_OK; ++i) {
+    char *data;
+    int64_t size;
+    rc = read_checked(&m, m.files[i].name, &data, &size);
+    if (rc) break;
+    if (strcmp(m.files[i].name, SIGNATURE_FILE) == 0)
+      signature = data;
+    else
+      free(data);
+  }
+  if (rc == TJ_OK && signature == NULL)
+    rc = refuse(&m, "MANIFEST", "no %s is listed", SIGNATURE_FILE);
+  if (rc == TJ_OK) rc = check_machine(&m);
+  if (rc == TJ_OK) rc = replay_signature(&m, signature, out);
+  free(signature);
+  return rc;
+}

@@ -1,0 +1,384 @@
+"""Kernels that leave the Python process: ``kernel.export(path)`` writes a directory that
+``tilejit.load(path)`` (Python) and ``tj_kernel_open`` (C) open without a compiler.
+
+An export holds the compiled image, ``signature.tj`` (everything the core builds the
+kernel from, one builder call per line), ``kernel.h`` (the prototype and the signature
+for C readers) and ``MANIFEST`` (versions, target, architecture, each file's size and
+SHA-256). The core reads and checks both text files (``core/src/open.c``); this module
+writes them and reads ``signature.tj`` back into the Python objects a kernel carries
+(its parameters, symbols and prototypes). docs/export.md describes the format.
+
+>>> kernel.export("out/vec_add")
+>>> k = tilejit.load("out/vec_add")
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import tempfile
+from pathlib import Path
+
+from . import abi
+from . import dtypes as _dtypes
+from .lang import _BINARY, OP_CONST, OP_SYM, BinaryExpr, Buffer, PointerParam, Scalar, Symbol
+from .program import Program
+from .signature import (
+    AbiSpec,
+    CoreSpec,
+    KernelArg,
+    KernelFunction,
+    LaunchSpec,
+    ParamSpec,
+    Signature,
+    TensorMapSpec,
+)
+from .version import VERSION
+
+EXPORT_FORMAT = 1  # MANIFEST; the core (open.c) reads this version only
+SIGNATURE_FORMAT = 1  # signature.tj
+SIGNATURE_FILE = "signature.tj"
+TARGET_NAMES = {abi.TJ_TARGET_CPU: "cpu", abi.TJ_TARGET_CUDA: "cuda"}
+_BY_DLPACK = {d.dlpack: name for name, d in _dtypes.DTYPES.items()}
+_OPS = {code: op for op, (code, _) in _BINARY.items()}
+
+
+# ---- Writing ---------------------------------------------------------------------------
+
+
+def _dtype(triple) -> str:
+    return "{}:{}:{}".format(*triple)
+
+
+def _abi_fields(entries) -> list:
+    fields = [len(entries)]
+    for a in entries:
+        fields += [a.source, a.index, _dtype(a.dtype)]
+    return fields
+
+
+def _line(*fields) -> str:
+    return " ".join(str(f) for f in fields)
+
+
+def signature_text(kernel, image_files: dict) -> str:
+    """``signature.tj`` for ``kernel``: the builder calls of its core kernel in order, the
+    Python-side lines (``out_idx``, ``function``, ``arg``) and the ``load`` line naming the
+    image files (``image_files``: role -> file name in the export)."""
+    sig = kernel._sig
+    spec = sig.spec
+    lines = [f"tilejit-signature {SIGNATURE_FORMAT}",
+             f"# {kernel.name}, exported by tilejit {VERSION}",
+             _line("kernel", spec.name, TARGET_NAMES[spec.target], len(spec.params))]
+    lines += [_line("symbol", name, divisibility, _dtype(dtype))
+              for name, divisibility, dtype in spec.symbols]
+    for code, text in spec.exprs:
+        lines.append(_line("expr", len(code) // 2, *code, *([text] if text else [])))
+    for index, p in enumerate(spec.params):
+        if p.kind == abi.TJ_PARAM_SCALAR:
+            lines.append(_line("scalar", index, p.name, _dtype(p.dtype)))
+        elif p.kind == abi.TJ_PARAM_POINTER:
+            lines.append(_line("pointer", index, p.name, _dtype(p.dtype), p.align, p.flags))
+        else:
+            strides = ["-"] if p.strides is None else list(p.strides)
+            lines.append(_line("buffer", index, p.name, _dtype(p.dtype), p.align, p.flags,
+                               len(p.shape), *p.shape, *strides))
+    for m in spec.tensormaps:
+        lines.append(_line("tensormap", m.name, m.param, m.data_type, len(m.dims), *m.dims,
+                           *m.strides, *m.box, *m.element_strides, m.interleave, m.swizzle,
+                           m.l2_promotion, m.oob_fill))
+    if spec.abi is not None:
+        lines.append(_line("abi", *_abi_fields(spec.abi)))
+    for index, launch in enumerate(spec.launches):
+        lines.append(_line("launch", launch.symbol, *launch.grid, *launch.block,
+                           launch.shared_memory, *_abi_fields(launch.abi)))
+        if launch.cluster is not None or launch.flags:
+            cluster = ["-"] if launch.cluster is None else list(launch.cluster)
+            lines.append(_line("launch_attrs", index, *cluster, launch.flags))
+    lines.append(_line("out_idx", len(sig.out_idx), *sig.out_idx))
+    for function in sig.functions:
+        lines.append(_line("function", function.name, function.c_prototype))
+        for a in function.kernel_args:
+            lines.append(_line("arg", a.name, a.source, a.index, a.dtype, int(a.pointer),
+                               int(a.const), -1 if a.param is None else a.param))
+    if "glue" in image_files:
+        lines.append(_line("load_prebuilt", image_files["glue"], sig.entry,
+                           image_files["library"], spec.name))
+    else:
+        lines.append(_line("load", image_files["image"], sig.entry))
+    return "\n".join(lines) + "\n"
+
+
+def header_text(kernel) -> str:
+    """``kernel.h``: the kernel's prototype and its signature, for C and C++ readers,
+    with the argument and output positions ``tj_call_bind`` and ``tj_call_set_output``
+    take as macros."""
+    sig = kernel._sig
+    upper = sig.name.upper()
+    outputs = sorted(sig.out_idx)
+    args = [i for i in range(len(sig.names)) if i not in outputs]
+
+    def describe(i: int) -> str:
+        p = kernel.params[i]
+        if isinstance(p, Buffer):
+            shape = "(" + ", ".join(map(str, p.shape)) + ("," if len(p.shape) == 1 else "") + ")"
+            extra = "".join([f", strides {tuple(map(str, p.strides))}" if p.strides else "",
+                             ", const" if p.const else "", ", optional (NULL: none)"
+                             if p.optional else "", f", align {p.align}" if p.align else ""])
+            return f"{p.dtype} tensor, shape {shape}{extra}"
+        if isinstance(p, Scalar):
+            return f"{p.dtype} scalar"
+        return f"{p.dtype} pointer" + (", const" if p.const else "")
+
+    lines = [f"/* {sig.name}: a {sig.target} kernel exported by tilejit {VERSION}.",
+             " *",
+             " * Open the export directory with tj_kernel_open (#include <tilejit/tilejit.h>)",
+             " * and call it with tj_call_bind, tj_call_set_output and tj_call_launch, which",
+             " * check every argument. tj_call_bind's arguments, in order:"]
+    lines += [f" *   {j}  {sig.names[i]}: {describe(i)}" for j, i in enumerate(args)]
+    if outputs:
+        lines.append(" * Outputs (tj_call_set_output, declaration order; shapes in the frame):")
+        lines += [f" *   {j}  {sig.names[i]}: {describe(i)}" for j, i in enumerate(outputs)]
+    if sig.symbols:
+        lines.append(" * Symbols, bound from the arguments: " + ", ".join(
+            f"{s.name} ({s.dtype}" + (f", multiple of {s.divisibility})" if s.divisibility > 1
+                                      else ")") for s in sig.symbols))
+    lines += [" *", " * The kernel function(s) in the image, as tilejit declared them:"]
+    lines += [f" *   {f.c_prototype}" for f in sig.functions]
+    lines += [" */", f"#ifndef TILEJIT_EXPORT_{upper}_H_", f"#define TILEJIT_EXPORT_{upper}_H_",
+              "", f"#define {upper}_NUM_ARGS {len(args)}",
+              f"#define {upper}_NUM_OUTPUTS {len(outputs)}"]
+    lines += [f"#define {upper}_ARG_{sig.names[i].upper()} {j}" for j, i in enumerate(args)]
+    lines += [f"#define {upper}_OUTPUT_{sig.names[i].upper()} {j}"
+              for j, i in enumerate(outputs)]
+    lines += ["", f"#endif /* TILEJIT_EXPORT_{upper}_H_ */", ""]
+    return "\n".join(lines)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _arch(kernel) -> str:
+    if kernel.target == "cpu":
+        return platform.machine()
+    return getattr(kernel, "_cuda_arch", None) or "unknown"
+
+
+def export(kernel, path, *, overwrite: bool = False) -> Path:
+    """Writes ``kernel`` to the directory ``path`` (see the module docstring); returns it.
+    A non-empty existing directory is refused unless ``overwrite``, which replaces it
+    whole: the new export is written beside it and moved in place."""
+    target = Path(path).absolute()
+    if target.exists() and not target.is_dir():
+        raise FileExistsError(f"{kernel.name}: cannot export to {target}: it is a file")
+    if target.is_dir() and any(target.iterdir()) and not overwrite:
+        raise FileExistsError(f"{kernel.name}: cannot export to {target}: the directory is not "
+                              "empty (pass overwrite=True to replace it)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.export-", dir=target.parent))
+    try:
+        if kernel._prebuilt is not None:
+            files = {"glue": "glue.so", "library": "kernel.so"}
+            shutil.copyfile(kernel.library_path, staging / files["glue"])
+            shutil.copyfile(kernel._prebuilt, staging / files["library"])
+        else:
+            suffix = Path(kernel.library_path).suffix or ".so"
+            files = {"image": f"kernel{suffix}"}
+            shutil.copyfile(kernel.library_path, staging / files["image"])
+        (staging / SIGNATURE_FILE).write_text(signature_text(kernel, files))
+        (staging / "kernel.h").write_text(header_text(kernel))
+        listed = sorted({SIGNATURE_FILE, "kernel.h", *files.values()})
+        manifest = [f"tilejit-export {EXPORT_FORMAT}", f"tilejit {VERSION}",
+                    f"target {kernel.target}", f"arch {_arch(kernel)}"]
+        manifest += [f"file {name} {(staging / name).stat().st_size} {_sha256(staging / name)}"
+                     for name in listed]
+        (staging / "MANIFEST").write_text("\n".join(manifest) + "\n")
+        for name in listed:
+            os.chmod(staging / name, 0o644)
+        os.chmod(staging, 0o755)
+        _move_into_place(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target
+
+
+def _move_into_place(staging: Path, target: Path) -> None:
+    """Renames ``staging`` to ``target``; an existing ``target`` is first renamed aside
+    and removed after, so a reader finds the old export whole, the new one whole, or
+    (between the two renames) none."""
+    old = None
+    if target.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+        os.rename(target, old / "export")
+    try:
+        os.rename(staging, target)
+    except BaseException:
+        if old is not None:
+            os.rename(old / "export", target)
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+# ---- Reading -----------------------------------------------------------------------------
+
+
+def _triple(text: str) -> tuple[int, int, int]:
+    code, bits, lanes = text.split(":")
+    return int(code), int(bits), int(lanes)
+
+
+def _abi_at(fields: list, at: int) -> tuple[tuple[AbiSpec, ...], int]:
+    n = int(fields[at])
+    entries = tuple(AbiSpec(int(fields[at + 1 + 3 * j]), int(fields[at + 2 + 3 * j]),
+                            _triple(fields[at + 3 + 3 * j])) for j in range(n))
+    return entries, at + 1 + 3 * n
+
+
+def _decode(code: tuple, symbols: list):
+    """The expression an RPN program computes (``lang.lower_expr`` backwards)."""
+    stack = []
+    for op, operand in zip(code[::2], code[1::2]):
+        if op == OP_CONST:
+            stack.append(operand)
+        elif op == OP_SYM:
+            stack.append(symbols[operand])
+        else:
+            rhs, lhs = stack.pop(), stack.pop()
+            stack.append(BinaryExpr(_OPS[op], lhs, rhs))
+    (expr,) = stack
+    return expr
+
+
+class Loaded:
+    """What ``signature.tj`` says, as the Python objects of a kernel: ``program``,
+    ``signature``, and the image files (``library``, ``prebuilt``) in the export."""
+
+    def __init__(self, directory: Path):
+        text = (directory / SIGNATURE_FILE).read_text()
+        symbols, exprs, params, maps, launches, functions = [], [], [], [], [], []
+        abi_spec, out_idx, attrs = None, (), {}
+        name = target = entry = None
+        for line in text.splitlines()[1:]:
+            fields = line.split()
+            if not fields or fields[0].startswith("#"):
+                continue
+            key = fields[0]
+            if key == "kernel":
+                name, target = fields[1], fields[2]
+            elif key == "symbol":
+                symbols.append((fields[1], int(fields[2]), _triple(fields[3])))
+            elif key == "expr":
+                pairs = int(fields[1])
+                code = tuple(int(x) for x in fields[2:2 + 2 * pairs])
+                exprs.append((code, line.split(None, 2 + 2 * pairs)[-1]
+                              if len(fields) > 2 + 2 * pairs else ""))
+            elif key in ("buffer", "scalar", "pointer"):
+                params.append(self._param(key, fields))
+            elif key == "tensormap":
+                rank = int(fields[4])
+                ints = [int(x) for x in fields[5:]]
+                dims, ints = tuple(ints[:rank]), ints[rank:]
+                strides, ints = tuple(ints[:rank - 1]), ints[rank - 1:]
+                box, ints = tuple(ints[:rank]), ints[rank:]
+                element_strides, ints = tuple(ints[:rank]), ints[rank:]
+                maps.append(TensorMapSpec(fields[1], int(fields[2]), int(fields[3]), dims,
+                                          strides, box, element_strides, *ints))
+            elif key == "abi":
+                abi_spec, _ = _abi_at(fields, 1)
+            elif key == "launch":
+                ints = [int(x) for x in fields[2:9]]
+                entries, _ = _abi_at(fields, 9)
+                launches.append([fields[1], tuple(ints[:3]), tuple(ints[3:6]), ints[6],
+                                 entries, None, 0])
+            elif key == "launch_attrs":
+                index = int(fields[1])
+                if fields[2] == "-":
+                    launches[index][6] = int(fields[3])
+                else:
+                    launches[index][5] = tuple(int(x) for x in fields[2:5])
+                    launches[index][6] = int(fields[5])
+            elif key == "out_idx":
+                out_idx = tuple(int(x) for x in fields[2:])
+            elif key == "function":
+                functions.append((fields[1], line.split(None, 2)[2], []))
+            elif key == "arg":
+                param = int(fields[7])
+                functions[-1][2].append(KernelArg(fields[1], int(fields[2]), int(fields[3]),
+                                                  fields[4], bool(int(fields[5])),
+                                                  bool(int(fields[6])),
+                                                  None if param < 0 else param))
+            elif key == "load":
+                attrs = {"library": fields[1]}
+                entry = fields[2]
+            elif key == "load_prebuilt":
+                attrs = {"library": fields[1], "prebuilt": fields[3]}
+                entry = fields[2]
+        spec = CoreSpec(name, abi.TJ_TARGET_CPU if target == "cpu" else abi.TJ_TARGET_CUDA,
+                        tuple(symbols), tuple(exprs), tuple(params), abi_spec,
+                        tuple(LaunchSpec(*x) for x in launches), tuple(maps))
+        symbol_objects = [Symbol(s, d, dtype=_BY_DLPACK[dt]) for s, d, dt in symbols]
+        decoded = [_decode(code, symbol_objects) for code, _ in exprs]
+        self.library = str(directory / attrs["library"])
+        self.prebuilt = str(directory / attrs["prebuilt"]) if "prebuilt" in attrs else None
+        self.program = Program(name, [self._lang_param(p, decoded) for p in params],
+                               binary=self.prebuilt or self.library)
+        self.signature = Signature(
+            name, target, tuple(p.name for p in params), out_idx, tuple(symbol_objects), spec,
+            tuple(KernelFunction(f, tuple(a), proto) for f, proto, a in functions), entry)
+
+    @staticmethod
+    def _param(key: str, fields: list) -> ParamSpec:
+        dtype = _triple(fields[3])
+        if key == "scalar":
+            return ParamSpec(abi.TJ_PARAM_SCALAR, fields[2], dtype, (), None, 0, 0)
+        if key == "pointer":
+            return ParamSpec(abi.TJ_PARAM_POINTER, fields[2], dtype, (), None, int(fields[4]),
+                             int(fields[5]))
+        ndim = int(fields[6])
+        shape = tuple(int(x) for x in fields[7:7 + ndim])
+        rest = fields[7 + ndim:]
+        strides = None if rest == ["-"] else tuple(int(x) for x in rest)
+        return ParamSpec(abi.TJ_PARAM_BUFFER, fields[2], dtype, shape, strides,
+                         int(fields[4]), int(fields[5]))
+
+    @staticmethod
+    def _lang_param(p: ParamSpec, decoded: list):
+        dtype = _BY_DLPACK[p.dtype]
+        if p.kind == abi.TJ_PARAM_SCALAR:
+            return Scalar(dtype, name=p.name)
+        if p.kind == abi.TJ_PARAM_POINTER:
+            return PointerParam(dtype, align=p.align or None, name=p.name,
+                                const=bool(p.flags & abi.TJ_BUF_CONST))
+        strides = None if p.strides is None else [decoded[i] for i in p.strides]
+        return Buffer([decoded[i] for i in p.shape], dtype, strides=strides, name=p.name,
+                      align=p.align or None, optional=bool(p.flags & abi.TJ_BUF_OPTIONAL),
+                      const=bool(p.flags & abi.TJ_BUF_CONST))
+
+
+def load(path, execution_backend: str = "auto"):
+    """The kernel exported to ``path``, behind ``execution_backend``: it behaves as the
+    kernel that was exported (results, checks and messages, outputs, streams,
+    ``with_backend``, ``torch_op``). Nothing is compiled and the module that built the
+    kernel is not imported. The core opens the directory first (``tj_kernel_open``):
+    a damaged, foreign or unrunnable export is a ValueError naming the directory, the
+    file and what is wrong."""
+    from .backends.core import CoreKernel
+    from .kernel import JITKernel
+
+    directory = Path(path).absolute()
+    core_kernel = CoreKernel.open(directory)
+    loaded = Loaded(directory)
+    kernel = JITKernel(loaded.program, loaded.signature, loaded.library, "", execution_backend,
+                       loaded.prebuilt, core_kernel=core_kernel)
+    kernel._export_dir = directory
+    return kernel
