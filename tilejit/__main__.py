@@ -1,4 +1,4 @@
-"""``python -m tilejit {build,demo,bench,doctor,version}``."""
+"""``python -m tilejit {build,demo,bench,doctor,config,version}``."""
 
 from __future__ import annotations
 
@@ -31,6 +31,13 @@ def main(argv=None) -> int:
     doctor = sub.add_parser("doctor", help="what this installation has and uses: versions, "
                                            "compilers, builds, CUDA, fast paths")
     doctor.add_argument("--json", action="store_true", help="print it as JSON")
+    config = sub.add_parser("config", help="compiler and linker flags for a C or C++ program "
+                                           "that opens exported kernels (docs/export.md)")
+    for flag, text in (("--cflags", "the compiler flags (the include directory)"),
+                       ("--libs", "the core library's linker flags (-L, -l, rpath)"),
+                       ("--includedir", "the include directory alone"),
+                       ("--libdir", "the core library's directory alone")):
+        config.add_argument(flag, action="store_true", help=text)
     sub.add_parser("version", help="print the version")
     args = parser.parse_args(argv)
 
@@ -48,6 +55,13 @@ def main(argv=None) -> int:
         from .doctor import main as doctor
 
         return doctor(as_json=args.json)
+    if args.command == "config":
+        if not (args.cflags or args.libs or args.includedir or args.libdir):
+            config.error("give --cflags, --libs, --includedir or --libdir")
+        from .export import config_flags
+
+        print(config_flags(args.cflags, args.libs, args.includedir, args.libdir))
+        return 0
     if args.command == "demo":
         if args.tilelang:
             from .demo import run_tilelang

@@ -382,3 +382,38 @@ def load(path, execution_backend: str = "auto"):
                        loaded.prebuilt, core_kernel=core_kernel)
     kernel._export_dir = directory
     return kernel
+
+
+# ---- Embedding: the flags of a C or C++ program that opens exports -----------------------
+
+
+def embedding_dirs() -> tuple[Path, Path]:
+    """``(include directory, library directory)`` for a C or C++ program using the core:
+    ``#include <tilejit/tilejit.h>`` and ``-ltilejit``. The core is built into the cache
+    first if the cache has none; its directory gets a ``libtilejit.so`` link to it."""
+    from ._build import build_tools
+
+    library = build_tools.build_core_library()
+    include = build_tools.source_dirs()[0] / "include"
+    link = library.parent / "libtilejit.so"
+    if not (link.is_symlink() and os.readlink(link) == library.name):
+        staging = library.parent / f".libtilejit.so.{os.getpid()}"
+        staging.unlink(missing_ok=True)
+        staging.symlink_to(library.name)
+        os.replace(staging, link)
+    return include, library.parent
+
+
+def config_flags(cflags: bool, libs: bool, includedir: bool, libdir: bool) -> str:
+    """What ``python -m tilejit config`` prints for the options given, in that order."""
+    include, lib = embedding_dirs()
+    words = []
+    if cflags:
+        words.append(f"-I{include}")
+    if libs:
+        words += [f"-L{lib}", "-ltilejit", f"-Wl,-rpath,{lib}"]
+    if includedir:
+        words.append(str(include))
+    if libdir:
+        words.append(str(lib))
+    return " ".join(words)

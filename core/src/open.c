@@ -366,7 +366,8 @@ static int expect_tokens(replay *r, const line_tokens *t, int32_t n) {
 /* A builder's refusal, prefixed with where it comes from. */
 static int built(replay *r, int rc) {
   if (rc == TJ_OK) return rc;
-  return tj__prefix_error(rc, "tilejit export %s: %s: line %d: ", r->m->dir, SIGNATURE_FILE,
+  return tj__prefix_error(rc == TJ_ENOMEM ? rc : TJ_EVALUE,
+                          "tilejit export %s: %s: line %d: ", r->m->dir, SIGNATURE_FILE,
                           (int)r->line);
 }
 
