@@ -10,9 +10,8 @@
 >>> c = kernel(a, b)
 """
 
-from .compilation import compile
+from .compilation import compile, load
 from .compiler import CompileError
-from .export import load
 from .jit import JITFunction, jit
 from .kernel import JITKernel
 from .lang import T

@@ -1,6 +1,7 @@
 """``tilejit.compile``: a Program to a JITKernel, through the compiler drivers and the
-artifact cache, and ``CompileOptions``, the one record of the options ``compile`` and
-``@tilejit.jit`` take (plain or ``layout=``)."""
+artifact cache; ``tilejit.load``: an export (``tilejit.export``) to a JITKernel; and
+``CompileOptions``, the one record of the options ``compile`` and ``@tilejit.jit`` take
+(plain or ``layout=``)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import os
 import shlex
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from . import cache as _cache
 from . import compiler as _compiler
+from . import export as _export
 from . import glue as _glue
 from ._build import elf as _elf
 from .kernel import JITKernel
@@ -20,7 +23,7 @@ from .program import Program
 from .signature import lower
 from .version import VERSION
 
-__all__ = ["CompileOptions", "compile"]
+__all__ = ["CompileOptions", "compile", "load"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,3 +148,21 @@ def _stored_binary(program: Program):
         raise ValueError(f"{program.name}: binary= for target='cpu' is no whole shared "
                          f"library: {problem}")
     return _cache.store_bytes(data, tilejit=VERSION)
+
+
+def load(path, execution_backend: str = "auto"):
+    """The kernel exported to ``path``, behind ``execution_backend``: it behaves as the
+    kernel that was exported (results, checks and messages, outputs, streams,
+    ``with_backend``, ``torch_op``). Nothing is compiled and the module that built the
+    kernel is not imported. The core opens the directory first (``tj_kernel_open``):
+    a damaged, foreign or unrunnable export is a ValueError naming the directory, the
+    file and what is wrong."""
+    from .backends.core import CoreKernel
+
+    directory = Path(os.fspath(path)).absolute()
+    core_kernel = CoreKernel.open(directory)
+    loaded = _export.Loaded(directory)
+    kernel = JITKernel(loaded.program, loaded.signature, loaded.library, "", execution_backend,
+                       loaded.prebuilt, core_kernel=core_kernel)
+    kernel._export_dir = directory
+    return kernel

@@ -365,25 +365,6 @@ class Loaded:
                       const=bool(p.flags & abi.TJ_BUF_CONST))
 
 
-def load(path, execution_backend: str = "auto"):
-    """The kernel exported to ``path``, behind ``execution_backend``: it behaves as the
-    kernel that was exported (results, checks and messages, outputs, streams,
-    ``with_backend``, ``torch_op``). Nothing is compiled and the module that built the
-    kernel is not imported. The core opens the directory first (``tj_kernel_open``):
-    a damaged, foreign or unrunnable export is a ValueError naming the directory, the
-    file and what is wrong."""
-    from .backends.core import CoreKernel
-    from .kernel import JITKernel
-
-    directory = Path(path).absolute()
-    core_kernel = CoreKernel.open(directory)
-    loaded = Loaded(directory)
-    kernel = JITKernel(loaded.program, loaded.signature, loaded.library, "", execution_backend,
-                       loaded.prebuilt, core_kernel=core_kernel)
-    kernel._export_dir = directory
-    return kernel
-
-
 # ---- Embedding: the flags of a C or C++ program that opens exports -----------------------
 
 

@@ -222,6 +222,7 @@ cdef extern from "tilejit/core.h" nogil:
     int tj_kernel_load(tj_kernel *kernel, const char *path, const char *symbol)
     int tj_kernel_load_prebuilt(tj_kernel *kernel, const char *glue, const char *entry,
                                 const char *library, const char *symbol)
+    int tj_kernel_open(const char *dir, tj_kernel **out)
     int tj_kernel_set_image(tj_kernel *kernel, const void *image, int64_t size,
                             const char *symbol)
     int tj_kernel_set_launch(tj_kernel *kernel, const int32_t *grid_ids, const int32_t *block_ids,
