@@ -462,3 +462,60 @@ def test_the_documented_c_program_calls_an_export(tmp_path, tilejit_cache_dir):
     assert done.returncode == 1
     assert re.fullmatch(rf"tilejit export {export}: kernel.so: 4 bytes, but "
                         r"MANIFEST lists \d+: the file was changed\n", done.stderr)
+
+
+# ---- Edited signatures: refused or loaded, never a crash -------------------------------------
+
+MUTATE = r"""
+import hashlib, random, shutil, sys
+from pathlib import Path
+import tilejit
+
+source, work = Path(sys.argv[1]), Path(sys.argv[2])
+rng = random.Random(int(sys.argv[3]))
+values = ["-1", "0", "1", "2", "3", "7", "64", "255", "256", "65535", "99999", "2147483647",
+          "-2147483648", "9223372036854775807", "-", "x", "1:64:1", "0:64:1", "2:32:1",
+          "0:0:0", "17:255:65535", ""]
+loaded = refused = 0
+for attempt in range(int(sys.argv[4])):
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(source, work)
+    lines = (work / "signature.tj").read_text().splitlines()
+    for _ in range(rng.randint(1, 3)):
+        j = rng.randrange(1, len(lines))
+        fields = lines[j].split(" ")
+        k = rng.randrange(len(fields))
+        roll = rng.random()
+        if roll < 0.7:
+            fields[k] = rng.choice(values)
+        elif roll < 0.85:
+            del fields[k]
+        else:
+            fields.insert(k, rng.choice(values))
+        lines[j] = " ".join(fields)
+    data = ("\n".join(lines) + "\n").encode()
+    (work / "signature.tj").write_bytes(data)
+    manifest = [f"file signature.tj {len(data)} {hashlib.sha256(data).hexdigest()}"
+                if line.startswith("file signature.tj ") else line
+                for line in (work / "MANIFEST").read_text().splitlines()]
+    (work / "MANIFEST").write_text("\n".join(manifest) + "\n")
+    try:
+        tilejit.load(work)
+        loaded += 1
+    except ValueError as exc:
+        assert str(exc).startswith(f"tilejit export {work}: "), exc
+        refused += 1
+print(loaded, refused)
+"""
+
+
+def test_edited_signatures_are_refused_or_loaded_never_a_crash(exported, tmp_path,
+                                                               child_python):
+    # Consistent edits (the manifest rehashed) get past the hashes: the core's reading of
+    # every field, and Python's of the lines it alone reads, must still hold. In a child:
+    # a crash fails the test instead of the run.
+    script = tmp_path / "mutate.py"
+    script.write_text(MUTATE)
+    loaded, refused = map(int, child_python(str(script), str(exported), str(tmp_path / "work"),
+                                            "7", "150").split())
+    assert loaded + refused == 150 and refused > 100

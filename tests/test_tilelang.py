@@ -367,3 +367,44 @@ def test_gpu_tilelang_kernels_match_torch(child_env):
                           text=True, env=env, timeout=900, cwd=HERE.parent)
     print(done.stdout, done.stderr)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok")
+
+
+# ---- Export: a TileLang kernel leaves the process, and loads without TileLang -----------------
+
+
+def test_a_tilelang_kernel_exports_and_loads_without_tilelang(cpu_kernels, tmp_path,
+                                                              child_python):
+    out = cpu_kernels["axpy"].adapter.kernel.export(tmp_path / "axpy")
+    stdout = child_python("-c", textwrap.dedent(f"""
+        import sys, torch, tilejit
+        k = tilejit.load({str(out)!r})
+        x, y = torch.arange(12.0).reshape(3, 4), torch.ones(3, 4)
+        print(k(x, y).tolist())
+        try:
+            k(x, torch.ones(3, 5))
+        except ValueError as exc:
+            print(exc)
+        print(sorted(m for m in sys.modules if m.split(".")[0] in ("tilelang", "tvm")))
+    """))
+    x, y = torch.arange(12.0).reshape(3, 4), torch.ones(3, 4)
+    assert stdout.splitlines() == [
+        str((2 * x + y).tolist()),
+        "axpy_kernel: argument 1 'Y': expected shape[1] == n (= 4, bound by argument 0 'X'), "
+        "got 5",
+        "[]"]
+
+
+def test_a_tilelang_tma_gemm_export_launches_as_the_original(fake, cuda_kernels, tmp_path):
+    original = cuda_kernels["gemm90"].adapter.kernel
+    fake.set_capability(9, 0)
+    loaded = tilejit.load(original.export(tmp_path / "gemm"))
+    a, b = FakeCudaTensor((100, 256), "float16"), FakeCudaTensor((256, 256), "float16")
+    seen = []
+    for kernel in (original, loaded):
+        before = len(fake.records("cuTensorMapEncodeTiled"))
+        c = kernel(a, b, stream=0x42)
+        launch = dict(fake.launches()[-1])
+        launch.pop("module")
+        launch["args"] = [arg.replace(_ptr(c.address), "C") for arg in launch["args"]]
+        seen.append((launch, fake.records("cuTensorMapEncodeTiled")[before:]))
+    assert seen[0] == seen[1] and len(seen[1][1]) == 2

@@ -155,6 +155,10 @@
   X(layout_random_mark_dynamic)                    \
   /* test_fuzz_findings.c */                       \
   X(fuzz_exchange_chain_cycle)                     \
-  X(fuzz_object_without_producer)
+  X(fuzz_object_without_producer)                  \
+  /* test_open.c */                                \
+  X(open_sha256)                                   \
+  X(open_calls_an_export)                          \
+  X(open_refuses_damaged_exports)
 
 #endif /* TILEJIT_TESTS_TEST_LIST_H_ */

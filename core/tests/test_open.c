@@ -1,0 +1,194 @@
+/*
+ * Opening exports (tj_kernel_open): SHA-256, a hand-written export of the
+ * vec_add fixture library opened and called, and damaged exports refused by
+ * file and reason. tests/test_export.py opens exports tilejit wrote.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "builders.h"
+#include "internal.h"
+
+#ifndef TJT_FIXTURE_DIR
+#error "build with -DTJT_FIXTURE_DIR='\"/abs/path/to/build/fixtures\"'"
+#endif
+
+static void check_sha256(const char *data, size_t size, const char *want) {
+  char got[65];
+  tj__sha256_hex(data, size, got);
+  CHECK_EQ_STR(got, want);
+}
+
+TEST(open_sha256) {
+  check_sha256("", 0, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  check_sha256("abc", 3, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  const char *two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  check_sha256(two_blocks, strlen(two_blocks),
+               "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  size_t n = 1000000;
+  char *a = malloc(n);
+  CHECK(a != NULL);
+  memset(a, 'a', n);
+  check_sha256(a, n, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  free(a);
+}
+
+/* ---- A hand-written export of tests/fixtures/vec_add.c ------------------------ */
+
+static const char SIGNATURE[] =
+    "tilejit-signature 1\n"
+    "# vec_add(A: (n,) float32, B: (n,) float32) -> C: (n,) float32\n"
+    "kernel vec_add cpu 3\n"
+    "symbol n 1 0:64:1\n"
+    "expr 1 2 0 n\n"
+    "buffer 0 A 2:32:1 0 2 1 0 -\n"
+    "buffer 1 B 2:32:1 0 2 1 0 -\n"
+    "buffer 2 C 2:32:1 0 4 1 0 -\n"
+    "out_idx 1 2\n"
+    "function vec_add void vec_add(const float *A, const float *B, float *C, int64_t n)\n"
+    "load kernel.so tilejit_packed_entry\n";
+
+static char export_dir[256];
+
+static void write_file(const char *name, const void *data, size_t size) {
+  char path[512];
+  snprintf(path, sizeof(path), "%s/%s", export_dir, name);
+  FILE *f = fopen(path, "wb");
+  CHECK(f != NULL);
+  CHECK(fwrite(data, 1, size, f) == size);
+  fclose(f);
+}
+
+static char *read_fixture(size_t *size) {
+  const char *dir = getenv("TJT_FIXTURE_DIR");
+  char path[512];
+  snprintf(path, sizeof(path), "%s/vec_add.so", dir && *dir ? dir : TJT_FIXTURE_DIR);
+  FILE *f = fopen(path, "rb");
+  CHECK(f != NULL);
+  fseek(f, 0, SEEK_END);
+  *size = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *data = malloc(*size);
+  CHECK(data != NULL && fread(data, 1, *size, f) == *size);
+  fclose(f);
+  return data;
+}
+
+/* Writes the export: the library, `signature` and a MANIFEST whose first
+ * line is `header` and which lists both files with their hashes. */
+static void write_export(const char *header, const char *signature) {
+  snprintf(export_dir, sizeof(export_dir), "/tmp/tilejit-open-XXXXXX");
+  CHECK(mkdtemp(export_dir) != NULL);
+  size_t size;
+  char *library = read_fixture(&size);
+  write_file("kernel.so", library, size);
+  write_file("signature.tj", signature, strlen(signature));
+  char lib_hash[65], sig_hash[65], manifest[1024];
+  tj__sha256_hex(library, size, lib_hash);
+  tj__sha256_hex(signature, strlen(signature), sig_hash);
+  snprintf(manifest, sizeof(manifest),
+           "%s\ntilejit 0.1.0\ntarget cpu\nfile kernel.so %zu %s\nfile signature.tj %zu %s\n",
+           header, size, lib_hash, strlen(signature), sig_hash);
+  write_file("MANIFEST", manifest, strlen(manifest));
+  free(library);
+}
+
+static void remove_export(void) {
+  const char *names[] = {"kernel.so", "signature.tj", "MANIFEST"};
+  char path[512];
+  for (int i = 0; i < 3; ++i) {
+    snprintf(path, sizeof(path), "%s/%s", export_dir, names[i]);
+    unlink(path);
+  }
+  rmdir(export_dir);
+}
+
+TEST(open_calls_an_export) {
+  write_export("tilejit-export 1", SIGNATURE);
+  tj_kernel *k;
+  CHECK_OK(tj_kernel_open(export_dir, &k));
+  CHECK_EQ_STR(tj_kernel_name(k), "vec_add");
+  CHECK_EQ_INT(tj_kernel_num_outputs(k), 1);
+  const int64_t n = 5;
+  float a[5] = {1, 2, 3, 4, 5}, b[5] = {10, 20, 30, 40, 50}, c[5] = {0};
+  tjt_tensor ta, tb, tc;
+  tjt_tensor_init(&ta, a, TJT_F32, 1, &n, NULL);
+  tjt_tensor_init(&tb, b, TJT_F32, 1, &n, NULL);
+  tjt_tensor_init(&tc, c, TJT_F32, 1, &n, NULL);
+  tj_arg args[2], out;
+  tjt_arg_tensor(&args[0], &ta, 0);
+  tjt_arg_tensor(&args[1], &tb, 0);
+  tj_frame f;
+  CHECK_OK(tj_call_bind(k, args, 2, &f));
+  CHECK_EQ_INT(f.out_shape[0][0], 5);
+  tjt_arg_tensor(&out, &tc, 0);
+  CHECK_OK(tj_call_set_output(&f, 0, &out));
+  CHECK_OK(tj_call_launch(&f));
+  CHECK(c[4] == 55.0f);
+  /* A refused call: the message the Python binding gives. */
+  tjt_tensor_init(&tb, b, TJT_DTYPE(kDLInt, 32), 1, &n, NULL);
+  tjt_arg_tensor(&args[1], &tb, 0);
+  CHECK_STATUS(tj_call_bind(k, args, 2, &f), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("vec_add: argument 1 'B': expected dtype float32, got int32");
+  tj_kernel_free(k);
+  remove_export();
+}
+
+/* Opening the export written from `header` and `signature` fails with a
+ * message holding `what`. */
+static void check_refused(const char *header, const char *signature, const char *what) {
+  write_export(header, signature);
+  tj_kernel *k = (tj_kernel *)1;
+  CHECK_STATUS(tj_kernel_open(export_dir, &k), TJ_EVALUE);
+  CHECK(k == NULL);
+  CHECK_ERROR_STARTS_WITH("tilejit export /tmp/tilejit-open-");
+  CHECK_ERROR_CONTAINS(what);
+  remove_export();
+}
+
+/* SIGNATURE with its first occurrence of `old` replaced by `new`. */
+static const char *edited(const char *old, const char *new) {
+  static char buf[sizeof(SIGNATURE) + 256];
+  const char *at = strstr(SIGNATURE, old);
+  CHECK(at != NULL);
+  snprintf(buf, sizeof(buf), "%.*s%s%s", (int)(at - SIGNATURE), SIGNATURE, new, at + strlen(old));
+  return buf;
+}
+
+TEST(open_refuses_damaged_exports) {
+  check_refused("tilejit-export 2", SIGNATURE, "MANIFEST: export format version 2");
+  check_refused("tilejit-export", SIGNATURE, "MANIFEST: line 1 is not");
+  check_refused("tilejit-export 1\nsigned-by me", SIGNATURE, "MANIFEST: line 2: unknown entry");
+  check_refused("tilejit-export 1", edited("tilejit-signature 1", "tilejit-signature 9"),
+                "signature.tj: line 1: signature format version 9");
+  check_refused("tilejit-export 1", edited("kernel vec_add cpu 3\n", ""),
+                "signature.tj: line 3: expected the 'kernel' line first");
+  check_refused("tilejit-export 1", edited("kernel vec_add cpu", "kernel vec_add cuda"),
+                "target 'cuda', but MANIFEST says 'cpu'");
+  check_refused("tilejit-export 1", edited("buffer 1 B 2:32:1", "buffer 1 B float32"),
+                "signature.tj: line 7: dtype 'float32' is not code:bits:lanes");
+  check_refused("tilejit-export 1", edited("expr 1 2 0 n", "expr 1 2 7 n"),
+                "signature.tj: line 5: ");
+  check_refused("tilejit-export 1",
+                edited("buffer 0 A 2:32:1 0 2 1 0 -", "buffer 0 A 2:32:1 0 2 1 0"),
+                "'buffer' takes");
+  check_refused("tilejit-export 1", edited("load kernel.so", "load other.so"),
+                "'load' names file 'other.so', which MANIFEST does not list");
+  check_refused("tilejit-export 1", edited("load kernel.so tilejit_packed_entry\n", ""),
+                "the file ends before its load line");
+  check_refused("tilejit-export 1", edited("out_idx", "launch_everything 1\nout_idx"),
+                "unknown entry 'launch_everything'");
+  /* A file changed after the manifest was written. */
+  write_export("tilejit-export 1", SIGNATURE);
+  write_file("kernel.so",
+             "\x7f"
+             "ELF",
+             4);
+  tj_kernel *k;
+  CHECK_STATUS(tj_kernel_open(export_dir, &k), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("kernel.so: 4 bytes, but MANIFEST lists");
+  remove_export();
+  CHECK_STATUS(tj_kernel_open("/nonexistent/export", &k), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("tilejit export /nonexistent/export: MANIFEST: cannot read it");
+}
