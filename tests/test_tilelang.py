@@ -389,8 +389,8 @@ def test_a_tilelang_kernel_exports_and_loads_without_tilelang(cpu_kernels, tmp_p
     x, y = torch.arange(12.0).reshape(3, 4), torch.ones(3, 4)
     assert stdout.splitlines() == [
         str((2 * x + y).tolist()),
-        "axpy_kernel: argument 1 'Y': expected shape[1] == n (= 4, bound by argument 0 'X'), "
-        "got 5",
+        ("axpy_kernel: argument 1 'Y': expected shape[1] == n (= 4, bound by argument 0 "
+         "'X'), got 5"),
         "[]"]
 
 

@@ -261,80 +261,110 @@ def _decode(code: tuple, symbols: list):
 
 class Loaded:
     """What ``signature.tj`` says, as the Python objects of a kernel: ``program``,
-    ``signature``, and the image files (``library``, ``prebuilt``) in the export."""
+    ``signature``, and the image files (``library``, ``prebuilt``) in the export. The
+    core has checked the file and built the kernel from it (``tj_kernel_open``); this
+    reads it again for what only Python needs, and refuses what the core skips but
+    Python cannot use (``out_idx``, ``function`` and ``arg`` lines) by line."""
 
     def __init__(self, directory: Path):
-        text = (directory / SIGNATURE_FILE).read_text()
-        symbols, exprs, params, maps, launches, functions = [], [], [], [], [], []
-        abi_spec, out_idx, attrs = None, (), {}
-        name = target = entry = None
-        for line in text.splitlines()[1:]:
+        self.directory = directory
+        self.symbols, self.exprs, self.params, self.maps, self.launches = [], [], [], [], []
+        self.functions, self.abi, self.out_idx, self.files = [], None, None, {}
+        self.name = self.target = self.entry = None
+        lines = (directory / SIGNATURE_FILE).read_text().splitlines()
+        for number, line in enumerate(lines[1:], start=2):
             fields = line.split()
             if not fields or fields[0].startswith("#"):
                 continue
-            key = fields[0]
-            if key == "kernel":
-                name, target = fields[1], fields[2]
-            elif key == "symbol":
-                symbols.append((fields[1], int(fields[2]), _triple(fields[3])))
-            elif key == "expr":
-                pairs = int(fields[1])
-                code = tuple(int(x) for x in fields[2:2 + 2 * pairs])
-                exprs.append((code, line.split(None, 2 + 2 * pairs)[-1]
-                              if len(fields) > 2 + 2 * pairs else ""))
-            elif key in ("buffer", "scalar", "pointer"):
-                params.append(self._param(key, fields))
-            elif key == "tensormap":
-                rank = int(fields[4])
-                ints = [int(x) for x in fields[5:]]
-                dims, ints = tuple(ints[:rank]), ints[rank:]
-                strides, ints = tuple(ints[:rank - 1]), ints[rank - 1:]
-                box, ints = tuple(ints[:rank]), ints[rank:]
-                element_strides, ints = tuple(ints[:rank]), ints[rank:]
-                maps.append(TensorMapSpec(fields[1], int(fields[2]), int(fields[3]), dims,
-                                          strides, box, element_strides, *ints))
-            elif key == "abi":
-                abi_spec, _ = _abi_at(fields, 1)
-            elif key == "launch":
-                ints = [int(x) for x in fields[2:9]]
-                entries, _ = _abi_at(fields, 9)
-                launches.append([fields[1], tuple(ints[:3]), tuple(ints[3:6]), ints[6],
-                                 entries, None, 0])
-            elif key == "launch_attrs":
-                index = int(fields[1])
-                if fields[2] == "-":
-                    launches[index][6] = int(fields[3])
-                else:
-                    launches[index][5] = tuple(int(x) for x in fields[2:5])
-                    launches[index][6] = int(fields[5])
-            elif key == "out_idx":
-                out_idx = tuple(int(x) for x in fields[2:])
-            elif key == "function":
-                functions.append((fields[1], line.split(None, 2)[2], []))
-            elif key == "arg":
-                param = int(fields[7])
-                functions[-1][2].append(KernelArg(fields[1], int(fields[2]), int(fields[3]),
-                                                  fields[4], bool(int(fields[5])),
-                                                  bool(int(fields[6])),
-                                                  None if param < 0 else param))
-            elif key == "load":
-                attrs = {"library": fields[1]}
-                entry = fields[2]
-            elif key == "load_prebuilt":
-                attrs = {"library": fields[1], "prebuilt": fields[3]}
-                entry = fields[2]
-        spec = CoreSpec(name, abi.TJ_TARGET_CPU if target == "cpu" else abi.TJ_TARGET_CUDA,
-                        tuple(symbols), tuple(exprs), tuple(params), abi_spec,
-                        tuple(LaunchSpec(*x) for x in launches), tuple(maps))
-        symbol_objects = [Symbol(s, d, dtype=_BY_DLPACK[dt]) for s, d, dt in symbols]
-        decoded = [_decode(code, symbol_objects) for code, _ in exprs]
-        self.library = str(directory / attrs["library"])
-        self.prebuilt = str(directory / attrs["prebuilt"]) if "prebuilt" in attrs else None
-        self.program = Program(name, [self._lang_param(p, decoded) for p in params],
-                               binary=self.prebuilt or self.library)
+            try:
+                self._read(fields, line)
+            except (ValueError, IndexError, KeyError, TypeError) as exc:
+                raise self._refuse(number, f"cannot read '{fields[0]}' ({exc})") from None
+        self._build(len(lines))
+
+    def _refuse(self, number: int, what: str) -> ValueError:
+        return ValueError(f"tilejit export {self.directory}: {SIGNATURE_FILE}: line {number}: "
+                          f"{what}")
+
+    def _read(self, fields: list, line: str) -> None:
+        key = fields[0]
+        if key == "kernel":
+            self.name, self.target = fields[1], fields[2]
+        elif key == "symbol":
+            self.symbols.append((fields[1], int(fields[2]), _triple(fields[3])))
+        elif key == "expr":
+            pairs = int(fields[1])
+            code = tuple(int(x) for x in fields[2:2 + 2 * pairs])
+            text = line.split(None, 2 + 2 * pairs)[-1] if len(fields) > 2 + 2 * pairs else ""
+            self.exprs.append((code, text))
+        elif key in ("buffer", "scalar", "pointer"):
+            self.params.append(self._param(key, fields))
+        elif key == "tensormap":
+            rank = int(fields[4])
+            ints = [int(x) for x in fields[5:]]
+            dims, ints = tuple(ints[:rank]), ints[rank:]
+            strides, ints = tuple(ints[:rank - 1]), ints[rank - 1:]
+            box, ints = tuple(ints[:rank]), ints[rank:]
+            element_strides, ints = tuple(ints[:rank]), ints[rank:]
+            self.maps.append(TensorMapSpec(fields[1], int(fields[2]), int(fields[3]), dims,
+                                           strides, box, element_strides, *ints))
+        elif key == "abi":
+            self.abi, _ = _abi_at(fields, 1)
+        elif key == "launch":
+            ints = [int(x) for x in fields[2:9]]
+            entries, _ = _abi_at(fields, 9)
+            self.launches.append([fields[1], tuple(ints[:3]), tuple(ints[3:6]), ints[6],
+                                  entries, None, 0])
+        elif key == "launch_attrs":
+            launch = self.launches[int(fields[1])]
+            if fields[2] == "-":
+                launch[6] = int(fields[3])
+            else:
+                launch[5], launch[6] = tuple(int(x) for x in fields[2:5]), int(fields[5])
+        elif key == "out_idx":
+            self.out_idx = tuple(int(x) for x in fields[2:])
+            if len(self.out_idx) != int(fields[1]):
+                raise ValueError(f"{fields[1]} outputs announced, {len(self.out_idx)} listed")
+        elif key == "function":
+            self.functions.append((fields[1], line.split(None, 2)[2], []))
+        elif key == "arg":
+            param = int(fields[7])
+            self.functions[-1][2].append(KernelArg(
+                fields[1], int(fields[2]), int(fields[3]), _dtypes.canonical(fields[4]),
+                bool(int(fields[5])), bool(int(fields[6])), None if param < 0 else param))
+        elif key == "load":
+            self.files, self.entry = {"library": fields[1]}, fields[2]
+        elif key == "load_prebuilt":
+            self.files, self.entry = {"library": fields[1], "prebuilt": fields[3]}, fields[2]
+
+    def _build(self, end: int) -> None:
+        params = self.params
+        outputs = {i for i, p in enumerate(params)
+                   if p.kind == abi.TJ_PARAM_BUFFER and p.flags & abi.TJ_BUF_OUTPUT}
+        if self.out_idx is None or sorted(self.out_idx) != sorted(outputs):
+            raise self._refuse(end, f"out_idx {self.out_idx} does not list the output "
+                                    f"buffers {sorted(outputs)}")
+        if not self.functions:
+            raise self._refuse(end, "no 'function' line")
+        try:
+            spec = CoreSpec(self.name, abi.TJ_TARGET_CPU if self.target == "cpu"
+                            else abi.TJ_TARGET_CUDA, tuple(self.symbols), tuple(self.exprs),
+                            tuple(params), self.abi,
+                            tuple(LaunchSpec(*x) for x in self.launches), tuple(self.maps))
+            symbols = [Symbol(s, d, dtype=_BY_DLPACK[dt]) for s, d, dt in self.symbols]
+            decoded = [_decode(code, symbols) for code, _ in self.exprs]
+            self.library = str(self.directory / self.files["library"])
+            self.prebuilt = (str(self.directory / self.files["prebuilt"])
+                             if "prebuilt" in self.files else None)
+            self.program = Program(self.name, [self._lang_param(p, decoded) for p in params],
+                                   binary=self.prebuilt or self.library)
+        except (ValueError, IndexError, KeyError, TypeError) as exc:
+            raise self._refuse(end, f"the parameters do not make a kernel ({exc})") from None
         self.signature = Signature(
-            name, target, tuple(p.name for p in params), out_idx, tuple(symbol_objects), spec,
-            tuple(KernelFunction(f, tuple(a), proto) for f, proto, a in functions), entry)
+            self.name, self.target, tuple(p.name for p in params), self.out_idx,
+            tuple(symbols), spec,
+            tuple(KernelFunction(f, tuple(a), proto) for f, proto, a in self.functions),
+            self.entry)
 
     @staticmethod
     def _param(key: str, fields: list) -> ParamSpec:
