@@ -836,7 +836,7 @@ def _tma_program():
     m = T.symbol("m", dtype="int32")
     a = T.Buffer((m, 64), "float32", name="A", const=True)
     c = T.Buffer((m, 64), "float32", name="C")
-    desc = T.TensorMap(a, box=(32, 16), swizzle=2, l2_promotion=2)
+    desc = T.TensorMap(a, box=(32, 16), swizzle=3, l2_promotion=2)
     return tilejit.Program("tma", [a, c], TMA_PROGRAM, launches=[
         tilejit.Launch("load_tiles", grid=(T.ceildiv(m, 16), 2), block=(128,),
                        shared_mem=32 * 16 * 4, kernel_args=[desc, c, m], cluster=(1, 2, 1),
@@ -863,7 +863,7 @@ def test_launches_in_order_with_tensor_maps_and_attributes(fake, backend):
         assert encode == {
             "fn": "cuTensorMapEncodeTiled", "result": 0, "context": 0, "data_type": 7,
             "rank": 2, "address": a.address, "dims": [64, m], "strides": [256],
-            "box": [32, 16], "element_strides": [1, 1], "interleave": 0, "swizzle": 2,
+            "box": [32, 16], "element_strides": [1, 1], "interleave": 0, "swizzle": 3,
             "l2_promotion": 2, "oob_fill": 0}
         first, second = fake.launches()[before:]
         # The map reaches the kernel as the 128 bytes the driver encoded (the fake writes
@@ -917,6 +917,17 @@ def test_launch_and_tensor_map_declarations_are_checked():
     with pytest.raises(ValueError, match=r"p: k: kernel_args\[0\]: T.TensorMap of 'B', which "
                                          "names no parameter"):
         tilejit.compile(bad, target="cuda", arch="sm_90a", compiler="nvcc")
+    # The driver's rules for the box's inner dimension, checked when it is a constant
+    # (an H200's driver refused a 128-byte inner box with a 64-byte swizzle).
+    wide_box = (r"p: k: kernel_args\[0\]: T.TensorMap 'A_desc': box\[0\] = 32 elements of 4 "
+                r"bytes span 128 bytes, more than the 64-byte swizzle \(swizzle=2\) allows")
+    odd_box = (r"p: k: kernel_args\[0\]: T.TensorMap 'A_desc': box\[0\] = 6 elements of 4 "
+               r"bytes span 24 bytes; the driver needs a multiple of 16 bytes")
+    for box, swizzle, message in (((32, 16), 2, wide_box), ((6, 8), 0, odd_box)):
+        wide = tilejit.Program("p", [a], "", launches=[tilejit.Launch(
+            "k", (1,), (1,), kernel_args=[T.TensorMap(a, box=box, swizzle=swizzle)])])
+        with pytest.raises(ValueError, match=message):
+            tilejit.compile(wide, target="cuda", arch="sm_90a", compiler="nvcc")
     cpu = tilejit.Program("p", [a], "void p(float *A, int64_t m) {}",
                           kernel_args=[T.TensorMap(a, box=(8, 8)), m])
     with pytest.raises(ValueError, match="only CUDA kernels take"):

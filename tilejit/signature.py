@@ -468,16 +468,41 @@ def _lower_tensormap(m: TensorMap, where: str, params, names, symbols: dict,
             raise ValueError(f"{where}: T.TensorMap of '{names[index]}': the TMA unit has no "
                              f"{p.dtype} elements; give data_type=")
         data_type = TENSORMAP_DATA_TYPES[p.dtype]
+    name = m.name or f"{names[index]}_desc"
+    _check_box(f"{where}: T.TensorMap '{name}'", m, data_type)
     fields = {}
     for field, values in (("dims", dims), ("strides", strides), ("box", m.box),
                           ("element_strides", m.element_strides)):
         for i, v in enumerate(values):
             _check_launch_value(where, f"T.TensorMap {field}[{i}]", v, 1, symbols)
         fields[field] = tuple(expr_id(v) for v in values)
-    name = m.name or f"{names[index]}_desc"
     return TensorMapSpec(name, index, data_type, fields["dims"], fields["strides"],
                          fields["box"], fields["element_strides"], m.interleave, m.swizzle,
                          m.l2_promotion, m.oob_fill)
+
+
+# Bytes per element of each CUtensorMapDataType (uint8 .. tfloat32_ftz).
+_TENSORMAP_ELEMENT_BYTES = (1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4)
+
+
+def _check_box(where: str, m: TensorMap, data_type: int) -> None:
+    """The driver's rules for the box's inner dimension (cuTensorMapEncodeTiled), checked
+    when the program is compiled where the box is a constant: without interleave it spans
+    a multiple of 16 bytes, and with a 32, 64 or 128-byte swizzle at most that many."""
+    inner = m.box[0]
+    if m.interleave != 0 or not isinstance(inner, int) or not 0 <= data_type < len(
+            _TENSORMAP_ELEMENT_BYTES):
+        return
+    size = _TENSORMAP_ELEMENT_BYTES[data_type]
+    span = inner * size
+    if span % 16:
+        raise ValueError(f"{where}: box[0] = {inner} elements of {size} bytes span {span} "
+                         "bytes; the driver needs a multiple of 16 bytes")
+    if m.swizzle in (1, 2, 3) and span > 16 << m.swizzle:
+        raise ValueError(f"{where}: box[0] = {inner} elements of {size} bytes span {span} "
+                         f"bytes, more than the {16 << m.swizzle}-byte swizzle "
+                         f"(swizzle={m.swizzle}) allows; use a larger swizzle or a smaller "
+                         "box")
 
 
 def _buffer_symbols(p) -> set:

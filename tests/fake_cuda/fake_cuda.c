@@ -808,6 +808,11 @@ EXPORT CUresult CUDAAPI cuTensorMapEncodeTiled(
   }
   if (rc == CUDA_SUCCESS && interleave == 0 && (box[0] * element_bytes[type]) % 16)
     rc = CUDA_ERROR_INVALID_VALUE;
+  /* A 32, 64 or 128-byte swizzle bounds the box's inner dimension (an H200's driver
+   * refuses a 128-byte inner box with a 64-byte swizzle). */
+  if (rc == CUDA_SUCCESS && interleave == 0 && swizzle >= 1 && swizzle <= 3 &&
+      box[0] * element_bytes[type] > (16u << swizzle))
+    rc = CUDA_ERROR_INVALID_VALUE;
   if (rc == CUDA_SUCCESS) {
     memset(map, 0, sizeof(*map));
     map->opaque[0] = (cuuint64_t)(uintptr_t)address;
