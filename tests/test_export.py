@@ -82,7 +82,8 @@ def everything(tilejit_cache_dir):
 
 @pytest.fixture(scope="module")
 def exported(everything, tmp_path_factory):
-    return everything.export(tmp_path_factory.mktemp("exports") / "everything")
+    # A space in the path: the manifest names files, never paths.
+    return everything.export(tmp_path_factory.mktemp("exports") / "my kernels" / "everything")
 
 
 BACKENDS = ["cython", "dlpack", "ctypes"]
@@ -393,6 +394,34 @@ def test_a_multi_launch_cuda_kernel_with_tensor_maps_round_trips(fake, tmp_path,
     assert [x["function"] for x in records[1][0]] == ["load_tiles", "finish"]
     with pytest.raises(ValueError, match="tma: argument 0 'A': expected dtype float32"):
         loaded(fakes.FakeCudaTensor((100, 64), dtype="float64"), fakes.FakeCudaTensor((100, 64)))
+
+
+@pytest.mark.parametrize("arch, capability, runs", [
+    ("sm_80", (8, 6), True), ("sm_80", (9, 0), False), ("sm_86", (8, 0), False),
+    ("sm_90a", (9, 0), True), ("compute_80", (9, 0), True), ("compute_80", (7, 5), False),
+    ("sm_75,sm_90", (9, 0), True), ("sm_75,sm_90", (8, 0), False)])
+def test_a_cuda_export_opens_where_its_image_runs(fake, tmp_path, arch, capability, runs,
+                                                  tilejit_cache_dir):
+    from test_cuda import vec_add_program
+
+    k = tilejit.compile(vec_add_program(), out_idx=-1, target="cuda", arch=arch,
+                        compiler="nvcc")
+    out = k.export(tmp_path / "vec_add")
+    kind = "fatbin" if "," in arch else "ptx" if arch.startswith("compute") else "cubin"
+    assert (out / f"kernel.{kind}").is_file() and f"arch {arch}\n" in (out / "MANIFEST").read_text()
+    fake.set_capability(*capability)
+    if runs:  # and a loaded kernel exports again as it was
+        again = tilejit.load(out).export(tmp_path / "again")
+        assert (again / "MANIFEST").read_text() == (out / "MANIFEST").read_text()
+        a = load_fakes().FakeCudaTensor((1000,))
+        tilejit.load(out)(a, a)
+        assert fake.launches()[-1]["grid"] == [4, 1, 1]
+    else:
+        with pytest.raises(ValueError, match=rf"vec_add: MANIFEST: a cuda kernel built for "
+                                             rf"{arch}, which does not run on this machine's "
+                                             rf"device \(compute capability "
+                                             rf"{capability[0]}.{capability[1]}\)"):
+            tilejit.load(out)
 
 
 def test_a_cuda_export_needs_a_driver(tmp_path, tilejit_cache_dir, monkeypatch):

@@ -165,4 +165,5 @@ def load(path, execution_backend: str = "auto"):
     kernel = JITKernel(loaded.program, loaded.signature, loaded.library, "", execution_backend,
                        loaded.prebuilt, core_kernel=core_kernel)
     kernel._export_dir = directory
+    kernel._cuda_arch = loaded.cuda_arch
     return kernel

@@ -281,6 +281,11 @@ class Loaded:
             except (ValueError, IndexError, KeyError, TypeError) as exc:
                 raise self._refuse(number, f"cannot read '{fields[0]}' ({exc})") from None
         self._build(len(lines))
+        manifest = (directory / "MANIFEST").read_text().splitlines()
+        archs = [line.split()[1] for line in manifest if line.startswith("arch ")]
+        # What a CUDA kernel was built for, kept for a later export of the loaded kernel.
+        self.cuda_arch = archs[0] if archs and self.target == "cuda" and archs[0] != "unknown" \
+            else None
 
     def _refuse(self, number: int, what: str) -> ValueError:
         return ValueError(f"tilejit export {self.directory}: {SIGNATURE_FILE}: line {number}: "
