@@ -173,7 +173,8 @@ def hash_files(kind: str, extra: Iterable[str], files: Iterable[tuple[str, Path]
     return digest.hexdigest()[:16]
 
 
-def _sha256_file(path: str) -> str:
+def sha256_file(path) -> str:
+    """The SHA-256 of the file at `path`, as 64 hex digits (cache entries, exports)."""
     # hashlib.file_digest() would do, but it only exists from Python 3.11 on.
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -208,7 +209,7 @@ def _valid(artifact: str, meta_path: str, name: str, check: Check | None) -> boo
             and meta.get("format") == _FORMAT
             and meta.get("key") == name
             and meta.get("size") == info.st_size
-            and meta.get("sha256") == _sha256_file(artifact)
+            and meta.get("sha256") == sha256_file(artifact)
             and (check is None or check(artifact) is None)
         )
     except (OSError, ValueError):
@@ -342,7 +343,7 @@ def _build_and_publish(scratch: Path, entry: Path, artifact_name: str,
             "format": _FORMAT,
             "key": entry.name,
             "size": info.st_size,
-            "sha256": _sha256_file(built),
+            "sha256": sha256_file(built),
             "created": time.time(),
         }
         _unusable_on_error(entry, lambda: _publish(workdir, built, entry, artifact_name, meta))

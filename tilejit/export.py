@@ -14,7 +14,6 @@ writes them and reads ``signature.tj`` back into the Python objects a kernel car
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import shutil
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from . import abi
 from . import dtypes as _dtypes
+from ._build import disk_cache
 from .lang import _BINARY, OP_CONST, OP_SYM, BinaryExpr, Buffer, PointerParam, Scalar, Symbol
 from .program import Program
 from .signature import (
@@ -157,14 +157,6 @@ def header_text(kernel) -> str:
     return "\n".join(lines)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _arch(kernel) -> str:
     if kernel.target == "cpu":
         return platform.machine()
@@ -197,7 +189,7 @@ def export(kernel, path, *, overwrite: bool = False) -> Path:
         listed = sorted({SIGNATURE_FILE, "kernel.h", *files.values()})
         manifest = [f"tilejit-export {EXPORT_FORMAT}", f"tilejit {VERSION}",
                     f"target {kernel.target}", f"arch {_arch(kernel)}"]
-        manifest += [f"file {name} {(staging / name).stat().st_size} {_sha256(staging / name)}"
+        manifest += [f"file {name} {(staging / name).stat().st_size} {disk_cache.sha256_file(staging / name)}"
                      for name in listed]
         (staging / "MANIFEST").write_text("\n".join(manifest) + "\n")
         for name in listed:

@@ -157,28 +157,33 @@ static const char *edited(const char *old, const char *new) {
 }
 
 TEST(open_refuses_damaged_exports) {
-  check_refused("tilejit-export 2", SIGNATURE, "MANIFEST: export format version 2");
-  check_refused("tilejit-export", SIGNATURE, "MANIFEST: line 1 is not");
-  check_refused("tilejit-export 1\nsigned-by me", SIGNATURE, "MANIFEST: line 2: unknown entry");
-  check_refused("tilejit-export 1", edited("tilejit-signature 1", "tilejit-signature 9"),
-                "signature.tj: line 1: signature format version 9");
-  check_refused("tilejit-export 1", edited("kernel vec_add cpu 3\n", ""),
-                "signature.tj: line 3: expected the 'kernel' line first");
-  check_refused("tilejit-export 1", edited("kernel vec_add cpu", "kernel vec_add cuda"),
-                "target 'cuda', but MANIFEST says 'cpu'");
-  check_refused("tilejit-export 1", edited("buffer 1 B 2:32:1", "buffer 1 B float32"),
-                "signature.tj: line 7: dtype 'float32' is not code:bits:lanes");
-  check_refused("tilejit-export 1", edited("expr 1 2 0 n", "expr 1 2 7 n"),
-                "signature.tj: line 5: ");
-  check_refused("tilejit-export 1",
-                edited("buffer 0 A 2:32:1 0 2 1 0 -", "buffer 0 A 2:32:1 0 2 1 0"),
-                "'buffer' takes");
-  check_refused("tilejit-export 1", edited("load kernel.so", "load other.so"),
-                "'load' names file 'other.so', which MANIFEST does not list");
-  check_refused("tilejit-export 1", edited("load kernel.so tilejit_packed_entry\n", ""),
-                "the file ends before its load line");
-  check_refused("tilejit-export 1", edited("out_idx", "launch_everything 1\nout_idx"),
-                "unknown entry 'launch_everything'");
+  static const struct {
+    const char *header, *old, *new, *what;
+  } cases[] = {
+      {"tilejit-export 2", NULL, NULL, "MANIFEST: export format version 2"},
+      {"tilejit-export", NULL, NULL, "MANIFEST: line 1 is not"},
+      {"tilejit-export 1\nsigned-by me", NULL, NULL, "MANIFEST: line 2: unknown entry"},
+      {"tilejit-export 1", "tilejit-signature 1", "tilejit-signature 9",
+       "signature.tj: line 1: signature format version 9"},
+      {"tilejit-export 1", "kernel vec_add cpu 3\n", "",
+       "signature.tj: line 3: expected the 'kernel' line first"},
+      {"tilejit-export 1", "kernel vec_add cpu", "kernel vec_add cuda",
+       "target 'cuda', but MANIFEST says 'cpu'"},
+      {"tilejit-export 1", "buffer 1 B 2:32:1", "buffer 1 B float32",
+       "signature.tj: line 7: dtype 'float32' is not code:bits:lanes"},
+      {"tilejit-export 1", "expr 1 2 0 n", "expr 1 2 7 n", "signature.tj: line 5: "},
+      {"tilejit-export 1", "buffer 0 A 2:32:1 0 2 1 0 -", "buffer 0 A 2:32:1 0 2 1 0",
+       "'buffer' takes"},
+      {"tilejit-export 1", "load kernel.so", "load other.so",
+       "'load' names file 'other.so', which MANIFEST does not list"},
+      {"tilejit-export 1", "load kernel.so tilejit_packed_entry\n", "",
+       "the file ends before its load line"},
+      {"tilejit-export 1", "out_idx", "launch_everything 1\nout_idx",
+       "unknown entry 'launch_everything'"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i)
+    check_refused(cases[i].header, cases[i].old ? edited(cases[i].old, cases[i].new) : SIGNATURE,
+                  cases[i].what);
   /* A file changed after the manifest was written. */
   write_export("tilejit-export 1", SIGNATURE);
   write_file("kernel.so",
