@@ -18,6 +18,7 @@ with only the repository root on `sys.path`.
 from __future__ import annotations
 
 import ctypes
+import platform
 import sys
 from pathlib import Path
 
@@ -164,7 +165,9 @@ def build_core_library(
             toolchain.compile_and_link(sources, include_dirs, _CORE_CFLAGS, output, output.parent,
                                        verbose, link_args)
 
-        return disk_cache.get_or_build(target.parent, target.name, build, force=force,
+        info = {"kind": "core", "name": "tilejit core", "target": "cpu",
+                "arch": platform.machine()}
+        return disk_cache.get_or_build(target.parent, target.name, build, force=force, info=info,
                                        log=lambda message: log(verbose, message),
                                        check=elf.problem)
 

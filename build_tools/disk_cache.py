@@ -64,7 +64,7 @@ _STALE_TMP_AGE_S = 24 * 3600.0
 # on a verified path costs one stat; a replaced or truncated file fails the comparison and
 # is verified again.
 _verified_lock = threading.Lock()
-_verified: dict[str, tuple[int, int, int]] = {}
+_verified: dict[str, tuple[tuple[int, int, int], str]] = {}  # -> (fingerprint, sha256)
 
 
 class CacheUnusableError(OSError):
@@ -190,16 +190,19 @@ def _fingerprint(info: os.stat_result) -> tuple[int, int, int]:
 Check = Callable[[str], "str | None"]  # the artifact's path -> why it is unusable, or None
 
 
-def _valid(artifact: str, meta_path: str, name: str, check: Check | None) -> bool:
+def _valid(artifact: str, meta_path: str, name: str, check: Check | None,
+           record_use: bool = False) -> bool:
     """Return True when `artifact` exists, matches its meta.json and passes `check` (cheap
-    when known)."""
+    when known). `record_use`: the first time this process finds it valid, that is the
+    entry's last use (meta.json's mtime)."""
     try:
         info = os.stat(artifact)
     except OSError:
         return False
     fingerprint = _fingerprint(info)
     with _verified_lock:
-        if _verified.get(artifact) == fingerprint:
+        known = _verified.get(artifact)
+        if known is not None and known[0] == fingerprint:
             return True
     try:
         with open(meta_path, "rb") as handle:
@@ -216,8 +219,25 @@ def _valid(artifact: str, meta_path: str, name: str, check: Check | None) -> boo
         valid = False
     if valid:
         with _verified_lock:
-            _verified[artifact] = fingerprint
+            _verified[artifact] = (fingerprint, meta["sha256"])
+        if record_use:
+            _record_use(meta_path)
     return valid
+
+
+def _record_use(meta_path: str) -> None:
+    """Marks an entry used now: its meta.json's mtime (content unchanged). A read-only
+    cache records nothing."""
+    with contextlib.suppress(OSError):
+        os.utime(meta_path)
+
+
+def known_sha256(artifact) -> str | None:
+    """The SHA-256 this process verified `artifact` to have, even if it has been removed
+    from the cache since (what a loaded kernel was loaded from); None if never verified."""
+    with _verified_lock:
+        known = _verified.get(str(artifact))
+    return None if known is None else known[1]
 
 
 def _forget(artifact: str) -> None:
@@ -259,6 +279,7 @@ def get_or_build(
     force: bool = False,
     log: Callable[[str], None] | None = None,
     check: Check | None = None,
+    info: dict | None = None,
 ) -> Path:
     """Return `entry / artifact_name`, a valid artifact, calling `build(path)` on a miss.
 
@@ -271,7 +292,10 @@ def get_or_build(
     or None: `elf.problem` for shared libraries) is deleted and rebuilt; a build that
     `check` refuses raises RuntimeError and publishes nothing. `force=True` rebuilds a
     valid entry too. `log` receives one line per build. Raises `CacheUnusableError` when
-    the directory cannot hold the entry (see `with_fallback`).
+    the directory cannot hold the entry (see `with_fallback`). `info` (what the entry is:
+    `kind`, `name`, `target`, `arch`) is kept in meta.json for `python -m tilejit cache
+    ls`. A process's first use of an entry is recorded as its last use (meta.json's
+    mtime); after a write, the cache is pruned to `$TILEJIT_CACHE_MAX_SIZE` if set.
 
     Example:
         >>> so = get_or_build(cache_root() / "core" / key, "libtilejit_core.so", compile_core)
@@ -279,7 +303,7 @@ def get_or_build(
     entry = Path(entry)
     artifact = os.path.join(entry, artifact_name)
     meta_path = os.path.join(entry, _META_NAME)
-    if not force and _valid(artifact, meta_path, entry.name, check):
+    if not force and _valid(artifact, meta_path, entry.name, check, record_use=True):
         return Path(artifact)
     with _entry_lock(entry):
         # Another process may have published the entry while this one waited.
@@ -294,8 +318,9 @@ def get_or_build(
         _remove_entry(entry)
         scratch = Path(tmp_dir) if tmp_dir is not None else entry.parent
         _remove_stale_tmp_dirs(scratch)
-        _build_and_publish(scratch, entry, artifact_name, build, check)
-        return Path(artifact)
+        _build_and_publish(scratch, entry, artifact_name, build, check, info)
+    enforce_max_size(keep=entry)
+    return Path(artifact)
 
 
 def discard(artifact: Path, seen: os.stat_result | None, log: Callable[[str], None] | None = None
@@ -320,7 +345,8 @@ def discard(artifact: Path, seen: os.stat_result | None, log: Callable[[str], No
 
 
 def _build_and_publish(scratch: Path, entry: Path, artifact_name: str,
-                       build: Callable[[Path], None], check: Check | None) -> None:
+                       build: Callable[[Path], None], check: Check | None,
+                       info: dict | None = None) -> None:
     """Build into a temp dir on the cache's filesystem, then rename into `entry`."""
     import tempfile
 
@@ -338,13 +364,15 @@ def _build_and_publish(scratch: Path, entry: Path, artifact_name: str,
         problem = check(built) if check is not None else None
         if problem is not None:
             raise RuntimeError(f"the build wrote an unusable {artifact_name}: {problem}")
-        info = os.stat(built)
+        size = os.stat(built).st_size
         meta = {
             "format": _FORMAT,
             "key": entry.name,
-            "size": info.st_size,
+            "size": size,
             "sha256": sha256_file(built),
             "created": time.time(),
+            "artifact": artifact_name,
+            **(info or {}),
         }
         _unusable_on_error(entry, lambda: _publish(workdir, built, entry, artifact_name, meta))
     finally:
@@ -402,3 +430,178 @@ def _rmtree(path: str) -> None:
     import shutil
 
     shutil.rmtree(path, ignore_errors=True)
+
+
+# ---- Managing the cache: entries, checks, removal, the size bound --------------------------
+
+
+class Entry:
+    """One cache entry: its directory, what its meta.json says, its size on disk (bytes),
+    when it was created and when a process last used it (Unix seconds)."""
+
+    __slots__ = ("created", "last_used", "meta", "path", "size")
+
+    def __init__(self, path: Path, meta: dict, size: int, created: float, last_used: float):
+        self.path, self.meta, self.size = path, meta, size
+        self.created, self.last_used = created, last_used
+
+    @property
+    def artifact(self) -> str | None:
+        """The artifact's file name: meta.json's, else the one regular file beside it."""
+        name = self.meta.get("artifact")
+        if isinstance(name, str):
+            return name
+        files = [p.name for p in self.path.iterdir()
+                 if p.name != _META_NAME and p.is_file() and not p.is_symlink()]
+        return files[0] if len(files) == 1 else None
+
+
+def entries(root: Path) -> list[Entry]:
+    """Every entry under `root`: each directory holding files and no directories, except
+    build directories in progress. An entry whose meta.json is missing or unreadable is
+    listed with an empty `meta` (`verify` says why it is damaged)."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(TMP_PREFIX)]
+        # Lock files live beside the entries they lock, never in them.
+        if dirnames or Path(dirpath) == Path(root) or all(
+                name.endswith(".lock") for name in filenames):
+            continue
+        entry = Path(dirpath)
+        size = 0
+        for name in filenames:
+            with contextlib.suppress(OSError):
+                size += os.lstat(entry / name).st_size
+        meta: dict = {}
+        last_used = 0.0
+        try:
+            meta_path = entry / _META_NAME
+            info = os.stat(meta_path)
+            loaded = json.loads(meta_path.read_bytes())
+            meta = loaded if isinstance(loaded, dict) else {}
+            last_used = info.st_mtime
+        except (OSError, ValueError):
+            with contextlib.suppress(OSError):
+                last_used = os.stat(entry).st_mtime
+        created = meta.get("created") if isinstance(meta.get("created"), (int, float)) \
+            else last_used
+        found.append(Entry(entry, meta, size, float(created), float(last_used)))
+    return found
+
+
+def verify(entry: Entry, check: Check | None = None) -> str | None:
+    """Why `entry` is damaged, or None: its meta.json, its artifact's size and SHA-256,
+    and `check` (for a shared library: `elf.problem`)."""
+    if not entry.meta:
+        return "meta.json is missing or unreadable"
+    if entry.meta.get("format") != _FORMAT or entry.meta.get("key") != entry.path.name:
+        return "meta.json is of another format or another entry"
+    name = entry.artifact
+    if name is None:
+        return "no artifact"
+    artifact = entry.path / name
+    try:
+        size = os.stat(artifact).st_size
+    except OSError as exc:
+        return f"{name}: {exc.strerror}"
+    if size != entry.meta.get("size"):
+        return f"{name}: {size} bytes, meta.json says {entry.meta.get('size')}"
+    if sha256_file(artifact) != entry.meta.get("sha256"):
+        return f"{name}: its SHA-256 is not meta.json's"
+    problem = check(str(artifact)) if check is not None else None
+    return None if problem is None else f"{name}: {problem}"
+
+
+def remove(entry: Path) -> None:
+    """Removes an entry under its lock: no process is publishing into it meanwhile, a
+    process that loaded its artifact keeps it (unlinked files stay mapped), and one that
+    looks for it next finds nothing valid and builds it again."""
+    with _entry_lock(entry):
+        _remove_entry(entry)
+
+
+def prune(root: Path, max_size: int | None = None, older_than: float | None = None,
+          keep: Path | None = None) -> list[Entry]:
+    """Removes entries not used for `older_than` seconds, then least recently used ones
+    until the total is at most `max_size` bytes: kernels first, tilejit's own core and
+    wrappers (which every process needs, and which take seconds to build) only when
+    removing every kernel is not enough. Never `keep`. Returns what it removed. One process
+    prunes a root at a time (`<root>/prune.lock`)."""
+    removed = []
+    with _prune_lock(root):
+        now = time.time()
+        listed = sorted(entries(root), key=lambda e: (e.meta.get("kind") in ("core", "wrapper"),
+                                                      e.last_used))
+        total = sum(e.size for e in listed)
+        for e in listed:
+            if keep is not None and e.path == Path(keep):
+                continue
+            stale = older_than is not None and now - e.last_used > older_than
+            over = max_size is not None and total > max_size
+            if not (stale or over):
+                continue
+            remove(e.path)
+            total -= e.size
+            removed.append(e)
+    return removed
+
+
+@contextlib.contextmanager
+def _prune_lock(root: Path) -> Iterator[None]:
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / "prune.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """Bytes in `500M`, `2G`, `1.5g`, `100k`, `64KiB`, `4096` (units of 1024)."""
+    import re
+
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", str(text), re.IGNORECASE)
+    if match is None:
+        raise ValueError(f"size {text!r}: expected a number with an optional unit K, M, G "
+                         "or T (powers of 1024), like 500M or 2G")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in `30m`, `12h`, `7d`, `2w`, `45s`, `90` (seconds)."""
+    import re
+
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", str(text), re.IGNORECASE)
+    if match is None:
+        raise ValueError(f"duration {text!r}: expected a number with an optional unit s, m, h, "
+                         "d or w, like 30m, 12h or 7d")
+    scale = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    return float(match.group(1)) * scale[match.group(2).lower()]
+
+
+def max_size() -> int | None:
+    """`$TILEJIT_CACHE_MAX_SIZE` in bytes, or None when unset."""
+    text = os.environ.get("TILEJIT_CACHE_MAX_SIZE", "").strip()
+    if not text:
+        return None
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise ValueError(f"TILEJIT_CACHE_MAX_SIZE: {exc}") from None
+
+
+def enforce_max_size(keep: Path | None = None) -> None:
+    """After a write: prunes the cache root to `$TILEJIT_CACHE_MAX_SIZE`, least recently
+    used first, keeping `keep` (the entry just written)."""
+    limit = max_size()
+    if limit is None:
+        return
+    root = cache_root()
+    if keep is not None and not Path(keep).is_relative_to(root):
+        return  # a private build, outside the shared cache
+    with contextlib.suppress(OSError):
+        prune(root, max_size=limit, keep=keep)

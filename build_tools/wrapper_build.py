@@ -28,6 +28,7 @@ import importlib.machinery
 import importlib.util
 import io
 import os
+import platform
 import sys
 import sysconfig
 import threading
@@ -247,9 +248,11 @@ def build_wrapper(
             toolchain.compile_and_link([c_file], include_dirs, _WRAPPER_CFLAGS, output,
                                        workdir, verbose, _core_link_args(core, target.parent))
 
+        info = {"kind": "wrapper", "name": "tilejit wrapper", "target": sys.implementation.cache_tag,
+                "arch": platform.machine()}
         return disk_cache.get_or_build(target.parent, target.name, build, force=force,
                                        log=lambda message: log(verbose, message),
-                                       check=elf.problem)
+                                       check=elf.problem, info=info)
 
     return disk_cache.with_fallback(build_in_cache)
 

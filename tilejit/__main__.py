@@ -1,4 +1,4 @@
-"""``python -m tilejit {build,demo,bench,doctor,config,version}``."""
+"""``python -m tilejit {build,demo,bench,doctor,config,cache,version}``."""
 
 from __future__ import annotations
 
@@ -38,6 +38,21 @@ def main(argv=None) -> int:
                        ("--includedir", "the include directory alone"),
                        ("--libdir", "the core library's directory alone")):
         config.add_argument(flag, action="store_true", help=text)
+    cache = sub.add_parser("cache", help="look at and manage the disk cache (docs/caching.md)")
+    cache_sub = cache.add_subparsers(dest="cache_command", required=True)
+    ls = cache_sub.add_parser("ls", help="one line per entry: key, kind, name, target, "
+                                         "architecture, size, created, last used")
+    ls.add_argument("--json", action="store_true", help="a JSON list of objects")
+    cache_sub.add_parser("size", help="total bytes and entry count")
+    verify = cache_sub.add_parser("verify", help="re-check every entry's files; exit 1 if "
+                                                 "any is damaged")
+    verify.add_argument("--fix", action="store_true", help="remove the damaged entries")
+    prune = cache_sub.add_parser("prune", help="remove least recently used entries")
+    prune.add_argument("--max-size", metavar="SIZE", help="keep at most SIZE (500M, 2G)")
+    prune.add_argument("--older-than", metavar="DURATION",
+                       help="remove entries not used for DURATION (30m, 12h, 7d)")
+    cache_sub.add_parser("clear", help="remove every entry")
+    cache_sub.add_parser("path", help="print the cache directory")
     sub.add_parser("version", help="print the version")
     args = parser.parse_args(argv)
 
@@ -55,6 +70,10 @@ def main(argv=None) -> int:
         from .doctor import main as doctor
 
         return doctor(as_json=args.json)
+    if args.command == "cache":
+        from .cache import main as cache_main
+
+        return cache_main(args)
     if args.command == "config":
         if not (args.cflags or args.libs or args.includedir or args.libdir):
             config.error("give --cflags, --libs, --includedir or --libdir")

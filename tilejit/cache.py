@@ -108,7 +108,8 @@ def _reset_memo() -> None:
 
 
 def get_or_build(key: str, build: Callable[[Path], None], suffix: str = ".so",
-                 check: Callable[[str], str | None] | None = None) -> Path:
+                 check: Callable[[str], str | None] | None = None,
+                 info: dict | None = None) -> Path:
     """Return the path of a valid artifact for `key`, calling `build(path)` on a miss.
 
     `build` must write the artifact to the path it is given (a fresh file in a private
@@ -135,12 +136,14 @@ def get_or_build(key: str, build: Callable[[Path], None], suffix: str = ".so",
     def find_or_build() -> Path:
         kernels = cache_dir() / "kernels"
         return disk_cache.get_or_build(kernels / key[:2] / key, "kernel" + suffix, build,
-                                       tmp_dir=kernels, check=check)
+                                       tmp_dir=kernels, check=check,
+                                       info={"kind": "kernel", **(info or {})})
 
     return disk_cache.with_fallback(find_or_build)
 
 
-def store_bytes(data: bytes, suffix: str = ".so", **parts: object) -> Path:
+def store_bytes(data: bytes, suffix: str = ".so", info: dict | None = None,
+                **parts: object) -> Path:
     """`data` as an artifact keyed by its content hash (and `parts`): a copy that no later
     change to the file it came from can alter (prebuilt kernels). A shared library
     (`suffix` ".so") must be whole (`elf.problem`), in the cache as when stored."""
@@ -148,7 +151,7 @@ def store_bytes(data: bytes, suffix: str = ".so", **parts: object) -> Path:
 
     key = artifact_key(prebuilt=hashlib.sha256(data).hexdigest(), **parts)
     return get_or_build(key, lambda out: out.write_bytes(data), suffix,
-                        check=elf.problem if suffix == ".so" else None)
+                        check=elf.problem if suffix == ".so" else None, info=info)
 
 
 def _build_private(build: Callable[[Path], None], suffix: str,
@@ -186,3 +189,124 @@ def _rmtree(path: str) -> None:
     import shutil
 
     shutil.rmtree(path, ignore_errors=True)
+
+
+# ---- Managing the cache: python -m tilejit cache ... ----------------------------------------
+
+_KINDS = {"kernels": "kernel", "core": "core", "wrapper": "wrapper"}
+
+
+def _record(entry: disk_cache.Entry, root: Path) -> dict:
+    """What ``cache ls --json`` says of an entry."""
+    meta = entry.meta
+    top = entry.path.relative_to(root).parts[0]
+    return {"key": entry.path.name, "kind": meta.get("kind") or _KINDS.get(top, top),
+            "name": meta.get("name", "-"), "target": meta.get("target", "-"),
+            "arch": meta.get("arch", "-"), "size": entry.size,
+            "created": round(entry.created, 3), "last_used": round(entry.last_used, 3),
+            "path": str(entry.path)}
+
+
+def entries() -> list[dict]:
+    """Every entry of the cache (kernels, the core, wrappers), least recently used first:
+    ``key``, ``kind``, ``name``, ``target``, ``arch``, ``size`` (bytes), ``created`` and
+    ``last_used`` (Unix seconds: the last time a process loaded it) and ``path``."""
+    root = cache_dir()
+    found = sorted(disk_cache.entries(root), key=lambda e: e.last_used) if root.is_dir() else []
+    return [_record(e, root) for e in found]
+
+
+def verify(fix: bool = False) -> list[tuple[dict, str]]:
+    """``(entry, why)`` for every damaged entry (its files against meta.json's size and
+    SHA-256; a shared library must be whole); ``fix`` removes them."""
+    root = cache_dir()
+    damaged = []
+    for entry in disk_cache.entries(root) if root.is_dir() else []:
+        name = entry.artifact or ""
+        problem = disk_cache.verify(entry, elf.problem if name.endswith(".so") else None)
+        if problem is not None:
+            damaged.append((_record(entry, root), problem))
+            if fix:
+                disk_cache.remove(entry.path)
+    return damaged
+
+
+def prune(max_size: int | None = None, older_than: float | None = None) -> list[dict]:
+    """Removes entries not used for ``older_than`` seconds, then the least recently used
+    until the cache holds at most ``max_size`` bytes; returns what was removed. Safe while
+    other processes use the cache (see ``tilejit._build.disk_cache.remove``)."""
+    root = cache_dir()
+    if not root.is_dir():
+        return []
+    return [_record(e, root) for e in disk_cache.prune(root, max_size, older_than)]
+
+
+def clear() -> list[dict]:
+    """Removes every entry; returns them."""
+    return prune(older_than=-1.0)
+
+
+def _when(seconds: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
+
+
+def _human(size: int) -> str:
+    for unit in ("B", "K", "M", "G"):
+        if size < 1024 or unit == "G":
+            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
+        size /= 1024
+    return f"{size}"
+
+
+def main(args) -> int:
+    """``python -m tilejit cache <command>`` (docs/cli.md)."""
+    import sys
+
+    if args.cache_command == "path":
+        print(cache_dir())
+        return 0
+    if args.cache_command == "ls":
+        listed = entries()
+        if args.json:
+            print(json.dumps(listed, indent=1))
+            return 0
+        for e in listed:
+            print(f"{e['key']}  {e['kind']:<7}  {e['name']:<24}  {e['target']:<8}  "
+                  f"{e['arch']:<10}  {_human(e['size']):>7}  created {_when(e['created'])}  "
+                  f"used {_when(e['last_used'])}")
+        return 0
+    if args.cache_command == "size":
+        listed = entries()
+        total = sum(e["size"] for e in listed)
+        print(f"{total} bytes ({_human(total)}) in {len(listed)} entries: {cache_dir()}")
+        return 0
+    if args.cache_command == "verify":
+        damaged = verify(fix=args.fix)
+        for e, why in damaged:
+            print(f"damaged: {e['key']} ({e['kind']} {e['name']}): {why}"
+                  + (" -- removed" if args.fix else ""))
+        count = len(entries()) + (len(damaged) if args.fix else 0)
+        print(f"{len(damaged)} of {count} entries damaged" + (", removed" if args.fix and
+                                                               damaged else ""))
+        return 1 if damaged and not args.fix else 0
+    if args.cache_command == "prune":
+        try:
+            size = None if args.max_size is None else disk_cache.parse_size(args.max_size)
+            age = None if args.older_than is None else disk_cache.parse_duration(args.older_than)
+        except ValueError as exc:
+            print(f"python -m tilejit cache prune: {exc}", file=sys.stderr)
+            return 2
+        if size is None and age is None:
+            print("python -m tilejit cache prune: give --max-size SIZE and/or --older-than "
+                  "DURATION", file=sys.stderr)
+            return 2
+        removed = prune(size, age)
+        print(f"removed {len(removed)} entries ({_human(sum(e['size'] for e in removed))}); "
+              f"{sum(e['size'] for e in entries())} bytes left")
+        return 0
+    removed = clear()
+    print(f"removed {len(removed)} entries ({_human(sum(e['size'] for e in removed))}) from "
+          f"{cache_dir()}")
+    return 0

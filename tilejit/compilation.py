@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import platform
 import shlex
 import sys
 import time
@@ -98,8 +99,15 @@ def compile(program: Program, out_idx=None, target=None, execution_backend=None,
             return JITKernel(program, sig, str(path), "", execution_backend)
         from .cuda_compiler import resolve_arch
 
-        path, source = compile_program(program, sig, flags, arch, compiler, verbose)
-        kernel = JITKernel(program, sig, str(path), source, execution_backend)
+        source = None
+
+        def cuda_image():
+            nonlocal source
+            path, source = compile_program(program, sig, flags, arch, compiler, verbose)
+            return path
+
+        kernel = _load_built(cuda_image, lambda path: JITKernel(program, sig, str(path), source,
+                                                                execution_backend))
         kernel._cuda_arch = ",".join(resolve_arch(arch))  # what kernel.export records
         return kernel
     if arch is not None or compiler is not None:
@@ -128,12 +136,28 @@ def compile(program: Program, out_idx=None, target=None, execution_backend=None,
     def build(out_path):
         _compiler.compile_cpu(source, program.name, flags, out_path, cc=cc, language=language)
 
-    path = _cache.get_or_build(key, build, check=_elf.problem)  # loaded: whole, or rebuilt
-    kernel = JITKernel(program, sig, str(path), source, execution_backend, prebuilt=prebuilt)
+    info = {"name": program.name, "target": target, "arch": platform.machine()}
+    kernel = _load_built(
+        lambda: _cache.get_or_build(key, build, check=_elf.problem, info=info),  # whole
+        lambda path: JITKernel(program, sig, str(path), source, execution_backend,
+                               prebuilt=prebuilt))
     if verbose:
-        print(f"tilejit: {program.name}: {kernel.c_prototype} -> {path} "
+        print(f"tilejit: {program.name}: {kernel.c_prototype} -> {kernel.library_path} "
               f"({(time.perf_counter() - start) * 1e3:.1f} ms)", file=sys.stderr)
     return kernel
+
+
+def _load_built(find, load):
+    """``load(find())``: a kernel from its cache entry. Another process may remove the
+    entry (``python -m tilejit cache prune``, ``TILEJIT_CACHE_MAX_SIZE``) between the two;
+    then it is found, that is built, again, once."""
+    path = find()
+    try:
+        return load(path)
+    except (OSError, RuntimeError, ValueError):
+        if os.path.exists(path):
+            raise
+    return load(find())
 
 
 def _stored_binary(program: Program):
@@ -147,7 +171,8 @@ def _stored_binary(program: Program):
     if problem is not None:
         raise ValueError(f"{program.name}: binary= for target='cpu' is no whole shared "
                          f"library: {problem}")
-    return _cache.store_bytes(data, tilejit=VERSION)
+    return _cache.store_bytes(data, info={"name": program.name, "target": "cpu",
+                                          "arch": platform.machine()}, tilejit=VERSION)
 
 
 def load(path, execution_backend: str = "auto"):

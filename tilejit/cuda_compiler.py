@@ -457,7 +457,8 @@ def compile_program(program, signature, flags: list[str], arch=None, compiler=No
                     f"must define a __global__ function {function.name} compatible with "
                     f"{function.c_prototype}"))
 
-    path = _cache.get_or_build(key, build, suffix=f".{kind}")
+    path = _cache.get_or_build(key, build, suffix=f".{kind}",
+                               info={"name": name, "target": "cuda", "arch": ",".join(archs)})
     if verbose:
         import sys
 
@@ -486,5 +487,6 @@ def load_binary(program, signature) -> Path:
             raise ValueError(f"{name}: the {kind} given as binary= defines no kernel "
                              f"'{function.name}' (an extern \"C\" __global__ function of "
                              "that name)")
-    return _cache.store_bytes(data, suffix=f".{kind}", target="cuda", tilejit=VERSION)
+    return _cache.store_bytes(data, suffix=f".{kind}", target="cuda", tilejit=VERSION,
+                              info={"name": name, "target": "cuda", "arch": "unknown"})
 

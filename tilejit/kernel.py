@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import weakref
 from typing import ClassVar
 
 from . import abi
 from . import backends as _backends
+from ._build import disk_cache
 from .backends.core import CoreKernel
 from .program import Program
 from .signature import Signature
@@ -60,6 +62,11 @@ class JITKernel:
         _backends.bind(self, self.execution_backend, self._core_kernel, order)
         JITKernel._alive.add(self)
         _backends.register_traced(self)
+        # What the binaries were when loaded, for the torch op's name: the cache may remove
+        # them later (python -m tilejit cache prune) while this kernel keeps running.
+        self._binary_digests = [disk_cache.known_sha256(f) or (
+            disk_cache.sha256_file(f) if os.path.exists(f) else None)
+            for f in (library_path, prebuilt) if f]
         if "torch" in sys.modules:
             # Loading it makes Dynamo inline its traced_call in place of __call__ (see
             # _traced_call). A process that imports torch only later traces through
@@ -220,6 +227,7 @@ class JITKernel:
         kernel = JITKernel(self.program, self._sig, self.library_path, self._host_source, name,
                            self._prebuilt, core_kernel=core_kernel)
         kernel._export_dir = self._export_dir
+        kernel._binary_digests = self._binary_digests
         kernel._cuda_arch = self._cuda_arch
         return kernel
 

@@ -28,10 +28,8 @@ tilejit.vec_add_1d4c...default
 from __future__ import annotations
 
 import functools
-import hashlib
 import keyword
 import threading
-from pathlib import Path
 
 import torch
 from torch.autograd import forward_ad
@@ -73,11 +71,9 @@ def op_name(kernel) -> str:
     name = kernel.__dict__.get("_torch_op_name")
     if name is None:
         sig = kernel._sig
-        files = [kernel.library_path, kernel._prebuilt]
         key = artifact_key(
             kind="torch_op", name=sig.name, prototype=sig.c_prototype, spec=sig.spec,
-            out_idx=sig.out_idx, target=sig.target,
-            binaries=[hashlib.sha256(Path(f).read_bytes()).hexdigest() for f in files if f])
+            out_idx=sig.out_idx, target=sig.target, binaries=kernel._binary_digests)
         name = kernel.__dict__.setdefault("_torch_op_name", f"{sig.name}_{key[:16]}")
     return name
 
