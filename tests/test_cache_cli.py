@@ -1,0 +1,251 @@
+"""The managed cache: ``python -m tilejit cache ls/size/verify/prune/clear/path``,
+``TILEJIT_CACHE_MAX_SIZE``, and removal while other processes use the cache.
+
+Each test has a cache of its own, seeded with the session's core and wrapper (so that no
+test builds them again), and fills it from child processes as users would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO_ROOT
+
+import tilejit
+from tilejit import T
+from tilejit import cache as tcache
+
+# A child that compiles and runs the kernels scale_<i> for the given i (distinct sources,
+# so distinct cache entries), printing their results.
+CHILD = textwrap.dedent("""
+    import sys, numpy as np, tilejit
+    from tilejit import T
+    n = T.symbol("n")
+    for i in map(int, sys.argv[1:]):
+        source = ("void scale_%d(const float *X, float *Y, int64_t n) {\\n"
+                  "  for (int64_t j = 0; j < n; ++j) Y[j] = X[j] * %d;\\n}\\n" % (i, i))
+        k = tilejit.compile(tilejit.Program("scale_%d" % i, [
+            T.Buffer((n,), "float32", name="X", const=True),
+            T.Buffer((n,), "float32", name="Y")], source), out_idx=-1)
+        print(i, k(np.ones(3, np.float32)).tolist())
+""")
+
+
+@pytest.fixture
+def cache(tilejit_cache_dir, tmp_path):
+    # The session's core and wrapper exist once a kernel has run.
+    n = T.symbol("n")
+    tilejit.compile(tilejit.Program("noop", [T.Buffer((n,), "float32", name="X")],
+                                    "void noop(float *X, int64_t n) {}"))(np_ones())
+    root = tmp_path / "cache"
+    for part in ("core", "wrapper"):
+        shutil.copytree(tilejit_cache_dir / part, root / part, symlinks=True)
+    return root
+
+
+def np_ones():
+    import numpy as np
+
+    return np.ones(3, np.float32)
+
+
+def _env(root: Path, **extra: str) -> dict:
+    paths = [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "TILEJIT_CACHE_DIR": str(root), "PYTHONPATH": os.pathsep.join(paths),
+            **extra}
+
+
+def compile_in_child(root: Path, *indices: int, **extra: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", CHILD, *map(str, indices)],
+                          env=_env(root, **extra), capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def cli(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tilejit", "cache", *args], env=_env(root),
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def listed(root: Path) -> list[dict]:
+    done = cli(root, "ls", "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def kernels(root: Path) -> dict[str, dict]:
+    return {e["name"]: e for e in listed(root) if e["kind"] == "kernel"}
+
+
+def test_ls_size_and_path(cache):
+    assert compile_in_child(cache, 2, 3) == ["2 [2.0, 2.0, 2.0]", "3 [3.0, 3.0, 3.0]"]
+    entries = listed(cache)
+    assert sorted(e["kind"] for e in entries) == ["core", "kernel", "kernel", "wrapper"]
+    found = kernels(cache)
+    assert sorted(found) == ["scale_2", "scale_3"]
+    for e in entries:
+        assert set(e) >= {"key", "kind", "name", "target", "size", "created", "last_used"}
+        files = [p for p in Path(e["path"]).iterdir()]
+        assert e["size"] == sum(p.lstat().st_size for p in files) > 0
+        assert e["created"] <= e["last_used"] <= time.time() + 1
+    assert found["scale_2"]["target"] == "cpu" and found["scale_2"]["arch"] == os.uname().machine
+    assert {e["kind"]: e["name"] for e in entries if e["kind"] != "kernel"} == {
+        "core": "tilejit core", "wrapper": "tilejit wrapper"}
+    text = cli(cache, "ls").stdout.splitlines()
+    assert len(text) == 4 and any(line.startswith(found["scale_3"]["key"]) for line in text)
+    total = sum(e["size"] for e in entries)
+    assert cli(cache, "size").stdout.startswith(f"{total} bytes (")
+    assert "in 4 entries" in cli(cache, "size").stdout
+    assert cli(cache, "path").stdout.strip() == str(cache)
+
+
+def test_last_used_is_the_last_load_by_a_process(cache):
+    compile_in_child(cache, 4)
+    before = kernels(cache)["scale_4"]
+    time.sleep(1.1)
+    compile_in_child(cache, 4)  # found in the cache and loaded, not written
+    after = kernels(cache)["scale_4"]
+    assert after["created"] == before["created"] and after["last_used"] > before["last_used"]
+
+
+def test_verify_lists_damaged_entries_and_fix_removes_them(cache):
+    compile_in_child(cache, 5, 6, 7)
+    found = kernels(cache)
+    assert cli(cache, "verify").returncode == 0
+    library = Path(found["scale_5"]["path"]) / "kernel.so"
+    data = bytearray(library.read_bytes())
+    data[100] ^= 0xFF
+    library.write_bytes(bytes(data))
+    (Path(found["scale_6"]["path"]) / "meta.json").unlink()
+    done = cli(cache, "verify")
+    assert done.returncode == 1
+    lines = done.stdout.splitlines()
+    assert any(found["scale_5"]["key"] in line and "SHA-256" in line for line in lines)
+    assert sum("damaged:" in line for line in lines) == 2
+    assert lines[-1] == "2 of 5 entries damaged"
+    fixed = cli(cache, "verify", "--fix")
+    assert fixed.returncode == 0 and "removed" in fixed.stdout
+    assert sorted(kernels(cache)) == ["scale_7"]
+    assert cli(cache, "verify").returncode == 0
+    # A removed entry is built again by the next process that needs it.
+    assert compile_in_child(cache, 5) == ["5 [5.0, 5.0, 5.0]"]
+
+
+def _age(entry: dict, seconds: float) -> None:
+    """Makes ``entry`` last used ``seconds`` ago."""
+    then = time.time() - seconds
+    os.utime(Path(entry["path"]) / "meta.json", (then, then))
+
+
+def test_prune_by_size_removes_least_recently_used_kernels_first(cache):
+    compile_in_child(cache, 11, 12, 13)
+    found = kernels(cache)
+    for age, name in ((300, "scale_11"), (200, "scale_13"), (100, "scale_12")):
+        _age(found[name], age)
+    for e in listed(cache):
+        if e["kind"] != "kernel":
+            _age(e, 1000)  # older than every kernel, and still kept while kernels can go
+    total = sum(e["size"] for e in listed(cache))
+    done = cli(cache, "prune", "--max-size", str(total - found["scale_11"]["size"]
+                                                   - found["scale_13"]["size"] // 2))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("removed 2 entries")
+    assert sorted(kernels(cache)) == ["scale_12"]
+    assert {e["kind"] for e in listed(cache)} == {"core", "wrapper", "kernel"}
+
+
+def test_prune_by_age_and_bad_arguments(cache):
+    compile_in_child(cache, 21, 22)
+    _age(kernels(cache)["scale_21"], 3 * 3600)
+    assert cli(cache, "prune", "--older-than", "2h").stdout.startswith("removed 1 entries")
+    assert sorted(kernels(cache)) == ["scale_22"]
+    assert cli(cache, "prune", "--older-than", "7d").stdout.startswith("removed 0 entries")
+    for args, message in ((("--max-size", "lots"), "size 'lots': expected a number"),
+                          (("--older-than", "1x"), "duration '1x': expected a number"),
+                          ((), "give --max-size SIZE and/or --older-than DURATION")):
+        done = cli(cache, "prune", *args)
+        assert done.returncode == 2 and message in done.stderr
+
+
+def test_sizes_and_durations_parse_as_documented():
+    from tilejit._build import disk_cache
+
+    assert [disk_cache.parse_size(s) for s in ("4096", "500M", "2G", "1.5k", "64KiB", "3 MB")] \
+        == [4096, 500 << 20, 2 << 30, 1536, 64 << 10, 3 << 20]
+    assert [disk_cache.parse_duration(s) for s in ("90", "30m", "12h", "7d", "2w", "45s")] \
+        == [90, 1800, 43200, 604800, 1209600, 45]
+
+
+def test_clear_removes_everything(cache):
+    compile_in_child(cache, 31)
+    done = cli(cache, "clear")
+    assert done.returncode == 0 and done.stdout.startswith("removed 3 entries")
+    assert listed(cache) == [] and "0 bytes" in cli(cache, "size").stdout
+
+
+def test_the_size_bound_holds_with_several_processes_writing(cache):
+    compile_in_child(cache, 40)
+    one = kernels(cache)["scale_40"]["size"]
+    base = sum(e["size"] for e in listed(cache))
+    limit = base + 3 * one  # the core, the wrapper, scale_40 and three more kernels
+    env = _env(cache, TILEJIT_CACHE_MAX_SIZE=str(limit))
+    children = [subprocess.Popen([sys.executable, "-c", CHILD, *map(str, range(first,
+                                                                                first + 4))],
+                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True) for first in (41, 51, 61, 71)]
+    for first, child in zip((41, 51, 61, 71), children):
+        out, err = child.communicate(timeout=300)
+        assert child.returncode == 0, err
+        assert out.splitlines() == [f"{i} {[float(i)] * 3}" for i in range(first, first + 4)]
+    entries = listed(cache)
+    assert sum(e["size"] for e in entries) <= limit
+    assert {"core", "wrapper"} <= {e["kind"] for e in entries}
+    assert cli(cache, "verify").returncode == 0
+
+
+def test_prune_and_clear_while_another_process_calls_its_kernels(cache, monkeypatch):
+    # The child keeps calling a kernel it loaded and keeps compiling new ones (cache writes
+    # and, once their entries are gone, rebuilds) while this process clears and prunes.
+    script = textwrap.dedent("""
+        import sys, time, numpy as np, tilejit
+        from tilejit import T
+        n = T.symbol("n")
+        def program(i):
+            source = ("void twice_%d(const float *X, float *Y, int64_t n) {\\n"
+                      "  for (int64_t j = 0; j < n; ++j) Y[j] = X[j] * 2 + %d;\\n}\\n" % (i, i))
+            return tilejit.Program("twice_%d" % i, [
+                T.Buffer((n,), "float32", name="X", const=True),
+                T.Buffer((n,), "float32", name="Y")], source)
+        first = tilejit.compile(program(0), out_idx=-1)
+        print("ready", flush=True)
+        x = np.ones(4, np.float32)
+        end, i, calls = time.time() + 4, 0, 0
+        while time.time() < end:
+            assert first(x).tolist() == [2.0] * 4
+            i = i % 3 + 1
+            k = tilejit.compile(program(i), out_idx=-1)
+            assert k(x).tolist() == [2.0 + i] * 4
+            calls += 1
+        print("calls", calls)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script], env=_env(cache),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready"
+    monkeypatch.setenv("TILEJIT_CACHE_DIR", str(cache))
+    end, rounds = time.time() + 3, 0
+    while time.time() < end:
+        tcache.clear() if rounds % 2 else tcache.prune(max_size=1)
+        rounds += 1
+        time.sleep(0.05)
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err
+    assert out.startswith("calls ") and int(out.split()[1]) > 3 and rounds > 10
