@@ -10,7 +10,7 @@
 >>> c = kernel(a, b)
 """
 
-from .compilation import compile, load
+from .compilation import CompileErrors, compile, compile_many, load
 from .compiler import CompileError
 from .jit import JITFunction, jit
 from .kernel import JITKernel
@@ -58,6 +58,7 @@ def __dir__():
 
 __all__ = [
     "CompileError",
+    "CompileErrors",
     "JITFunction",
     "JITKernel",
     "Launch",
@@ -66,6 +67,7 @@ __all__ = [
     "T",
     "__version__",
     "compile",
+    "compile_many",
     "empty",
     "from_dlpack",
     "jit",

@@ -24,7 +24,7 @@ from .program import Program
 from .signature import lower
 from .version import VERSION
 
-__all__ = ["CompileOptions", "compile", "load"]
+__all__ = ["CompileErrors", "CompileOptions", "compile", "compile_many", "load"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,3 +192,130 @@ def load(path, execution_backend: str = "auto"):
     kernel._export_dir = directory
     kernel._cuda_arch = loaded.cuda_arch
     return kernel
+
+
+# ---- Many kernels at once -----------------------------------------------------------------
+
+try:
+    _ErrorGroup = ExceptionGroup  # a builtin from Python 3.11 on
+except NameError:  # Python 3.9, 3.10
+    _ErrorGroup = Exception
+
+
+class CompileErrors(_ErrorGroup):
+    """Some programs of a ``compile_many`` failed. ``exceptions`` holds each failure (its
+    ``CompileError`` or other exception), ``failed`` the ``(index, program name)`` of each,
+    and ``kernels`` every result in input order, ``None`` where it failed. An
+    ``ExceptionGroup`` from Python 3.11 on (``except*`` works)."""
+
+    def __new__(cls, message, exceptions, failed=(), kernels=()):
+        if _ErrorGroup is Exception:
+            self = Exception.__new__(cls, message)
+        else:
+            self = super().__new__(cls, message, exceptions)
+        self.failed, self.kernels = list(failed), list(kernels)
+        return self
+
+    def __init__(self, message, exceptions, failed=(), kernels=()):
+        if _ErrorGroup is Exception:
+            super().__init__(message)
+            self.exceptions = tuple(exceptions)
+        else:
+            super().__init__(message, exceptions)
+
+    def derive(self, exceptions):
+        return CompileErrors(self.message, exceptions, self.failed, self.kernels)
+
+    @property
+    def message(self) -> str:
+        return self.args[0]
+
+
+class _Progress:
+    """A progress bar on stderr: tqdm's when it is installed, else one line rewritten."""
+
+    def __init__(self, total: int, show):
+        if show is None:
+            show = sys.stderr.isatty()
+        self.total, self.done, self.bar, self.show = total, 0, None, bool(show) and total > 0
+        if self.show:
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                self._line()
+            else:
+                self.bar = tqdm(total=total, desc="tilejit: compiling", unit="kernel",
+                                file=sys.stderr)
+
+    def _line(self) -> None:
+        end = "\n" if self.done == self.total else ""
+        print(f"\rtilejit: compiled {self.done}/{self.total}", end=end, file=sys.stderr,
+              flush=True)
+
+    def step(self) -> None:
+        self.done += 1
+        if self.bar is not None:
+            self.bar.update(1)
+        elif self.show:
+            self._line()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def compile_many(programs, *, workers=None, progress=None, **compile_options) -> list:
+    """Compiles ``programs`` (each as ``tilejit.compile(program, **compile_options)``) on
+    ``workers`` threads (default: the machine's cores; compilers run as processes, so
+    threads compile in parallel) and returns the kernels in input order.
+
+    A program that fails does not stop the others: once all have finished,
+    ``CompileErrors`` (an ``ExceptionGroup``) names every failed program with its
+    compiler's message; the kernels that compiled are in the cache, and in its
+    ``kernels``. ``progress=True`` shows a progress bar on stderr (tqdm's when installed),
+    ``None`` only when stderr is a terminal, ``False`` never.
+
+    >>> kernels = tilejit.compile_many([prog_a, prog_b], out_idx=-1, workers=2)
+    """
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    from . import backends as _backends
+
+    programs = list(programs)
+    if workers is None:
+        workers = os.cpu_count() or 1
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"compile_many: workers must be an int >= 1, got {workers!r}")
+    for i, program in enumerate(programs):
+        if not isinstance(program, Program):
+            raise TypeError(f"compile_many: programs[{i}] must be a tilejit.Program, got "
+                            f"{type(program).__name__}")
+    # The wrapper is built (or found) once, here, rather than by every worker at once.
+    _, backend, _, _ = _options(compile_options.get("target"),
+                                compile_options.get("execution_backend"), None, False)
+    _backends.resolve(backend)
+    kernels: list = [None] * len(programs)
+    failures: dict = {}
+    bar = _Progress(len(programs), progress)
+    try:
+        with ThreadPoolExecutor(max_workers=min(workers, max(len(programs), 1))) as pool:
+            futures = {pool.submit(compile, program, **compile_options): i
+                       for i, program in enumerate(programs)}
+            for future in as_completed(futures):
+                i = futures[future]
+                try:
+                    kernels[i] = future.result()
+                except Exception as exc:  # noqa: BLE001 - reported together below
+                    failures[i] = exc
+                bar.step()
+    finally:
+        bar.close()
+    if failures:
+        order = sorted(failures)
+        lines = [f"  programs[{i}] {programs[i].name}: {type(failures[i]).__name__}: "
+                 f"{str(failures[i]).strip()}" for i in order]
+        raise CompileErrors(f"compile_many: {len(order)} of {len(programs)} programs failed "
+                            "to compile:\n" + "\n".join(lines),
+                            [failures[i] for i in order],
+                            [(i, programs[i].name) for i in order], kernels)
+    return kernels

@@ -85,6 +85,40 @@ class JITFunction:
                 pass
         return kernel
 
+    def warmup(self, calls, *, workers=None, progress=None) -> list[JITKernel]:
+        """Compiles the kernels of many calls at once, as ``tilejit.compile_many`` does,
+        and returns them in order; later calls with those arguments find them. Each item
+        of ``calls`` is a tuple of positional arguments, a dict of keyword arguments, or
+        a ``(args, kwargs)`` pair; a single non-tuple value is one positional argument.
+
+        >>> gemm.warmup([(64,), (128,), (256,)], workers=4)
+        """
+        from .compilation import compile_many
+
+        items = []
+        for call in calls:
+            if isinstance(call, dict):
+                items.append(((), call))
+            elif (isinstance(call, tuple) and len(call) == 2 and isinstance(call[0], tuple)
+                  and isinstance(call[1], dict)):
+                items.append(call)
+            elif isinstance(call, tuple):
+                items.append((call, {}))
+            else:
+                items.append(((call,), {}))
+        keys = [self._canonical_key(args, kwargs) for args, kwargs in items]
+        missing: dict = {}
+        for key, (args, kwargs) in zip(keys, items):
+            if key not in self._kernels and key not in missing:
+                missing[key] = self.func(*args, **kwargs)
+        if missing:
+            built = compile_many(list(missing.values()), workers=workers, progress=progress,
+                                 **self.options.as_kwargs())
+            with self._lock:
+                for key, kernel in zip(missing, built):
+                    self._kernels.setdefault(key, kernel)
+        return [self._kernels[key] for key in keys]
+
     def cache_info(self) -> int:
         """Number of distinct compiled kernels held."""
         return len({id(k) for k in self._kernels.values()})
