@@ -22,7 +22,7 @@ import platform
 import sys
 from pathlib import Path
 
-from . import disk_cache, elf, toolchain
+from . import disk_cache, elf, prebuilt, toolchain
 
 __all__ = [
     "build_core_library",
@@ -127,6 +127,12 @@ def core_library_path(core_dir: Path | None = None) -> Path:
     return disk_cache.cache_root() / "core" / key / core_library_name(key)
 
 
+def notice(message: str) -> None:
+    """One line on stderr before a build at run time: the core or the wrapper takes
+    seconds to build, and a user should know why the first call waits."""
+    print(f"tilejit: {message}", file=sys.stderr, flush=True)
+
+
 def log(verbose: bool, message: str) -> None:
     if verbose:
         print(f"tilejit: {message}", file=sys.stderr, flush=True)
@@ -147,6 +153,10 @@ def build_core_library(
     Example:
         >>> lib = ctypes.CDLL(str(build_core_library()))
     """
+    if core_dir is None and not force:
+        found = prebuilt.core(core_source_hash())
+        if found is not None:
+            return found
     core_dir = source_dirs()[0] if core_dir is None else Path(core_dir)
     sources = sorted((core_dir / "src").glob("*.c"))
     if not sources:
@@ -156,6 +166,8 @@ def build_core_library(
         target = core_library_path(core_dir)
 
         def build(output: Path) -> None:
+            notice(f"building the C core ({target.name}) for this machine: once per "
+                   "tilejit version and compiler, shared by every Python")
             include_dirs = [core_dir / "include", core_dir / "src"]
             # The soname is the file's own name: the wrapper records it as its dependency,
             # and the loader then knows the library ctypes opened by path as the same one.

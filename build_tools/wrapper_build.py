@@ -35,7 +35,7 @@ import threading
 import types
 from pathlib import Path
 
-from . import disk_cache, elf, toolchain
+from . import disk_cache, elf, prebuilt, toolchain
 from .core_build import (
     CFLAGS,
     build_core_library,
@@ -43,6 +43,7 @@ from .core_build import (
     core_source_hash,
     load_core_library,
     log,
+    notice,
     source_dirs,
     tree_files,
 )
@@ -114,6 +115,21 @@ def source_hash(core_dir: Path | None = None, wrapper_dir: Path | None = None) -
     files = [*tree_files(wrapper_dir, "wrapper", _WRAPPER_PATTERNS), *build_tools_files()]
     extra = (core_source_hash(core_dir), _cython_version(), toolchain.configured_cc())
     return disk_cache.hash_files("tilejit-wrapper", extra, files)
+
+
+def wrapper_sources_key(core_dir: Path | None = None, wrapper_dir: Path | None = None) -> str:
+    """16 hex digits over the wrapper's sources, the build scripts and the core's key,
+    without the Cython version or the compiler: what a prebuilt wrapper is matched by
+    (`prebuilt.wrapper`), whichever Cython the package build used."""
+    core_dir, wrapper_dir = _resolve_dirs(core_dir, wrapper_dir)
+    files = [*tree_files(wrapper_dir, "wrapper", _WRAPPER_PATTERNS), *build_tools_files()]
+    return disk_cache.hash_files("tilejit-wrapper-sources", (core_source_hash(core_dir),), files)
+
+
+def _python() -> str:
+    """"CPython 3.11.7 (/usr/bin/python3)": the interpreter a wrapper is built for."""
+    version = ".".join(map(str, sys.version_info[:3]))
+    return f"{platform.python_implementation()} {version} ({sys.executable})"
 
 
 def _ext_suffix() -> str:
@@ -227,6 +243,10 @@ def build_wrapper(
         >>> build_wrapper()
         PosixPath('/home/me/.cache/tilejit/wrapper/cpython-311-.../_tilejit.cpython-311-x86_64-linux-gnu.so')
     """
+    if core_dir is None and wrapper_dir is None and not force:
+        found = prebuilt.wrapper(core_source_hash(), wrapper_sources_key(), abi_tag())
+        if found is not None:
+            return found
     core_dir, wrapper_dir = _resolve_dirs(core_dir, wrapper_dir)
     pyx = wrapper_dir / _WRAPPER_PYX
     if not pyx.is_file():
@@ -239,6 +259,8 @@ def build_wrapper(
         target = wrapper_path(core_dir, wrapper_dir)
 
         def build(output: Path) -> None:
+            notice(f"building the Cython wrapper for {_python()}: once per Python and "
+                   "tilejit version")
             # Generated C and objects go beside the output, into the cache's private build
             # directory, never into the (possibly read-only) source tree.
             workdir = output.parent

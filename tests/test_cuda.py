@@ -289,17 +289,47 @@ def test_architecture_spellings_and_sources(monkeypatch):
         cc.resolve_compiler("clang")
 
 
+def _uncached_vec_add():
+    """vec_add_program with a source no cache holds (a fresh comment)."""
+    program = vec_add_program()
+    return tilejit.Program(program.name, program.params,
+                           f"// {os.urandom(8).hex()}\n{program.source}", grid=program.grid,
+                           block=program.block)
+
+
 def test_missing_compilers_are_compile_errors(monkeypatch):
     monkeypatch.setenv("TILEJIT_NVCC", "/nonexistent/tilejit-test/nvcc")
     with pytest.raises(tilejit.CompileError, match="TILEJIT_NVCC='/nonexistent/tilejit-test/"
                        "nvcc' is not an executable file"):
-        tilejit.compile(vec_add_program(), target="cuda", arch="sm_80", compiler="nvcc")
+        tilejit.compile(_uncached_vec_add(), target="cuda", arch="sm_80", compiler="nvcc")
     monkeypatch.setenv("TILEJIT_LIBNVRTC", "/nonexistent/tilejit-test/libnvrtc.so")
     monkeypatch.setattr(cc._Nvrtc, "_instance", None)  # as in a process that never loaded it
     with pytest.raises(tilejit.CompileError, match=r"NVRTC is not available \(tried "
                        r"/nonexistent/tilejit-test/libnvrtc.so: .*pip install "
                        r"nvidia-cuda-nvrtc"):
-        tilejit.compile(vec_add_program(), target="cuda", arch="sm_80", compiler="nvrtc")
+        tilejit.compile(_uncached_vec_add(), target="cuda", arch="sm_80", compiler="nvrtc")
+
+
+def test_without_its_compiler_a_cached_kernel_still_loads(monkeypatch, tilejit_cache_dir):
+    # A deployed machine with the cache but not the compiler that filled it.
+    first = tilejit.compile(vec_add_program(), target="cuda", arch="sm_80", compiler="nvcc")
+    monkeypatch.setenv("TILEJIT_NVCC", "/nonexistent/tilejit-test/nvcc")
+    again = tilejit.compile(vec_add_program(), target="cuda", arch="sm_80", compiler="nvcc")
+    assert again.library_path == first.library_path
+    n = T.symbol("n")
+    cpu = tilejit.Program("twice", [T.Buffer((n,), "float32", name="X")],
+                          "void twice(float *X, int64_t n) { for (int64_t i = 0; i < n; ++i) "
+                          "X[i] *= 2; }")
+    built = tilejit.compile(cpu)
+    monkeypatch.setenv("TILEJIT_CC", "/nonexistent/tilejit-test/cc")
+    x = np.ones(3, np.float32)
+    tilejit.compile(cpu)(x)
+    assert x.tolist() == [2.0] * 3 and tilejit.compile(cpu).library_path == built.library_path
+    with pytest.raises(tilejit.CompileError, match=r"twice2: no C compiler found: "
+                                                   r"TILEJIT_CC=.*; and no kernel compiled from "
+                                                   r"this source is in the cache"):
+        tilejit.compile(tilejit.Program("twice2", cpu.params, cpu.source.replace("twice",
+                                                                                 "twice2")))
 
 
 @needs_nvrtc

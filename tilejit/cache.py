@@ -142,6 +142,29 @@ def get_or_build(key: str, build: Callable[[Path], None], suffix: str = ".so",
     return disk_cache.with_fallback(find_or_build)
 
 
+def find_portable(portable: str) -> Path | None:
+    """A valid kernel artifact whose entry records ``portable`` (the key of what it was
+    built from, leaving out the compiler: see ``compilation.compile``), the most recently
+    used one if several; None if there is none. For a machine without the compiler that
+    made the cache: its kernels still run."""
+    root = cache_dir() / "kernels"
+    found = []
+    for meta_path in root.glob("*/*/meta.json"):
+        try:
+            meta = json.loads(meta_path.read_bytes())
+            used = meta_path.stat().st_mtime
+        except (OSError, ValueError):
+            continue
+        if not isinstance(meta, dict) or meta.get("portable_key") != portable:
+            continue
+        artifact = meta_path.parent / str(meta.get("artifact", ""))
+        check = elf.problem if artifact.suffix == ".so" else None
+        if disk_cache._valid(str(artifact), str(meta_path), meta_path.parent.name, check,
+                             record_use=True):
+            found.append((used, artifact))
+    return max(found)[1] if found else None
+
+
 def store_bytes(data: bytes, suffix: str = ".so", info: dict | None = None,
                 **parts: object) -> Path:
     """`data` as an artifact keyed by its content hash (and `parts`): a copy that no later

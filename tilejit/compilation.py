@@ -19,6 +19,7 @@ from . import compiler as _compiler
 from . import export as _export
 from . import glue as _glue
 from ._build import elf as _elf
+from .compiler import CompileError
 from .kernel import JITKernel
 from .program import Program
 from .signature import lower
@@ -127,16 +128,30 @@ def compile(program: Program, out_idx=None, target=None, execution_backend=None,
         source, language = _glue.prebuilt_glue_source(program, sig), "c"
     else:
         source = _glue.host_source(program, sig, language)
-    cc = _compiler.find_cxx() if language == "c++" else _compiler.find_cc()
+    defaults = _compiler.default_flags(language)
+    # The key without the compiler: how a machine with no compiler finds kernels that
+    # one with a compiler cached (a deployed image, a copied cache).
+    portable = _cache.artifact_key(kind="portable", source=source, target=target, flags=flags,
+                                   default_flags=defaults, tilejit=VERSION)
+    try:
+        cc = _compiler.find_cxx() if language == "c++" else _compiler.find_cc()
+        identity = _compiler.compiler_identity(cc)
+    except CompileError as exc:
+        found = _cache.find_portable(portable)
+        if found is None:
+            raise CompileError(program.name, reason=f"{exc.reason or exc}; and no kernel compiled "
+                               "from this source is in the cache") from None
+        return JITKernel(program, sig, str(found), source, execution_backend,
+                         prebuilt=prebuilt)
     key = _cache.artifact_key(source=source, target=target, flags=flags, compiler=cc,
-                              default_flags=_compiler.default_flags(language),
-                              compiler_identity=_compiler.compiler_identity(cc),
+                              default_flags=defaults, compiler_identity=identity,
                               tilejit=VERSION)
 
     def build(out_path):
         _compiler.compile_cpu(source, program.name, flags, out_path, cc=cc, language=language)
 
-    info = {"name": program.name, "target": target, "arch": platform.machine()}
+    info = {"name": program.name, "target": target, "arch": platform.machine(),
+            "portable_key": portable}
     kernel = _load_built(
         lambda: _cache.get_or_build(key, build, check=_elf.problem, info=info),  # whole
         lambda path: JITKernel(program, sig, str(path), source, execution_backend,

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import threading
 import time
 from pathlib import Path
@@ -426,19 +427,32 @@ def compile_program(program, signature, flags: list[str], arch=None, compiler=No
     kind = _image_kind(archs)
     source = cuda_source(program, signature)
     name = program.name
-    if compiler == "nvcc":
-        nvcc = find_nvcc()
-        if nvcc is None:
-            raise CompileError(name, reason="nvcc not found: install the CUDA toolkit, set "
-                               "TILEJIT_NVCC or CUDA_HOME, or use compiler='nvrtc'")
-        identity = nvcc_identity(nvcc)
-        defaults = list(_DEFAULT_FLAGS)
-    else:
-        if len(archs) > 1:
-            raise CompileError(name, reason=f"NVRTC compiles for one architecture, got "
-                               f"{', '.join(archs)}: use compiler='nvcc' for a fatbin")
-        identity = _Nvrtc.identity_without_loading()
-        defaults = [*_DEFAULT_FLAGS, *(f"-I{d}" for d in _nvrtc_include_dirs())]
+    # The key without the compiler's identity and paths: how a machine without the CUDA
+    # compiler finds the images one with it cached (see tilejit.cache.find_portable).
+    portable = _cache.artifact_key(kind="portable", source=source, target="cuda",
+                                   arch=list(archs), compiler=compiler, flags=flags,
+                                   tilejit=VERSION)
+    try:
+        if compiler == "nvcc":
+            nvcc = find_nvcc()
+            if nvcc is None:
+                raise CompileError(name, reason="nvcc not found: install the CUDA toolkit, "
+                                   "set TILEJIT_NVCC or CUDA_HOME, or use compiler='nvrtc'")
+            identity = nvcc_identity(nvcc)
+            defaults = list(_DEFAULT_FLAGS)
+        else:
+            if len(archs) > 1:
+                raise CompileError(name, reason=f"NVRTC compiles for one architecture, got "
+                                   f"{', '.join(archs)}: use compiler='nvcc' for a fatbin")
+            identity = _Nvrtc.identity_without_loading()
+            defaults = [*_DEFAULT_FLAGS, *(f"-I{d}" for d in _nvrtc_include_dirs())]
+    except (CompileError, OSError, RuntimeError) as exc:
+        found = _cache.find_portable(portable) if len(archs) == 1 or compiler == "nvcc" else None
+        if found is None:
+            raise
+        if verbose:
+            print(f"tilejit: {name}: {exc}; using the cached {found}", file=sys.stderr)
+        return found, source
     key = _cache.artifact_key(source=source, target="cuda", arch=list(archs), compiler=compiler,
                               compiler_identity=identity, default_flags=defaults, flags=flags,
                               tilejit=VERSION)
@@ -458,10 +472,9 @@ def compile_program(program, signature, flags: list[str], arch=None, compiler=No
                     f"{function.c_prototype}"))
 
     path = _cache.get_or_build(key, build, suffix=f".{kind}",
-                               info={"name": name, "target": "cuda", "arch": ",".join(archs)})
+                               info={"name": name, "target": "cuda", "arch": ",".join(archs),
+                                     "portable_key": portable})
     if verbose:
-        import sys
-
         print(f"tilejit: {name}: {signature.c_prototype} -> {path} ({compiler}, "
               f"{', '.join(archs)}, {(time.perf_counter() - start) * 1e3:.1f} ms)",
               file=sys.stderr)
