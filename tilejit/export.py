@@ -403,8 +403,8 @@ def embedding_dirs() -> tuple[Path, Path]:
 
     library = build_tools.build_core_library()
     include = build_tools.source_dirs()[0] / "include"
-    link = library.parent / "libtilejit.so"
-    if not (link.is_symlink() and os.readlink(link) == library.name):
+    link = library.parent / "libtilejit.so"  # a prebuilt core ships it as a copy
+    if not os.path.exists(link):
         staging = library.parent / f".libtilejit.so.{os.getpid()}"
         staging.unlink(missing_ok=True)
         staging.symlink_to(library.name)
