@@ -28,7 +28,7 @@ _FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILI
 _LINK = re.compile(r"(?<!!)\[[^\]\n]*\]\(([^)\s]+)\)")
 _HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t]*#*[ \t]*$", re.MULTILINE)
 _PRINT = re.compile(r"^(print\(.*\))[ \t]+# (.*)$")
-_RAISES = re.compile(r"^# ([A-Za-z_][A-Za-z0-9_.]*(?:Error|Exception|Warning)): (.*)$")
+_RAISES = re.compile(r"^# ([A-Za-z_][A-Za-z0-9_.]*(?:Errors?|Exception|Warning)): (.*)$")
 
 
 @dataclass(frozen=True)
