@@ -12,8 +12,10 @@ by `manifest.json`::
 
 At run time the core is taken from there when the sources' key (`core_source_hash`,
 which covers `$TILEJIT_CC` too) is the one built, and the wrapper when the interpreter's
-ABI and the wrapper's sources are; anything else is built into the cache as before. A
-checkout has no `_prebuilt`, so nothing changes there. `setup.py` calls `prebuild`.
+ABI and the wrapper's sources are; anything else is built into the cache as before. Keys
+are content hashes, so a checkout whose sources are those of the installed tilejit (the
+README's `pip install . && python -m tilejit demo`, run from the checkout, imports the
+checkout) uses the installed distribution's `_prebuilt` too. `setup.py` calls `prebuild`.
 """
 
 from __future__ import annotations
@@ -31,20 +33,43 @@ _FORMAT = 1
 _manifest: list = []  # read once per process
 
 
-def _read() -> dict:
-    if not _manifest:
+def _installed_roots() -> list[Path]:
+    """The `_prebuilt` directories of installed tilejit distributions (a checkout's own
+    egg-info, which `sys.path` may list first, has none)."""
+    try:
+        from importlib.metadata import distributions
+
         try:
-            loaded = json.loads((ROOT / MANIFEST).read_text())
-        except (OSError, ValueError):
-            loaded = {}
-        _manifest.append(loaded if isinstance(loaded, dict) and
-                         loaded.get("format") == _FORMAT else {})
+            found = list(distributions(name="tilejit"))  # Python 3.10+: a directory lookup
+        except TypeError:  # Python 3.9: every distribution, by name
+            found = [d for d in distributions()
+                     if (d.metadata["Name"] or "").lower() == "tilejit"]
+        return [Path(d.locate_file("tilejit/_prebuilt")) for d in found]
+    except (ImportError, OSError, ValueError):
+        return []
+
+
+def _read() -> dict:
+    """The manifest (with its `root`) of this package's prebuilt directory, else of an
+    installed distribution's; {} when there is none."""
+    if not _manifest:
+        found: dict = {}
+        roots = [ROOT] if (ROOT / MANIFEST).is_file() else [ROOT, *_installed_roots()]
+        for root in roots:
+            try:
+                loaded = json.loads((root / MANIFEST).read_text())
+            except (OSError, ValueError, TypeError):
+                continue
+            if isinstance(loaded, dict) and loaded.get("format") == _FORMAT:
+                found = {**loaded, "root": root}
+                break
+        _manifest.append(found)
     return _manifest[0]
 
 
 def _whole(relative: str) -> Path | None:
     """The prebuilt artifact at `relative`, if it matches its meta.json and is whole."""
-    artifact = ROOT / relative
+    artifact = Path(_read()["root"]) / relative
     if disk_cache._valid(str(artifact), str(artifact.parent / "meta.json"),
                          artifact.parent.name, elf.problem):
         return artifact

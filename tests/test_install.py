@@ -124,3 +124,14 @@ def test_a_run_time_build_says_what_it_builds_and_for_which_python(tmp_path):
     assert lines[0].startswith("tilejit: building the C core (libtilejit_core-")
     assert lines[1] == (f"tilejit: building the Cython wrapper for CPython {version} "
                         f"({sys.executable}): once per Python and tilejit version")
+
+
+def test_the_checkout_run_beside_an_install_uses_its_prebuilt_core(venv_python, tmp_path):
+    # `pip install . && python -m tilejit demo` from the checkout imports the checkout's
+    # tilejit: its sources are the install's, so the install's core and wrapper serve.
+    cache = tmp_path / "cache"
+    done = _run(venv_python, KERNEL, "5", TILEJIT_CACHE_DIR=str(cache),
+                PYTHONPATH=str(REPO_ROOT))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split(" ", 3)[3].strip() == str(REPO_ROOT / "tilejit" / "__init__.py")
+    assert done.stderr == "" and sorted(p.name for p in cache.iterdir()) == ["kernels"]
