@@ -192,6 +192,9 @@ assert torch.allclose(k(x, x), 3 * x)
 kc = tilelang.compile(two_kernels(), out_idx=-1, target={{"kind": "cuda", "arch": "sm_80"}},
                       execution_backend="tilejit")
 kc(fakes.FakeCudaTensor((300,)))
+export = sys.argv[1]
+k.adapter.kernel.export(export + "-c", overwrite=True)
+kc.adapter.kernel.export(export + "-cuda", overwrite=True)
 print("from-cache" if k.adapter.from_cache else "compiled",
       "from-cache" if kc.adapter.from_cache else "compiled")
 """
@@ -203,14 +206,21 @@ def test_disk_cache_reloads_without_lowering(tmp_path, fake_driver_path):
     # image tilejit stored (a CPU kernel, and a CUDA one launched on the fake driver).
     env = dict(os.environ, TILELANG_CACHE_DIR=str(tmp_path / "tl-cache"),
                TILEJIT_LIBCUDA=str(fake_driver_path))
-    runs = [subprocess.run([sys.executable, "-c", _CACHE_RUN.format(here=str(HERE))],
+    runs = [subprocess.run([sys.executable, "-c", _CACHE_RUN.format(here=str(HERE)),
+                            str(tmp_path / f"export-{i}")],
                            check=False, capture_output=True, text=True, env=env,
-                           cwd=HERE.parent, timeout=600) for _ in range(2)]
+                           cwd=HERE.parent, timeout=600) for i in range(2)]
     for run in runs:
         assert run.returncode == 0, run.stdout + run.stderr
         assert "WARNING" not in run.stderr, run.stderr
     assert [r.stdout.split()[-2:] for r in runs] == [["compiled", "compiled"],
                                                      ["from-cache", "from-cache"]]
+    # A kernel from TileLang's cache exports like a fresh one (tile-ai/tilelang#3062).
+    x = torch.randn(5, 6)
+    for i in range(2):
+        torch.testing.assert_close(tilejit.load(tmp_path / f"export-{i}-c")(x, x), 3 * x)
+        assert (tmp_path / f"export-{i}-cuda" / "signature.tj").read_text().endswith(
+            "load kernel.cubin two_kernel\n")
 
 
 # ---- CUDA: real lowering and nvcc, the fake driver ----------------------------------------------
