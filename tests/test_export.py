@@ -375,7 +375,7 @@ def test_a_multi_launch_cuda_kernel_with_tensor_maps_round_trips(fake, tmp_path,
     assert "arch sm_90a" in (out / "MANIFEST").read_text()
     assert (out / "kernel.cubin").is_file()
     with pytest.raises(ValueError, match=r"tma.*MANIFEST: a cuda kernel built for sm_90a, which "
-                                         r"does not run on this machine's device \(compute "
+                                         r"does not run on this machine's devices \(compute "
                                          r"capability 8.0\)"):
         tilejit.load(out, execution_backend=backend)
     fake.set_capability(9, 0)
@@ -419,9 +419,25 @@ def test_a_cuda_export_opens_where_its_image_runs(fake, tmp_path, arch, capabili
     else:
         with pytest.raises(ValueError, match=rf"vec_add: MANIFEST: a cuda kernel built for "
                                              rf"{arch}, which does not run on this machine's "
-                                             rf"device \(compute capability "
+                                             rf"devices \(compute capability "
                                              rf"{capability[0]}.{capability[1]}\)"):
             tilejit.load(out)
+
+
+def test_a_cuda_export_opens_where_any_device_runs_it(fake, tmp_path, tilejit_cache_dir):
+    # A machine of mixed GPUs: the current device (0) cannot run an sm_90a image, device 1
+    # can; with none that can, the refusal lists what the machine has.
+    from test_cuda import vec_add_program
+
+    out = tilejit.compile(vec_add_program(), out_idx=-1, target="cuda", arch="sm_90a",
+                          compiler="nvcc").export(tmp_path / "vec_add")
+    fake.set_device_capability(1, 9, 0)
+    tilejit.load(out)
+    fake.set_device_capability(0, 7, 5)
+    fake.set_device_capability(1, 8, 6)
+    with pytest.raises(ValueError, match=r"built for sm_90a, which does not run on this "
+                                         r"machine's devices \(compute capability 7.5, 8.6\)"):
+        tilejit.load(out)
 
 
 def test_a_cuda_export_needs_a_driver(tmp_path, tilejit_cache_dir, monkeypatch):

@@ -265,12 +265,23 @@ static int check_machine(const manifest *m) {
   if (rc)
     return tj__prefix_error(
         TJ_EVALUE, "tilejit export %s: a cuda kernel, but no CUDA device is usable here: ", m->dir);
-  if (m->arch[0] && strcmp(m->arch, "unknown") != 0 && !cuda_arch_runs(m->arch, major, minor))
-    return refuse(m, "MANIFEST",
-                  "a cuda kernel built for %s, which does not run on this "
-                  "machine's device (compute capability %d.%d)",
-                  m->arch, (int)major, (int)minor);
-  return TJ_OK;
+  if (!m->arch[0] || strcmp(m->arch, "unknown") == 0 || cuda_arch_runs(m->arch, major, minor))
+    return TJ_OK;
+  /* The current device cannot run it: another one may (a machine of mixed GPUs). */
+  char seen[256] = "";
+  size_t used = 0;
+  for (int32_t device = 0; device < 64; ++device) {
+    if (tj_cuda_device_capability(device, &major, &minor) != TJ_OK) break;
+    if (cuda_arch_runs(m->arch, major, minor)) return TJ_OK;
+    char one[16];
+    snprintf(one, sizeof(one), "%d.%d", (int)major, (int)minor);
+    if (strstr(seen, one) == NULL && used + strlen(one) + 3 < sizeof(seen))
+      used += (size_t)snprintf(seen + used, sizeof(seen) - used, used ? ", %s" : "%s", one);
+  }
+  return refuse(m, "MANIFEST",
+                "a cuda kernel built for %s, which does not run on this machine's devices "
+                "(compute capability %s)",
+                m->arch, seen);
 }
 
 /* ---- The signature file ----------------------------------------------------- */

@@ -30,6 +30,7 @@
  *   fake_cuda_fail(fn, code, count)   the next `count` calls of entry point fn
  *                                     return `code` (count < 0: every call)
  *   fake_cuda_set_capability(major, minor), fake_cuda_set_devices(n)
+ *   fake_cuda_set_device_capability(device, major, minor)   one device's own
  *   fake_cuda_set_current(device)     make a device's primary context current
  *                                     on the calling thread (-1: none)
  *   fake_cuda_count(fn)               recorded calls of fn ("" or NULL: all)
@@ -159,6 +160,9 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_initialized;
 static int g_devices = 2;
 static int g_major = 8, g_minor = 0;
+/* A device's own capability (a machine of mixed GPUs); -1: g_major.g_minor. */
+static int g_dev_major[MAX_DEVICES], g_dev_minor[MAX_DEVICES];
+static int g_dev_set[MAX_DEVICES];
 /* A context is the address of its device's slot: one primary context each. */
 static char g_contexts[MAX_DEVICES];
 static int g_retained[MAX_DEVICES];
@@ -500,9 +504,9 @@ EXPORT CUresult CUDAAPI cuDeviceGetAttribute(int *value, fake_device_attribute a
   if (device < 0 || device >= g_devices)
     rc = CUDA_ERROR_INVALID_DEVICE;
   else if (attribute == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
-    *value = g_major;
+    *value = g_dev_set[device] ? g_dev_major[device] : g_major;
   else if (attribute == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
-    *value = g_minor;
+    *value = g_dev_set[device] ? g_dev_minor[device] : g_minor;
   else if (attribute == CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
     *value = SMEM_OPTIN;
   else
@@ -859,6 +863,7 @@ EXPORT void fake_cuda_reset(void) {
   g_devices = 2;
   g_major = 8;
   g_minor = 0;
+  memset(g_dev_set, 0, sizeof(g_dev_set));
   free(g_json);
   g_json = NULL;
   pthread_mutex_unlock(&g_lock);
@@ -879,6 +884,16 @@ EXPORT void fake_cuda_set_capability(int major, int minor) {
   pthread_mutex_lock(&g_lock);
   g_major = major;
   g_minor = minor;
+  pthread_mutex_unlock(&g_lock);
+}
+
+EXPORT void fake_cuda_set_device_capability(int device, int major, int minor) {
+  pthread_mutex_lock(&g_lock);
+  if (device >= 0 && device < MAX_DEVICES) {
+    g_dev_set[device] = 1;
+    g_dev_major[device] = major;
+    g_dev_minor[device] = minor;
+  }
   pthread_mutex_unlock(&g_lock);
 }
 

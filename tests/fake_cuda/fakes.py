@@ -102,6 +102,10 @@ class FakeDriver:
     def set_capability(self, major: int, minor: int) -> None:
         self._lib.fake_cuda_set_capability(major, minor)
 
+    def set_device_capability(self, device: int, major: int, minor: int) -> None:
+        """Gives one device a capability of its own (a machine of mixed GPUs)."""
+        self._lib.fake_cuda_set_device_capability(device, major, minor)
+
     def set_current(self, device: int) -> None:
         """Makes `device`'s primary context current on this thread (-1: none)."""
         self._lib.fake_cuda_set_current(device)
