@@ -1,6 +1,8 @@
 /* Builders shared by the tests (see builders.h). */
 #include "builders.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 char tjt_data[1 << 16] __attribute__((aligned(64)));
@@ -30,6 +32,15 @@ int32_t tjt_binop_const(tj_kernel *k, const char *text, int32_t symbol, tj_op op
 void tjt_buffer(tj_kernel *k, int32_t index, const char *name, DLDataType dtype, int32_t ndim,
                 const int32_t *shape, const int32_t *strides, int64_t align, uint32_t flags) {
   CHECK_OK(tj_kernel_set_buffer(k, index, name, dtype, ndim, shape, strides, align, flags));
+}
+
+#ifndef TJT_FIXTURE_DIR
+#error "build with -DTJT_FIXTURE_DIR='\"/abs/path/to/build/fixtures\"'"
+#endif
+
+void tjt_fixture_path(const char *name, char *buf, size_t size) {
+  const char *dir = getenv("TJT_FIXTURE_DIR");
+  snprintf(buf, size, "%s/%s", dir && *dir ? dir : TJT_FIXTURE_DIR, name);
 }
 
 tj_kernel *tjt_vec_add(uint32_t c_flags, int64_t div) {

@@ -30,6 +30,11 @@ void tjt_buffer(tj_kernel *k, int32_t index, const char *name, DLDataType dtype,
 
 /* vec_add(A: (n,) f32, B: (n,) f32, C: (n,) f32), symbol n (divisibility
  * `div`); C gets `c_flags` (TJ_BUF_OUTPUT makes it an output). Finalized. */
+/* The path of the fixture library `name` (tests/fixtures, built by the Makefile):
+ * from $TJT_FIXTURE_DIR if set (to run a moved test binary), else the directory
+ * the Makefile built it in. */
+void tjt_fixture_path(const char *name, char *buf, size_t size);
+
 tj_kernel *tjt_vec_add(uint32_t c_flags, int64_t div);
 
 /* A DLTensor together with the arrays it points into. Do not copy it once

@@ -16,10 +16,6 @@
 #include "internal.h"
 #include "target_cuda.h"
 
-#ifndef TJT_FIXTURE_DIR
-#error "build with -DTJT_FIXTURE_DIR='\"/abs/path/to/build/fixtures\"'"
-#endif
-
 /* ---- The fake driver ---------------------------------------------------------- */
 
 static struct {
@@ -38,9 +34,7 @@ static struct {
  * loaded yet, with no records and no current context. */
 static void use_fake(void) {
   if (fake.handle == NULL) {
-    const char *dir = getenv("TJT_FIXTURE_DIR");
-    snprintf(fake.path, sizeof(fake.path), "%s/libfake_cuda.so",
-             dir && *dir ? dir : TJT_FIXTURE_DIR);
+    tjt_fixture_path("libfake_cuda.so", fake.path, sizeof(fake.path));
     fake.handle = dlopen(fake.path, RTLD_NOW | RTLD_LOCAL);
     if (fake.handle == NULL)
       tjt_fail(__FILE__, __LINE__, "cannot load the fake driver: %s", dlerror());

@@ -9,23 +9,11 @@
 
 #include "builders.h"
 
-#ifndef TJT_FIXTURE_DIR
-#error "build with -DTJT_FIXTURE_DIR='\"/abs/path/to/build/fixtures\"'"
-#endif
-
 #define ENTRY "tilejit_packed_entry"
-
-/* The fixture library `name`, from $TJT_FIXTURE_DIR if set (to run a moved
- * test binary) or the directory the Makefile built it in. */
-static void fixture_path(const char *name, char *buf, size_t size) {
-  const char *dir = getenv("TJT_FIXTURE_DIR");
-  if (dir == NULL || *dir == 0) dir = TJT_FIXTURE_DIR;
-  snprintf(buf, size, "%s/%s", dir, name);
-}
 
 static tj_kernel *load_vec_add(void) {
   char path[1024];
-  fixture_path("vec_add.so", path, sizeof(path));
+  tjt_fixture_path("vec_add.so", path, sizeof(path));
   tj_kernel *k = tjt_vec_add(TJ_BUF_OUTPUT, 1);
   CHECK_OK(tj_kernel_load(k, path, ENTRY));
   return k;
@@ -187,7 +175,7 @@ TEST(launch_missing_library) {
 
 TEST(launch_missing_symbol) {
   char path[1024];
-  fixture_path("vec_add.so", path, sizeof(path));
+  tjt_fixture_path("vec_add.so", path, sizeof(path));
   tj_kernel *k = tjt_vec_add(TJ_BUF_OUTPUT, 1);
   CHECK_STATUS(tj_kernel_load(k, path, "no_such_entry"), TJ_ERUNTIME);
   CHECK_ERROR_STARTS_WITH("vec_add: ");
@@ -200,7 +188,7 @@ TEST(launch_missing_symbol) {
 
 TEST(launch_load_twice) {
   char path[1024];
-  fixture_path("vec_add.so", path, sizeof(path));
+  tjt_fixture_path("vec_add.so", path, sizeof(path));
   tj_kernel *k = load_vec_add();
   CHECK_STATUS(tj_kernel_load(k, path, ENTRY), TJ_EVALUE);
   CHECK_ERROR_CONTAINS("already loaded");
@@ -603,8 +591,8 @@ TEST(launch_prebuilt_library) {
   /* axpy(x, y, alpha, n) from a library built elsewhere, through its glue;
    * kernel arguments (n as int32, x, y, alpha). */
   char glue[1024], library[1024];
-  fixture_path("plain_axpy_glue.so", glue, sizeof(glue));
-  fixture_path("plain_axpy.so", library, sizeof(library));
+  tjt_fixture_path("plain_axpy_glue.so", glue, sizeof(glue));
+  tjt_fixture_path("plain_axpy.so", library, sizeof(library));
   tj_kernel *k = NULL;
   CHECK_OK(tj_kernel_create("axpy", 3, TJ_TARGET_CPU, &k));
   CHECK_OK(tj_kernel_add_symbol(k, "n", 1));

@@ -10,10 +10,6 @@
 #include "builders.h"
 #include "internal.h"
 
-#ifndef TJT_FIXTURE_DIR
-#error "build with -DTJT_FIXTURE_DIR='\"/abs/path/to/build/fixtures\"'"
-#endif
-
 static void check_sha256(const char *data, size_t size, const char *want) {
   char got[65];
   tj__sha256_hex(data, size, got);
@@ -61,9 +57,8 @@ static void write_file(const char *name, const void *data, size_t size) {
 }
 
 static char *read_fixture(size_t *size) {
-  const char *dir = getenv("TJT_FIXTURE_DIR");
   char path[512];
-  snprintf(path, sizeof(path), "%s/vec_add.so", dir && *dir ? dir : TJT_FIXTURE_DIR);
+  tjt_fixture_path("vec_add.so", path, sizeof(path));
   FILE *f = fopen(path, "rb");
   CHECK(f != NULL);
   fseek(f, 0, SEEK_END);
