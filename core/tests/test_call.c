@@ -436,8 +436,37 @@ static bool fake_grad_enabled(void) {
   return grad_mode;
 }
 
-TEST(call_run_claims) {
+/* vec_add's A + B -> C called with two objects through a producer that carries
+ * `claim`: every claim test's setup, and its one way to run the call. */
+typedef struct {
+  tj_producer producer;
+  tj_kernel *k;
+  tjt_object a, b;
+  tj_arg args[2];
+  void *outputs[1];
+  tj_call call;
+} claim_fixture;
+
+static void claim_fixture_init(claim_fixture *f, const tj_claim *claim) {
   memset(&rec, 0, sizeof(rec));
+  f->producer = fake_producer;
+  f->producer.claim = claim;
+  f->k = adder(TJ_BUF_OUTPUT);
+  object_tensor(&f->a, a_data, 8);
+  object_tensor(&f->b, b_data, 8);
+  tj_call call = {f->args, 2, 0, NULL, NULL, NULL, f->outputs, 0};
+  f->call = call;
+}
+
+/* Imports A and B afresh through the claiming producer and runs the call. */
+static int claim_run(claim_fixture *f) {
+  object_arg(&f->args[0], &f->a);
+  object_arg(&f->args[1], &f->b);
+  f->args[0].producer = f->args[1].producer = &f->producer;
+  return tj_call_run(f->k, &f->call);
+}
+
+TEST(call_run_claims) {
   tj_claim claim = {0,
                     (int32_t)offsetof(tjt_object, grad),
                     fake_requires_grad,
@@ -446,23 +475,13 @@ TEST(call_run_claims) {
                     NULL,
                     NULL,
                     -1};
-  tj_producer claimed = fake_producer;
-  claimed.claim = &claim;
-  tj_kernel *k = adder(TJ_BUF_OUTPUT);
-  tjt_object a, b;
-  object_tensor(&a, a_data, 8);
-  object_tensor(&b, b_data, 8);
+  claim_fixture f;
+  claim_fixture_init(&f, &claim);
   bool yes = true, no = false;
-  tj_arg args[2];
-  void *outputs[1];
-  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs, 0};
-#define RUN_CLAIMED(grad_a, grad_b, expect)         \
-  do {                                              \
-    a.grad = (grad_a), b.grad = (grad_b);           \
-    object_arg(&args[0], &a);                       \
-    object_arg(&args[1], &b);                       \
-    args[0].producer = args[1].producer = &claimed; \
-    CHECK_STATUS(tj_call_run(k, &call), expect);    \
+#define RUN_CLAIMED(grad_a, grad_b, expect)   \
+  do {                                        \
+    f.a.grad = (grad_a), f.b.grad = (grad_b); \
+    CHECK_STATUS(claim_run(&f), expect);      \
   } while (0)
 
   /* Nothing requires grad: no claim, grad mode never asked. */
@@ -479,24 +498,20 @@ TEST(call_run_claims) {
   CHECK_EQ_INT(tj_last_error_info()->argument, 1);
   CHECK_EQ_INT(rec.imports, 2);
   CHECK_EQ_INT(rec.allocations, 0);
-  CHECK(outputs[0] == NULL);
+  CHECK(f.outputs[0] == NULL);
 
   /* A call refused by validation is refused as it would be without the claim. */
   memset(&rec, 0, sizeof(rec));
-  a.grad = &yes, b.grad = &yes;
-  object_arg(&args[0], &a);
-  object_arg(&args[1], &b);
-  args[0].producer = args[1].producer = &claimed;
-  call.nargs = 1;
-  CHECK_STATUS(tj_call_run(k, &call), TJ_ETYPE);
-  call.nargs = 2;
+  f.call.nargs = 1;
+  RUN_CLAIMED(&yes, &yes, TJ_ETYPE);
+  f.call.nargs = 2;
 
   /* The framework's own implementation of the call is never claimed. */
   memset(&rec, 0, sizeof(rec));
-  call.unclaimed = 1;
+  f.call.unclaimed = 1;
   RUN_CLAIMED(&yes, &yes, TJ_OK);
   CHECK(rec.out_data[0][0] == 11.0f);
-  call.unclaimed = 0;
+  f.call.unclaimed = 0;
 
   /* Both require grad with grad mode off: grad mode asked once, the call runs. */
   memset(&rec, 0, sizeof(rec));
@@ -510,7 +525,7 @@ TEST(call_run_claims) {
   RUN_CLAIMED(NULL, NULL, TJ_ECLAIMED);
   CHECK_EQ_STR(tj_last_error(), "vec_add: argument 0 'A': a tensor the framework traces");
 #undef RUN_CLAIMED
-  tj_kernel_free(k);
+  tj_kernel_free(f.k);
 }
 
 /* A framework's autograd record (tj_claim.meta_offset): NULL, nothing is asked. */
@@ -527,39 +542,25 @@ static bool impl_requires_grad(const void *state) {
 }
 
 TEST(call_run_claims_skip_objects_without_a_record) {
-  memset(&rec, 0, sizeof(rec));
   tj_claim claim = {
       0,    (int32_t)offsetof(tjt_object, grad), impl_requires_grad, fake_grad_enabled, NULL, NULL,
       NULL, (int32_t)offsetof(fake_impl, meta)};
-  tj_producer claimed = fake_producer;
-  claimed.claim = &claim;
-  tj_kernel *k = adder(TJ_BUF_OUTPUT);
-  tjt_object a, b;
-  object_tensor(&a, a_data, 8);
-  object_tensor(&b, b_data, 8);
+  claim_fixture f;
+  claim_fixture_init(&f, &claim);
   static const int record = 1;
   fake_impl plain = {NULL, false}, recorded = {&record, true};
-  tj_arg args[2];
-  void *outputs[1];
-  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs, 0};
   grad_mode = 1;
   /* No record on either: run, requires_grad never called. */
   record_asks = 0;
-  a.grad = b.grad = (const bool *)&plain;
-  object_arg(&args[0], &a);
-  object_arg(&args[1], &b);
-  args[0].producer = args[1].producer = &claimed;
-  CHECK_OK(tj_call_run(k, &call));
+  f.a.grad = f.b.grad = (const bool *)&plain;
+  CHECK_OK(claim_run(&f));
   CHECK_EQ_INT(record_asks, 0);
   /* A record that requires grad: asked, claimed once validated. */
-  b.grad = (const bool *)&recorded;
-  object_arg(&args[0], &a);
-  object_arg(&args[1], &b);
-  args[0].producer = args[1].producer = &claimed;
-  CHECK_STATUS(tj_call_run(k, &call), TJ_ECLAIMED);
+  f.b.grad = (const bool *)&recorded;
+  CHECK_STATUS(claim_run(&f), TJ_ECLAIMED);
   CHECK_EQ_INT(record_asks, 1);
   CHECK_EQ_INT(tj_last_error_info()->argument, 1);
-  tj_kernel_free(k);
+  tj_kernel_free(f.k);
 }
 
 /* A claim asked of the framework itself (tj_claim.ask): per object, and again
@@ -586,23 +587,13 @@ static int fake_active(const tj_claim *self) {
 
 TEST(call_run_claims_asked) {
   tj_claim claim = {0, 0, NULL, NULL, fake_ask, NULL, NULL, -1};
-  tj_producer claimed = fake_producer;
-  claimed.claim = &claim;
-  tj_kernel *k = adder(TJ_BUF_OUTPUT);
-  tjt_object a, b;
-  object_tensor(&a, a_data, 8);
-  object_tensor(&b, b_data, 8);
-  tj_arg args[2];
-  void *outputs[1];
-  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs, 0};
-#define RUN_ASKED(answer, expect)                   \
-  do {                                              \
-    memset(&rec, 0, sizeof(rec));                   \
-    ask_answer = (answer), asks = failed_asks = 0;  \
-    object_arg(&args[0], &a);                       \
-    object_arg(&args[1], &b);                       \
-    args[0].producer = args[1].producer = &claimed; \
-    CHECK_STATUS(tj_call_run(k, &call), expect);    \
+  claim_fixture f;
+  claim_fixture_init(&f, &claim);
+#define RUN_ASKED(answer, expect)                  \
+  do {                                             \
+    memset(&rec, 0, sizeof(rec));                  \
+    ask_answer = (answer), asks = failed_asks = 0; \
+    CHECK_STATUS(claim_run(&f), expect);           \
   } while (0)
   RUN_ASKED(TJ_CLAIM_NONE, TJ_OK);
   CHECK_EQ_INT(asks, 2);
@@ -625,7 +616,7 @@ TEST(call_run_claims_asked) {
   RUN_ASKED(TJ_EPYERR, TJ_EPYERR);
   CHECK_EQ_INT(tj_last_error_info()->argument, 0);
   /* An import that fails: the framework is asked again; it claims or not. */
-  b.fail_import = TJ_EVALUE;
+  f.b.fail_import = TJ_EVALUE;
   ask_failed_answer = TJ_CLAIM_NOW;
   RUN_ASKED(TJ_CLAIM_NONE, TJ_ECLAIMED);
   CHECK_EQ_INT(failed_asks, 1);
@@ -634,7 +625,7 @@ TEST(call_run_claims_asked) {
   RUN_ASKED(TJ_CLAIM_NONE, TJ_EVALUE);
   CHECK_EQ_INT(failed_asks, 1);
 #undef RUN_ASKED
-  tj_kernel_free(k);
+  tj_kernel_free(f.k);
 }
 
 /* ---- The exchange-API adapter ------------------------------------------------- */
