@@ -225,6 +225,15 @@ def _valid(artifact: str, meta_path: str, name: str, check: Check | None,
     return valid
 
 
+def valid(artifact, check: Check | None = None, record_use: bool = False) -> bool:
+    """Whether the artifact of an entry (`<entry>/<name>`) matches its meta.json and
+    passes `check` (see `_valid`); for readers of entries that do not build them (the
+    prebuilt core and wrapper, kernels found without their compiler)."""
+    artifact = Path(artifact)
+    return _valid(str(artifact), str(artifact.parent / _META_NAME), artifact.parent.name, check,
+                  record_use)
+
+
 def _record_use(meta_path: str) -> None:
     """Marks an entry used now: its meta.json's mtime (content unchanged). A read-only
     cache records nothing."""

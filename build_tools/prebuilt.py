@@ -70,10 +70,7 @@ def _read() -> dict:
 def _whole(relative: str) -> Path | None:
     """The prebuilt artifact at `relative`, if it matches its meta.json and is whole."""
     artifact = Path(_read()["root"]) / relative
-    if disk_cache._valid(str(artifact), str(artifact.parent / "meta.json"),
-                         artifact.parent.name, elf.problem):
-        return artifact
-    return None
+    return artifact if disk_cache.valid(artifact, elf.problem) else None
 
 
 def core(core_key: str) -> Path | None:

@@ -149,19 +149,13 @@ def find_portable(portable: str) -> Path | None:
     made the cache: its kernels still run."""
     root = cache_dir() / "kernels"
     found = []
-    for meta_path in root.glob("*/*/meta.json"):
-        try:
-            meta = json.loads(meta_path.read_bytes())
-            used = meta_path.stat().st_mtime
-        except (OSError, ValueError):
+    for entry in disk_cache.entries(root) if root.is_dir() else []:
+        if entry.meta.get("portable_key") != portable or entry.artifact is None:
             continue
-        if not isinstance(meta, dict) or meta.get("portable_key") != portable:
-            continue
-        artifact = meta_path.parent / str(meta.get("artifact", ""))
+        artifact = entry.path / entry.artifact
         check = elf.problem if artifact.suffix == ".so" else None
-        if disk_cache._valid(str(artifact), str(meta_path), meta_path.parent.name, check,
-                             record_use=True):
-            found.append((used, artifact))
+        if disk_cache.valid(artifact, check, record_use=True):
+            found.append((entry.last_used, artifact))
     return max(found)[1] if found else None
 
 

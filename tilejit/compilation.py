@@ -203,7 +203,7 @@ def load(path, execution_backend: str = "auto"):
     core_kernel = CoreKernel.open(directory)
     loaded = _export.Loaded(directory)
     kernel = JITKernel(loaded.program, loaded.signature, loaded.library, "", execution_backend,
-                       loaded.prebuilt, core_kernel=core_kernel)
+                       loaded.prebuilt, core_kernel=core_kernel, binary_digests=loaded.digests)
     kernel._export_dir = directory
     kernel._cuda_arch = loaded.cuda_arch
     return kernel

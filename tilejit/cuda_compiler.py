@@ -447,7 +447,7 @@ def compile_program(program, signature, flags: list[str], arch=None, compiler=No
             identity = _Nvrtc.identity_without_loading()
             defaults = [*_DEFAULT_FLAGS, *(f"-I{d}" for d in _nvrtc_include_dirs())]
     except (CompileError, OSError, RuntimeError) as exc:
-        found = _cache.find_portable(portable) if len(archs) == 1 or compiler == "nvcc" else None
+        found = _cache.find_portable(portable)
         if found is None:
             raise
         if verbose:

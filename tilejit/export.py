@@ -275,6 +275,10 @@ class Loaded:
         self._build(len(lines))
         manifest = (directory / "MANIFEST").read_text().splitlines()
         archs = [line.split()[1] for line in manifest if line.startswith("arch ")]
+        # The images' SHA-256, which the core has just checked the files against.
+        listed = dict(line.split()[1::2] for line in manifest if line.startswith("file "))
+        self.digests = [listed[self.files[role]] for role in ("library", "prebuilt")
+                        if role in self.files]
         # What a CUDA kernel was built for, kept for a later export of the loaded kernel.
         self.cuda_arch = archs[0] if archs and self.target == "cuda" and archs[0] != "unknown" \
             else None

@@ -28,7 +28,7 @@ class JITKernel:
     """
 
     def __new__(cls, program, signature, library_path, host_source, execution_backend="auto",
-                prebuilt=None, core_kernel=None):
+                prebuilt=None, core_kernel=None, binary_digests=None):
         # The instance is of the backend's subclass, whose calls go to the backend's own
         # entry: no Python frame between the caller and the wrapper.
         impl = _backends.kernel_class(JITKernel, _backends.resolve(execution_backend))
@@ -43,7 +43,7 @@ class JITKernel:
 
     def __init__(self, program: Program, signature: Signature, library_path: str,
                  host_source: str, execution_backend: str = "auto", prebuilt=None,
-                 core_kernel=None):
+                 core_kernel=None, binary_digests=None):
         self.program = program
         self._prebuilt = prebuilt  # a prebuilt CPU library, called through library_path
         self._sig = signature
@@ -63,8 +63,9 @@ class JITKernel:
         JITKernel._alive.add(self)
         _backends.register_traced(self)
         # What the binaries were when loaded, for the torch op's name: the cache may remove
-        # them later (python -m tilejit cache prune) while this kernel keeps running.
-        self._binary_digests = [disk_cache.known_sha256(f) or (
+        # them later (python -m tilejit cache prune) while this kernel keeps running. Given
+        # when known already (an export's MANIFEST, the kernel with_backend copies).
+        self._binary_digests = binary_digests or [disk_cache.known_sha256(f) or (
             disk_cache.sha256_file(f) if os.path.exists(f) else None)
             for f in (library_path, prebuilt) if f]
         if "torch" in sys.modules:
@@ -225,9 +226,9 @@ class JITKernel:
         It is the same kernel: the same torch op, the same registered backward."""
         core_kernel = None if self._export_dir is None else CoreKernel.open(self._export_dir)
         kernel = JITKernel(self.program, self._sig, self.library_path, self._host_source, name,
-                           self._prebuilt, core_kernel=core_kernel)
+                           self._prebuilt, core_kernel=core_kernel,
+                           binary_digests=self._binary_digests)
         kernel._export_dir = self._export_dir
-        kernel._binary_digests = self._binary_digests
         kernel._cuda_arch = self._cuda_arch
         return kernel
 
