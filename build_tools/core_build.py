@@ -123,7 +123,11 @@ def core_library_path(core_dir: Path | None = None) -> Path:
         >>> core_library_path()
         PosixPath('~/.cache/tilejit/core/0b61d2e7a9f4c318/libtilejit_core-0b61d2e7a9f4c318.so')
     """
-    key = core_source_hash(core_dir)
+    return _cached_core(core_source_hash(core_dir))
+
+
+def _cached_core(key: str) -> Path:
+    """Where the core of sources of key `key` is cached."""
     return disk_cache.cache_root() / "core" / key / core_library_name(key)
 
 
@@ -153,8 +157,9 @@ def build_core_library(
     Example:
         >>> lib = ctypes.CDLL(str(build_core_library()))
     """
+    key = core_source_hash(core_dir)
     if core_dir is None and not force:
-        found = prebuilt.core(core_source_hash())
+        found = prebuilt.core(key)
         if found is not None:
             return found
     core_dir = source_dirs()[0] if core_dir is None else Path(core_dir)
@@ -163,7 +168,7 @@ def build_core_library(
         raise RuntimeError(f"tilejit: no C sources in {core_dir / 'src'}")
 
     def build_in_cache() -> Path:
-        target = core_library_path(core_dir)
+        target = _cached_core(key)  # under the cache root in use, which a fallback moves
 
         def build(output: Path) -> None:
             notice(f"building the C core ({target.name}) for this machine: once per "

@@ -120,6 +120,6 @@ def prebuild(target: Path) -> dict:
     manifest = {"format": _FORMAT, "core_key": key,
                 "core": str(core_path.relative_to(target)),
                 "wrappers": {abi_tag(): {"path": str(wrapper_path.relative_to(target)),
-                                         "sources": wrapper_sources_key()}}}
+                                         "sources": wrapper_sources_key(key)}}}
     (target / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest

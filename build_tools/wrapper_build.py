@@ -112,18 +112,23 @@ def source_hash(core_dir: Path | None = None, wrapper_dir: Path | None = None) -
         '3f9c0a1be2d45c77'
     """
     core_dir, wrapper_dir = _resolve_dirs(core_dir, wrapper_dir)
-    files = [*tree_files(wrapper_dir, "wrapper", _WRAPPER_PATTERNS), *build_tools_files()]
     extra = (core_source_hash(core_dir), _cython_version(), toolchain.configured_cc())
-    return disk_cache.hash_files("tilejit-wrapper", extra, files)
+    return disk_cache.hash_files("tilejit-wrapper", extra, _wrapper_files(wrapper_dir))
 
 
-def wrapper_sources_key(core_dir: Path | None = None, wrapper_dir: Path | None = None) -> str:
-    """16 hex digits over the wrapper's sources, the build scripts and the core's key,
-    without the Cython version or the compiler: what a prebuilt wrapper is matched by
-    (`prebuilt.wrapper`), whichever Cython the package build used."""
-    core_dir, wrapper_dir = _resolve_dirs(core_dir, wrapper_dir)
-    files = [*tree_files(wrapper_dir, "wrapper", _WRAPPER_PATTERNS), *build_tools_files()]
-    return disk_cache.hash_files("tilejit-wrapper-sources", (core_source_hash(core_dir),), files)
+def _wrapper_files(wrapper_dir: Path) -> list[tuple[str, Path]]:
+    """The files a wrapper is built from: its Cython sources and the build scripts."""
+    return [*tree_files(wrapper_dir, "wrapper", _WRAPPER_PATTERNS), *build_tools_files()]
+
+
+def wrapper_sources_key(core_key: str | None = None) -> str:
+    """16 hex digits over the wrapper's sources, the build scripts and the core's key
+    (`core_key`, else computed), without the Cython version or the compiler: what a
+    prebuilt wrapper is matched by (`prebuilt.wrapper`), whichever Cython the package
+    build used."""
+    core_dir, wrapper_dir = _resolve_dirs(None, None)
+    key = core_source_hash(core_dir) if core_key is None else core_key
+    return disk_cache.hash_files("tilejit-wrapper-sources", (key,), _wrapper_files(wrapper_dir))
 
 
 def _python() -> str:
@@ -244,7 +249,8 @@ def build_wrapper(
         PosixPath('/home/me/.cache/tilejit/wrapper/cpython-311-.../_tilejit.cpython-311-x86_64-linux-gnu.so')
     """
     if core_dir is None and wrapper_dir is None and not force:
-        found = prebuilt.wrapper(core_source_hash(), wrapper_sources_key(), abi_tag())
+        core_key = core_source_hash()
+        found = prebuilt.wrapper(core_key, wrapper_sources_key(core_key), abi_tag())
         if found is not None:
             return found
     core_dir, wrapper_dir = _resolve_dirs(core_dir, wrapper_dir)
