@@ -160,7 +160,7 @@ def header_text(kernel) -> str:
 def _arch(kernel) -> str:
     if kernel.target == "cpu":
         return platform.machine()
-    return getattr(kernel, "_cuda_arch", None) or "unknown"
+    return kernel._cuda_arch or "unknown"
 
 
 def export(kernel, path, *, overwrite: bool = False) -> Path:
