@@ -23,7 +23,17 @@ from pathlib import Path
 from . import abi
 from . import dtypes as _dtypes
 from ._build import disk_cache
-from .lang import _BINARY, OP_CONST, OP_SYM, BinaryExpr, Buffer, PointerParam, Scalar, Symbol
+from .lang import (
+    _BINARY,
+    OP_CONST,
+    OP_SYM,
+    BinaryExpr,
+    Buffer,
+    PointerParam,
+    Scalar,
+    Symbol,
+    Workspace,
+)
 from .program import Program
 from .signature import (
     AbiSpec,
@@ -78,7 +88,8 @@ def signature_text(kernel, image_files: dict) -> str:
         lines.append(_line("expr", len(code) // 2, *code, *([text] if text else [])))
     for index, p in enumerate(spec.params):
         if p.kind == abi.TJ_PARAM_SCALAR:
-            lines.append(_line("scalar", index, p.name, _dtype(p.dtype)))
+            lines.append(_line("scalar", index, p.name, _dtype(p.dtype),
+                               *([p.binds] if p.binds >= 0 else [])))
         elif p.kind == abi.TJ_PARAM_POINTER:
             lines.append(_line("pointer", index, p.name, _dtype(p.dtype), p.align, p.flags))
         else:
@@ -86,9 +97,16 @@ def signature_text(kernel, image_files: dict) -> str:
             lines.append(_line("buffer", index, p.name, _dtype(p.dtype), p.align, p.flags,
                                len(p.shape), *p.shape, *strides))
     for m in spec.tensormaps:
-        lines.append(_line("tensormap", m.name, m.param, m.data_type, len(m.dims), *m.dims,
-                           *m.strides, *m.box, *m.element_strides, m.interleave, m.swizzle,
-                           m.l2_promotion, m.oob_fill))
+        if m.im2col is None:
+            lines.append(_line("tensormap", m.name, m.param, m.data_type, len(m.dims), *m.dims,
+                               *m.strides, *m.box, *m.element_strides, m.interleave,
+                               m.swizzle, m.l2_promotion, m.oob_fill))
+        else:
+            lower, upper, channels, pixels = m.im2col
+            lines.append(_line("tensormap_im2col", m.name, m.param, m.data_type, len(m.dims),
+                               *m.dims, *m.strides, *m.element_strides, *lower, *upper,
+                               channels, pixels, m.interleave, m.swizzle, m.l2_promotion,
+                               m.oob_fill))
     if spec.abi is not None:
         lines.append(_line("abi", *_abi_fields(spec.abi)))
     for index, launch in enumerate(spec.launches):
@@ -141,6 +159,13 @@ def header_text(kernel) -> str:
     if outputs:
         lines.append(" * Outputs (tj_call_set_output, declaration order; shapes in the frame):")
         lines += [f" *   {j}  {sig.names[i]}: {describe(i)}" for j, i in enumerate(outputs)]
+    workspaces = kernel.program.workspaces
+    if workspaces:
+        lines.append(" * Workspaces, allocated per call by whoever launches (tj_call_set_output")
+        lines.append(f" * from index {len(outputs)}; shapes in the frame after the outputs'):")
+        lines += [f" *   {len(outputs) + j}  {w.name or f'workspace{j}'}: {w.dtype}, shape "
+                  f"({', '.join(map(str, w.shape))}){', zero-filled by the launch' if w.zero else ''}"
+                  for j, w in enumerate(workspaces)]
     if sig.symbols:
         lines.append(" * Symbols, bound from the arguments: " + ", ".join(
             f"{s.name} ({s.dtype}" + (f", multiple of {s.divisibility})" if s.divisibility > 1
@@ -149,7 +174,8 @@ def header_text(kernel) -> str:
     lines += [f" *   {f.c_prototype}" for f in sig.functions]
     lines += [" */", f"#ifndef TILEJIT_EXPORT_{upper}_H_", f"#define TILEJIT_EXPORT_{upper}_H_",
               "", f"#define {upper}_NUM_ARGS {len(args)}",
-              f"#define {upper}_NUM_OUTPUTS {len(outputs)}"]
+              f"#define {upper}_NUM_OUTPUTS {len(outputs)}",
+              f"#define {upper}_NUM_WORKSPACES {len(workspaces)}"]
     lines += [f"#define {upper}_ARG_{sig.names[i].upper()} {j}" for j, i in enumerate(args)]
     lines += [f"#define {upper}_OUTPUT_{sig.names[i].upper()} {j}"
               for j, i in enumerate(outputs)]
@@ -300,15 +326,24 @@ class Loaded:
             self.exprs.append((code, text))
         elif key in ("buffer", "scalar", "pointer"):
             self.params.append(self._param(key, fields))
-        elif key == "tensormap":
+        elif key in ("tensormap", "tensormap_im2col"):
             rank = int(fields[4])
             ints = [int(x) for x in fields[5:]]
             dims, ints = tuple(ints[:rank]), ints[rank:]
             strides, ints = tuple(ints[:rank - 1]), ints[rank - 1:]
-            box, ints = tuple(ints[:rank]), ints[rank:]
+            box, im2col = (), None
+            if key == "tensormap":
+                box, ints = tuple(ints[:rank]), ints[rank:]
             element_strides, ints = tuple(ints[:rank]), ints[rank:]
+            if key == "tensormap_im2col":
+                corners = rank - 2
+                im2col = (tuple(ints[:corners]), tuple(ints[corners:2 * corners]),
+                          ints[2 * corners], ints[2 * corners + 1])
+                ints = ints[2 * corners + 2:]
+            interleave, swizzle, l2_promotion, oob_fill = ints
             self.maps.append(TensorMapSpec(fields[1], int(fields[2]), int(fields[3]), dims,
-                                           strides, box, element_strides, *ints))
+                                           strides, box, element_strides, interleave, swizzle,
+                                           l2_promotion, oob_fill, im2col))
         elif key == "abi":
             self.abi, _ = _abi_at(fields, 1)
         elif key == "launch":
@@ -357,12 +392,14 @@ class Loaded:
             self.library = str(self.directory / self.files["library"])
             self.prebuilt = (str(self.directory / self.files["prebuilt"])
                              if "prebuilt" in self.files else None)
-            self.program = Program(self.name, [self._lang_param(p, decoded) for p in params],
-                                   binary=self.prebuilt or self.library)
+            objects = [self._lang_param(p, decoded, symbols) for p in params]
+            callers = [o for o in objects if not isinstance(o, Workspace)]
+            self.program = Program(self.name, callers, binary=self.prebuilt or self.library,
+                                   workspaces=[o for o in objects if isinstance(o, Workspace)])
         except (ValueError, IndexError, KeyError, TypeError) as exc:
             raise self._refuse(end, f"the parameters do not make a kernel ({exc})") from None
         self.signature = Signature(
-            self.name, self.target, tuple(p.name for p in params), self.out_idx,
+            self.name, self.target, tuple(p.name for p in self.program.params), self.out_idx,
             tuple(symbols), spec,
             tuple(KernelFunction(f, tuple(a), proto) for f, proto, a in self.functions),
             self.entry)
@@ -371,7 +408,10 @@ class Loaded:
     def _param(key: str, fields: list) -> ParamSpec:
         dtype = _triple(fields[3])
         if key == "scalar":
-            return ParamSpec(abi.TJ_PARAM_SCALAR, fields[2], dtype, (), None, 0, 0)
+            if len(fields) not in (4, 5):
+                raise ValueError(f"{len(fields) - 1} fields")
+            return ParamSpec(abi.TJ_PARAM_SCALAR, fields[2], dtype, (), None, 0, 0,
+                             int(fields[4]) if len(fields) == 5 else -1)
         if key == "pointer":
             return ParamSpec(abi.TJ_PARAM_POINTER, fields[2], dtype, (), None, int(fields[4]),
                              int(fields[5]))
@@ -383,13 +423,20 @@ class Loaded:
                          int(fields[4]), int(fields[5]))
 
     @staticmethod
-    def _lang_param(p: ParamSpec, decoded: list):
+    def _lang_param(p: ParamSpec, decoded: list, symbols: list):
         dtype = _BY_DLPACK[p.dtype]
         if p.kind == abi.TJ_PARAM_SCALAR:
-            return Scalar(dtype, name=p.name)
+            scalar = Scalar(dtype, name=p.name)
+            if p.binds >= 0:  # the decoded expressions use this symbol: it is the scalar's
+                scalar._symbol = symbols[p.binds]
+                symbols[p.binds].scalar = scalar
+            return scalar
         if p.kind == abi.TJ_PARAM_POINTER:
             return PointerParam(dtype, align=p.align or None, name=p.name,
                                 const=bool(p.flags & abi.TJ_BUF_CONST))
+        if p.flags & abi.TJ_BUF_WORKSPACE:
+            return Workspace([decoded[i] for i in p.shape], dtype, name=p.name,
+                             align=p.align or None, zero=bool(p.flags & abi.TJ_BUF_ZERO))
         strides = None if p.strides is None else [decoded[i] for i in p.strides]
         return Buffer([decoded[i] for i in p.shape], dtype, strides=strides, name=p.name,
                       align=p.align or None, optional=bool(p.flags & abi.TJ_BUF_OPTIONAL),

@@ -43,6 +43,8 @@ _CALLS = ("ceildiv", "min", "max")  # written as calls: ceildiv(n, 4)
 
 def _wrap(value: object) -> Expr | int:
     if isinstance(value, Expr):
+        if isinstance(value, Scalar):
+            value.symbol  # noqa: B018 -- refuses float and bool scalars here, saying why
         return value
     if isinstance(value, bool) or not isinstance(value, int):
         # numpy integers and other __index__ types are welcome; floats are not.
@@ -110,10 +112,10 @@ class Expr:
 class Symbol(Expr):
     """A dynamic dimension, bound at call time from the first tensor carrying it."""
 
-    __slots__ = ("anonymous", "divisibility", "dtype", "name")
+    __slots__ = ("anonymous", "divisibility", "dtype", "name", "scalar")
 
     def __init__(self, name: str, divisibility: int = 1, *, anonymous: bool = False,
-                 dtype: str = "int64"):
+                 dtype: str = "int64", scalar=None):
         if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(f"symbol name must be a C identifier, got {name!r}")
         name = str(name)
@@ -134,6 +136,8 @@ class Symbol(Expr):
         # the parameter and mode (`arg0_shape1`), so the name, the prototype and the
         # cache key do not depend on what else the process created first.
         self.anonymous = anonymous
+        # The T.Scalar whose value binds it (a scalar used in an expression), or None.
+        self.scalar = scalar
 
     def __str__(self) -> str:
         return self.name
@@ -173,6 +177,8 @@ def lower_expr(expr: Expr | int, symbol_ids: dict[Symbol, int]) -> tuple[int, ..
     """The core's RPN program for ``expr``: flat (op, operand) pairs."""
     if isinstance(expr, int):
         return (OP_CONST, expr)
+    if isinstance(expr, Scalar):
+        expr = expr.symbol
     if isinstance(expr, Symbol):
         return (OP_SYM, symbol_ids[expr])
     return (lower_expr(expr.lhs, symbol_ids) + lower_expr(expr.rhs, symbol_ids)
@@ -264,10 +270,26 @@ class Buffer(Param):
         return f"Buffer({shape}, {self.dtype}{extra})"
 
 
-class Scalar(Param):
-    """A scalar parameter (int, uint, float32/64 or bool), passed by value."""
+# The integer type a scalar's value is evaluated as when it binds a symbol.
+_SCALAR_SYMBOL_DTYPES = {"int8": "int32", "int16": "int32", "int32": "int32", "int64": "int64",
+                         "uint8": "uint32", "uint16": "uint32", "uint32": "uint32",
+                         "uint64": "uint64"}
 
-    __slots__ = ("dtype",)
+
+class Scalar(Param, Expr):
+    """A scalar parameter (int, uint, float32/64 or bool), passed by value.
+
+    An integer scalar is also an expression, usable wherever a symbol is: in shapes,
+    strides, grid, block, shared memory, cluster, kernel arguments and tensor-map fields.
+    Its value at each call binds it, with the checks of a symbol (a tensor extent that
+    should equal it must).
+
+    >>> n = T.Scalar("int32", name="max_len")
+    >>> T.ceildiv(n, 64)
+    ceildiv(max_len, 64)
+    """
+
+    __slots__ = ("_symbol", "dtype")
     kind = abi.TJ_PARAM_SCALAR
 
     def __init__(self, dtype, name=None):
@@ -276,10 +298,64 @@ class Scalar(Param):
                               "uint32", "uint64", "float32", "float64"):
             raise ValueError(f"scalar {name!r}: dtype {self.dtype} is not supported "
                              "(int, uint, float32, float64, bool)")
+        if name is not None and (not isinstance(name, str) or not name.isidentifier()):
+            raise ValueError(f"scalar name must be a C identifier, got {name!r}")
         self.name = name
+        self._symbol = None
+
+    @property
+    def symbol(self) -> Symbol:
+        """The symbol this scalar's value binds when an expression uses it (integer
+        scalars only); a kernel names it after the parameter."""
+        if self._symbol is None:
+            if self.dtype not in _SCALAR_SYMBOL_DTYPES:
+                raise TypeError(f"scalar {self.name or '(unnamed)'!r} is {self.dtype}; only "
+                                "integer scalars can be used in shape, launch and tensor-map "
+                                "expressions")
+            self._symbol = Symbol(self.name or "scalar", anonymous=self.name is None,
+                                  dtype=_SCALAR_SYMBOL_DTYPES[self.dtype], scalar=self)
+        return self._symbol
+
+    def __str__(self) -> str:
+        return self.symbol.name if self._symbol is not None else (self.name or "scalar")
 
     def __repr__(self) -> str:
         return f"Scalar({self.dtype}" + (f", name={self.name!r})" if self.name else ")")
+
+    def symbols(self) -> Iterator[Symbol]:
+        yield self.symbol
+
+    def evaluate(self, values: dict[Symbol, int]) -> int:
+        return values[self.symbol]
+
+
+class Workspace(Buffer):
+    """A global scratch buffer the kernel needs but the caller never sees: allocated at
+    every call (like an ``out_idx`` output, by the framework of the first tensor
+    argument, on its device and stream), passed to the kernel functions and tensor maps
+    that name it, and released once the launch is enqueued. ``zero=True`` zero-fills it
+    before the kernel runs (on the launch stream); otherwise its contents are undefined.
+    Give them to ``Program(workspaces=[...])``.
+
+    >>> n = T.symbol("n")
+    >>> T.Workspace((T.ceildiv(n, 256), 4), "float32", name="partial")
+    Workspace((ceildiv(n, 256), 4), float32, name='partial')
+    """
+
+    __slots__ = ("zero",)
+
+    def __init__(self, shape, dtype, name=None, align=None, zero=False):
+        super().__init__(shape, dtype, name=name, align=align)
+        if name is not None and (not isinstance(name, str) or not name.isidentifier()):
+            raise ValueError(f"workspace name must be a C identifier, got {name!r}")
+        self.zero = bool(zero)
+
+    def __repr__(self) -> str:
+        shape = "(" + ", ".join(map(str, self.shape)) + ("," if len(self.shape) == 1 else "") + ")"
+        extra = "".join([f", name={self.name!r}" if self.name else "",
+                         f", align={self.align}" if self.align else "",
+                         ", zero=True" if self.zero else ""])
+        return f"Workspace({shape}, {self.dtype}{extra})"
 
 
 class PointerParam(Param):
@@ -336,8 +412,8 @@ class TensorMap:
       (default: the buffer's dtype's).
     """
 
-    __slots__ = ("box", "buffer", "data_type", "dims", "element_strides", "interleave",
-                 "l2_promotion", "name", "oob_fill", "strides", "swizzle")
+    __slots__ = ("box", "buffer", "data_type", "dims", "element_strides", "im2col",
+                 "interleave", "l2_promotion", "name", "oob_fill", "strides", "swizzle")
 
     def __init__(self, buffer, box, *, dims=None, strides=None, element_strides=None,
                  data_type=None, interleave=0, swizzle=0, l2_promotion=0, oob_fill=0,
@@ -366,12 +442,57 @@ class TensorMap:
         if name is not None and (not isinstance(name, str) or not name.isidentifier()):
             raise ValueError(f"T.TensorMap: name must be a C identifier, got {name!r}")
         self.name = name
+        self.im2col = None
+
+    @classmethod
+    def im2col_map(cls, buffer, *, lower_corner, upper_corner, channels_per_pixel,
+                   pixels_per_column, dims=None, strides=None, element_strides=None,
+                   data_type=None, interleave=0, swizzle=0, l2_promotion=0, oob_fill=0,
+                   name=None) -> TensorMap:
+        """An im2col TMA descriptor (``cuTensorMapEncodeIm2col``) of an NWC, NHWC or
+        NDHWC buffer (rank 3 to 5), for convolutions: ``lower_corner`` and
+        ``upper_corner`` are the pixel box's corner offsets {D, H, W} (rank - 2 each,
+        innermost last as the driver takes them, may be negative),
+        ``channels_per_pixel`` (at most 256) and ``pixels_per_column`` (at most 1024) the
+        box the TMA unit loads. The other fields are a tiled map's. Spelled
+        ``T.TensorMap.im2col_map``; every field is an int or an expression.
+
+        >>> X = T.Buffer((n, 16, 16, 64), "float16", name="X")
+        >>> T.TensorMap.im2col_map(X, lower_corner=(-1, -1), upper_corner=(-1, -1),
+        ...                        channels_per_pixel=64, pixels_per_column=64)
+        """
+        if dims is not None:
+            rank = len(_dims("dims", dims))
+        elif isinstance(buffer, Buffer):
+            rank = len(buffer.shape)
+        else:
+            raise ValueError("T.TensorMap.im2col_map: give dims= (the buffer is not a "
+                             "T.Buffer with a shape)")
+        if not 3 <= rank <= 5:
+            raise ValueError(f"T.TensorMap.im2col_map: rank {rank}, expected 3, 4 or 5 (NWC, "
+                             "NHWC, NDHWC)")
+        # The box is unused by an im2col map: one placeholder entry per dimension keeps
+        # the rank where a tiled map keeps it.
+        self = cls(buffer, (1,) * rank, dims=dims, strides=strides,
+                   element_strides=element_strides, data_type=data_type,
+                   interleave=interleave, swizzle=swizzle, l2_promotion=l2_promotion,
+                   oob_fill=oob_fill, name=name)
+        self.im2col = (_dims("lower_corner", lower_corner, rank - 2),
+                       _dims("upper_corner", upper_corner, rank - 2),
+                       _dims("channels_per_pixel", channels_per_pixel, 1),
+                       _dims("pixels_per_column", pixels_per_column, 1))
+        return self
 
     def __repr__(self) -> str:
         target = self.buffer if isinstance(self.buffer, str) else self.buffer.name
         name = self.name or f"{target}_desc"
         extra = "".join(f", {f}={getattr(self, f)}" for f in
                         ("interleave", "swizzle", "l2_promotion", "oob_fill") if getattr(self, f))
+        if self.im2col is not None:
+            lower, upper, (channels,), (pixels,) = self.im2col
+            return (f"TensorMap({name} of {target}, im2col lower_corner={lower}, "
+                    f"upper_corner={upper}, channels_per_pixel={channels}, "
+                    f"pixels_per_column={pixels}{extra})")
         return f"TensorMap({name} of {target}, box={self.box}{extra})"
 
 
@@ -437,6 +558,7 @@ class _T:
     max = staticmethod(max_)
     Buffer = Buffer
     Scalar = Scalar
+    Workspace = Workspace
     Pointer = PointerParam
     TensorMap = TensorMap
     Symbol = Symbol

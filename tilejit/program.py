@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .lang import Expr, Param, TensorMap
+from .lang import Expr, Param, TensorMap, Workspace
 
 LANGUAGES = ("c", "c++", "cuda")
 _CXX_FLAGS = ("-x c++", "-xc++")
@@ -115,6 +115,8 @@ class Program:
     - ``launches``: CUDA programs of several kernel functions, or with launch attributes:
       a list of `Launch`, run in order on one stream at every call (then ``name`` names
       the program, and ``grid``/``block``/``shared_mem``/``kernel_args`` stay unset).
+    - ``workspaces``: `T.Workspace` scratch buffers allocated at every call and passed
+      where ``kernel_args`` (or a ``T.TensorMap``) names them; callers never see them.
     """
 
     name: str
@@ -129,6 +131,7 @@ class Program:
     readonly_params: Sequence = ()
     returns: str | None = None
     launches: Sequence[Launch] | None = None
+    workspaces: Sequence[Workspace] = ()
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -157,7 +160,18 @@ class Program:
             if not isinstance(p, Param):
                 raise TypeError(f"{self.name}: parameter {i} must be T.Buffer, T.Scalar or "
                                 f"T.Pointer, got {type(p).__name__}")
+            if isinstance(p, Workspace):
+                raise TypeError(f"{self.name}: parameter {i} is a T.Workspace, which callers "
+                                "never pass; give it to workspaces=")
         object.__setattr__(self, "params", params)
+        workspaces = tuple(self.workspaces)
+        for i, w in enumerate(workspaces):
+            if not isinstance(w, Workspace):
+                raise TypeError(f"{self.name}: workspaces[{i}] must be a T.Workspace, got "
+                                f"{type(w).__name__}")
+            if any(w is p for p in params):
+                raise ValueError(f"{self.name}: workspaces[{i}] is also a parameter")
+        object.__setattr__(self, "workspaces", workspaces)
         object.__setattr__(self, "grid", tuple(self.grid))
         object.__setattr__(self, "block", tuple(self.block))
         object.__setattr__(self, "readonly_params",

@@ -23,12 +23,14 @@ from .lang import (
     Scalar,
     Symbol,
     TensorMap,
+    Workspace,
     lower_expr,
 )
 from .program import Launch, Program, param_name
 
 TARGETS = {"cpu": abi.TJ_TARGET_CPU, "cuda": abi.TJ_TARGET_CUDA}
 BUF_OPTIONAL, BUF_CONST, BUF_OUTPUT = abi.TJ_BUF_OPTIONAL, abi.TJ_BUF_CONST, abi.TJ_BUF_OUTPUT
+BUF_WORKSPACE, BUF_ZERO = abi.TJ_BUF_WORKSPACE, abi.TJ_BUF_ZERO
 ENTRY_SYMBOL = "tilejit_packed_entry"
 
 
@@ -42,6 +44,7 @@ class ParamSpec(NamedTuple):
     strides: tuple[int, ...] | None  # expression ids, or None for compact row-major
     align: int                   # bytes; 0 = the element size
     flags: int                   # abi.TJ_BUF_* bits
+    binds: int = -1              # an integer scalar: the symbol its value binds, else -1
 
 
 class AbiSpec(NamedTuple):
@@ -66,7 +69,9 @@ class LaunchSpec(NamedTuple):
 
 
 class TensorMapSpec(NamedTuple):
-    """A tensor map (``tj_kernel_add_tensormap``); arrays of expression ids."""
+    """A tensor map (``tj_kernel_add_tensormap``); arrays of expression ids. An im2col
+    map has ``im2col`` (lower corner, upper corner, channels per pixel, pixels per
+    column) and an empty ``box``."""
 
     name: str
     param: int
@@ -79,6 +84,7 @@ class TensorMapSpec(NamedTuple):
     swizzle: int
     l2_promotion: int
     oob_fill: int
+    im2col: tuple | None = None  # (lower ids, upper ids, channels id, pixels id)
 
 
 class KernelArg(NamedTuple):
@@ -185,6 +191,10 @@ def lower(program: Program, out_idx, target: str) -> Signature:
         if not isinstance(name, str) or not name.isidentifier():
             raise ValueError(f"{kname}: parameter {i} name must be a C identifier, got {name!r}")
         names.append(name)
+    # Workspaces follow the parameters in the core's list (the caller never sees them).
+    workspaces = program.workspaces
+    everything = params + workspaces
+    all_names = names + [w.name or f"workspace{j}" for j, w in enumerate(workspaces)]
     for i in outs:
         if not isinstance(params[i], Buffer):
             raise TypeError(f"{kname}: out_idx names parameter {i} '{names[i]}', which is a "
@@ -201,7 +211,14 @@ def lower(program: Program, out_idx, target: str) -> Signature:
                     if isinstance(e, Symbol) and e.anonymous:
                         e.name = f"{names[i]}_{role}{d}"
 
-    # Symbols in order of first appearance: param by param, shape before strides.
+    # An integer scalar used in an expression binds a symbol named after it.
+    scalar_index = {p: i for i, p in enumerate(params) if isinstance(p, Scalar)}
+    for p, i in scalar_index.items():
+        if p._symbol is not None:
+            p._symbol.name = names[i]
+
+    # Symbols in order of first appearance: param by param, shape before strides; then
+    # the scalars' that only launch shapes, kernel arguments and tensor maps use.
     symbols: dict[Symbol, int] = {}
     for p in params:
         if isinstance(p, Buffer):
@@ -209,17 +226,24 @@ def lower(program: Program, out_idx, target: str) -> Signature:
                 if isinstance(e, Expr):
                     for s in e.symbols():
                         symbols.setdefault(s, len(symbols))
+    for s in _scalar_symbols(program, target):
+        symbols.setdefault(s, len(symbols))
+    for s in symbols:
+        if s.scalar is not None and s.scalar not in scalar_index:
+            raise ValueError(f"{kname}: an expression uses scalar '{s.name}', which is not "
+                             "a parameter of this program")
     by_name: dict[str, Symbol] = {}
     for s in symbols:
         if by_name.setdefault(s.name, s) is not s:
             raise ValueError(f"{kname}: two different symbols are named '{s.name}'")
-    clash = set(by_name) & set(names)
-    if len(set(names)) != len(names) or clash:
-        dup = sorted(clash or {n for n in names if names.count(n) > 1})
+    clash = {n for n, s in by_name.items() if s.scalar is None} & set(all_names)
+    if len(set(all_names)) != len(all_names) or clash:
+        dup = sorted(clash or {n for n in all_names if all_names.count(n) > 1})
         raise ValueError(f"{kname}: duplicate parameter/symbol name(s) {', '.join(dup)}")
 
-    # A symbol reaches the kernel only if some required input carries it alone.
-    bindable = set()
+    # A symbol reaches the kernel only if some required input carries it alone, or it
+    # is an integer scalar's.
+    bindable = {s for s in symbols if s.scalar is not None}
     for i, p in enumerate(params):
         if isinstance(p, Buffer) and i not in outs and not p.optional:
             bindable.update(e for e in p.shape + (p.strides or ()) if isinstance(e, Symbol))
@@ -252,10 +276,21 @@ def lower(program: Program, out_idx, target: str) -> Signature:
             spec_params.append(ParamSpec(abi.TJ_PARAM_BUFFER, names[i], dt.dlpack, shape_ids,
                                          stride_ids, p.align or 0, flags))
         elif isinstance(p, Scalar):
-            spec_params.append(ParamSpec(abi.TJ_PARAM_SCALAR, names[i], dt.dlpack, (), None, 0, 0))
+            binds = symbols.get(p._symbol, -1) if p._symbol is not None else -1
+            spec_params.append(ParamSpec(abi.TJ_PARAM_SCALAR, names[i], dt.dlpack, (), None, 0, 0,
+                                         binds))
         elif isinstance(p, PointerParam):
             spec_params.append(ParamSpec(abi.TJ_PARAM_POINTER, names[i], dt.dlpack, (), None,
                                          p.align or 0, BUF_CONST if p.const else 0))
+
+    for j, w in enumerate(workspaces):
+        where = f"{kname}: workspace '{all_names[len(params) + j]}'"
+        for d, e in enumerate(w.shape):
+            _check_launch_value(where, f"shape[{d}]", e, 0, symbols)
+        spec_params.append(ParamSpec(abi.TJ_PARAM_BUFFER, all_names[len(params) + j],
+                                     _dtypes.DTYPES[w.dtype].dlpack,
+                                     tuple(expr_id(e) for e in w.shape), None, w.align or 0,
+                                     BUF_WORKSPACE | (BUF_ZERO if w.zero else 0)))
 
     target_id = TARGETS[target]
     maps: dict[TensorMap, int] = {}
@@ -264,14 +299,16 @@ def lower(program: Program, out_idx, target: str) -> Signature:
     def tensormap_id(m: TensorMap, where: str) -> int:
         if m not in maps:
             maps[m] = len(map_specs)
-            map_specs.append(_lower_tensormap(m, where, params, names, symbols, expr_id))
+            map_specs.append(_lower_tensormap(m, where, everything, all_names, symbols,
+                                              expr_id))
         return maps[m]
 
     returns = "int32_t" if _returns_status(program, target) else "void"
     if target != "cuda":
         if program.launches is not None:
             raise ValueError(f"{kname}: launches= is for CUDA programs")
-        kargs = _kernel_args(kname, program.kernel_args, params, names, symbols, expr_id, None)
+        kargs = _kernel_args(kname, program.kernel_args, params, everything, all_names, symbols,
+                             expr_id, None)
         abi_spec = None if program.kernel_args is None else _abi(kargs)
         prototype = f"{returns} {kname}({', '.join(a.c_decl for a in kargs) or 'void'})"
         spec = _core_spec(kname, target_id, symbols, exprs, spec_params, abi_spec)
@@ -281,8 +318,8 @@ def lower(program: Program, out_idx, target: str) -> Signature:
     functions, launch_specs = [], []
     for launch in program.kernel_launches():
         where = kname if program.launches is None else f"{kname}: {launch.name}"
-        kargs = _kernel_args(where, launch.kernel_args, params, names, symbols, expr_id,
-                             tensormap_id)
+        kargs = _kernel_args(where, launch.kernel_args, params, everything, all_names, symbols,
+                             expr_id, tensormap_id)
         prototype = (f'extern "C" __global__ {returns} {launch.name}('
                      f"{', '.join(a.c_decl for a in kargs) or 'void'})")
         functions.append(KernelFunction(launch.name, kargs, prototype))
@@ -293,6 +330,40 @@ def lower(program: Program, out_idx, target: str) -> Signature:
                       tuple(launch_specs), tuple(map_specs))
     return Signature(kname, target, tuple(names), outs, tuple(symbols), spec,
                      tuple(functions), first.name)
+
+
+def _scalar_symbols(program: Program, target: str) -> list[Symbol]:
+    """The symbols of the integer scalars the program's expressions use, in order of
+    first use: buffer shapes and strides, workspace shapes, then each kernel function's
+    grid, block, shared memory, cluster and arguments (a scalar passed on its own is
+    the parameter, not an expression), tensor maps included."""
+    found: dict[Symbol, None] = {}
+
+    def visit(value):
+        if isinstance(value, Expr):
+            for s in value.symbols():
+                if s.scalar is not None:
+                    found.setdefault(s)
+        elif isinstance(value, TensorMap):
+            for field in (value.dims, value.strides, value.box, value.element_strides,
+                          *(value.im2col or ())):
+                visit(field)
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                visit(item)
+
+    for p in (*program.params, *program.workspaces):
+        if isinstance(p, Buffer):
+            visit(p.shape)
+            visit(p.strides)
+    launches = program.kernel_launches() if target == "cuda" else (
+        Launch(program.name, (), (), 0, program.kernel_args),)
+    for launch in launches:
+        visit((launch.grid, launch.block, launch.shared_mem, launch.cluster))
+        for item in launch.kernel_args or ():
+            if not isinstance(item, Scalar):
+                visit(item)
+    return list(found)
 
 
 def _returns_status(program: Program, target: str) -> bool:
@@ -321,13 +392,14 @@ def _core_spec(kname, target_id, symbols, exprs, spec_params, abi_spec, launches
                     tuple(exprs), tuple(spec_params), abi_spec, launches, tensormaps)
 
 
-def _kernel_args(kname: str, items, params, names: list[str], symbols: dict, expr_id,
+def _kernel_args(kname: str, items, callers, params, names: list[str], symbols: dict, expr_id,
                  tensormap_id) -> tuple:
     """The arguments a kernel function receives, in its order (``kernel_args``, or every
-    parameter then every symbol). ``tensormap_id`` registers a T.TensorMap (None: the
-    target has none)."""
+    caller parameter then every symbol no scalar binds). ``params`` and ``names`` hold
+    the workspaces too. ``tensormap_id`` registers a T.TensorMap (None: the target has
+    none)."""
     if items is None:
-        items = (*params, *symbols)
+        items = (*callers, *(s for s in symbols if s.scalar is None))
     by_name = {n: i for i, n in enumerate(names)}
     result = []
     for position, item in enumerate(items):
@@ -469,16 +541,29 @@ def _lower_tensormap(m: TensorMap, where: str, params, names, symbols: dict,
                              f"{p.dtype} elements; give data_type=")
         data_type = TENSORMAP_DATA_TYPES[p.dtype]
     name = m.name or f"{names[index]}_desc"
-    _check_box(f"{where}: T.TensorMap '{name}'", m, data_type)
+    if m.im2col is None:
+        _check_box(f"{where}: T.TensorMap '{name}'", m, data_type)
+    else:
+        _check_channels(f"{where}: T.TensorMap '{name}'", m, data_type)
     fields = {}
-    for field, values in (("dims", dims), ("strides", strides), ("box", m.box),
-                          ("element_strides", m.element_strides)):
+    groups = [("dims", dims, 1), ("strides", strides, 1),
+              ("element_strides", m.element_strides, 1)]
+    if m.im2col is None:
+        groups.append(("box", m.box, 1))
+    else:
+        groups += [("lower_corner", m.im2col[0], -(1 << 31)),
+                   ("upper_corner", m.im2col[1], -(1 << 31)),
+                   ("channels_per_pixel", m.im2col[2], 1), ("pixels_per_column", m.im2col[3], 1)]
+    for field, values, low in groups:
         for i, v in enumerate(values):
-            _check_launch_value(where, f"T.TensorMap {field}[{i}]", v, 1, symbols)
+            _check_launch_value(where, f"T.TensorMap {field}[{i}]", v, low, symbols)
         fields[field] = tuple(expr_id(v) for v in values)
+    im2col = None if m.im2col is None else (
+        fields["lower_corner"], fields["upper_corner"], fields["channels_per_pixel"][0],
+        fields["pixels_per_column"][0])
     return TensorMapSpec(name, index, data_type, fields["dims"], fields["strides"],
-                         fields["box"], fields["element_strides"], m.interleave, m.swizzle,
-                         m.l2_promotion, m.oob_fill)
+                         fields.get("box", ()), fields["element_strides"], m.interleave,
+                         m.swizzle, m.l2_promotion, m.oob_fill, im2col)
 
 
 # Bytes per element of each CUtensorMapDataType (uint8 .. tfloat32_ftz).
@@ -503,6 +588,22 @@ def _check_box(where: str, m: TensorMap, data_type: int) -> None:
                          f"bytes, more than the {16 << m.swizzle}-byte swizzle "
                          f"(swizzle={m.swizzle}) allows; use a larger swizzle or a smaller "
                          "box")
+
+
+def _check_channels(where: str, m: TensorMap, data_type: int) -> None:
+    """An im2col map's constant channels per pixel, checked when the program is compiled
+    as the driver checks it (cuTensorMapEncodeIm2col): at most 256, and with a 32, 64 or
+    128-byte swizzle spanning at most that many bytes."""
+    (channels,) = m.im2col[2]
+    if not isinstance(channels, int) or not 0 <= data_type < len(_TENSORMAP_ELEMENT_BYTES):
+        return
+    if not 1 <= channels <= 256:
+        raise ValueError(f"{where}: channels_per_pixel = {channels}, expected 1 to 256")
+    size = _TENSORMAP_ELEMENT_BYTES[data_type]
+    if m.interleave == 0 and m.swizzle in (1, 2, 3) and channels * size > 16 << m.swizzle:
+        raise ValueError(f"{where}: channels_per_pixel = {channels} elements of {size} bytes "
+                         f"span {channels * size} bytes, more than the {16 << m.swizzle}-byte "
+                         f"swizzle (swizzle={m.swizzle}) allows")
 
 
 def _buffer_symbols(p) -> set:

@@ -137,11 +137,15 @@ def bind_symbols(kernel, args) -> dict:
     inputs = [i for i in range(len(params)) if i not in set(sig.out_idx)]
     firm: dict[Symbol, tuple] = {}  # symbol -> (value, label of the argument binding it)
     loose: dict[Symbol, object] = {}
+    bound_by_scalars = {s for s in sig.symbols if s.scalar is not None}
     for position, (i, value) in enumerate(zip(inputs, args)):
         param = params[i]
+        label = f"argument {position} '{sig.names[i]}'"
+        if isinstance(param, Scalar) and param._symbol in bound_by_scalars:
+            _bind_scalar(sig, label, firm, loose, param._symbol, value)
+            continue
         if not isinstance(param, Buffer) or value is None:
             continue
-        label = f"argument {position} '{sig.names[i]}'"
         _check_tensor(sig, label, param, value)
 
         shape = tuple(value.shape)
@@ -183,6 +187,23 @@ def _bind_one(sig, label: str, firm: dict, loose: dict, dim: tuple) -> None:
         loose.pop(e, None)
     elif isinstance(e, int) and actual != e:
         raise ValueError(f"{sig.name}: {label}: expected {what}[{d}] == {e}, got {actual}")
+
+
+def _bind_scalar(sig, label: str, firm: dict, loose: dict, symbol: Symbol, value) -> None:
+    """An integer scalar's value (an int or a SymInt) binding its symbol, as the core's
+    ``bind_scalar`` takes it: it must agree with a value already bound, and be divisible
+    as declared."""
+    if symbol in firm:
+        bound, by = firm[symbol]
+        if value != bound:
+            raise ValueError(f"{sig.name}: {label}: expected {symbol.name} == {bound} (bound "
+                             f"by {by}), got {value}")
+        return
+    if value % symbol.divisibility != 0:
+        raise ValueError(f"{sig.name}: {label}: value {value} binds {symbol.name}, which must "
+                         f"be divisible by {symbol.divisibility}")
+    firm[symbol] = (value, label)
+    loose.pop(symbol, None)
 
 
 def _check_compact(sig, label: str, shape: tuple, strides: tuple) -> None:

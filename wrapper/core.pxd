@@ -178,6 +178,8 @@ cdef extern from "tilejit/core.h" nogil:
     uint32_t TJ_BUF_OPTIONAL
     uint32_t TJ_BUF_CONST
     uint32_t TJ_BUF_OUTPUT
+    uint32_t TJ_BUF_WORKSPACE
+    uint32_t TJ_BUF_ZERO
 
     ctypedef enum tj_abi_source:
         TJ_ABI_PARAM
@@ -208,6 +210,7 @@ cdef extern from "tilejit/core.h" nogil:
                              const int32_t *stride_ids, int64_t align, uint32_t flags)
     int tj_kernel_set_scalar(tj_kernel *kernel, int32_t index, const char *name,
                              DLDataType dtype)
+    int tj_kernel_set_scalar_symbol(tj_kernel *kernel, int32_t index, int32_t symbol)
     int tj_kernel_set_pointer(tj_kernel *kernel, int32_t index, const char *name,
                               DLDataType dtype, int64_t align, uint32_t flags)
     int tj_kernel_set_abi(tj_kernel *kernel, int32_t n, const tj_abi_arg *args)
@@ -246,6 +249,11 @@ cdef extern from "tilejit/core.h" nogil:
         int32_t swizzle
         int32_t l2_promotion
         int32_t oob_fill
+        int32_t im2col
+        int32_t lower_corner[3]
+        int32_t upper_corner[3]
+        int32_t channels_per_pixel
+        int32_t pixels_per_column
 
     int tj_kernel_add_tensormap(tj_kernel *kernel, const tj_tensormap *map, int32_t *out_id)
     int tj_kernel_set_entry(tj_kernel *kernel, tj_cpu_entry entry)
@@ -254,6 +262,7 @@ cdef extern from "tilejit/core.h" nogil:
     int32_t tj_kernel_num_params(const tj_kernel *kernel)
     int32_t tj_kernel_num_symbols(const tj_kernel *kernel)
     int32_t tj_kernel_num_outputs(const tj_kernel *kernel)
+    int32_t tj_kernel_num_workspaces(const tj_kernel *kernel)
     int32_t tj_kernel_output_param(const tj_kernel *kernel, int32_t i)
     int32_t tj_kernel_param_kind(const tj_kernel *kernel, int32_t index)
     const char *tj_kernel_param_name(const tj_kernel *kernel, int32_t index)

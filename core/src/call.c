@@ -7,6 +7,7 @@
 
 #include "internal.h"
 #include "memo.h"
+#include "target_cuda.h"
 
 /* The label of caller argument `position` ("argument 1 'B'"). */
 static const tj__param *input_param(const tj_kernel *k, int32_t position) {
@@ -40,11 +41,12 @@ static int view_refused(const tj_kernel *k, int32_t position, int rc) {
 
 static int output_failed(const tj_kernel *k, int32_t o, int rc) {
   const char *name = k->params[k->output_params[o]].name;
+  const char *what = o < k->noutputs ? "output" : "workspace";
   if (rc == TJ_EPYERR) {
-    tj_set_error(rc, "%s: output '%s': cannot allocate the output", k->name, name);
+    tj_set_error(rc, "%s: %s '%s': cannot allocate the %s", k->name, what, name, what);
     return tj_error_at(rc, -1, o, TJ_PRODUCER_ALLOCATE);
   }
-  tj__prefix_error(rc, "%s: output '%s': cannot allocate the output: ", k->name, name);
+  tj__prefix_error(rc, "%s: %s '%s': cannot allocate the %s: ", k->name, what, name, what);
   return tj_error_at(rc, -1, o, TJ_PRODUCER_NONE);
 }
 
@@ -161,15 +163,18 @@ static int choose_stream(const tj_kernel *k, const tj_call *call, const tj_produ
   return rc;
 }
 
+/* Allocates the outputs (objects into call->outputs) and the workspaces
+ * (objects into `kept`, released by tj_call_run after the launch). */
 static int allocate_outputs(const tj_kernel *k, const tj_call *call, const tj_producer *like,
-                            tj_frame *frame, tj_arg *outs) {
-  for (int32_t o = 0; o < k->noutputs; ++o) {
+                            tj_frame *frame, tj_arg *outs, void **kept) {
+  for (int32_t o = 0; o < k->nallocs; ++o) {
     const char *name = k->params[k->output_params[o]].name;
+    const char *what = o < k->noutputs ? "output" : "workspace";
     if (like == NULL || like->allocate == NULL)
       return tj_error_at(tj_set_error(TJ_ETYPE,
-                                      "%s: output '%s': no tensor argument to allocate it like, "
+                                      "%s: %s '%s': no tensor argument to allocate it like, "
                                       "and no default allocator",
-                                      k->name, name),
+                                      k->name, what, name),
                          -1, o, TJ_PRODUCER_NONE);
     DLTensor proto;
     memset(&proto, 0, sizeof(proto));
@@ -177,7 +182,8 @@ static int allocate_outputs(const tj_kernel *k, const tj_call *call, const tj_pr
     proto.ndim = frame->out_ndim[o];
     proto.dtype = frame->out_dtype[o];
     proto.shape = frame->out_shape[o];
-    int rc = like->allocate(like, &proto, &outs[o], &call->outputs[o]);
+    int rc = like->allocate(like, &proto, &outs[o],
+                            o < k->noutputs ? &call->outputs[o] : &kept[o - k->noutputs]);
     if (rc != TJ_OK) return output_failed(k, o, rc);
     if ((rc = tj_call_set_output(frame, o, &outs[o])) != TJ_OK) return rc;
   }
@@ -202,13 +208,47 @@ static int launch(const tj_call *call, tj_frame *frame) {
   return rc;
 }
 
+/* With workspaces and an explicit stream that is not the producer's current
+ * one, *wait is set: the allocator orders its memory on its current stream,
+ * so workspaces released right after the launch could be handed to other work
+ * before the kernel ran; tj_call_run then waits for the kernel first. */
+static int workspaces_wait(const tj_kernel *k, const tj_call *call, const tj_producer *like,
+                           const tj_frame *frame, int *wait) {
+  *wait = 0;
+  if (k->nworkspaces == 0 || !call->has_stream || frame->device.device_type == kDLCPU ||
+      like == NULL || like->current_stream == NULL)
+    return TJ_OK;
+  void *current = NULL;
+  int rc = like->current_stream(like, frame->device.device_type, frame->device.device_id, &current);
+  if (rc == TJ_EPYERR) {
+    tj_set_error(rc, "%s: the producer's current stream", k->name);
+    return tj_error_at(rc, -1, -1, TJ_PRODUCER_STREAM);
+  }
+  *wait = rc != TJ_OK || current != frame->stream;
+  return TJ_OK;
+}
+
+/* Releases the workspaces' objects with the host's release (the call's, else
+ * the producer's). */
+static void release_kept(const tj_kernel *k, const tj_call *call, const tj_producer *like,
+                         void **kept) {
+  const tj_host *host = call->host != NULL ? call->host : like != NULL ? like->host : NULL;
+  for (int32_t w = 0; w < k->nworkspaces; ++w)
+    if (kept[w] != NULL && host != NULL && host->release != NULL) host->release(kept[w]);
+}
+
 int tj_call_run(const tj_kernel *k, tj_call *call) {
   tj_arg outs[TJ_MAX_OUTPUTS];
+  void *kept[TJ_MAX_OUTPUTS];
+  const tj_producer *like = NULL;
   tj_frame frame;
   int32_t owned = 1, claimed = -1, nargs = call->nargs;
   int rc;
-  for (int32_t o = 0; o < k->noutputs; ++o) {
-    call->outputs[o] = NULL;
+  for (int32_t o = 0; o < k->nallocs; ++o) {
+    if (o < k->noutputs)
+      call->outputs[o] = NULL;
+    else
+      kept[o - k->noutputs] = NULL;
     tj_arg_init(&outs[o]);
   }
   if (nargs < k->ninputs && nargs >= k->nrequired) { /* trailing optional buffers left out */
@@ -223,18 +263,21 @@ int tj_call_run(const tj_kernel *k, tj_call *call) {
       rc = claimed_by(k, claimed, "requires grad");
       goto release;
     }
-    const tj_producer *like =
-        frame.first_tensor >= 0 ? call->args[frame.first_tensor].producer : call->fallback;
+    like = frame.first_tensor >= 0 ? call->args[frame.first_tensor].producer : call->fallback;
+    int wait = 0;
     if ((rc = choose_stream(k, call, like, &frame)) == TJ_OK &&
-        (rc = allocate_outputs(k, call, like, &frame, outs)) == TJ_OK)
-      rc = launch(call, &frame);
+        (rc = workspaces_wait(k, call, like, &frame, &wait)) == TJ_OK &&
+        (rc = allocate_outputs(k, call, like, &frame, outs, kept)) == TJ_OK &&
+        (rc = launch(call, &frame)) == TJ_OK && wait)
+      rc = tj__cuda_wait(&frame);
   }
 release:
   /* Only owning imports owe a deleter call; views and scalars have none. */
   if (owned && nargs == k->ninputs)
     for (int32_t i = 0; i < nargs; ++i)
       if (call->args[i].owner_kind != TJ_OWNER_NONE) tj_arg_release(&call->args[i]);
-  for (int32_t o = 0; o < k->noutputs; ++o)
+  for (int32_t o = 0; o < k->nallocs; ++o)
     if (outs[o].owner_kind != TJ_OWNER_NONE) tj_arg_release(&outs[o]);
+  release_kept(k, call, like, kept);
   return rc;
 }

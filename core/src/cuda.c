@@ -107,6 +107,15 @@ typedef struct {
                                      const uint64_t *dims, const uint64_t *strides,
                                      const uint32_t *box, const uint32_t *element_strides,
                                      int interleave, int swizzle, int l2_promotion, int oob_fill);
+  CUresult (*cuTensorMapEncodeIm2col)(CUtensorMap *map, int data_type, uint32_t rank, void *address,
+                                      const uint64_t *dims, const uint64_t *strides,
+                                      const int *lower_corner, const int *upper_corner,
+                                      uint32_t channels_per_pixel, uint32_t pixels_per_column,
+                                      const uint32_t *element_strides, int interleave, int swizzle,
+                                      int l2_promotion, int oob_fill);
+  CUresult (*cuMemsetD8Async)(unsigned long long address, unsigned char value, size_t count,
+                              CUstream stream);
+  CUresult (*cuStreamSynchronize)(CUstream stream);
 } driver;
 
 /* The exported names: cuda.h maps several entry points to their _v2 symbols,
@@ -201,6 +210,9 @@ static int open_driver(const char *who, driver *d) {
   *(void **)&d->cuFuncGetParamInfo = dlsym(d->handle, "cuFuncGetParamInfo");
   *(void **)&d->cuLaunchKernelEx = dlsym(d->handle, "cuLaunchKernelEx");
   *(void **)&d->cuTensorMapEncodeTiled = dlsym(d->handle, "cuTensorMapEncodeTiled");
+  *(void **)&d->cuTensorMapEncodeIm2col = dlsym(d->handle, "cuTensorMapEncodeIm2col");
+  *(void **)&d->cuMemsetD8Async = dlsym(d->handle, "cuMemsetD8Async");
+  *(void **)&d->cuStreamSynchronize = dlsym(d->handle, "cuStreamSynchronize");
   CUresult rc = d->cuInit(0);
   if (rc != 0) {
     driver_error(d, who, "cuInit", rc);
@@ -532,62 +544,182 @@ static void *arg_address(const tj_arg *arg) {
   return arg->value.p;
 }
 
+/* The driver's documented limits on an im2col map's own fields
+ * (cuTensorMapEncodeIm2col), checked before it is called, so that a refusal
+ * says which field and why: pixel box corners (rank - 2 of them) within
+ * [-2**15, 2**15) for rank 3, [-2**7, 2**7) for rank 4, [-2**4, 2**4) for
+ * rank 5; 1 to 256 channels per pixel, spanning no more than the swizzle;
+ * 1 to 1024 pixels per column; element strides 1 to 8. */
+static int check_im2col(const char *who, const tj_tensormap *t, const int64_t *lower,
+                        const int64_t *upper, int64_t channels, int64_t pixels,
+                        const int64_t *element_strides) {
+  const int64_t bound = t->rank == 3 ? 1 << 15 : t->rank == 4 ? 1 << 7 : 1 << 4;
+  for (int32_t i = 0; i < t->rank - 2; ++i)
+    for (int side = 0; side < 2; ++side) {
+      const int64_t v = side ? upper[i] : lower[i];
+      if (v < -bound || v >= bound)
+        return tj_set_error(TJ_EVALUE,
+                            "%s: %s_corner[%d] = %lld; a rank-%d im2col map's pixel box corners "
+                            "must be within [%lld, %lld]",
+                            who, side ? "upper" : "lower", i, (long long)v, t->rank,
+                            (long long)-bound, (long long)bound - 1);
+    }
+  if (channels < 1 || channels > 256)
+    return tj_set_error(TJ_EVALUE, "%s: channels_per_pixel = %lld, expected 1 to 256", who,
+                        (long long)channels);
+  static const int64_t element_bytes[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};
+  if (t->interleave == 0 && t->swizzle >= 1 && t->swizzle <= 3 && t->data_type >= 0 &&
+      t->data_type < (int32_t)(sizeof(element_bytes) / sizeof(element_bytes[0])) &&
+      channels * element_bytes[t->data_type] > (16 << t->swizzle))
+    return tj_set_error(TJ_EVALUE,
+                        "%s: channels_per_pixel = %lld elements of %lld bytes span %lld bytes, "
+                        "more than the %d-byte swizzle (swizzle=%d) allows",
+                        who, (long long)channels, (long long)element_bytes[t->data_type],
+                        (long long)(channels * element_bytes[t->data_type]), 16 << t->swizzle,
+                        t->swizzle);
+  if (pixels < 1 || pixels > 1024)
+    return tj_set_error(TJ_EVALUE, "%s: pixels_per_column = %lld, expected 1 to 1024", who,
+                        (long long)pixels);
+  for (int32_t i = 0; i < t->rank; ++i)
+    if (element_strides[i] > 8)
+      return tj_set_error(TJ_EVALUE, "%s: element_strides[%d] = %lld, expected 1 to 8", who, i,
+                          (long long)element_strides[i]);
+  return TJ_OK;
+}
+
+/* Evaluates `n` expression ids of a tensor map into out, each within [low, high]. */
+static int eval_fields(const tj_frame *f, const char *who, const char *name, const int32_t *ids,
+                       int32_t n, int64_t low, int64_t high, int64_t *out) {
+  for (int32_t i = 0; i < n; ++i) {
+    const tj__expr *e = &f->kernel->exprs[ids[i]];
+    if (tj_expr_eval(e->code, e->n, f->symbols, &out[i]) != TJ_OK)
+      return tj__prefix_error(TJ_EVALUE, "%s: %s[%d] = %s: ", who, name, i, e->text);
+    if (out[i] < low || out[i] > high)
+      return tj_set_error(TJ_EVALUE, "%s: %s[%d] = %s evaluates to %lld, expected %lld to %lld",
+                          who, name, i, e->text, (long long)out[i], (long long)low,
+                          (long long)high);
+  }
+  return TJ_OK;
+}
+
 /* Encodes tensor map `m` for this call into *out. */
 static int encode_tensormap(const driver *d, const tj_frame *f, int32_t m, CUtensorMap *out) {
   const tj_kernel *k = f->kernel;
   const tj_tensormap *t = &k->tensormaps[m];
   const char *param = k->params[t->param].name;
+  const char *encoder = t->im2col ? "cuTensorMapEncodeIm2col" : "cuTensorMapEncodeTiled";
   char who[400];
   snprintf(who, sizeof(who), "%s: tensor map '%s' (of '%s')", k->name, t->name, param);
-  if (d->cuTensorMapEncodeTiled == NULL)
+  if (t->im2col ? d->cuTensorMapEncodeIm2col == NULL : d->cuTensorMapEncodeTiled == NULL)
     return tj_set_error(TJ_ERUNTIME,
-                        "%s: the CUDA driver has no cuTensorMapEncodeTiled (TMA needs CUDA 12 "
-                        "and a Hopper or newer GPU)",
-                        who);
+                        "%s: the CUDA driver has no %s (TMA needs CUDA 12 and a Hopper or newer "
+                        "GPU)",
+                        who, encoder);
   void *address = arg_address(f->params[t->param]);
   if (address == NULL)
     return tj_set_error(TJ_EVALUE, "%s: '%s' is None; a tensor map needs its tensor", who, param);
-  int64_t v[4][TJ_MAX_TENSORMAP_RANK];
-  const int32_t *ids[4] = {t->dims, t->strides, t->box, t->element_strides};
-  static const char *const names[4] = {"dims", "strides", "box", "element_strides"};
-  uint64_t dims[TJ_MAX_TENSORMAP_RANK], strides[TJ_MAX_TENSORMAP_RANK];
-  uint32_t box[TJ_MAX_TENSORMAP_RANK], element_strides[TJ_MAX_TENSORMAP_RANK];
-  for (int g = 0; g < 4; ++g) {
-    int32_t n = g == 1 ? t->rank - 1 : t->rank;
-    for (int32_t i = 0; i < n; ++i) {
-      const tj__expr *e = &k->exprs[ids[g][i]];
-      if (tj_expr_eval(e->code, e->n, f->symbols, &v[g][i]) != TJ_OK)
-        return tj__prefix_error(TJ_EVALUE, "%s: %s[%d] = %s: ", who, names[g], i, e->text);
-      int64_t high = g == 1 ? INT64_MAX : (int64_t)UINT32_MAX;
-      if (v[g][i] < 1 || v[g][i] > high)
-        return tj_set_error(TJ_EVALUE, "%s: %s[%d] = %s evaluates to %lld, expected >= 1", who,
-                            names[g], i, e->text, (long long)v[g][i]);
+  const int32_t r = t->rank;
+  int64_t dims[TJ_MAX_TENSORMAP_RANK], strides[TJ_MAX_TENSORMAP_RANK], box[TJ_MAX_TENSORMAP_RANK];
+  int64_t elements[TJ_MAX_TENSORMAP_RANK], lower[3], upper[3], pixel[2];
+  int rc;
+  if ((rc = eval_fields(f, who, "dims", t->dims, r, 1, UINT32_MAX, dims)) ||
+      (rc = eval_fields(f, who, "strides", t->strides, r - 1, 1, INT64_MAX, strides)) ||
+      (rc = eval_fields(f, who, "element_strides", t->element_strides, r, 1, UINT32_MAX, elements)))
+    return rc;
+  if (!t->im2col && (rc = eval_fields(f, who, "box", t->box, r, 1, UINT32_MAX, box))) return rc;
+  if (t->im2col && ((rc = eval_fields(f, who, "lower_corner", t->lower_corner, r - 2, INT32_MIN,
+                                      INT32_MAX, lower)) ||
+                    (rc = eval_fields(f, who, "upper_corner", t->upper_corner, r - 2, INT32_MIN,
+                                      INT32_MAX, upper)) ||
+                    (rc = eval_fields(f, who, "channels_per_pixel", &t->channels_per_pixel, 1, 1,
+                                      UINT32_MAX, &pixel[0])) ||
+                    (rc = eval_fields(f, who, "pixels_per_column", &t->pixels_per_column, 1, 1,
+                                      UINT32_MAX, &pixel[1])) ||
+                    (rc = check_im2col(who, t, lower, upper, pixel[0], pixel[1], elements))))
+    return rc;
+  uint64_t udims[TJ_MAX_TENSORMAP_RANK], ustrides[TJ_MAX_TENSORMAP_RANK];
+  uint32_t ubox[TJ_MAX_TENSORMAP_RANK], uelements[TJ_MAX_TENSORMAP_RANK];
+  int ilower[3], iupper[3];
+  for (int32_t i = 0; i < r; ++i) {
+    udims[i] = (uint64_t)dims[i];
+    uelements[i] = (uint32_t)elements[i];
+    if (!t->im2col) ubox[i] = (uint32_t)box[i];
+    if (i + 1 < r) ustrides[i] = (uint64_t)strides[i];
+    if (t->im2col && i < r - 2) {
+      ilower[i] = (int)lower[i];
+      iupper[i] = (int)upper[i];
     }
   }
-  for (int32_t i = 0; i < t->rank; ++i) {
-    dims[i] = (uint64_t)v[0][i];
-    box[i] = (uint32_t)v[2][i];
-    element_strides[i] = (uint32_t)v[3][i];
-    if (i + 1 < t->rank) strides[i] = (uint64_t)v[1][i];
+  CUresult result = t->im2col
+                        ? d->cuTensorMapEncodeIm2col(out, t->data_type, (uint32_t)r, address, udims,
+                                                     ustrides, ilower, iupper, (uint32_t)pixel[0],
+                                                     (uint32_t)pixel[1], uelements, t->interleave,
+                                                     t->swizzle, t->l2_promotion, t->oob_fill)
+                        : d->cuTensorMapEncodeTiled(out, t->data_type, (uint32_t)r, address, udims,
+                                                    ustrides, ubox, uelements, t->interleave,
+                                                    t->swizzle, t->l2_promotion, t->oob_fill);
+  if (result == 0) return TJ_OK;
+  char a[120], b[120], c[300], e[120], call[1200];
+  tj__format_tuple(dims, r, a, sizeof(a));
+  tj__format_tuple(strides, r - 1, b, sizeof(b));
+  tj__format_tuple(elements, r, e, sizeof(e));
+  if (t->im2col) {
+    char lo[60], up[60];
+    tj__format_tuple(lower, r - 2, lo, sizeof(lo));
+    tj__format_tuple(upper, r - 2, up, sizeof(up));
+    snprintf(c, sizeof(c),
+             "pixel box lower corner %s, upper corner %s, channels per pixel %lld, pixels per "
+             "column %lld",
+             lo, up, (long long)pixel[0], (long long)pixel[1]);
+  } else {
+    char bx[120];
+    tj__format_tuple(box, r, bx, sizeof(bx));
+    snprintf(c, sizeof(c), "box %s", bx);
   }
-  CUresult rc = d->cuTensorMapEncodeTiled(out, t->data_type, (uint32_t)t->rank, address, dims,
-                                          strides, box, element_strides, t->interleave, t->swizzle,
-                                          t->l2_promotion, t->oob_fill);
-  if (rc != 0) {
-    char a[120], b[120], c[120], e[120], call[900];
-    tj__format_tuple(v[0], t->rank, a, sizeof(a));
-    tj__format_tuple(v[1], t->rank - 1, b, sizeof(b));
-    tj__format_tuple(v[2], t->rank, c, sizeof(c));
-    tj__format_tuple(v[3], t->rank, e, sizeof(e));
-    snprintf(call, sizeof(call),
-             "cuTensorMapEncodeTiled(data type %d, rank %d, address %p, dims %s, strides %s, "
-             "box %s, element strides %s, interleave %d, swizzle %d, L2 promotion %d, OOB fill "
-             "%d)",
-             t->data_type, t->rank, address, a, b, c, e, t->interleave, t->swizzle, t->l2_promotion,
-             t->oob_fill);
-    return driver_error(d, who, call, rc);
+  snprintf(call, sizeof(call),
+           "%s(data type %d, rank %d, address %p, dims %s, strides %s, %s, element strides %s, "
+           "interleave %d, swizzle %d, L2 promotion %d, OOB fill %d)",
+           encoder, t->data_type, r, address, a, b, c, e, t->interleave, t->swizzle,
+           t->l2_promotion, t->oob_fill);
+  return driver_error(d, who, call, result);
+}
+
+/* Zero-fills the workspaces that ask for it (TJ_BUF_ZERO), on the launch
+ * stream, before any kernel of the call runs there. */
+static int zero_workspaces(const driver *d, const tj_frame *f) {
+  const tj_kernel *k = f->kernel;
+  for (int32_t o = k->noutputs; o < k->nallocs; ++o) {
+    const tj__param *p = &k->params[k->output_params[o]];
+    void *address = arg_address(f->params[k->output_params[o]]);
+    const int64_t bytes = tj__alloc_bytes(f, o);
+    if (!(p->flags & TJ_BUF_ZERO) || address == NULL || bytes == 0) continue;
+    char who[300];
+    snprintf(who, sizeof(who), "%s: workspace '%s'", k->name, p->name);
+    if (d->cuMemsetD8Async == NULL)
+      return tj_set_error(TJ_ERUNTIME, "%s: the CUDA driver has no cuMemsetD8Async", who);
+    CUresult rc = d->cuMemsetD8Async((unsigned long long)(uintptr_t)address, 0, (size_t)bytes,
+                                     (CUstream)f->stream);
+    if (rc != 0) {
+      char call[200];
+      snprintf(call, sizeof(call), "cuMemsetD8Async(%p, 0, %lld bytes, stream %p)", address,
+               (long long)bytes, f->stream);
+      return driver_error(d, who, call, rc);
+    }
   }
   return TJ_OK;
+}
+
+int tj__cuda_wait(const tj_frame *f) {
+  const driver *d = get_driver(f->kernel->name);
+  if (d == NULL) return TJ_ERUNTIME;
+  if (d->cuStreamSynchronize == NULL)
+    return tj_set_error(TJ_ERUNTIME, "%s: the CUDA driver has no cuStreamSynchronize",
+                        f->kernel->name);
+  CUresult rc = d->cuStreamSynchronize((CUstream)f->stream);
+  if (rc == 0) return TJ_OK;
+  char call[100];
+  snprintf(call, sizeof(call), "cuStreamSynchronize(%p)", f->stream);
+  return driver_error(d, f->kernel->name, call, rc);
 }
 
 static void pack(const tj_frame *f, const tj__launch *launch, const CUtensorMap *maps, slot *slots,
@@ -756,6 +888,7 @@ int tj__cuda_launch(const tj_frame *f) {
     e = find_entry(k->cuda, ctx);
   }
   if (e == NULL) status = load_entry(d, k, ctx, device, &e);
+  if (!status && k->zero_fill) status = zero_workspaces(d, f);
   /* Tensor maps are encoded once per call; launches share them. */
   CUtensorMap maps[TJ_MAX_TENSORMAPS];
   for (int32_t m = 0; !status && m < k->ntensormaps; ++m)

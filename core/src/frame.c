@@ -9,7 +9,9 @@
 
 void tj__param_label(const tj_kernel *k, int32_t index, char *buf, int32_t size) {
   const tj__param *p = &k->params[index];
-  if (p->output >= 0)
+  if (p->flags & TJ_BUF_WORKSPACE)
+    snprintf(buf, (size_t)size, "workspace '%s'", p->name);
+  else if (p->output >= 0)
     snprintf(buf, (size_t)size, "output '%s'", p->name);
   else
     snprintf(buf, (size_t)size, "argument %d '%s'", p->position, p->name);
@@ -38,4 +40,10 @@ int tj__abi_integer(const tj_frame *f, const tj_abi_arg *a, int64_t *out) {
     return TJ_OK;
   }
   return tj_expr_eval(e->code, e->n, f->symbols, out);
+}
+
+int64_t tj__alloc_bytes(const tj_frame *f, int32_t o) {
+  int64_t bytes = tj__dtype_bytes(f->out_dtype[o]);
+  for (int32_t d = 0; d < f->out_ndim[o]; ++d) bytes *= f->out_shape[o][d];
+  return bytes;
 }

@@ -8,7 +8,7 @@
 
 #include "internal.h"
 
-/* "argument 1 'B'" or "output 'C'" for messages. */
+/* "argument 1 'B'", "output 'C'" or "workspace 'W'" for messages. */
 void tj__param_label(const tj_kernel *k, int32_t index, char *buf, int32_t size);
 
 /* The value of kernel ABI argument `a` when it is a symbol or an expression,
@@ -17,5 +17,9 @@ int tj__abi_integer(const tj_frame *f, const tj_abi_arg *a, int64_t *out);
 
 /* Bytes a kernel ABI argument takes in the kernel's parameter list. */
 int64_t tj__abi_bytes(const tj_kernel *k, const tj_abi_arg *a);
+
+/* The bytes of output or workspace `o` of a bound frame (tj_call_bind checked
+ * they fit int64), and its address once set (NULL when empty). */
+int64_t tj__alloc_bytes(const tj_frame *f, int32_t o);
 
 #endif /* TILEJIT_FRAME_H_ */

@@ -60,7 +60,8 @@ typedef struct {
   int64_t align;       /* bytes, >= 1 */
   uint32_t flags;      /* TJ_BUF_* */
   int32_t position;    /* caller argument index; -1 for outputs */
-  int32_t output;      /* output index; -1 for inputs */
+  int32_t output;      /* output index (workspaces follow the outputs); -1 for inputs */
+  int32_t binds;       /* an integer scalar: the symbol its value binds; -1: none */
 } tj__param;
 
 /* One kernel function launched per call. Launch 0 is built at finalize from
@@ -98,7 +99,10 @@ struct tj_kernel {
   int32_t ninputs;   /* caller-visible arguments */
   int32_t nrequired; /* the fewest a call gives: the rest are optional buffers (None) */
   int32_t noutputs;
-  int32_t output_params[TJ_MAX_OUTPUTS];
+  int32_t nworkspaces; /* allocated like outputs, after them: nallocs in all */
+  int32_t nallocs;
+  int32_t zero_fill;                     /* some workspace is TJ_BUF_ZERO */
+  int32_t output_params[TJ_MAX_OUTPUTS]; /* outputs, then workspaces */
   int32_t finalized;
   void *library;        /* dlopen handle, owned */
   void *kernel_library; /* a prebuilt CPU kernel's own library, owned */

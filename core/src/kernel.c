@@ -203,6 +203,7 @@ static int set_param(tj_kernel *k, int32_t index, const char *name, int32_t kind
   p->kind = kind;
   p->position = -1;
   p->output = -1;
+  p->binds = -1;
   *out = p;
   return TJ_OK;
 }
@@ -224,6 +225,9 @@ int tj_kernel_set_buffer(tj_kernel *k, int32_t index, const char *name, DLDataTy
   if (align < 0 || (align & (align - 1)))
     return tj_set_error(TJ_EVALUE, "%s: parameter '%s': align must be a power of two, got %lld",
                         k->name, name, (long long)align);
+  if ((flags & TJ_BUF_ZERO) && !(flags & TJ_BUF_WORKSPACE))
+    return tj_set_error(TJ_EVALUE, "%s: parameter '%s': only a workspace is zero-filled", k->name,
+                        name);
   char what[300];
   snprintf(what, sizeof(what), "parameter '%s'", name);
   int rc = check_expr_ids(k, what, shape_ids, ndim);
@@ -271,13 +275,34 @@ int tj_kernel_set_scalar(tj_kernel *k, int32_t index, const char *name, DLDataTy
   return TJ_OK;
 }
 
+int tj_kernel_set_scalar_symbol(tj_kernel *k, int32_t index, int32_t symbol) {
+  int rc = check_mutable(k);
+  if (rc) return rc;
+  if (index < 0 || index >= k->nparams || k->params[index].kind != TJ_PARAM_SCALAR)
+    return tj_set_error(TJ_EVALUE, "%s: parameter %d is not a declared scalar", k->name, index);
+  tj__param *p = &k->params[index];
+  if (p->dtype.code != kDLInt && p->dtype.code != kDLUInt) {
+    char dt[48];
+    tj_dtype_format(p->dtype, dt, sizeof(dt));
+    return tj_set_error(TJ_EVALUE,
+                        "%s: scalar parameter '%s' is %s; only integer scalars bind symbols",
+                        k->name, p->name, dt);
+  }
+  if (symbol < 0 || symbol >= k->nsymbols)
+    return tj_set_error(TJ_EVALUE, "%s: scalar parameter '%s': symbol %d out of range [0, %d)",
+                        k->name, p->name, symbol, k->nsymbols);
+  p->binds = symbol;
+  return TJ_OK;
+}
+
 int tj_kernel_set_pointer(tj_kernel *k, int32_t index, const char *name, DLDataType dtype,
                           int64_t align, uint32_t flags) {
   if (align < 0 || (align & (align - 1)))
     return tj_set_error(TJ_EVALUE, "%s: parameter '%s': align must be a power of two, got %lld",
                         k->name, name, (long long)align);
-  if (flags & TJ_BUF_OUTPUT)
-    return tj_set_error(TJ_EVALUE, "%s: pointer parameter '%s' cannot be an output", k->name, name);
+  if (flags & (TJ_BUF_OUTPUT | TJ_BUF_WORKSPACE | TJ_BUF_ZERO))
+    return tj_set_error(TJ_EVALUE, "%s: pointer parameter '%s' cannot be an output or a workspace",
+                        k->name, name);
   tj__param *p;
   int rc = set_param(k, index, name, TJ_PARAM_POINTER, &p);
   if (rc) return rc;
@@ -291,22 +316,41 @@ int tj_kernel_finalize(tj_kernel *k) {
   int rc = check_mutable(k);
   if (rc) return rc;
   int32_t bound[TJ_MAX_SYMBOLS] = {0};
-  k->ninputs = k->nrequired = k->noutputs = 0;
+  k->ninputs = k->nrequired = k->noutputs = k->nworkspaces = k->zero_fill = 0;
+  /* Outputs, then workspaces (in declaration order each): out_* indices. */
+  for (int32_t pass = 0; pass < 2; ++pass)
+    for (int32_t i = 0; i < k->nparams; ++i) {
+      tj__param *p = &k->params[i];
+      if (!p->kind)
+        return tj_set_error(TJ_EVALUE, "%s: parameter %d was never declared", k->name, i);
+      const uint32_t made = pass == 0 ? TJ_BUF_OUTPUT : TJ_BUF_WORKSPACE;
+      if (p->kind != TJ_PARAM_BUFFER || !(p->flags & made)) continue;
+      if ((p->flags & TJ_BUF_OUTPUT) && (p->flags & TJ_BUF_WORKSPACE))
+        return tj_set_error(TJ_EVALUE, "%s: '%s' cannot be both an output and a workspace", k->name,
+                            p->name);
+      const int32_t at = k->noutputs + k->nworkspaces;
+      if (at == TJ_MAX_OUTPUTS)
+        return tj_set_error(TJ_EVALUE, "%s: more than %d outputs and workspaces", k->name,
+                            TJ_MAX_OUTPUTS);
+      if (p->flags & TJ_BUF_OPTIONAL)
+        return tj_set_error(TJ_EVALUE, "%s: %s '%s' cannot be optional", k->name,
+                            pass == 0 ? "output" : "workspace", p->name);
+      p->output = at;
+      k->output_params[at] = i;
+      if (pass == 0)
+        ++k->noutputs;
+      else
+        ++k->nworkspaces;
+      k->zero_fill |= pass == 1 && (p->flags & TJ_BUF_ZERO) != 0;
+    }
+  k->nallocs = k->noutputs + k->nworkspaces;
   for (int32_t i = 0; i < k->nparams; ++i) {
     tj__param *p = &k->params[i];
-    if (!p->kind) return tj_set_error(TJ_EVALUE, "%s: parameter %d was never declared", k->name, i);
-    if (p->flags & TJ_BUF_OUTPUT) {
-      if (k->noutputs == TJ_MAX_OUTPUTS)
-        return tj_set_error(TJ_EVALUE, "%s: more than %d outputs", k->name, TJ_MAX_OUTPUTS);
-      if (p->flags & TJ_BUF_OPTIONAL)
-        return tj_set_error(TJ_EVALUE, "%s: output '%s' cannot be optional", k->name, p->name);
-      p->output = k->noutputs;
-      k->output_params[k->noutputs++] = i;
-      continue;
-    }
+    if (p->output >= 0) continue;
     p->position = k->ninputs++;
     const int optional = p->kind == TJ_PARAM_BUFFER && (p->flags & TJ_BUF_OPTIONAL);
     if (!optional) k->nrequired = k->ninputs;
+    if (p->binds >= 0) bound[p->binds] = 1;
     if (p->kind != TJ_PARAM_BUFFER || optional) continue;
     /* Only a required input binds: an optional one may be None. */
     for (int32_t d = 0; d < p->ndim; ++d) {
@@ -319,14 +363,19 @@ int tj_kernel_finalize(tj_kernel *k) {
     if (!bound[s])
       return tj_set_error(TJ_EVALUE,
                           "%s: symbol '%s' is not bound by any input: it must appear alone as a "
-                          "dimension or stride of a required input buffer",
+                          "dimension or stride of a required input buffer, or be an integer "
+                          "scalar's",
                           k->name, k->symbol_names[s]);
   if (!k->has_abi) {
     k->nabi = 0;
     for (int32_t i = 0; i < k->nparams; ++i)
       k->abi[k->nabi++] = (tj_abi_arg){TJ_ABI_PARAM, i, {kDLInt, 64, 1}};
+    /* A symbol an integer scalar binds reaches the kernel as that scalar. */
+    int32_t by_scalar[TJ_MAX_SYMBOLS] = {0};
+    for (int32_t i = 0; i < k->nparams; ++i)
+      if (k->params[i].binds >= 0) by_scalar[k->params[i].binds] = 1;
     for (int32_t s = 0; s < k->nsymbols; ++s)
-      k->abi[k->nabi++] = (tj_abi_arg){TJ_ABI_SYMBOL, s, {kDLInt, 64, 1}};
+      if (!by_scalar[s]) k->abi[k->nabi++] = (tj_abi_arg){TJ_ABI_SYMBOL, s, {kDLInt, 64, 1}};
   }
   tj__launch *first = &k->launches[0];
   memcpy(first->config, k->launch, sizeof(first->config));
@@ -497,12 +546,25 @@ int tj_kernel_add_tensormap(tj_kernel *k, const tj_tensormap *map, int32_t *out_
   if (map->rank < 1 || map->rank > TJ_MAX_TENSORMAP_RANK)
     return tj_set_error(TJ_EVALUE, "%s: tensor map '%s': rank %d, expected 1 to %d", k->name, name,
                         map->rank, TJ_MAX_TENSORMAP_RANK);
+  if (map->im2col != 0 && map->im2col != 1)
+    return tj_set_error(TJ_EVALUE, "%s: tensor map '%s': im2col must be 0 or 1, got %d", k->name,
+                        name, map->im2col);
+  if (map->im2col && (map->rank < 3 || map->rank > 5))
+    return tj_set_error(TJ_EVALUE,
+                        "%s: tensor map '%s': an im2col tensor map has rank 3, 4 or 5 (NWC, "
+                        "NHWC, NDHWC), got %d",
+                        k->name, name, map->rank);
   char what[200];
   snprintf(what, sizeof(what), "tensor map '%s'", name);
   if ((rc = check_expr_ids(k, what, map->dims, map->rank)) ||
       (rc = check_expr_ids(k, what, map->strides, map->rank - 1)) ||
-      (rc = check_expr_ids(k, what, map->box, map->rank)) ||
       (rc = check_expr_ids(k, what, map->element_strides, map->rank)))
+    return rc;
+  if (!map->im2col && (rc = check_expr_ids(k, what, map->box, map->rank))) return rc;
+  if (map->im2col && ((rc = check_expr_ids(k, what, map->lower_corner, map->rank - 2)) ||
+                      (rc = check_expr_ids(k, what, map->upper_corner, map->rank - 2)) ||
+                      (rc = check_expr_ids(k, what, &map->channels_per_pixel, 1)) ||
+                      (rc = check_expr_ids(k, what, &map->pixels_per_column, 1))))
     return rc;
   tj_tensormap *m = &k->tensormaps[k->ntensormaps];
   *m = *map;
@@ -577,8 +639,9 @@ const char *tj_kernel_name(const tj_kernel *k) { return k->name; }
 int32_t tj_kernel_num_params(const tj_kernel *k) { return k->nparams; }
 int32_t tj_kernel_num_symbols(const tj_kernel *k) { return k->nsymbols; }
 int32_t tj_kernel_num_outputs(const tj_kernel *k) { return k->noutputs; }
+int32_t tj_kernel_num_workspaces(const tj_kernel *k) { return k->nworkspaces; }
 int32_t tj_kernel_output_param(const tj_kernel *k, int32_t i) {
-  return i >= 0 && i < k->noutputs ? k->output_params[i] : -1;
+  return i >= 0 && i < k->nallocs ? k->output_params[i] : -1;
 }
 int32_t tj_kernel_param_kind(const tj_kernel *k, int32_t index) {
   return index >= 0 && index < k->nparams ? k->params[index].kind : 0;

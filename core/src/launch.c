@@ -32,9 +32,10 @@ static void pack(const tj_frame *f, tj_value *values) {
 
 int tj_call_launch(tj_frame *f) {
   const tj_kernel *k = f->kernel;
-  for (int32_t o = 0; o < k->noutputs; ++o)
+  for (int32_t o = 0; o < k->nallocs; ++o)
     if (f->params[k->output_params[o]] == NULL)
-      return tj_set_error(TJ_ERUNTIME, "%s: output '%s' was not allocated", k->name,
+      return tj_set_error(TJ_ERUNTIME, "%s: %s '%s' was not allocated", k->name,
+                          o < k->noutputs ? "output" : "workspace",
                           k->params[k->output_params[o]].name);
   if (k->target == TJ_TARGET_CUDA) return tj__cuda_launch(f);
   if (f->stream != NULL)
@@ -44,6 +45,13 @@ int tj_call_launch(tj_frame *f) {
                         k->name);
   if (k->entry == NULL)
     return tj_set_error(TJ_ERUNTIME, "%s: no kernel library is loaded", k->name);
+  /* Zero-filled workspaces: the kernel runs right here, so a memset is in order. */
+  for (int32_t o = k->noutputs; k->zero_fill && o < k->nallocs; ++o) {
+    const int32_t i = k->output_params[o];
+    void *address = tj__tensor_address(f->params[i]);
+    if ((k->params[i].flags & TJ_BUF_ZERO) && address != NULL)
+      memset(address, 0, (size_t)tj__alloc_bytes(f, o));
+  }
   tj_value values[TJ_MAX_ABI_ARGS];
   pack(f, values);
   int32_t status = k->entry(values);

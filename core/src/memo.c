@@ -37,6 +37,9 @@
  * whether there is one (an empty tensor has none to check). */
 enum { KEY_HEAD, KEY_DEVICE, KEY_FORM, KEY_NO_STRIDES, KEY_WORDS };
 #define RECORD_WORDS(ndim) (KEY_WORDS + 2 * (ndim) + 3)
+/* Per integer scalar that binds a symbol: its kind and flags, and its value,
+ * which the symbol and everything computed from it depend on. */
+#define SCALAR_WORDS 2
 
 /* What the memo reads of each input parameter, packed: the parameter table
  * itself is wide, and the hit path should touch little memory. */
@@ -44,7 +47,7 @@ typedef struct {
   const tj__param *param;
   int32_t index;    /* the parameter's */
   int32_t position; /* caller argument */
-  int32_t record;   /* first word of a buffer's record; -1 for a scalar */
+  int32_t record;   /* first word of a buffer's or binding scalar's record; -1: other scalars */
   int32_t ndim;
   uint64_t misaligned; /* align - 1 */
 } memo_input;
@@ -89,14 +92,15 @@ int tj__memo_create(tj_kernel *k) {
     const tj__param *p = &k->params[i];
     if (p->kind == TJ_PARAM_POINTER) return TJ_OK;
     if (p->output >= 0) continue;
-    int buffer = p->kind == TJ_PARAM_BUFFER;
-    inputs[n++] =
-        (memo_input){p, i, p->position, buffer ? words : -1, p->ndim, (uint64_t)p->align - 1};
+    int buffer = p->kind == TJ_PARAM_BUFFER, binds = p->binds >= 0;
+    inputs[n++] = (memo_input){
+        p, i, p->position, buffer || binds ? words : -1, p->ndim, (uint64_t)p->align - 1};
     if (buffer) words += RECORD_WORDS(p->ndim);
+    if (binds) words += SCALAR_WORDS;
   }
   int32_t frame = words;
   words += 2 + k->nsymbols;
-  for (int32_t o = 0; o < k->noutputs; ++o) words += k->params[k->output_params[o]].ndim;
+  for (int32_t o = 0; o < k->nallocs; ++o) words += k->params[k->output_params[o]].ndim;
   const int32_t stride = 1 + words;
   tj__memo *m = calloc(1, sizeof(*m) + (size_t)MEMO_RECORDS * (size_t)stride * sizeof(uint64_t));
   if (m == NULL) return tj_set_error(TJ_ENOMEM, "%s: out of memory", k->name);
@@ -140,6 +144,14 @@ __attribute__((always_inline)) static inline int buffer_matches(const memo_input
   return tj__span_fits(t, LOAD(span[0]), LOAD(span[1]), &first) && (first & in->misaligned) == 0;
 }
 
+/* Whether a binding scalar's argument is the one recorded: same kind and
+ * flags, same value (which the full checks accepted). */
+static inline int scalar_matches(const tj_arg *arg, const uint64_t *r) {
+  uint64_t head;
+  memcpy(&head, &arg->kind, sizeof(head));
+  return head == LOAD(r[0]) && (uint64_t)arg->value.i == LOAD(r[1]);
+}
+
 /* Binds from one record: 1 when the arguments match it, read whole. */
 __attribute__((always_inline)) static inline int record_bind(const tj_kernel *k, const tj__memo *m,
                                                              const uint64_t *record, tj_arg *args,
@@ -150,8 +162,9 @@ __attribute__((always_inline)) static inline int record_bind(const tj_kernel *k,
   for (int32_t j = 0; j < m->ninputs; ++j) {
     const memo_input *in = &m->inputs[j];
     tj_arg *arg = &args[in->position];
-    if (in->record < 0 ? !tj__scalar_fits(in->param, arg)
-                       : !buffer_matches(in, arg, &words[in->record]))
+    if (in->record < 0                       ? !tj__scalar_fits(in->param, arg)
+        : in->param->kind == TJ_PARAM_SCALAR ? !scalar_matches(arg, &words[in->record])
+                                             : !buffer_matches(in, arg, &words[in->record]))
       return 0;
     frame->params[in->index] = arg;
   }
@@ -162,7 +175,7 @@ __attribute__((always_inline)) static inline int record_bind(const tj_kernel *k,
   frame->first_tensor = (int32_t)(where >> 32);
   const uint64_t *symbols = f + 2, *shapes = symbols + k->nsymbols;
   for (int32_t s = 0; s < k->nsymbols; ++s) frame->symbols[s] = (int64_t)LOAD(symbols[s]);
-  for (int32_t o = 0; o < k->noutputs; ++o) {
+  for (int32_t o = 0; o < k->nallocs; ++o) {
     const tj__param *p = &k->params[k->output_params[o]];
     frame->params[k->output_params[o]] = NULL;
     frame->out_ndim[o] = p->ndim;
@@ -216,6 +229,13 @@ void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *fram
     if (in->record < 0) continue;
     uint64_t *r = &words[in->record], key[KEY_WORDS];
     const tj_arg *arg = &args[in->position];
+    if (in->param->kind == TJ_PARAM_SCALAR) {
+      uint64_t head;
+      memcpy(&head, &arg->kind, sizeof(head));
+      STORE(r[0], head);
+      STORE(r[1], (uint64_t)arg->value.i);
+      continue;
+    }
     buffer_key(arg, key);
     for (int32_t w = 0; w < KEY_WORDS; ++w) STORE(r[w], key[w]);
     if (arg->kind != TJ_ARG_TENSOR) continue;
@@ -241,7 +261,7 @@ void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *fram
   STORE(f[1], (uint32_t)frame->has_device | (uint64_t)(uint32_t)frame->first_tensor << 32);
   uint64_t *symbols = f + 2, *shapes = symbols + k->nsymbols;
   for (int32_t s = 0; s < k->nsymbols; ++s) STORE(symbols[s], (uint64_t)frame->symbols[s]);
-  for (int32_t o = 0; o < k->noutputs; ++o)
+  for (int32_t o = 0; o < k->nallocs; ++o)
     for (int32_t d = 0; d < frame->out_ndim[o]; ++d)
       STORE(*shapes++, (uint64_t)frame->out_shape[o][d]);
   __atomic_store_n(&record[0], seq + 2, __ATOMIC_RELEASE);

@@ -450,9 +450,13 @@ static int replay_line(replay *r, line_tokens *t) {
     DLDataType dtype;
     if ((rc = i32_at(r, t, 1, "parameter index", &index)) || (rc = dtype_at(r, t, 3, &dtype)))
       return rc;
-    if (key[0] == 's') {
-      if ((rc = expect_tokens(r, t, 4))) return rc;
-      return built(r, tj_kernel_set_scalar(r->k, index, t->tok[2], dtype));
+    if (key[0] == 's') { /* scalar INDEX NAME DTYPE [SYMBOL IT BINDS] */
+      int32_t symbol = -1;
+      if (t->n != 5 && (rc = expect_tokens(r, t, 4))) return rc;
+      if (t->n == 5 && (rc = i32_at(r, t, 4, "symbol", &symbol))) return rc;
+      if ((rc = built(r, tj_kernel_set_scalar(r->k, index, t->tok[2], dtype))) || symbol < 0)
+        return rc;
+      return built(r, tj_kernel_set_scalar_symbol(r->k, index, symbol));
     }
     if ((rc = int_at(r, t, 4, 0, INT64_MAX, "align", &align)) ||
         (rc = int_at(r, t, 5, 0, UINT32_MAX, "flags", &flags)))
@@ -471,24 +475,41 @@ static int replay_line(replay *r, line_tokens *t) {
     return built(r, tj_kernel_set_buffer(r->k, index, t->tok[2], dtype, ndim, shape,
                                          has_strides ? strides : NULL, align, (uint32_t)flags));
   }
-  if (strcmp(key, "tensormap") == 0) {
+  if (strcmp(key, "tensormap") == 0 || strcmp(key, "tensormap_im2col") == 0) {
+    /* tensormap NAME PARAM TYPE RANK dims strides box element_strides FLAGS4;
+     * tensormap_im2col NAME PARAM TYPE RANK dims strides element_strides lower upper
+     * channels pixels FLAGS4 */
     tj_tensormap map;
     memset(&map, 0, sizeof(map));
     map.name = t->tok[1];
+    map.im2col = key[9] == '_';
     int64_t rank;
     if ((rc = i32_at(r, t, 2, "parameter", &map.param)) ||
         (rc = i32_at(r, t, 3, "data type", &map.data_type)) ||
-        (rc = int_at(r, t, 4, 1, TJ_MAX_TENSORMAP_RANK, "rank", &rank)))
+        (rc = int_at(r, t, 4, map.im2col ? 3 : 1, TJ_MAX_TENSORMAP_RANK, "rank", &rank)))
       return rc;
     int32_t n = (int32_t)rank, at = 5;
     map.rank = n;
-    if ((rc = expect_tokens(r, t, at + 4 * n - 1 + 4)) ||
+    const int32_t fields = map.im2col ? 3 * n - 1 + 2 * (n - 2) + 2 : 4 * n - 1;
+    if ((rc = expect_tokens(r, t, at + fields + 4)) ||
         (rc = ids_at(r, t, at, n, "dimension", map.dims)) ||
-        (rc = ids_at(r, t, at + n, n - 1, "stride", map.strides)) ||
-        (rc = ids_at(r, t, at + 2 * n - 1, n, "box", map.box)) ||
-        (rc = ids_at(r, t, at + 3 * n - 1, n, "element stride", map.element_strides)))
+        (rc = ids_at(r, t, at + n, n - 1, "stride", map.strides)))
       return rc;
-    at += 4 * n - 1;
+    at += 2 * n - 1;
+    if (!map.im2col) {
+      if ((rc = ids_at(r, t, at, n, "box", map.box))) return rc;
+      at += n;
+    }
+    if ((rc = ids_at(r, t, at, n, "element stride", map.element_strides))) return rc;
+    at += n;
+    if (map.im2col) {
+      if ((rc = ids_at(r, t, at, n - 2, "lower corner", map.lower_corner)) ||
+          (rc = ids_at(r, t, at + n - 2, n - 2, "upper corner", map.upper_corner)) ||
+          (rc = i32_at(r, t, at + 2 * (n - 2), "channels per pixel", &map.channels_per_pixel)) ||
+          (rc = i32_at(r, t, at + 2 * (n - 2) + 1, "pixels per column", &map.pixels_per_column)))
+        return rc;
+      at += 2 * (n - 2) + 2;
+    }
     if ((rc = i32_at(r, t, at, "interleave", &map.interleave)) ||
         (rc = i32_at(r, t, at + 1, "swizzle", &map.swizzle)) ||
         (rc = i32_at(r, t, at + 2, "l2 promotion", &map.l2_promotion)) ||

@@ -12,6 +12,8 @@ typedef struct tj__cuda_modules tj__cuda_modules;
 int tj__cuda_modules_create(tj_kernel *k);
 /* Launches a bound CUDA frame (tj_call_launch checked the outputs). */
 int tj__cuda_launch(const tj_frame *f);
+/* Waits for the work enqueued on the frame's stream (cuStreamSynchronize). */
+int tj__cuda_wait(const tj_frame *f);
 /* Unloads the kernel's modules from their contexts and frees k->cuda. */
 void tj__cuda_free(tj_kernel *k);
 /* Closes the driver and forgets the retained primary contexts, so that the

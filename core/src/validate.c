@@ -483,6 +483,39 @@ static int check_scalar(binder *b, int32_t index, const tj_arg *arg) {
   return tj__scalar_fits(&b->k->params[index], arg) ? TJ_OK : scalar_refused(b, index, arg);
 }
 
+/* An integer scalar that binds its symbol (tj_kernel_set_scalar_symbol), once
+ * check_scalar accepted the value for the scalar's own dtype: binds it as a
+ * tensor extent would, or must agree with the value already bound. */
+static int bind_scalar(binder *b, int32_t index, const tj_arg *arg) {
+  const tj_kernel *k = b->k;
+  const int32_t s = k->params[index].binds;
+  const int64_t v = arg->value.i;
+  char msg[400];
+  if ((arg->flags & TJ_ARG_UNSIGNED) && v < 0) {
+    snprintf(msg, sizeof(msg),
+             "value %llu binds %s, which is evaluated as an int64: expected at most 2**63 - 1",
+             (unsigned long long)(uint64_t)v, k->symbol_names[s]);
+    return fail(b, TJ_EVALUE, index, msg);
+  }
+  if (b->bound_by[s] != -1 && !(b->loose >> s & 1)) {
+    if (v == b->frame->symbols[s]) return TJ_OK;
+    char other[160];
+    LABEL(b, b->bound_by[s], other);
+    snprintf(msg, sizeof(msg), "expected %s == %lld (bound by %s), got %lld", k->symbol_names[s],
+             (long long)b->frame->symbols[s], other, (long long)v);
+    return fail(b, TJ_EVALUE, index, msg);
+  }
+  if (v % k->symbol_div[s] != 0) {
+    snprintf(msg, sizeof(msg), "value %lld binds %s, which must be divisible by %lld", (long long)v,
+             k->symbol_names[s], (long long)k->symbol_div[s]);
+    return fail(b, TJ_EVALUE, index, msg);
+  }
+  b->frame->symbols[s] = v;
+  b->bound_by[s] = index;
+  b->loose &= ~((uint64_t)1 << s);
+  return TJ_OK;
+}
+
 static int check_pointer(binder *b, int32_t index, const tj_arg *arg) {
   const tj__param *p = &b->k->params[index];
   char msg[300];
@@ -644,6 +677,7 @@ static int bind_checked(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_fram
     frame->params[i] = arg;
     if (arg->kind == TJ_ARG_TENSOR && frame->first_tensor < 0) frame->first_tensor = p->position;
     if ((rc = check_kind(&b, i, arg))) return rc;
+    if (p->binds >= 0 && (rc = bind_scalar(&b, i, arg))) return rc;
     any_complex |= p->has_complex && arg->kind == TJ_ARG_TENSOR;
   }
   if (any_complex)
@@ -654,8 +688,8 @@ static int bind_checked(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_fram
         return rc;
     }
   if (k->check_integers && (rc = check_integers(&b))) return rc;
-  /* Output shapes, now that every symbol is bound. */
-  for (int32_t o = 0; o < k->noutputs; ++o) {
+  /* Output and workspace shapes, now that every symbol is bound. */
+  for (int32_t o = 0; o < k->nallocs; ++o) {
     const tj__param *p = &k->params[k->output_params[o]];
     frame->out_ndim[o] = p->ndim;
     frame->out_dtype[o] = p->dtype;
@@ -730,7 +764,7 @@ static int output_as_asked(const tj_frame *f, int32_t o, const tj__param *p, con
 
 int tj_call_set_output(tj_frame *frame, int32_t i, tj_arg *arg) {
   const tj_kernel *k = frame->kernel;
-  if (i < 0 || i >= k->noutputs)
+  if (i < 0 || i >= k->nallocs)
     return tj_set_error(TJ_EVALUE, "%s: output index %d out of range", k->name, i);
   int32_t index = k->output_params[i];
   const tj__param *p = &k->params[index];

@@ -50,6 +50,7 @@ _PROTOTYPES = {
     "tj_kernel_set_buffer": (c_int, [c_void_p, c_int32, c_char_p, DLDataType, c_int32,
                                      POINTER(c_int32), POINTER(c_int32), c_int64, c_uint32]),
     "tj_kernel_set_scalar": (c_int, [c_void_p, c_int32, c_char_p, DLDataType]),
+    "tj_kernel_set_scalar_symbol": (c_int, [c_void_p, c_int32, c_int32]),
     "tj_kernel_set_pointer": (c_int, [c_void_p, c_int32, c_char_p, DLDataType, c_int64,
                                       c_uint32]),
     "tj_kernel_set_launch": (c_int, [c_void_p, POINTER(c_int32), POINTER(c_int32), c_int32]),
@@ -60,6 +61,7 @@ _PROTOTYPES = {
     "tj_kernel_finalize": (c_int, [c_void_p]),
     "tj_kernel_load": (c_int, [c_void_p, c_char_p, c_char_p]),
     "tj_kernel_num_outputs": (c_int32, [c_void_p]),
+    "tj_kernel_num_workspaces": (c_int32, [c_void_p]),
     "tj_kernel_num_params": (c_int32, [c_void_p]),
     "tj_kernel_param_kind": (c_int32, [c_void_p, c_int32]),
     "tj_kernel_param_name": (c_char_p, [c_void_p, c_int32]),
@@ -132,6 +134,8 @@ class CoreKernel:
             bname = p.name.encode()
             if p.kind == abi.TJ_PARAM_SCALAR:
                 check(core.tj_kernel_set_scalar(handle, index, bname, dtype))
+                if p.binds >= 0:
+                    check(core.tj_kernel_set_scalar_symbol(handle, index, p.binds))
             elif p.kind == abi.TJ_PARAM_POINTER:
                 check(core.tj_kernel_set_pointer(handle, index, bname, dtype, p.align, p.flags))
             else:
@@ -145,6 +149,11 @@ class CoreKernel:
             fields = TjTensorMap(m.name.encode(), m.param, m.data_type, rank, (*m.dims,),
                                  (*m.strides,), (*m.box,), (*m.element_strides,), m.interleave,
                                  m.swizzle, m.l2_promotion, m.oob_fill)
+            if m.im2col is not None:
+                lower, upper, fields.channels_per_pixel, fields.pixels_per_column = m.im2col
+                fields.im2col = 1
+                fields.lower_corner[:len(lower)] = lower
+                fields.upper_corner[:len(upper)] = upper
             check(core.tj_kernel_add_tensormap(handle, byref(fields), byref(expr_id)))
         if spec.abi is not None:
             check(core.tj_kernel_set_abi(handle, len(spec.abi), _abi_array(spec.abi)))
@@ -182,13 +191,14 @@ class CoreKernel:
 
     def _read_params(self) -> None:
         core, handle = _core, self.address
-        outputs = {core.tj_kernel_output_param(handle, i)
-                   for i in range(core.tj_kernel_num_outputs(handle))}
+        noutputs = core.tj_kernel_num_outputs(handle)
+        allocated = {core.tj_kernel_output_param(handle, i)  # outputs, then workspaces
+                     for i in range(noutputs + core.tj_kernel_num_workspaces(handle))}
         nparams = core.tj_kernel_num_params(handle)
-        self.num_outputs = len(outputs)
-        self.num_inputs = nparams - self.num_outputs
+        self.num_outputs = noutputs
+        self.num_inputs = nparams - len(allocated)
         self.input_names = tuple(core.tj_kernel_param_name(handle, i).decode()
-                                 for i in range(nparams) if i not in outputs)
+                                 for i in range(nparams) if i not in allocated)
 
     def __del__(self):
         if getattr(self, "address", None) and _core is not None:

@@ -85,7 +85,9 @@ class TjTensorMap(Structure):
                 ("rank", c_int32), ("dims", c_int32 * _RANK), ("strides", c_int32 * (_RANK - 1)),
                 ("box", c_int32 * _RANK), ("element_strides", c_int32 * _RANK),
                 ("interleave", c_int32), ("swizzle", c_int32), ("l2_promotion", c_int32),
-                ("oob_fill", c_int32)]
+                ("oob_fill", c_int32), ("im2col", c_int32), ("lower_corner", c_int32 * (_RANK - 2)),
+                ("upper_corner", c_int32 * (_RANK - 2)), ("channels_per_pixel", c_int32),
+                ("pixels_per_column", c_int32)]
 
 
 class TjHost(Structure):

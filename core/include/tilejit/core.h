@@ -250,6 +250,13 @@ typedef enum {
 #define TJ_BUF_OPTIONAL 1u /* accepts None (NULL pointer) */
 #define TJ_BUF_CONST 2u    /* kernel only reads it: read-only tensors accepted */
 #define TJ_BUF_OUTPUT 4u   /* allocated by tilejit (out_idx), not passed */
+/* A global workspace: allocated by tilejit at every call like an output (shape
+ * from its expressions, with the output allocator), handed to the kernel and
+ * to tensor maps, released once the launch is enqueued; never passed by the
+ * caller, never returned. With TJ_BUF_ZERO it is zero-filled before the
+ * kernel runs (on the launch stream for CUDA). */
+#define TJ_BUF_WORKSPACE 8u
+#define TJ_BUF_ZERO 16u
 
 /* Where one argument of the kernel function comes from (tj_abi_arg.source). */
 typedef enum {
@@ -312,6 +319,14 @@ TJ_API int tj_kernel_set_buffer(tj_kernel *kernel, int32_t index, const char *na
 /* Declares parameter `index` as a scalar of `dtype` (int, uint, float, bool). */
 TJ_API int tj_kernel_set_scalar(tj_kernel *kernel, int32_t index, const char *name,
                                 DLDataType dtype);
+
+/* Makes integer scalar parameter `index` (declared by tj_kernel_set_scalar)
+ * bind `symbol`: a call's value of the scalar is the symbol's value, so shape,
+ * grid, block, shared memory, tensor-map and kernel-argument expressions may
+ * use it. A tensor extent or another scalar binding the same symbol must agree
+ * with it; its divisibility and its dtype's range are checked as for a symbol
+ * bound by a tensor. */
+TJ_API int tj_kernel_set_scalar_symbol(tj_kernel *kernel, int32_t index, int32_t symbol);
 
 /* Declares parameter `index` as a raw pointer (tensor, address or None). */
 TJ_API int tj_kernel_set_pointer(tj_kernel *kernel, int32_t index, const char *name,
@@ -397,11 +412,15 @@ TJ_API int tj_kernel_add_launch(tj_kernel *kernel, const char *symbol, const int
 TJ_API int tj_kernel_set_launch_attrs(tj_kernel *kernel, int32_t index,
                                       const int32_t cluster_ids[3], uint32_t flags);
 
-/* A tiled TMA descriptor (CUtensorMap) the core encodes at every call with
- * the driver's cuTensorMapEncodeTiled, from the bound buffer's address and
- * these fields evaluated over the bound symbols; a kernel receives it by value
- * (TJ_ABI_TENSORMAP). Every array holds expression ids, innermost dimension
- * first, as the driver takes them. */
+/* A TMA descriptor (CUtensorMap) the core encodes at every call, from the
+ * bound buffer's address and these fields evaluated over the bound symbols; a
+ * kernel receives it by value (TJ_ABI_TENSORMAP). Every array holds
+ * expression ids, innermost dimension first, as the driver takes them.
+ * Tiled maps (im2col 0) go through cuTensorMapEncodeTiled and use `box`;
+ * im2col maps (im2col 1, rank 3 to 5) through cuTensorMapEncodeIm2col and use
+ * the pixel box corners (rank - 2 each), channels_per_pixel and
+ * pixels_per_column instead, checked against the driver's documented limits
+ * first, with messages naming the map. */
 typedef struct tj_tensormap {
   const char *name;                           /* for messages: the kernel's parameter ("A_desc") */
   int32_t param;                              /* the buffer (or pointer) parameter it describes */
@@ -410,11 +429,16 @@ typedef struct tj_tensormap {
   int32_t dims[TJ_MAX_TENSORMAP_RANK];        /* globalDim, elements */
   int32_t strides[TJ_MAX_TENSORMAP_RANK - 1]; /* globalStrides, bytes, dims 1.. */
   int32_t box[TJ_MAX_TENSORMAP_RANK];         /* boxDim, elements */
-  int32_t element_strides[TJ_MAX_TENSORMAP_RANK]; /* elementStrides */
-  int32_t interleave;                             /* CUtensorMapInterleave */
-  int32_t swizzle;                                /* CUtensorMapSwizzle */
-  int32_t l2_promotion;                           /* CUtensorMapL2promotion */
-  int32_t oob_fill;                               /* CUtensorMapFloatOOBfill */
+  int32_t element_strides[TJ_MAX_TENSORMAP_RANK];  /* elementStrides */
+  int32_t interleave;                              /* CUtensorMapInterleave */
+  int32_t swizzle;                                 /* CUtensorMapSwizzle */
+  int32_t l2_promotion;                            /* CUtensorMapL2promotion */
+  int32_t oob_fill;                                /* CUtensorMapFloatOOBfill */
+  int32_t im2col;                                  /* 0: tiled; 1: im2col */
+  int32_t lower_corner[TJ_MAX_TENSORMAP_RANK - 2]; /* im2col: pixelBoxLowerCorner {D, H, W} */
+  int32_t upper_corner[TJ_MAX_TENSORMAP_RANK - 2]; /* im2col: pixelBoxUpperCorner */
+  int32_t channels_per_pixel;                      /* im2col */
+  int32_t pixels_per_column;                       /* im2col */
 } tj_tensormap;
 
 /* CUDA kernel, before tj_kernel_finalize: registers a tensor map (copied);
@@ -429,8 +453,12 @@ TJ_API int tj_kernel_set_entry(tj_kernel *kernel, tj_cpu_entry entry);
 TJ_API const char *tj_kernel_name(const tj_kernel *kernel);
 TJ_API int32_t tj_kernel_num_params(const tj_kernel *kernel);
 TJ_API int32_t tj_kernel_num_symbols(const tj_kernel *kernel);
+/* Global workspaces (TJ_BUF_WORKSPACE): they follow the outputs in the
+ * frame's out_* arrays and in tj_call_set_output's numbering. */
+TJ_API int32_t tj_kernel_num_workspaces(const tj_kernel *kernel);
 TJ_API int32_t tj_kernel_num_outputs(const tj_kernel *kernel);
-/* Parameter index of the i-th output (declaration order). */
+/* Parameter index of the i-th output (declaration order), then of each
+ * workspace (i from num_outputs); -1 beyond. */
 TJ_API int32_t tj_kernel_output_param(const tj_kernel *kernel, int32_t i);
 TJ_API int32_t tj_kernel_param_kind(const tj_kernel *kernel, int32_t index);
 TJ_API const char *tj_kernel_param_name(const tj_kernel *kernel, int32_t index);
