@@ -329,11 +329,14 @@ def test_cluster_dims_launch_through_cuLaunchKernelEx(fake, cuda_kernels):
             "module": fake.launches()[-1]["module"], "grid": [-(-n // 128), 1, 1],
             "block": [128, 1, 1], "shared_mem": 0, "stream": 0x42,
             "args": [_ptr(a.address), _ptr(b.address), _i32(n)],
-            "attrs": [{"id": 4, "cluster": [2, 1, 1]}]}
+            # TileLang's runtime: a cluster launch with programmatic stream serialization.
+            "attrs": [{"id": 4, "cluster": [2, 1, 1]},
+                      {"id": 6, "programmatic_stream_serialization": 1}]}
     # A grid the cluster does not divide: the driver's refusal, with the launch spelled out.
     with pytest.raises(RuntimeError, match=r"scale: cuLaunchKernelEx\(grid \(1, 1, 1\), "
                                            r"block \(128, 1, 1\), shared memory 0 bytes, "
-                                           r"cluster \(2, 1, 1\)"):
+                                           r"cluster \(2, 1, 1\), programmatic dependent "
+                                           r"launch"):
         k(FakeCudaTensor((100,)))
 
 

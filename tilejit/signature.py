@@ -23,7 +23,6 @@ from .lang import (
     Scalar,
     Symbol,
     TensorMap,
-    Workspace,
     lower_expr,
 )
 from .program import Launch, Program, param_name

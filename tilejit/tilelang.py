@@ -45,16 +45,21 @@ from tilelang.jit.adapter.base import BaseKernelAdapter
 from tvm import tirx
 
 from . import compilation
+from .lang import _SCALAR_SYMBOL_DTYPES as _INTEGER_SCALARS
 from .lang import T
 from .program import Launch, Program
 
 BACKEND = "tilejit"
-DESCRIPTION_VERSION = 1
+# 2: scalar parameters in expressions, global workspaces, im2col tensor maps, TileLang's
+# launch policy. A version-1 description (in TileLang's disk cache) means the same today.
+DESCRIPTION_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
 _JIT = _tl_kernel.JITKernel
 
 
 class TileLangError(ValueError):
-    """A lowered TileLang kernel tilejit cannot describe (the message says what)."""
+    """A lowered TileLang kernel tilejit cannot describe (the message names the kernel and
+    the construct)."""
 
 
 # ---- Lowered TileLang -> a description (plain, JSON-able data) -----------------------------
@@ -123,9 +128,21 @@ def _attr(attrs, key, default=None):
 
 
 def describe(func, host_mod, device_mod, target_kind: str, arch: str | None = None) -> dict:
-    """What tilejit needs to run a lowered TileLang kernel, as plain data."""
-    name = str(func.attrs["global_symbol"]) if func.attrs and "global_symbol" in func.attrs \
-        else "main"
+    """What tilejit needs to run a lowered TileLang kernel, as plain data. A construct
+    tilejit cannot run is a TileLangError naming the kernel and what."""
+    name = "main"
+    try:
+        if func.attrs and "global_symbol" in func.attrs:
+            name = str(func.attrs["global_symbol"])
+        return _describe(name, func, host_mod, device_mod, target_kind, arch)
+    except TileLangError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise TileLangError(f"{name}: tilejit cannot read this lowered kernel: "
+                            f"{type(exc).__name__}: {exc}") from exc
+
+
+def _describe(name: str, func, host_mod, device_mod, target_kind: str, arch) -> dict:
     params, symbols, data_vars = [], {}, {}
     for p in func.params:
         if p in func.buffer_map:
@@ -140,7 +157,14 @@ def describe(func, host_mod, device_mod, target_kind: str, arch: str | None = No
         else:
             params.append({"kind": "scalar", "name": p.name, "dtype": str(p.dtype)})
             data_vars[p.name] = p.name
-    (host_func,) = [f for _, f in host_mod.functions.items()]
+    hosts = [f for _, f in host_mod.functions.items()]
+    if len(hosts) != 1:
+        raise TileLangError(f"{name}: expected one host function, the lowering made "
+                            f"{len(hosts)}")
+    (host_func,) = hosts
+    workspaces = _workspaces(name, host_func)
+    for w in workspaces:
+        data_vars[w["var"]] = w["name"]
     tma = _attr(host_func.attrs, "tma_descriptor_args", {}) or {}
     tensormaps = {str(var.name): _tensormap(name, str(var.name), list(args), data_vars)
                   for var, args in tma.items()}
@@ -184,7 +208,34 @@ def describe(func, host_mod, device_mod, target_kind: str, arch: str | None = No
             p["const"] = readonly_everywhere.get(p["name"], True)
     return {"version": DESCRIPTION_VERSION, "name": name, "target": target_kind, "arch": arch,
             "params": params, "symbols": symbols, "functions": functions,
-            "tensormaps": tensormaps}
+            "tensormaps": tensormaps,
+            "workspaces": [{k: w[k] for k in ("name", "dtype", "shape")} for w in workspaces]}
+
+
+def _workspaces(kernel: str, host_func) -> list[dict]:
+    """The global workspaces the host code allocates (``T.alloc_global``): each
+    ``AllocBuffer`` of global scope in the host function, with its (flattened) shape and
+    dtype, and the variable kernels and tensor maps receive it as."""
+    found = []
+
+    def visit(node):
+        if type(node).__name__ != "AllocBuffer":
+            return
+        buf = node.buffer
+        scope = str(buf.scope()) if callable(getattr(buf, "scope", None)) else "global"
+        if scope != "global":
+            raise TileLangError(f"{kernel}: the host code allocates '{buf.name}' in {scope!r} "
+                                "memory; tilejit allocates global workspaces only")
+        found.append({"name": str(buf.name), "var": str(buf.data.name), "dtype": str(buf.dtype),
+                      "shape": [_expr(d, kernel, f"workspace '{buf.name}' shape")
+                                for d in buf.shape]})
+
+    tirx.stmt_functor.post_order_visit(host_func.body, visit)
+    names = [w["name"] for w in found]
+    for w in found:  # the names become C identifiers next to the parameters'
+        if names.count(w["name"]) > 1:
+            w["name"] = w["var"]
+    return found
 
 
 def _launch_shape(kernel: str, fname: str, attrs) -> dict:
@@ -198,34 +249,74 @@ def _launch_shape(kernel: str, fname: str, attrs) -> dict:
             block[axis] = _expr(extent, kernel, f"{fname} {tag}")
     smem = _attr(attrs, "dyn_shared_memory_buf", 0)
     cluster = _attr(attrs, "cluster_dims")
+    try:
+        cluster = None if cluster is None else [int(c) for c in cluster]
+    except (TypeError, ValueError):
+        raise TileLangError(f"{kernel}: {fname} cluster_dims = {cluster}; tilejit launches "
+                            "constant cluster dimensions") from None
+    # TileLang's default runtime (tvm_ffi's CUDA module) launches a cluster only when a
+    # dimension exceeds 1, always with programmatic stream serialization; other launches
+    # get it when the kernel waits on its predecessor (T.pdl_sync); a cooperative launch
+    # only when neither applies.
+    if cluster is not None and all(c == 1 for c in cluster):
+        cluster = None
+    pdl = cluster is not None or bool(_attr(attrs, "has_cuda_pdl_sync", 0))
+    cooperative = bool(_attr(attrs, "use_cooperative_groups", False)) and not pdl
     return {"grid": grid, "block": block,
             "shared_mem": _expr(smem, kernel, f"{fname} dynamic shared memory"),
-            "cluster": None if cluster is None else [int(c) for c in cluster],
-            "cooperative": bool(_attr(attrs, "use_cooperative_groups", False)),
-            "pdl": _attr(attrs, "has_cuda_pdl_sync") is not None}
+            "cluster": cluster, "cooperative": cooperative, "pdl": pdl}
+
+
+_TENSORMAP_KINDS = {
+    # ["__tvm_tensormap_create_tiled", desc, data type, rank, address, dims[rank],
+    #  strides[rank] (the element size first), box[rank], element strides[rank], flags[4]]
+    "__tvm_tensormap_create_tiled": (("dims", 0), ("strides", 0), ("box", 0),
+                                     ("element_strides", 0)),
+    # ["__tvm_tensormap_create_im2col", desc, data type, rank, address, dims[rank],
+    #  strides[rank], element strides[rank], lower corner[rank - 2], upper corner[rank - 2],
+    #  pixels per column, channels per pixel, flags[4]]
+    "__tvm_tensormap_create_im2col": (("dims", 0), ("strides", 0), ("element_strides", 0),
+                                      ("lower_corner", 2), ("upper_corner", 2),
+                                      ("pixels_per_column", None),
+                                      ("channels_per_pixel", None)),
+}
 
 
 def _tensormap(kernel: str, desc: str, args: list, data_vars: dict) -> dict:
-    """``tma_descriptor_args[desc]``: ["__tvm_tensormap_create_tiled", desc, data type, rank,
-    address, dims[rank], strides[rank] (the element size first), box[rank],
-    element strides[rank], interleave, swizzle, L2 promotion, OOB fill]."""
+    """``tma_descriptor_args[desc]``, a tiled or an im2col map (the layouts above; flags:
+    interleave, swizzle, L2 promotion, OOB fill), as the fields tilejit encodes."""
     kind = str(args[0].value if isinstance(args[0], tirx.StringImm) else args[0])
-    if kind != "__tvm_tensormap_create_tiled":
+    if kind not in _TENSORMAP_KINDS:
         raise TileLangError(f"{kernel}: tensor map '{desc}' is made by {kind}; tilejit encodes "
-                            "tiled tensor maps only (not im2col)")
-    rank = int(args[3])
+                            f"tiled and im2col tensor maps ({', '.join(_TENSORMAP_KINDS)})")
+    try:
+        rank = int(args[3])
+    except (TypeError, ValueError):
+        raise TileLangError(f"{kernel}: tensor map '{desc}' has rank {args[3]}, not a "
+                            "constant") from None
     address = args[4]
     if not isinstance(address, tirx.Var) or address.name not in data_vars:
-        raise TileLangError(f"{kernel}: tensor map '{desc}' is of {address}, which is not a "
-                            "buffer parameter")
+        raise TileLangError(f"{kernel}: tensor map '{desc}' is of {address}, which is neither "
+                            "a buffer parameter nor a workspace")
+    layout = _TENSORMAP_KINDS[kind]
+    expected = 5 + sum(1 if less is None else rank - less for _, less in layout) + 4
+    if len(args) != expected:
+        raise TileLangError(f"{kernel}: tensor map '{desc}' ({kind}) has {len(args)} "
+                            f"arguments, expected {expected} for rank {rank}")
     at = 5
     fields = {}
-    for field in ("dims", "strides", "box", "element_strides"):
-        values = [_expr(v, kernel, f"tensor map '{desc}' {field}") for v in args[at:at + rank]]
+    for field, less in layout:
+        n = 1 if less is None else rank - less
+        values = [_expr(v, kernel, f"tensor map '{desc}' {field}") for v in args[at:at + n]]
         fields[field] = values[1:] if field == "strides" else values
-        at += rank
-    interleave, swizzle, l2, oob = (int(v) for v in args[at:at + 4])
-    return {"buffer": data_vars[address.name], "data_type": int(args[2]), **fields,
+        at += n
+    try:
+        interleave, swizzle, l2, oob = (int(v) for v in args[at:at + 4])
+    except (TypeError, ValueError):
+        raise TileLangError(f"{kernel}: tensor map '{desc}': interleave, swizzle, L2 "
+                            "promotion and OOB fill must be constants") from None
+    return {"kind": "im2col" if "im2col" in kind else "tiled",
+            "buffer": data_vars[address.name], "data_type": int(args[2]), **fields,
             "interleave": interleave, "swizzle": swizzle, "l2_promotion": l2,
             "oob_fill": oob}
 
@@ -234,6 +325,7 @@ def _tensormap(kernel: str, desc: str, args: list, data_vars: dict) -> dict:
 
 
 def _to_expr(e, symbols: dict):
+    """A described expression over ``symbols`` ({name: T.symbol or integer T.Scalar})."""
     if isinstance(e, int):
         return e
     if e[0] == "var":
@@ -241,6 +333,14 @@ def _to_expr(e, symbols: dict):
     a, b = _to_expr(e[1], symbols), _to_expr(e[2], symbols)
     return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "//": lambda: a // b,
             "%": lambda: a % b, "min": lambda: T.min(a, b), "max": lambda: T.max(a, b)}[e[0]]()
+
+
+def _expr_names(e) -> set:
+    if isinstance(e, int):
+        return set()
+    if e[0] == "var":
+        return {e[1]}
+    return _expr_names(e[1]) | _expr_names(e[2])
 
 
 def template_include_dirs() -> list[str]:
@@ -251,9 +351,44 @@ def template_include_dirs() -> list[str]:
 
 
 def program(description: dict, source: str | None, binary=None) -> tuple[Program, list[str]]:
-    """The tilejit Program of a description, and the compile flags its source needs."""
-    symbols = {name: T.symbol(name, dtype=dtype if dtype in ("int32", "int64") else "int64")
-               for name, dtype in description["symbols"].items()}
+    """The tilejit Program of a description, and the compile flags its source needs. A
+    construct tilejit cannot run is a TileLangError naming the kernel and what."""
+    try:
+        return _program(description, source, binary)
+    except TileLangError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        name = description.get("name", "?") if isinstance(description, dict) else "?"
+        raise TileLangError(f"{name}: tilejit cannot describe this kernel: "
+                            f"{type(exc).__name__}: {exc}") from exc
+
+
+def _program(description: dict, source: str | None, binary=None) -> tuple[Program, list[str]]:
+    name = description["name"]
+    # An integer scalar parameter is an expression of its own: where the lowering uses
+    # it (a grid of ceildiv(max_seqlen_q, 64)) or a dynamic dimension shares its name,
+    # the scalar stands for it.
+    scalars = {p["name"]: T.Scalar(p["dtype"], name=p["name"]) for p in description["params"]
+               if p["kind"] == "scalar"}
+    symbols = {sym: scalars[sym] if sym in scalars else
+               T.symbol(sym, dtype=dtype if dtype in ("int32", "int64") else "int64")
+               for sym, dtype in description["symbols"].items()}
+    for scalar_name, scalar in scalars.items():
+        if scalar_name not in symbols and scalar.dtype in _INTEGER_SCALARS:
+            symbols[scalar_name] = scalar
+    used = set()
+    for f in description["functions"]:
+        for key in ("grid", "block"):
+            for e in f.get(key, ()):
+                used |= _expr_names(e)
+        used |= _expr_names(f.get("shared_mem", 0))
+        for a in f["args"]:
+            if "expr" in a:
+                used |= _expr_names(a["expr"])
+    unknown = sorted(n for n in used if n not in symbols)
+    if unknown:
+        raise TileLangError(f"{name}: the launch uses {', '.join(unknown)}, which is neither a "
+                            "dynamic dimension nor an integer scalar parameter")
     params, by_name = [], {}
     for p in description["params"]:
         if p["kind"] == "buffer":
@@ -263,20 +398,35 @@ def program(description: dict, source: str | None, binary=None) -> tuple[Program
                              tuple(_to_expr(s, symbols) for s in strides),
                              name=p["name"], const=p["const"])
         else:
-            param = T.Scalar(p["dtype"], name=p["name"])
+            param = scalars[p["name"]]
         params.append(param)
         by_name[p["name"]] = param
+    workspaces = []
+    for w in description.get("workspaces", ()):
+        # TileLang's default runtime hands kernels workspace memory as it finds it (its
+        # pool is not cleared): no zero fill.
+        workspace = T.Workspace(tuple(_to_expr(d, symbols) for d in w["shape"]), w["dtype"],
+                                name=w["name"])
+        workspaces.append(workspace)
+        by_name[w["name"]] = workspace
     maps = {}
     for desc, m in description["tensormaps"].items():
-        maps[desc] = T.TensorMap(by_name[m["buffer"]],
-                                 box=[_to_expr(v, symbols) for v in m["box"]],
-                                 dims=[_to_expr(v, symbols) for v in m["dims"]],
-                                 strides=[_to_expr(v, symbols) for v in m["strides"]],
-                                 element_strides=[_to_expr(v, symbols)
-                                                  for v in m["element_strides"]],
-                                 data_type=m["data_type"], interleave=m["interleave"],
-                                 swizzle=m["swizzle"], l2_promotion=m["l2_promotion"],
-                                 oob_fill=m["oob_fill"], name=desc)
+        fields = {key: [_to_expr(v, symbols) for v in m[key]]
+                  for key in ("dims", "strides", "element_strides")}
+        flags = {key: m[key] for key in ("data_type", "interleave", "swizzle", "l2_promotion",
+                                         "oob_fill")}
+        if m.get("kind", "tiled") == "im2col":
+            maps[desc] = T.TensorMap.im2col_map(
+                by_name[m["buffer"]],
+                lower_corner=[_to_expr(v, symbols) for v in m["lower_corner"]],
+                upper_corner=[_to_expr(v, symbols) for v in m["upper_corner"]],
+                channels_per_pixel=_to_expr(m["channels_per_pixel"][0], symbols),
+                pixels_per_column=_to_expr(m["pixels_per_column"][0], symbols),
+                **fields, **flags, name=desc)
+        else:
+            maps[desc] = T.TensorMap(by_name[m["buffer"]],
+                                     box=[_to_expr(v, symbols) for v in m["box"]],
+                                     **fields, **flags, name=desc)
 
     def kernel_args(function):
         out = []
@@ -290,11 +440,13 @@ def program(description: dict, source: str | None, binary=None) -> tuple[Program
         return out
 
     readonly = [p["name"] for p in description["params"] if p.get("const")]
-    name = description["name"]
     if description["target"] == "cpu":
+        if len(description["functions"]) != 1:
+            raise TileLangError(f"{name}: a CPU kernel calls one function, the host code "
+                                f"calls {len(description['functions'])}")
         (function,) = description["functions"]
         prog = Program(function["name"], params, source, kernel_args=kernel_args(function),
-                       language="c++", readonly_params=readonly)
+                       language="c++", readonly_params=readonly, workspaces=workspaces)
         return prog, ["-std=c++17", *(f"-I{d}" for d in template_include_dirs())]
     launches = [Launch(f["name"], grid=[_to_expr(g, symbols) for g in f["grid"]],
                        block=[_to_expr(b, symbols) for b in f["block"]],
@@ -303,7 +455,7 @@ def program(description: dict, source: str | None, binary=None) -> tuple[Program
                        cooperative=f["cooperative"], pdl=f["pdl"])
                 for f in description["functions"]]
     prog = Program(name, params, source, launches=launches, binary=binary,
-                   readonly_params=readonly)
+                   readonly_params=readonly, workspaces=workspaces)
     flags = ["-std=c++20", *(f"-I{d}" for d in template_include_dirs()),
              "-Xcudafe", "--diag_suppress=177", "-w"]
     return prog, flags
@@ -398,8 +550,10 @@ class TilejitKernelAdapter(BaseKernelAdapter):
                 source = f.read()
         adapter.description = json.loads(text)
         adapter.from_cache = True
-        if adapter.description.get("version") != DESCRIPTION_VERSION:
-            raise TileLangError("a cached tilejit kernel description of another version")
+        if adapter.description.get("version") not in _READABLE_VERSIONS:
+            raise TileLangError(f"a cached tilejit kernel description of version "
+                                f"{adapter.description.get('version')!r}; this tilejit reads "
+                                f"versions {', '.join(map(str, _READABLE_VERSIONS))}")
         adapter._finish(source, kernel_lib_path, compile_flags, verbose)
         return adapter
 

@@ -21,8 +21,9 @@
  * cubins (uncompressed: nvcc --no-compress), PTX declares them in the .entry
  * line. cuLaunchKernel and cuLaunchKernelEx record exactly as many bytes per
  * argument as the kernel's parameter has (a CUtensorMap: 128);
- * cuTensorMapEncodeTiled records its arguments and writes a map whose bytes
- * name them.
+ * cuTensorMapEncodeTiled and cuTensorMapEncodeIm2col record their arguments and
+ * write a map whose bytes name them; cuMemsetD8Async and cuStreamSynchronize
+ * record theirs.
  *
  * Control, for tests (dlsym / ctypes on the same library path the core
  * loads, which is the same loaded copy):
@@ -113,6 +114,7 @@ typedef int CUtensorMapInterleave;
 typedef int CUtensorMapSwizzle;
 typedef int CUtensorMapL2promotion;
 typedef int CUtensorMapFloatOOBfill;
+typedef unsigned long long CUdeviceptr;
 #endif
 
 #define EXPORT __attribute__((visibility("default")))
@@ -845,6 +847,96 @@ EXPORT CUresult CUDAAPI cuTensorMapEncodeTiled(
   put(&t, ", \"interleave\": %d, \"swizzle\": %d, \"l2_promotion\": %d, \"oob_fill\": %d",
       (int)interleave, (int)swizzle, (int)l2_promotion, (int)oob_fill);
   LEAVE(finish(&t, "cuTensorMapEncodeTiled", rc));
+}
+
+/* cuTensorMapEncodeIm2col: the driver's documented limits (rank 3 to 5, aligned
+ * address, dims, strides, pixel box corners by rank, channels per pixel within 256
+ * and the swizzle, pixels per column within 1024, element strides 1 to 8); records
+ * every field and writes a map naming the address, dims, strides and box. */
+EXPORT CUresult CUDAAPI cuTensorMapEncodeIm2col(
+    CUtensorMap *map, CUtensorMapDataType data_type, cuuint32_t rank, void *address,
+    const cuuint64_t *dims, const cuuint64_t *strides, const int *lower, const int *upper,
+    cuuint32_t channels, cuuint32_t pixels, const cuuint32_t *element_strides,
+    CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,
+    CUtensorMapL2promotion l2_promotion, CUtensorMapFloatOOBfill oob_fill) {
+  ENTER("cuTensorMapEncodeIm2col");
+  static const int element_bytes[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};
+  CUresult rc = CUDA_SUCCESS;
+  int type = (int)data_type;
+  if (map == NULL || ((uintptr_t)map & 63) || rank < 3 || rank > 5 || address == NULL ||
+      ((uintptr_t)address & 15) || type < 0 || type > 12 || dims == NULL || strides == NULL ||
+      element_strides == NULL || lower == NULL || upper == NULL)
+    rc = CUDA_ERROR_INVALID_VALUE;
+  const int bound = rank == 3 ? 1 << 15 : rank == 4 ? 1 << 7 : 1 << 4;
+  for (cuuint32_t i = 0; rc == CUDA_SUCCESS && i < rank; ++i) {
+    if (dims[i] == 0 || dims[i] > (1ull << 32) || element_strides[i] == 0 ||
+        element_strides[i] > 8)
+      rc = CUDA_ERROR_INVALID_VALUE;
+    if (i + 1 < rank && (strides[i] % 16 || strides[i] >= (1ull << 40)))
+      rc = CUDA_ERROR_INVALID_VALUE;
+    if (i + 2 < rank &&
+        (lower[i] < -bound || lower[i] >= bound || upper[i] < -bound || upper[i] >= bound))
+      rc = CUDA_ERROR_INVALID_VALUE;
+  }
+  if (rc == CUDA_SUCCESS && (channels == 0 || channels > 256 || pixels == 0 || pixels > 1024))
+    rc = CUDA_ERROR_INVALID_VALUE;
+  if (rc == CUDA_SUCCESS && interleave == 0 && swizzle >= 1 && swizzle <= 3 &&
+      channels * (cuuint32_t)element_bytes[type] > (16u << swizzle))
+    rc = CUDA_ERROR_INVALID_VALUE;
+  if (rc == CUDA_SUCCESS) {
+    memset(map, 0, sizeof(*map));
+    map->opaque[0] = (cuuint64_t)(uintptr_t)address;
+    for (cuuint32_t i = 0; i < rank; ++i) {
+      map->opaque[1 + i] = dims[i];
+      if (i + 1 < rank) map->opaque[6 + i] = strides[i];
+    }
+    map->opaque[11] = channels;
+    map->opaque[12] = pixels;
+  }
+  text t = begin("cuTensorMapEncodeIm2col", rc);
+  put(&t, ", \"data_type\": %d, \"rank\": %u, \"address\": %llu", type, rank,
+      (unsigned long long)(uintptr_t)address);
+  const char *names[5] = {"dims", "strides", "element_strides", "lower_corner", "upper_corner"};
+  for (int g = 0; g < 5; ++g) {
+    cuuint32_t n = g == 1 ? (rank > 0 ? rank - 1 : 0) : g >= 3 ? (rank > 2 ? rank - 2 : 0) : rank;
+    put(&t, ", \"%s\": [", names[g]);
+    for (cuuint32_t i = 0; i < n && i < 5; ++i) {
+      long long v = g == 0   ? (long long)(dims ? dims[i] : 0)
+                    : g == 1 ? (long long)(strides ? strides[i] : 0)
+                    : g == 2 ? (long long)(element_strides ? element_strides[i] : 0)
+                    : g == 3 ? (long long)(lower ? lower[i] : 0)
+                             : (long long)(upper ? upper[i] : 0);
+      put(&t, "%s%lld", i ? ", " : "", v);
+    }
+    put(&t, "]");
+  }
+  put(&t,
+      ", \"channels_per_pixel\": %u, \"pixels_per_column\": %u, \"interleave\": %d, "
+      "\"swizzle\": %d, \"l2_promotion\": %d, \"oob_fill\": %d",
+      channels, pixels, (int)interleave, (int)swizzle, (int)l2_promotion, (int)oob_fill);
+  LEAVE(finish(&t, "cuTensorMapEncodeIm2col", rc));
+}
+
+/* cuMemsetD8Async: records the address, value, byte count and stream (the memory is
+ * the test's, so nothing is written). */
+EXPORT CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr address, unsigned char value, size_t count,
+                                        CUstream stream) {
+  ENTER("cuMemsetD8Async");
+  CUresult rc = address == 0 && count > 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+  if (rc == CUDA_SUCCESS && current() == NULL) rc = CUDA_ERROR_INVALID_CONTEXT;
+  text t = begin("cuMemsetD8Async", rc);
+  put(&t, ", \"address\": %llu, \"value\": %u, \"count\": %zu, \"stream\": %llu",
+      (unsigned long long)address, (unsigned)value, count,
+      (unsigned long long)(uintptr_t)stream);
+  LEAVE(finish(&t, "cuMemsetD8Async", rc));
+}
+
+/* cuStreamSynchronize: records the stream. */
+EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream stream) {
+  ENTER("cuStreamSynchronize");
+  text t = begin("cuStreamSynchronize", CUDA_SUCCESS);
+  put(&t, ", \"stream\": %llu", (unsigned long long)(uintptr_t)stream);
+  LEAVE(finish(&t, "cuStreamSynchronize", CUDA_SUCCESS));
 }
 
 /* ---- Control ---------------------------------------------------------------- */
