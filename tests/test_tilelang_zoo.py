@@ -52,7 +52,7 @@ def varlen_copy():
     @TL.prim_func
     def varlen(Q: TL.Tensor((total, 128), "float16"), O: TL.Tensor((total, 128), "float16"),
                max_seqlen_q: TL.int32):
-        with TL.Kernel(TL.ceildiv(max_seqlen_q, 64), 4, threads=128) as (bx, by):
+        with TL.Kernel(TL.ceildiv(max_seqlen_q, 64), 4, threads=128) as (bx, _by):
             s = TL.alloc_shared((64, 128), "float16")
             TL.copy(Q[bx * 64, 0], s)
             TL.copy(s, O[bx * 64, 0])
@@ -370,7 +370,6 @@ def test_cluster_and_pdl_launches_follow_tilelangs_runtime(fake, make, attrs):
 
 
 def test_conversion_failures_are_tilelang_errors_naming_the_kernel():
-    description = tt.describe  # noqa: F841 -- the entry point the adapter uses
     bad = {"version": 2, "name": "k", "target": "cuda", "arch": "sm_90a",
            "params": [{"kind": "buffer", "name": "A", "dtype": "float32", "shape": [["var", "n"]],
                        "strides": None, "const": False}],

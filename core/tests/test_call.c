@@ -785,3 +785,197 @@ TEST(arg_from_capsule) {
   CHECK_EQ_STR(tj_last_error(), "__dlpack__ returned an object that is not a DLPack capsule");
   CHECK_EQ_INT(rec.deletes, 1);
 }
+
+/* ---- Integer scalars that bind symbols; global workspaces ------------------- */
+
+static int64_t seen_n;
+static float *seen_w;
+static int32_t fill_entry(const tj_value *args) {
+  seen_n = args[0].i;
+  float *c = args[1].p;
+  for (int64_t i = 0; i < 2 * args[0].i; ++i) c[i] = (float)i;
+  return 0;
+}
+
+static int64_t scalar_value(tj_arg *arg, int64_t v) {
+  tj_arg_init(arg);
+  arg->kind = TJ_ARG_INT;
+  arg->value.i = v;
+  return v;
+}
+
+TEST(call_run_scalar_binds_symbols) {
+  memset(&rec, 0, sizeof(rec));
+  /* fill(n: int32, C: output of shape (n * 2,)): the output's shape comes from n. */
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("fill", 2, TJ_TARGET_CPU, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  int32_t twice = tjt_binop_const(k, "n * 2", 0, TJ_OP_MUL, 2);
+  CHECK_OK(tj_kernel_set_scalar(k, 0, "n", TJT_DTYPE(kDLInt, 32)));
+  CHECK_OK(tj_kernel_set_scalar_symbol(k, 0, 0));
+  tjt_buffer(k, 1, "C", TJT_F32, 1, &twice, NULL, 0, TJ_BUF_OUTPUT);
+  CHECK_OK(tj_kernel_finalize(k));
+  CHECK_OK(tj_kernel_set_entry(k, fill_entry));
+  /* Each value shapes its own output: the memo keys on the value. */
+  const int64_t values[] = {3, 4, 3, 0, 4};
+  for (int i = 0; i < 5; ++i) {
+    rec.allocations = 0; /* each call's output in the first slot */
+    tj_arg args[1];
+    scalar_value(&args[0], values[i]);
+    void *outputs[1];
+    tj_call call = {args, 1, 0, NULL, &fake_producer, NULL, outputs, 0};
+    CHECK_OK(tj_call_run(k, &call));
+    CHECK_EQ_INT(seen_n, values[i]);
+    CHECK_EQ_INT(((tjt_object *)outputs[0])->tensor.t.shape[0], 2 * values[i]);
+  }
+  tj_arg args[1];
+  scalar_value(&args[0], -1);
+  void *outputs[1];
+  tj_call call = {args, 1, 0, NULL, &fake_producer, NULL, outputs, 0};
+  rec.allocations = 0;
+  CHECK_STATUS(tj_call_run(k, &call), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(),
+               "fill: output 'C': shape[0] == n * 2 evaluates to -2, which is negative");
+  scalar_value(&args[0], (int64_t)1 << 40); /* the scalar's own range first */
+  CHECK_STATUS(tj_call_run(k, &call), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(),
+               "fill: argument 0 'n': value 1099511627776 is out of range for "
+               "int32");
+  tj_kernel_free(k);
+}
+
+TEST(call_run_scalar_symbol_agreement) {
+  /* f(A: (m,) float32, m: uint64) with m a multiple of 4. */
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("f", 2, TJ_TARGET_CPU, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "m", 4));
+  int32_t m = tjt_sym(k, 0);
+  tjt_buffer(k, 0, "A", TJT_F32, 1, &m, NULL, 0, 0);
+  CHECK_OK(tj_kernel_set_scalar(k, 1, "m", TJT_DTYPE(kDLUInt, 64)));
+  CHECK_STATUS(tj_kernel_set_scalar_symbol(k, 1, 1), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(), "f: scalar parameter 'm': symbol 1 out of range [0, 1)");
+  CHECK_STATUS(tj_kernel_set_scalar_symbol(k, 0, 0), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(), "f: parameter 0 is not a declared scalar");
+  CHECK_OK(tj_kernel_set_scalar_symbol(k, 1, 0));
+  CHECK_OK(tj_kernel_finalize(k));
+  tjt_tensor a;
+  float data[8] = {0};
+  tjt_tensor_1d(&a, data, TJT_F32, 8);
+  tj_arg args[2];
+  tj_frame frame;
+  tjt_arg_tensor(&args[0], &a, 0);
+  scalar_value(&args[1], 8);
+  CHECK_OK(tj_call_bind(k, args, 2, &frame));
+  CHECK_EQ_INT(frame.symbols[0], 8);
+  scalar_value(&args[1], 5);
+  CHECK_STATUS(tj_call_bind(k, args, 2, &frame), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(),
+               "f: argument 1 'm': expected m == 8 (bound by argument 0 'A'), "
+               "got 5");
+  tjt_tensor_1d(&a, data, TJT_F32, 6);
+  scalar_value(&args[1], 6);
+  CHECK_STATUS(tj_call_bind(k, args, 2, &frame), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(),
+               "f: argument 0 'A': shape[0] = 6 binds m, which must be "
+               "divisible by 4");
+  tj_kernel_free(k);
+  /* The scalar first: it binds, and the tensor must agree; a uint64 beyond int64 is
+   * refused by name. */
+  CHECK_OK(tj_kernel_create("g", 2, TJ_TARGET_CPU, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "m", 1));
+  m = tjt_sym(k, 0);
+  CHECK_OK(tj_kernel_set_scalar(k, 0, "m", TJT_DTYPE(kDLUInt, 64)));
+  CHECK_OK(tj_kernel_set_scalar_symbol(k, 0, 0));
+  tjt_buffer(k, 1, "A", TJT_F32, 1, &m, NULL, 0, 0);
+  CHECK_OK(tj_kernel_finalize(k));
+  tjt_tensor_1d(&a, data, TJT_F32, 8);
+  scalar_value(&args[0], 7);
+  tjt_arg_tensor(&args[1], &a, 0);
+  CHECK_STATUS(tj_call_bind(k, args, 2, &frame), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(),
+               "g: argument 1 'A': expected shape[0] == m (= 7, bound by "
+               "argument 0 'm'), got 8");
+  scalar_value(&args[0], -1);
+  args[0].flags = TJ_ARG_UNSIGNED;
+  CHECK_STATUS(tj_call_bind(k, args, 2, &frame), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(),
+               "g: argument 0 'm': value 18446744073709551615 binds m, which is "
+               "evaluated as an int64: expected at most 2**63 - 1");
+  tj_kernel_free(k);
+  /* Only integer scalars bind. */
+  CHECK_OK(tj_kernel_create("h", 1, TJ_TARGET_CPU, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "x", 1));
+  CHECK_OK(tj_kernel_set_scalar(k, 0, "x", TJT_F32));
+  CHECK_STATUS(tj_kernel_set_scalar_symbol(k, 0, 0), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(),
+               "h: scalar parameter 'x' is float32; only integer scalars bind "
+               "symbols");
+  tj_kernel_free(k);
+}
+
+static int released;
+static void count_release(void *object) {
+  ((tjt_object *)object)->refs--;
+  released++;
+}
+
+static int32_t workspace_entry(const tj_value *args) {
+  seen_w = args[1].p;
+  for (int i = 0; i < 8; ++i)
+    if (seen_w[i] != 0.0f) return 1; /* zero-filled before the kernel runs */
+  for (int i = 0; i < 8; ++i) seen_w[i] = 7.0f;
+  return 0;
+}
+
+TEST(call_run_workspaces) {
+  memset(&rec, 0, sizeof(rec));
+  for (int i = 0; i < 64; ++i) rec.out_data[0][i] = rec.out_data[1][i] = 5.0f; /* stale */
+  /* ws(A: (n,) float32) with a zero-filled workspace W of shape (n,). */
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("ws", 2, TJ_TARGET_CPU, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  int32_t n = tjt_sym(k, 0);
+  tjt_buffer(k, 0, "A", TJT_F32, 1, &n, NULL, 0, 0);
+  tjt_buffer(k, 1, "W", TJT_F32, 1, &n, NULL, 0, TJ_BUF_WORKSPACE | TJ_BUF_ZERO);
+  CHECK_OK(tj_kernel_finalize(k));
+  CHECK_OK(tj_kernel_set_entry(k, workspace_entry));
+  CHECK_EQ_INT(tj_kernel_num_outputs(k), 0);
+  CHECK_EQ_INT(tj_kernel_num_workspaces(k), 1);
+  CHECK_EQ_INT(tj_kernel_output_param(k, 0), 1);
+  CHECK_EQ_INT(tj_kernel_output_param(k, 1), -1);
+  tj_host host;
+  memset(&host, 0, sizeof(host));
+  host.release = count_release;
+  released = 0;
+  for (int call_number = 0; call_number < 2; ++call_number) {
+    tjt_object a;
+    object_tensor(&a, a_data, 8);
+    tj_arg args[1];
+    object_arg(&args[0], &a);
+    tj_call call = {args, 1, 0, NULL, NULL, &host, NULL, 0};
+    CHECK_OK(tj_call_run(k, &call));
+    CHECK(seen_w == rec.out_data[call_number]);
+    CHECK_EQ_INT(seen_w[0], 7); /* the kernel wrote it */
+    CHECK_EQ_INT(released, call_number + 1);
+    CHECK_EQ_INT(rec.outs[call_number].refs, 0); /* released after the launch */
+  }
+  /* A workspace no allocator can make is refused by name. */
+  tjt_tensor t;
+  tjt_tensor_1d(&t, a_data, TJT_F32, 8);
+  tj_arg args[1];
+  tjt_arg_tensor(&args[0], &t, 0);
+  tj_call call = {args, 1, 0, NULL, NULL, &host, NULL, 0};
+  CHECK_STATUS(tj_call_run(k, &call), TJ_ETYPE);
+  CHECK_EQ_STR(tj_last_error(),
+               "ws: workspace 'W': no tensor argument to allocate it like, and "
+               "no default allocator");
+  tj_kernel_free(k);
+  /* Flags that make no sense together are refused when declared. */
+  CHECK_OK(tj_kernel_create("bad", 1, TJ_TARGET_CPU, &k));
+  int32_t one = tjt_const(k, 1);
+  CHECK_STATUS(tj_kernel_set_buffer(k, 0, "Z", TJT_F32, 1, &one, NULL, 0, TJ_BUF_ZERO), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(), "bad: parameter 'Z': only a workspace is zero-filled");
+  CHECK_STATUS(tj_kernel_set_pointer(k, 0, "P", TJT_F32, 0, TJ_BUF_WORKSPACE), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(), "bad: pointer parameter 'P' cannot be an output or a workspace");
+  tj_kernel_free(k);
+}

@@ -768,3 +768,108 @@ TEST(cuda_tensor_map_encode_error_names_the_map) {
   CHECK_EQ_INT(fake.count("cuLaunchKernelEx"), 0);
   tj_kernel_free(k);
 }
+
+/* conv(X: (n, 8, 16) f32, an im2col map of X, W: a zero-filled workspace of n
+ * floats): the map's pixel box corners, channels and pixels are constants;
+ * `channels` and `lower` vary to cross the driver's limits. */
+static const char CONV_PTX[] =
+    ".version 8.0\n.target sm_90a\n.address_size 64\n"
+    ".visible .entry conv(\n"
+    "  .param .align 64 .b8 conv_param_0[128],\n"
+    "  .param .u64 conv_param_1\n"
+    ")\n{\n  ret;\n}\n";
+
+static tj_kernel *conv_kernel(int64_t channels, int64_t lower) {
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("conv", 2, TJ_TARGET_CUDA, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  int32_t n = tjt_sym(k, 0), one = tjt_const(k, 1);
+  int32_t shape[3] = {n, tjt_const(k, 8), tjt_const(k, 16)};
+  tjt_buffer(k, 0, "X", TJT_F32, 3, shape, NULL, 0, TJ_BUF_CONST);
+  tjt_buffer(k, 1, "W", TJT_F32, 1, &n, NULL, 0, TJ_BUF_WORKSPACE | TJ_BUF_ZERO);
+  tj_tensormap map = {.name = "X_desc", .param = 0, .data_type = 7, .rank = 3, .im2col = 1};
+  map.dims[0] = shape[2], map.dims[1] = shape[1], map.dims[2] = n;
+  map.strides[0] = tjt_const(k, 64), map.strides[1] = tjt_const(k, 512);
+  for (int i = 0; i < 3; ++i) map.element_strides[i] = one;
+  map.lower_corner[0] = tjt_const(k, lower);
+  map.upper_corner[0] = tjt_const(k, -1);
+  map.channels_per_pixel = tjt_const(k, channels);
+  map.pixels_per_column = tjt_const(k, 32);
+  int32_t map_id = -1;
+  CHECK_OK(tj_kernel_add_tensormap(k, &map, &map_id));
+  int32_t grid[3] = {tjt_const(k, 4), one, one}, block[3] = {tjt_const(k, 128), one, one};
+  CHECK_OK(tj_kernel_set_launch(k, grid, block, tjt_const(k, 0)));
+  tj_abi_arg args[2] = {{TJ_ABI_TENSORMAP, map_id, {0, 0, 0}}, {TJ_ABI_PARAM, 1, {0, 0, 0}}};
+  CHECK_OK(tj_kernel_set_abi(k, 2, args));
+  CHECK_OK(tj_kernel_finalize(k));
+  CHECK_OK(tj_kernel_set_image(k, CONV_PTX, (int64_t)sizeof(CONV_PTX) - 1, "conv"));
+  return k;
+}
+
+/* Binds conv(X) with X of n pixels rows at 0x10000000 and the workspace at
+ * 0x30000000 (what an allocator would hand back), and launches on `stream`. */
+static int launch_conv(tj_kernel *k, int64_t n, void *stream) {
+  tjt_tensor x, w;
+  int64_t shape[3] = {n, 8, 16};
+  tjt_tensor_init(&x, DEVICE_PTR(0x10000000), TJT_F32, 3, shape, NULL);
+  x.t.device.device_type = kDLCUDA;
+  cuda_tensor(&w, 0x30000000, n, 0);
+  tj_arg arg, ws;
+  tjt_arg_tensor(&arg, &x, 0);
+  tj_frame f;
+  CHECK_OK(tj_call_bind(k, &arg, 1, &f));
+  CHECK_EQ_INT(f.out_shape[0][0], n); /* the workspace's shape, after the (no) outputs */
+  tjt_arg_tensor(&ws, &w, 0);
+  CHECK_OK(tj_call_set_output(&f, 0, &ws));
+  f.stream = stream;
+  return tj_call_launch(&f);
+}
+
+TEST(cuda_im2col_map_and_zeroed_workspace) {
+  use_fake();
+  fake.set_capability(9, 0);
+  tj_kernel *k = conv_kernel(16, -1);
+  CHECK_OK(launch_conv(k, 4, (void *)(uintptr_t)0x5eed));
+  /* The workspace is zeroed on the launch stream, before the map and the kernel. */
+  CHECK_RECORDED(
+      "\"fn\": \"cuMemsetD8Async\", \"result\": 0, \"context\": 0, \"address\": "
+      "805306368, \"value\": 0, \"count\": 16, \"stream\": 24301");
+  CHECK_RECORDED(
+      "\"fn\": \"cuTensorMapEncodeIm2col\", \"result\": 0, \"context\": 0, \"data_type\": 7, "
+      "\"rank\": 3, \"address\": 268435456, \"dims\": [16, 8, 4], \"strides\": [64, 512], "
+      "\"element_strides\": [1, 1, 1], \"lower_corner\": [-1], \"upper_corner\": [-1], "
+      "\"channels_per_pixel\": 16, \"pixels_per_column\": 32, \"interleave\": 0, \"swizzle\": 0, "
+      "\"l2_promotion\": 0, \"oob_fill\": 0");
+  const char *all = fake.json();
+  const char *memset_at = strstr(all, "cuMemsetD8Async"), *launch_at = strstr(all, "cuLaunch");
+  CHECK(memset_at != NULL && launch_at != NULL && memset_at < launch_at);
+  char h[20], want[200];
+  snprintf(want, sizeof(want), "\"function\": \"conv\"");
+  CHECK_RECORDED(want);
+  CHECK_RECORDED(hex(0x30000000, 8, h)); /* the workspace reaches the kernel */
+  tj_kernel_free(k);
+  /* The driver's limits, checked first and named: channels per pixel, corners by rank. */
+  k = conv_kernel(300, -1);
+  CHECK_STATUS(launch_conv(k, 4, NULL), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(),
+               "conv: tensor map 'X_desc' (of 'X'): channels_per_pixel = 300, expected 1 to 256");
+  tj_kernel_free(k);
+  k = conv_kernel(16, -40000);
+  CHECK_STATUS(launch_conv(k, 4, NULL), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(),
+               "conv: tensor map 'X_desc' (of 'X'): lower_corner[0] = -40000; a rank-3 im2col "
+               "map's pixel box corners must be within [-32768, 32767]");
+  CHECK_EQ_INT(fake.count("cuLaunchKernel"), 1);
+  tj_kernel_free(k);
+  /* An im2col map has rank 3 to 5. */
+  CHECK_OK(tj_kernel_create("bad", 1, TJ_TARGET_CUDA, &k));
+  int32_t one = tjt_const(k, 1);
+  tjt_buffer(k, 0, "X", TJT_F32, 1, &one, NULL, 0, 0);
+  tj_tensormap map = {.name = "X_desc", .param = 0, .data_type = 7, .rank = 2, .im2col = 1};
+  int32_t id;
+  CHECK_STATUS(tj_kernel_add_tensormap(k, &map, &id), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(),
+               "bad: tensor map 'X_desc': an im2col tensor map has rank 3, 4 or "
+               "5 (NWC, NHWC, NDHWC), got 2");
+  tj_kernel_free(k);
+}

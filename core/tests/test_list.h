@@ -56,6 +56,9 @@
   X(call_run_claims)                               \
   X(call_run_claims_asked)                         \
   X(call_run_claims_skip_objects_without_a_record) \
+  X(call_run_scalar_binds_symbols)                 \
+  X(call_run_scalar_symbol_agreement)              \
+  X(call_run_workspaces)                           \
   X(producer_from_exchange_versions)               \
   X(producer_exchange_view_or_export)              \
   X(arg_from_capsule)                              \
@@ -138,6 +141,7 @@
   X(cuda_abi_order_and_widths)                     \
   X(cuda_param_info_checked)                       \
   X(cuda_tensor_map_encode_error_names_the_map)    \
+  X(cuda_im2col_map_and_zeroed_workspace)          \
   X(cuda_launches_tensor_maps_and_attributes)      \
   /* test_layout.c */                              \
   X(layout_init_and_format)                        \

@@ -869,8 +869,7 @@ EXPORT CUresult CUDAAPI cuTensorMapEncodeIm2col(
     rc = CUDA_ERROR_INVALID_VALUE;
   const int bound = rank == 3 ? 1 << 15 : rank == 4 ? 1 << 7 : 1 << 4;
   for (cuuint32_t i = 0; rc == CUDA_SUCCESS && i < rank; ++i) {
-    if (dims[i] == 0 || dims[i] > (1ull << 32) || element_strides[i] == 0 ||
-        element_strides[i] > 8)
+    if (dims[i] == 0 || dims[i] > (1ull << 32) || element_strides[i] == 0 || element_strides[i] > 8)
       rc = CUDA_ERROR_INVALID_VALUE;
     if (i + 1 < rank && (strides[i] % 16 || strides[i] >= (1ull << 40)))
       rc = CUDA_ERROR_INVALID_VALUE;
@@ -926,8 +925,7 @@ EXPORT CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr address, unsigned char value
   if (rc == CUDA_SUCCESS && current() == NULL) rc = CUDA_ERROR_INVALID_CONTEXT;
   text t = begin("cuMemsetD8Async", rc);
   put(&t, ", \"address\": %llu, \"value\": %u, \"count\": %zu, \"stream\": %llu",
-      (unsigned long long)address, (unsigned)value, count,
-      (unsigned long long)(uintptr_t)stream);
+      (unsigned long long)address, (unsigned)value, count, (unsigned long long)(uintptr_t)stream);
   LEAVE(finish(&t, "cuMemsetD8Async", rc));
 }
 
