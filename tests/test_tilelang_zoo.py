@@ -450,3 +450,52 @@ def test_kernels_from_tilelangs_disk_cache_launch_as_compiled_ones(tmp_path, fak
     assert [r["fn"] for r in runs[0]["records"]] == [
         "cuLaunchKernel", "cuTensorMapEncodeTiled", "cuTensorMapEncodeTiled", "cuLaunchKernel",
         "cuTensorMapEncodeIm2col", "cuLaunchKernel"]
+
+
+# ---- On a GPU (marked `cuda`): the same kernels, TileLang's own backend as the oracle ----------
+
+_GPU_RUN = """
+import sys, torch, tilelang
+sys.path.insert(0, {here!r})
+import test_tilelang_zoo as zoo
+major, _ = torch.cuda.get_device_capability()
+target = {{"kind": "cuda", "arch": "sm_90a" if major == 9 else f"sm_{{major}}0"}}
+dev = torch.device("cuda")
+q4096 = torch.randn(4096, 128, dtype=torch.float16, device=dev)
+q1024 = torch.randn(1024, 128, dtype=torch.float16, device=dev)
+a = torch.randn(1 << 16, device=dev)
+cases = [(zoo.varlen_copy, [1], (q4096, 1000), slice(0, 1000), q4096[:1000]),
+         (zoo.split_kv, [1], (q1024, 1000), slice(0, 1000), q1024[:1000])]
+if major == 9:  # TMA im2col, clusters and PDL: Hopper
+    data = torch.randn(2, 16, 16, 64, dtype=torch.float16, device=dev)
+    cases += [(zoo.im2col_conv, -1, (data,), slice(None), None),
+              (zoo.cluster_kernel, -1, (a,), slice(None), a + 1),
+              (zoo.pdl_kernel, -1, (a,), slice(None), a * 2)]
+for make, out_idx, args, region, want in cases:
+    results = [tilelang.compile(make(), out_idx=out_idx, target=target,
+                                execution_backend=backend)(*args)[region]
+               for backend in ("tvm_ffi", "tilejit")]
+    torch.cuda.synchronize()
+    assert torch.equal(results[0], results[1]), make.__name__
+    assert want is None or torch.equal(results[1], want), make.__name__
+    print(make.__name__, "identical to tvm_ffi")
+print("ok")
+"""
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(),
+                    reason="no CUDA GPU (torch.cuda.is_available())")
+def test_gpu_zoo_kernels_match_tilelangs_default_backend(child_env):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    env = child_env()
+    env.pop("TILEJIT_LIBCUDA", None)
+    done = subprocess.run([sys.executable, "-c", _GPU_RUN.format(here=str(here))],
+                          check=False, capture_output=True, text=True, env=env, timeout=900,
+                          cwd=here.parent)
+    print(done.stdout, done.stderr)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok")

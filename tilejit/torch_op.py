@@ -171,11 +171,8 @@ def _bind_one(sig, label: str, firm: dict, loose: dict, dim: tuple) -> None:
     bound on first sight (not negative, divisible as declared), and must match after."""
     what, d, e, actual = dim
     if isinstance(e, Symbol):
-        if e in firm:
-            bound, by = firm[e]
-            if actual != bound:
-                raise ValueError(f"{sig.name}: {label}: expected {what}[{d}] == {e.name} "
-                                 f"(= {bound}, bound by {by}), got {actual}")
+        if _agrees(sig, label, firm, e, actual, lambda bound: f"{what}[{d}] == {e.name} "
+                                                              f"(= {bound}, "):
             return
         if actual < 0:
             raise ValueError(f"{sig.name}: {label}: {what}[{d}] = {actual} is negative, and "
@@ -189,15 +186,23 @@ def _bind_one(sig, label: str, firm: dict, loose: dict, dim: tuple) -> None:
         raise ValueError(f"{sig.name}: {label}: expected {what}[{d}] == {e}, got {actual}")
 
 
+def _agrees(sig, label: str, firm: dict, symbol: Symbol, actual, expected) -> bool:
+    """Whether ``symbol`` is firmly bound already; then ``actual`` must be its value, or
+    the call is refused with the core's words (``expected(bound)`` says what)."""
+    if symbol not in firm:
+        return False
+    bound, by = firm[symbol]
+    if actual != bound:
+        raise ValueError(f"{sig.name}: {label}: expected {expected(bound)}bound by {by}), got "
+                         f"{actual}")
+    return True
+
+
 def _bind_scalar(sig, label: str, firm: dict, loose: dict, symbol: Symbol, value) -> None:
     """An integer scalar's value (an int or a SymInt) binding its symbol, as the core's
     ``bind_scalar`` takes it: it must agree with a value already bound, and be divisible
     as declared."""
-    if symbol in firm:
-        bound, by = firm[symbol]
-        if value != bound:
-            raise ValueError(f"{sig.name}: {label}: expected {symbol.name} == {bound} (bound "
-                             f"by {by}), got {value}")
+    if _agrees(sig, label, firm, symbol, value, lambda bound: f"{symbol.name} == {bound} ("):
         return
     if value % symbol.divisibility != 0:
         raise ValueError(f"{sig.name}: {label}: value {value} binds {symbol.name}, which must "

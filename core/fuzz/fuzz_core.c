@@ -330,9 +330,12 @@ static tj_kernel *next_kernel(input *in) {
       uint8_t strided = next_u8(in);
       check_status(tj_kernel_set_buffer(k, index, pname, next_dtype(in), ndim, shape,
                                         strided < 128 ? NULL : strides,
-                                        next_u8(in) < 200 ? 0 : next_i64(in), next_u8(in) & 7u));
+                                        next_u8(in) < 200 ? 0 : next_i64(in), next_u8(in) & 31u));
     } else if (kind < 200) {
       check_status(tj_kernel_set_scalar(k, index, pname, next_dtype(in)));
+      /* Sometimes an integer scalar that binds a symbol (or a refused binding). */
+      if (next_u8(in) > 128)
+        check_status(tj_kernel_set_scalar_symbol(k, index, next_small(in, nsymbols + 1)));
     } else if (kind < 250) {
       check_status(tj_kernel_set_pointer(k, index, pname, next_dtype(in),
                                          next_u8(in) < 200 ? 0 : next_i64(in), next_u8(in) & 7u));

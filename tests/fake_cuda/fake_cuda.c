@@ -787,6 +787,19 @@ EXPORT CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunctio
   LEAVE(finish(&t, "cuLaunchKernelEx", rc));
 }
 
+/* What tiled and im2col maps share: dims 1..2^32, strides multiples of 16 below
+ * 2^40, element strides 1..8. */
+static CUresult check_global(cuuint32_t rank, const cuuint64_t *dims, const cuuint64_t *strides,
+                             const cuuint32_t *element_strides) {
+  for (cuuint32_t i = 0; i < rank; ++i) {
+    if (dims[i] == 0 || dims[i] > (1ull << 32) || element_strides[i] == 0 || element_strides[i] > 8)
+      return CUDA_ERROR_INVALID_VALUE;
+    if (i + 1 < rank && (strides[i] % 16 || strides[i] >= (1ull << 40)))
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
 /* Checks the arguments as the driver documents (rank 1..5, address 16-byte
  * aligned, dims 1..2^32, strides multiples of 16 below 2^40, box 1..256 and
  * its inner dimension 16-byte multiple without interleave, element strides
@@ -805,13 +818,9 @@ EXPORT CUresult CUDAAPI cuTensorMapEncodeTiled(
       ((uintptr_t)address & 15) || type < 0 || type > 12 || dims == NULL || box == NULL ||
       element_strides == NULL || (rank > 1 && strides == NULL))
     rc = CUDA_ERROR_INVALID_VALUE;
-  for (cuuint32_t i = 0; rc == CUDA_SUCCESS && i < rank; ++i) {
-    if (dims[i] == 0 || dims[i] > (1ull << 32) || box[i] == 0 || box[i] > 256 ||
-        element_strides[i] == 0 || element_strides[i] > 8)
-      rc = CUDA_ERROR_INVALID_VALUE;
-    if (i + 1 < rank && (strides[i] % 16 || strides[i] >= (1ull << 40)))
-      rc = CUDA_ERROR_INVALID_VALUE;
-  }
+  if (rc == CUDA_SUCCESS) rc = check_global(rank, dims, strides, element_strides);
+  for (cuuint32_t i = 0; rc == CUDA_SUCCESS && i < rank; ++i)
+    if (box[i] == 0 || box[i] > 256) rc = CUDA_ERROR_INVALID_VALUE;
   if (rc == CUDA_SUCCESS && interleave == 0 && (box[0] * element_bytes[type]) % 16)
     rc = CUDA_ERROR_INVALID_VALUE;
   /* A 32, 64 or 128-byte swizzle bounds the box's inner dimension (an H200's driver
@@ -868,15 +877,10 @@ EXPORT CUresult CUDAAPI cuTensorMapEncodeIm2col(
       element_strides == NULL || lower == NULL || upper == NULL)
     rc = CUDA_ERROR_INVALID_VALUE;
   const int bound = rank == 3 ? 1 << 15 : rank == 4 ? 1 << 7 : 1 << 4;
-  for (cuuint32_t i = 0; rc == CUDA_SUCCESS && i < rank; ++i) {
-    if (dims[i] == 0 || dims[i] > (1ull << 32) || element_strides[i] == 0 || element_strides[i] > 8)
+  if (rc == CUDA_SUCCESS) rc = check_global(rank, dims, strides, element_strides);
+  for (cuuint32_t i = 0; rc == CUDA_SUCCESS && i + 2 < rank; ++i)
+    if (lower[i] < -bound || lower[i] >= bound || upper[i] < -bound || upper[i] >= bound)
       rc = CUDA_ERROR_INVALID_VALUE;
-    if (i + 1 < rank && (strides[i] % 16 || strides[i] >= (1ull << 40)))
-      rc = CUDA_ERROR_INVALID_VALUE;
-    if (i + 2 < rank &&
-        (lower[i] < -bound || lower[i] >= bound || upper[i] < -bound || upper[i] >= bound))
-      rc = CUDA_ERROR_INVALID_VALUE;
-  }
   if (rc == CUDA_SUCCESS && (channels == 0 || channels > 256 || pixels == 0 || pixels > 1024))
     rc = CUDA_ERROR_INVALID_VALUE;
   if (rc == CUDA_SUCCESS && interleave == 0 && swizzle >= 1 && swizzle <= 3 &&
