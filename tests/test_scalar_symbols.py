@@ -228,8 +228,8 @@ def test_im2col_maps_are_checked_when_compiled():
                                channels_per_pixel=64, pixels_per_column=64)
     for channels, swizzle, message in (
             (300, 0, r"channels_per_pixel = 300, expected 1 to 256"),
-            (64, 2, r"channels_per_pixel = 64 elements of 2 bytes span 128 bytes, more than "
-                    r"the 64-byte swizzle \(swizzle=2\) allows")):
+            (64, 2, (r"channels_per_pixel = 64 elements of 2 bytes span 128 bytes, more "
+                     r"than the 64-byte swizzle \(swizzle=2\) allows"))):
         m = T.TensorMap.im2col_map(X, lower_corner=(-1, -1), upper_corner=(-1, -1),
                                    channels_per_pixel=channels, pixels_per_column=64,
                                    swizzle=swizzle)

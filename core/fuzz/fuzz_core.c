@@ -327,10 +327,13 @@ static tj_kernel *next_kernel(input *in) {
       }
       if (stored != ndim) bad = 1; /* the API must refuse, reading nothing past TJ_MAX_NDIM */
       if (bad && (ndim < 0 || ndim > TJ_MAX_NDIM + 4)) ndim = next_u8(in) % 2 ? -1 : 17;
+      /* Flags up to TJ_BUF_WORKSPACE; not TJ_BUF_ZERO, whose memset trusts the
+       * allocator's contract (memory of the size asked) that this harness's
+       * allocator, handing out arbitrary addresses, does not keep. */
       uint8_t strided = next_u8(in);
       check_status(tj_kernel_set_buffer(k, index, pname, next_dtype(in), ndim, shape,
                                         strided < 128 ? NULL : strides,
-                                        next_u8(in) < 200 ? 0 : next_i64(in), next_u8(in) & 31u));
+                                        next_u8(in) < 200 ? 0 : next_i64(in), next_u8(in) & 15u));
     } else if (kind < 200) {
       check_status(tj_kernel_set_scalar(k, index, pname, next_dtype(in)));
       /* Sometimes an integer scalar that binds a symbol (or a refused binding). */
