@@ -215,7 +215,8 @@ def _describe(name: str, func, host_mod, device_mod, target_kind: str, arch) -> 
 def _workspaces(kernel: str, host_func) -> list[dict]:
     """The global workspaces the host code allocates (``T.alloc_global``): each
     ``AllocBuffer`` of global scope in the host function, with its (flattened) shape and
-    dtype, and the variable kernels and tensor maps receive it as."""
+    dtype, and the variable kernels and tensor maps receive it as. (A kernel handed any
+    other host allocation is refused where its arguments are read.)"""
     found = []
 
     def visit(node):
@@ -223,9 +224,8 @@ def _workspaces(kernel: str, host_func) -> list[dict]:
             return
         buf = node.buffer
         scope = str(buf.scope()) if callable(getattr(buf, "scope", None)) else "global"
-        if scope != "global":
-            raise TileLangError(f"{kernel}: the host code allocates '{buf.name}' in {scope!r} "
-                                "memory; tilejit allocates global workspaces only")
+        if scope != "global":  # host scratch of the host code's own, never a kernel's
+            return
         found.append({"name": str(buf.name), "var": str(buf.data.name), "dtype": str(buf.dtype),
                       "shape": [_expr(d, kernel, f"workspace '{buf.name}' shape")
                                 for d in buf.shape]})

@@ -214,9 +214,8 @@ static int launch(const tj_call *call, tj_frame *frame) {
  * before the kernel ran; tj_call_run then waits for the kernel first. */
 static int workspaces_wait(const tj_kernel *k, const tj_call *call, const tj_producer *like,
                            const tj_frame *frame, int *wait) {
-  *wait = 0;
-  if (k->nworkspaces == 0 || !call->has_stream || frame->device.device_type == kDLCPU ||
-      like == NULL || like->current_stream == NULL)
+  if (!call->has_stream || frame->device.device_type == kDLCPU || like == NULL ||
+      like->current_stream == NULL)
     return TJ_OK;
   void *current = NULL;
   int rc = like->current_stream(like, frame->device.device_type, frame->device.device_id, &current);
@@ -226,6 +225,17 @@ static int workspaces_wait(const tj_kernel *k, const tj_call *call, const tj_pro
   }
   *wait = rc != TJ_OK || current != frame->stream;
   return TJ_OK;
+}
+
+/* Launches a kernel with workspaces: when they were allocated in another stream's
+ * order than the launch's (workspaces_wait), the call waits for the kernel, so
+ * that releasing them hands out no memory it still uses. */
+static int launch_with_workspaces(const tj_kernel *k, const tj_call *call, const tj_producer *like,
+                                  tj_frame *frame) {
+  int wait = 0, rc = workspaces_wait(k, call, like, frame, &wait);
+  if (rc == TJ_OK) rc = launch(call, frame);
+  if (rc == TJ_OK && wait) rc = tj__cuda_wait(frame);
+  return rc;
 }
 
 /* Releases the workspaces' objects with the host's release (the call's, else
@@ -264,12 +274,10 @@ int tj_call_run(const tj_kernel *k, tj_call *call) {
       goto release;
     }
     like = frame.first_tensor >= 0 ? call->args[frame.first_tensor].producer : call->fallback;
-    int wait = 0;
     if ((rc = choose_stream(k, call, like, &frame)) == TJ_OK &&
-        (rc = workspaces_wait(k, call, like, &frame, &wait)) == TJ_OK &&
-        (rc = allocate_outputs(k, call, like, &frame, outs, kept)) == TJ_OK &&
-        (rc = launch(call, &frame)) == TJ_OK && wait)
-      rc = tj__cuda_wait(&frame);
+        (rc = allocate_outputs(k, call, like, &frame, outs, kept)) == TJ_OK)
+      rc = k->nworkspaces == 0 ? launch(call, &frame)
+                               : launch_with_workspaces(k, call, like, &frame);
   }
 release:
   /* Only owning imports owe a deleter call; views and scalars have none. */
@@ -278,6 +286,6 @@ release:
       if (call->args[i].owner_kind != TJ_OWNER_NONE) tj_arg_release(&call->args[i]);
   for (int32_t o = 0; o < k->nallocs; ++o)
     if (outs[o].owner_kind != TJ_OWNER_NONE) tj_arg_release(&outs[o]);
-  release_kept(k, call, like, kept);
+  if (k->nworkspaces > 0) release_kept(k, call, like, kept);
   return rc;
 }

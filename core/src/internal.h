@@ -49,7 +49,8 @@ typedef struct {
 } tj__expr;
 
 typedef struct {
-  int32_t kind; /* tj_param_kind; 0 while unset */
+  int32_t kind;  /* tj_param_kind; 0 while unset */
+  int32_t binds; /* an integer scalar: the symbol its value binds; -1: none */
   char *name;
   DLDataType dtype;
   int32_t ndim;
@@ -61,7 +62,6 @@ typedef struct {
   uint32_t flags;      /* TJ_BUF_* */
   int32_t position;    /* caller argument index; -1 for outputs */
   int32_t output;      /* output index (workspaces follow the outputs); -1 for inputs */
-  int32_t binds;       /* an integer scalar: the symbol its value binds; -1: none */
 } tj__param;
 
 /* One kernel function launched per call. Launch 0 is built at finalize from
@@ -99,9 +99,6 @@ struct tj_kernel {
   int32_t ninputs;   /* caller-visible arguments */
   int32_t nrequired; /* the fewest a call gives: the rest are optional buffers (None) */
   int32_t noutputs;
-  int32_t nworkspaces; /* allocated like outputs, after them: nallocs in all */
-  int32_t nallocs;
-  int32_t zero_fill;                     /* some workspace is TJ_BUF_ZERO */
   int32_t output_params[TJ_MAX_OUTPUTS]; /* outputs, then workspaces */
   int32_t finalized;
   void *library;        /* dlopen handle, owned */
@@ -123,6 +120,9 @@ struct tj_kernel {
   int32_t ntensormaps;
   tj_tensormap tensormaps[TJ_MAX_TENSORMAPS]; /* names owned */
   struct tj__memo *memo; /* the last call that bound (memo.c); NULL: none kept */
+  int32_t nworkspaces;   /* allocated like outputs, after them: nallocs in all */
+  int32_t nallocs;
+  int32_t zero_fill; /* some workspace is TJ_BUF_ZERO */
 };
 
 /* Error paths: kept out of the functions that check, so that those stay small

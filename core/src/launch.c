@@ -30,6 +30,18 @@ static void pack(const tj_frame *f, tj_value *values) {
   }
 }
 
+/* Zero-fills the workspaces that ask for it: the kernel runs right here, on
+ * this thread, so a memset is in order. */
+static void zero_workspaces(const tj_frame *f) {
+  const tj_kernel *k = f->kernel;
+  for (int32_t o = k->noutputs; o < k->nallocs; ++o) {
+    const int32_t i = k->output_params[o];
+    void *address = tj__tensor_address(f->params[i]);
+    if ((k->params[i].flags & TJ_BUF_ZERO) && address != NULL)
+      memset(address, 0, (size_t)tj__alloc_bytes(f, o));
+  }
+}
+
 int tj_call_launch(tj_frame *f) {
   const tj_kernel *k = f->kernel;
   for (int32_t o = 0; o < k->nallocs; ++o)
@@ -45,13 +57,7 @@ int tj_call_launch(tj_frame *f) {
                         k->name);
   if (k->entry == NULL)
     return tj_set_error(TJ_ERUNTIME, "%s: no kernel library is loaded", k->name);
-  /* Zero-filled workspaces: the kernel runs right here, so a memset is in order. */
-  for (int32_t o = k->noutputs; k->zero_fill && o < k->nallocs; ++o) {
-    const int32_t i = k->output_params[o];
-    void *address = tj__tensor_address(f->params[i]);
-    if ((k->params[i].flags & TJ_BUF_ZERO) && address != NULL)
-      memset(address, 0, (size_t)tj__alloc_bytes(f, o));
-  }
+  if (k->zero_fill) zero_workspaces(f);
   tj_value values[TJ_MAX_ABI_ARGS];
   pack(f, values);
   int32_t status = k->entry(values);

@@ -45,10 +45,10 @@ enum { KEY_HEAD, KEY_DEVICE, KEY_FORM, KEY_NO_STRIDES, KEY_WORDS };
  * itself is wide, and the hit path should touch little memory. */
 typedef struct {
   const tj__param *param;
-  int32_t index;    /* the parameter's */
-  int32_t position; /* caller argument */
-  int32_t record;   /* first word of a buffer's or binding scalar's record; -1: other scalars */
-  int32_t ndim;
+  int32_t index;       /* the parameter's */
+  int32_t position;    /* caller argument */
+  int32_t record;      /* first word of a buffer's or binding scalar's record; -1: other scalars */
+  int32_t ndim;        /* a buffer's; -1: an integer scalar binding a symbol (value recorded) */
   uint64_t misaligned; /* align - 1 */
 } memo_input;
 
@@ -93,8 +93,12 @@ int tj__memo_create(tj_kernel *k) {
     if (p->kind == TJ_PARAM_POINTER) return TJ_OK;
     if (p->output >= 0) continue;
     int buffer = p->kind == TJ_PARAM_BUFFER, binds = p->binds >= 0;
-    inputs[n++] = (memo_input){
-        p, i, p->position, buffer || binds ? words : -1, p->ndim, (uint64_t)p->align - 1};
+    inputs[n++] = (memo_input){p,
+                               i,
+                               p->position,
+                               buffer || binds ? words : -1,
+                               binds ? -1 : p->ndim,
+                               (uint64_t)p->align - 1};
     if (buffer) words += RECORD_WORDS(p->ndim);
     if (binds) words += SCALAR_WORDS;
   }
@@ -162,9 +166,9 @@ __attribute__((always_inline)) static inline int record_bind(const tj_kernel *k,
   for (int32_t j = 0; j < m->ninputs; ++j) {
     const memo_input *in = &m->inputs[j];
     tj_arg *arg = &args[in->position];
-    if (in->record < 0                       ? !tj__scalar_fits(in->param, arg)
-        : in->param->kind == TJ_PARAM_SCALAR ? !scalar_matches(arg, &words[in->record])
-                                             : !buffer_matches(in, arg, &words[in->record]))
+    if (in->record < 0 ? !tj__scalar_fits(in->param, arg)
+        : in->ndim < 0 ? !scalar_matches(arg, &words[in->record])
+                       : !buffer_matches(in, arg, &words[in->record]))
       return 0;
     frame->params[in->index] = arg;
   }
@@ -229,7 +233,7 @@ void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *fram
     if (in->record < 0) continue;
     uint64_t *r = &words[in->record], key[KEY_WORDS];
     const tj_arg *arg = &args[in->position];
-    if (in->param->kind == TJ_PARAM_SCALAR) {
+    if (in->ndim < 0) {
       uint64_t head;
       memcpy(&head, &arg->kind, sizeof(head));
       STORE(r[0], head);
