@@ -499,3 +499,16 @@ def test_gpu_zoo_kernels_match_tilelangs_default_backend(child_env):
                           cwd=here.parent)
     print(done.stdout, done.stderr)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok")
+
+
+def test_host_side_bindings_in_launch_arguments_are_inlined():
+    # Host code may bind a value once and pass the variable (common subexpressions): the
+    # description reads through it to the parameters and dimensions tilejit binds.
+    n = tirx.Var("n", "int32")
+    cse1, cse2 = tirx.Var("cse_var_1", "int32"), tirx.Var("cse_var_2", "int32")
+    body = tirx.SeqStmt([tirx.Bind(cse1, tirx.floordiv(n + 127, 128)),
+                         tirx.Bind(cse2, cse1 * 2), tirx.Evaluate(cse2)])
+    inline = tt._host_lets(tirx.PrimFunc([n], body), {"n"})
+    assert tt._expr(inline(cse2 + 1), "k", "grid") == [
+        "+", ["*", ["//", ["+", ["var", "n"], 127], 128], 2], 1]
+    assert tt._expr(inline(n), "k", "grid") == ["var", "n"]

@@ -162,11 +162,13 @@ def _describe(name: str, func, host_mod, device_mod, target_kind: str, arch) -> 
         raise TileLangError(f"{name}: expected one host function, the lowering made "
                             f"{len(hosts)}")
     (host_func,) = hosts
-    workspaces = _workspaces(name, host_func)
+    inline = _host_lets(host_func, {*symbols, *data_vars})
+    workspaces = _workspaces(name, host_func, inline)
     for w in workspaces:
         data_vars[w["var"]] = w["name"]
     tma = _attr(host_func.attrs, "tma_descriptor_args", {}) or {}
-    tensormaps = {str(var.name): _tensormap(name, str(var.name), list(args), data_vars)
+    tensormaps = {str(var.name): _tensormap(name, str(var.name), [inline(a) for a in args],
+                                            data_vars)
                   for var, args in tma.items()}
     device = {gv.name_hint: f for gv, f in device_mod.functions.items()}
     calls = _host_calls(host_func, set(device))
@@ -190,7 +192,8 @@ def _describe(name: str, func, host_mod, device_mod, target_kind: str, arch) -> 
                 args.append({"param": data_vars[harg.name]})
                 target_buf = data_vars[harg.name]
             elif str(harg.dtype).startswith(("int", "uint")):
-                args.append({"expr": _expr(harg, name, label), "dtype": str(dparam.dtype)})
+                args.append({"expr": _expr(inline(harg), name, label),
+                             "dtype": str(dparam.dtype)})
                 continue
             else:
                 raise TileLangError(f"{name}: {label} is {harg} ({harg.dtype}), which is no "
@@ -212,7 +215,34 @@ def _describe(name: str, func, host_mod, device_mod, target_kind: str, arch) -> 
             "workspaces": [{k: w[k] for k in ("name", "dtype", "shape")} for w in workspaces]}
 
 
-def _workspaces(kernel: str, host_func) -> list[dict]:
+def _host_lets(host_func, known: set):
+    """A function inlining, into a host-side expression, the integer variables the host
+    code binds itself (``cse_var_1 = (n + 127) // 128``, say): what remains is over the
+    parameters and the dynamic dimensions (``known``), which tilejit binds."""
+    lets = {}
+
+    def visit(node):
+        # tirx.Bind in this TVM, LetStmt in others: a variable bound to a value.
+        if type(node).__name__ in ("Bind", "LetStmt") and node.var.name not in known and \
+                str(node.var.dtype).startswith(("int", "uint")):
+            lets[node.var] = node.value
+
+    tirx.stmt_functor.post_order_visit(host_func.body, visit)
+
+    def inline(e):
+        if not lets or not isinstance(e, tirx.PrimExpr) or isinstance(e, tirx.StringImm):
+            return e
+        for _ in range(len(lets)):  # a chain of lets resolves in as many rounds
+            inlined = tirx.stmt_functor.substitute(e, lets)
+            if inlined.same_as(e):
+                break
+            e = inlined
+        return e
+
+    return inline
+
+
+def _workspaces(kernel: str, host_func, inline) -> list[dict]:
     """The global workspaces the host code allocates (``T.alloc_global``): each
     ``AllocBuffer`` of global scope in the host function, with its (flattened) shape and
     dtype, and the variable kernels and tensor maps receive it as. (A kernel handed any
@@ -227,7 +257,7 @@ def _workspaces(kernel: str, host_func) -> list[dict]:
         if scope != "global":  # host scratch of the host code's own, never a kernel's
             return
         found.append({"name": str(buf.name), "var": str(buf.data.name), "dtype": str(buf.dtype),
-                      "shape": [_expr(d, kernel, f"workspace '{buf.name}' shape")
+                      "shape": [_expr(inline(d), kernel, f"workspace '{buf.name}' shape")
                                 for d in buf.shape]})
 
     tirx.stmt_functor.post_order_visit(host_func.body, visit)
