@@ -260,8 +260,8 @@ def test_scalars_and_workspaces_export_and_load(backend, tmp_path):
     tilejit.load(tmp_path / "acc")(a)
     torch.testing.assert_close(a, torch.arange(4, dtype=torch.float32) * 2)
     header = (tmp_path / "acc" / "kernel.h").read_text()
-    assert "#define ACC_NUM_WORKSPACES 1" in header and "1  W: float32, shape (n)" not in header
-    assert " *   0  W: float32, shape (n), zero-filled by the launch" in header
+    assert "#define ACC_NUM_WORKSPACES 1" in header and "1  W: float32" not in header
+    assert " *   0  W: float32, shape (n,), zero-filled by the launch" in header
 
 
 def test_an_im2col_map_exports_and_loads(fake, tmp_path):

@@ -33,6 +33,7 @@ from .lang import (
     Scalar,
     Symbol,
     Workspace,
+    shape_text,
 )
 from .program import Program
 from .signature import (
@@ -141,11 +142,10 @@ def header_text(kernel) -> str:
     def describe(i: int) -> str:
         p = kernel.params[i]
         if isinstance(p, Buffer):
-            shape = "(" + ", ".join(map(str, p.shape)) + ("," if len(p.shape) == 1 else "") + ")"
             extra = "".join([f", strides {tuple(map(str, p.strides))}" if p.strides else "",
                              ", const" if p.const else "", ", optional (NULL: none)"
                              if p.optional else "", f", align {p.align}" if p.align else ""])
-            return f"{p.dtype} tensor, shape {shape}{extra}"
+            return f"{p.dtype} tensor, shape {shape_text(p.shape)}{extra}"
         if isinstance(p, Scalar):
             return f"{p.dtype} scalar"
         return f"{p.dtype} pointer" + (", const" if p.const else "")
@@ -163,9 +163,10 @@ def header_text(kernel) -> str:
     if workspaces:
         lines.append(" * Workspaces, allocated per call by whoever launches (tj_call_set_output")
         lines.append(f" * from index {len(outputs)}; shapes in the frame after the outputs'):")
-        lines += [f" *   {len(outputs) + j}  {w.name or f'workspace{j}'}: {w.dtype}, shape "
-                  f"({', '.join(map(str, w.shape))}){', zero-filled by the launch' if w.zero else ''}"
-                  for j, w in enumerate(workspaces)]
+        named = sig.spec.params[len(sig.names):]  # the workspaces, as the core names them
+        lines += [f" *   {len(outputs) + j}  {spec.name}: {w.dtype}, shape {shape_text(w.shape)}"
+                  f"{', zero-filled by the launch' if w.zero else ''}"
+                  for j, (w, spec) in enumerate(zip(workspaces, named))]
     if sig.symbols:
         lines.append(" * Symbols, bound from the arguments: " + ", ".join(
             f"{s.name} ({s.dtype}" + (f", multiple of {s.divisibility})" if s.divisibility > 1

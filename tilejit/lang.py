@@ -215,6 +215,11 @@ class Param:
     kind = 0  # tj_param_kind; set by each parameter class
 
 
+def shape_text(shape) -> str:
+    """A shape as a Python tuple reads: ``(n, 4)``, ``(n,)``."""
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+
+
 class Buffer(Param):
     """A tensor parameter.
 
@@ -266,8 +271,7 @@ class Buffer(Param):
             ", optional=True" if self.optional else "",
             ", const=True" if self.const else "",
         ])
-        shape = "(" + ", ".join(map(str, self.shape)) + ("," if len(self.shape) == 1 else "") + ")"
-        return f"Buffer({shape}, {self.dtype}{extra})"
+        return f"Buffer({shape_text(self.shape)}, {self.dtype}{extra})"
 
 
 # The integer type a scalar's value is evaluated as when it binds a symbol.
@@ -351,11 +355,10 @@ class Workspace(Buffer):
         self.zero = bool(zero)
 
     def __repr__(self) -> str:
-        shape = "(" + ", ".join(map(str, self.shape)) + ("," if len(self.shape) == 1 else "") + ")"
         extra = "".join([f", name={self.name!r}" if self.name else "",
                          f", align={self.align}" if self.align else "",
                          ", zero=True" if self.zero else ""])
-        return f"Workspace({shape}, {self.dtype}{extra})"
+        return f"Workspace({shape_text(self.shape)}, {self.dtype}{extra})"
 
 
 class PointerParam(Param):

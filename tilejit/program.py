@@ -169,8 +169,6 @@ class Program:
             if not isinstance(w, Workspace):
                 raise TypeError(f"{self.name}: workspaces[{i}] must be a T.Workspace, got "
                                 f"{type(w).__name__}")
-            if any(w is p for p in params):
-                raise ValueError(f"{self.name}: workspaces[{i}] is also a parameter")
         object.__setattr__(self, "workspaces", workspaces)
         object.__setattr__(self, "grid", tuple(self.grid))
         object.__setattr__(self, "block", tuple(self.block))

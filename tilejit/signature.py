@@ -275,9 +275,8 @@ def lower(program: Program, out_idx, target: str) -> Signature:
             spec_params.append(ParamSpec(abi.TJ_PARAM_BUFFER, names[i], dt.dlpack, shape_ids,
                                          stride_ids, p.align or 0, flags))
         elif isinstance(p, Scalar):
-            binds = symbols.get(p._symbol, -1) if p._symbol is not None else -1
             spec_params.append(ParamSpec(abi.TJ_PARAM_SCALAR, names[i], dt.dlpack, (), None, 0, 0,
-                                         binds))
+                                         symbols.get(p._symbol, -1)))
         elif isinstance(p, PointerParam):
             spec_params.append(ParamSpec(abi.TJ_PARAM_POINTER, names[i], dt.dlpack, (), None,
                                          p.align or 0, BUF_CONST if p.const else 0))

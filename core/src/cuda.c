@@ -486,18 +486,18 @@ static int allow_smem(const driver *d, const tj_kernel *k, ctx_entry *e, int32_t
   return status;
 }
 
-/* Evaluates expression `id` into *out and checks it lies in [low, UINT32_MAX]. */
-static int eval_dimension(const tj_frame *f, const char *who, const char *what, int32_t id,
-                          int64_t low, int64_t *out) {
+/* Evaluates expression `id` into *out and checks it lies in [low, high]. */
+static int eval_value(const tj_frame *f, const char *who, const char *what, int32_t id, int64_t low,
+                      int64_t high, int64_t *out) {
   const tj__expr *e = &f->kernel->exprs[id];
   if (tj_expr_eval(e->code, e->n, f->symbols, out) != TJ_OK) {
     char why[400];
     snprintf(why, sizeof(why), "%s", tj_last_error());
     return tj_set_error(TJ_EVALUE, "%s: cannot evaluate %s = %s: %s", who, what, e->text, why);
   }
-  if (*out < low || *out > (int64_t)UINT32_MAX)
-    return tj_set_error(TJ_EVALUE, "%s: %s = %s evaluates to %lld, expected %s", who, what, e->text,
-                        (long long)*out, low ? "1 to 4294967295" : "0 to 4294967295");
+  if (*out < low || *out > high)
+    return tj_set_error(TJ_EVALUE, "%s: %s = %s evaluates to %lld, expected %lld to %lld", who,
+                        what, e->text, (long long)*out, (long long)low, (long long)high);
   return TJ_OK;
 }
 
@@ -517,7 +517,7 @@ static int eval_launch(const tj_frame *f, int32_t l, int64_t out[10]) {
     }
     int32_t id = i < 7 ? launch->config[i] : launch->cluster[i - 7];
     int64_t low = (i >= 3 && i != 6) ? 1 : 0;
-    int rc = eval_dimension(f, who, what[i], id, low, &out[i]);
+    int rc = eval_value(f, who, what[i], id, low, UINT32_MAX, &out[i]);
     if (rc) return rc;
   }
   return TJ_OK;
@@ -587,17 +587,15 @@ static int check_im2col(const char *who, const tj_tensormap *t, const int64_t *l
   return TJ_OK;
 }
 
-/* Evaluates `n` expression ids of a tensor map into out, each within [low, high]. */
+/* Evaluates `n` expression ids of a tensor map's field `name` into out, each
+ * within [low, high] (eval_value). */
 static int eval_fields(const tj_frame *f, const char *who, const char *name, const int32_t *ids,
                        int32_t n, int64_t low, int64_t high, int64_t *out) {
   for (int32_t i = 0; i < n; ++i) {
-    const tj__expr *e = &f->kernel->exprs[ids[i]];
-    if (tj_expr_eval(e->code, e->n, f->symbols, &out[i]) != TJ_OK)
-      return tj__prefix_error(TJ_EVALUE, "%s: %s[%d] = %s: ", who, name, i, e->text);
-    if (out[i] < low || out[i] > high)
-      return tj_set_error(TJ_EVALUE, "%s: %s[%d] = %s evaluates to %lld, expected %lld to %lld",
-                          who, name, i, e->text, (long long)out[i], (long long)low,
-                          (long long)high);
+    char what[64];
+    snprintf(what, sizeof(what), "%s[%d]", name, i);
+    int rc = eval_value(f, who, what, ids[i], low, high, &out[i]);
+    if (rc) return rc;
   }
   return TJ_OK;
 }
@@ -689,12 +687,11 @@ static int encode_tensormap(const driver *d, const tj_frame *f, int32_t m, CUten
 static int zero_workspaces(const driver *d, const tj_frame *f) {
   const tj_kernel *k = f->kernel;
   for (int32_t o = k->noutputs; o < k->nallocs; ++o) {
-    const tj__param *p = &k->params[k->output_params[o]];
-    void *address = arg_address(f->params[k->output_params[o]]);
-    const int64_t bytes = tj__alloc_bytes(f, o);
-    if (!(p->flags & TJ_BUF_ZERO) || address == NULL || bytes == 0) continue;
+    int64_t bytes;
+    void *address = tj__workspace_to_zero(f, o, &bytes);
+    if (address == NULL) continue;
     char who[300];
-    snprintf(who, sizeof(who), "%s: workspace '%s'", k->name, p->name);
+    snprintf(who, sizeof(who), "%s: workspace '%s'", k->name, k->params[k->output_params[o]].name);
     if (d->cuMemsetD8Async == NULL)
       return tj_set_error(TJ_ERUNTIME, "%s: the CUDA driver has no cuMemsetD8Async", who);
     CUresult rc = d->cuMemsetD8Async((unsigned long long)(uintptr_t)address, 0, (size_t)bytes,

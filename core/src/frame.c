@@ -42,8 +42,11 @@ int tj__abi_integer(const tj_frame *f, const tj_abi_arg *a, int64_t *out) {
   return tj_expr_eval(e->code, e->n, f->symbols, out);
 }
 
-int64_t tj__alloc_bytes(const tj_frame *f, int32_t o) {
-  int64_t bytes = tj__dtype_bytes(f->out_dtype[o]);
-  for (int32_t d = 0; d < f->out_ndim[o]; ++d) bytes *= f->out_shape[o][d];
-  return bytes;
+void *tj__workspace_to_zero(const tj_frame *f, int32_t o, int64_t *bytes) {
+  const int32_t i = f->kernel->output_params[o];
+  if (!(f->kernel->params[i].flags & TJ_BUF_ZERO)) return NULL;
+  /* tj_call_bind checked the size fits int64. */
+  *bytes = tj__dtype_bytes(f->out_dtype[o]);
+  for (int32_t d = 0; d < f->out_ndim[o]; ++d) *bytes *= f->out_shape[o][d];
+  return *bytes > 0 ? tj__tensor_address(f->params[i]) : NULL;
 }

@@ -18,8 +18,9 @@ int tj__abi_integer(const tj_frame *f, const tj_abi_arg *a, int64_t *out);
 /* Bytes a kernel ABI argument takes in the kernel's parameter list. */
 int64_t tj__abi_bytes(const tj_kernel *k, const tj_abi_arg *a);
 
-/* The bytes of output or workspace `o` of a bound frame (tj_call_bind checked
- * they fit int64), and its address once set (NULL when empty). */
-int64_t tj__alloc_bytes(const tj_frame *f, int32_t o);
+/* The address and size in bytes of workspace `o` (an out_* index after the
+ * outputs) when the launch must zero-fill it (TJ_BUF_ZERO, set and not empty);
+ * NULL otherwise. */
+void *tj__workspace_to_zero(const tj_frame *f, int32_t o, int64_t *bytes);
 
 #endif /* TILEJIT_FRAME_H_ */

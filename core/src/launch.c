@@ -35,10 +35,9 @@ static void pack(const tj_frame *f, tj_value *values) {
 static void zero_workspaces(const tj_frame *f) {
   const tj_kernel *k = f->kernel;
   for (int32_t o = k->noutputs; o < k->nallocs; ++o) {
-    const int32_t i = k->output_params[o];
-    void *address = tj__tensor_address(f->params[i]);
-    if ((k->params[i].flags & TJ_BUF_ZERO) && address != NULL)
-      memset(address, 0, (size_t)tj__alloc_bytes(f, o));
+    int64_t bytes;
+    void *address = tj__workspace_to_zero(f, o, &bytes);
+    if (address != NULL) memset(address, 0, (size_t)bytes);
   }
 }
 

@@ -74,12 +74,19 @@ typedef struct tj__memo {
 /* The key words of a buffer argument, read as the record keeps them: the
  * argument's kind and flags, its device, its ndim and dtype, and whether it
  * has strides. Any kind of argument: an absent one's tensor is all zero. */
+/* An argument's kind and flags as one word. */
+static inline uint64_t arg_head(const tj_arg *arg) {
+  uint64_t head;
+  memcpy(&head, &arg->kind, sizeof(head));
+  return head;
+}
+
 static inline void buffer_key(const tj_arg *arg, uint64_t key[KEY_WORDS]) {
   _Static_assert(offsetof(tj_arg, flags) == offsetof(tj_arg, kind) + 4 &&
                      offsetof(DLTensor, dtype) == offsetof(DLTensor, ndim) + 4 &&
                      sizeof(DLDataType) == 4 && sizeof(DLDevice) == 8,
                  "key words");
-  memcpy(&key[KEY_HEAD], &arg->kind, sizeof(uint64_t));
+  key[KEY_HEAD] = arg_head(arg);
   memcpy(&key[KEY_DEVICE], &arg->tensor.device, sizeof(uint64_t));
   memcpy(&key[KEY_FORM], &arg->tensor.ndim, sizeof(uint64_t));
   key[KEY_NO_STRIDES] = arg->tensor.strides == NULL;
@@ -151,9 +158,7 @@ __attribute__((always_inline)) static inline int buffer_matches(const memo_input
 /* Whether a binding scalar's argument is the one recorded: same kind and
  * flags, same value (which the full checks accepted). */
 static inline int scalar_matches(const tj_arg *arg, const uint64_t *r) {
-  uint64_t head;
-  memcpy(&head, &arg->kind, sizeof(head));
-  return head == LOAD(r[0]) && (uint64_t)arg->value.i == LOAD(r[1]);
+  return arg_head(arg) == LOAD(r[0]) && (uint64_t)arg->value.i == LOAD(r[1]);
 }
 
 /* Binds from one record: 1 when the arguments match it, read whole. */
@@ -234,9 +239,7 @@ void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *fram
     uint64_t *r = &words[in->record], key[KEY_WORDS];
     const tj_arg *arg = &args[in->position];
     if (in->ndim < 0) {
-      uint64_t head;
-      memcpy(&head, &arg->kind, sizeof(head));
-      STORE(r[0], head);
+      STORE(r[0], arg_head(arg));
       STORE(r[1], (uint64_t)arg->value.i);
       continue;
     }

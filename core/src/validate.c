@@ -32,6 +32,19 @@ typedef struct {
 
 #define LABEL(b, i, buf) tj__param_label((b)->k, (i), (buf), (int32_t)sizeof(buf))
 
+/* Whether symbol s has a value a later occurrence must agree with (bound, and
+ * not only loosely). */
+static inline int firmly_bound(const binder *b, int32_t s) {
+  return b->bound_by[s] != -1 && !(b->loose >> s & 1);
+}
+
+/* Binds symbol s to `value`, firmly, by parameter `index`. */
+static void bind_symbol(binder *b, int32_t s, int32_t index, int64_t value) {
+  b->frame->symbols[s] = value;
+  b->bound_by[s] = index;
+  b->loose &= ~((uint64_t)1 << s);
+}
+
 TJ__COLD static int fail(binder *b, int code, int32_t index, const char *what) {
   char label[160];
   LABEL(b, index, label);
@@ -123,7 +136,7 @@ static int check_direct(binder *b, int32_t index, const char *what, int32_t d, i
   }
   int32_t s = e->sym;
   if (s < 0) return TJ_OK;
-  if (b->bound_by[s] != -1 && !(b->loose >> s & 1)) {
+  if (firmly_bound(b, s)) {
     if (actual == b->frame->symbols[s]) return TJ_OK;
     char other[160] = "the inputs";
     if (b->bound_by[s] >= 0) LABEL(b, b->bound_by[s], other);
@@ -142,9 +155,7 @@ static int check_direct(binder *b, int32_t index, const char *what, int32_t d, i
              (long long)actual, k->symbol_names[s], (long long)k->symbol_div[s]);
     return fail(b, TJ_EVALUE, index, msg);
   }
-  b->frame->symbols[s] = actual;
-  b->bound_by[s] = index;
-  b->loose &= ~((uint64_t)1 << s);
+  bind_symbol(b, s, index, actual);
   return TJ_OK;
 }
 
@@ -345,8 +356,7 @@ static int check_buffer(binder *b, int32_t index, const tj_arg *arg) {
      * Binding and every mismatch go through check_direct. */
     const tj__expr *e = &k->exprs[p->shape[d]];
     if (e->is_const ? extent == e->cval
-                    : e->sym >= 0 && b->bound_by[e->sym] != -1 && !(b->loose >> e->sym & 1) &&
-                          extent == b->frame->symbols[e->sym])
+                    : e->sym >= 0 && firmly_bound(b, e->sym) && extent == b->frame->symbols[e->sym])
       continue;
     if ((rc = check_direct(b, index, "shape", d, p->shape[d], extent, 0))) return rc;
   }
@@ -497,7 +507,7 @@ static int bind_scalar(binder *b, int32_t index, const tj_arg *arg) {
              (unsigned long long)(uint64_t)v, k->symbol_names[s]);
     return fail(b, TJ_EVALUE, index, msg);
   }
-  if (b->bound_by[s] != -1 && !(b->loose >> s & 1)) {
+  if (firmly_bound(b, s)) {
     if (v == b->frame->symbols[s]) return TJ_OK;
     char other[160];
     LABEL(b, b->bound_by[s], other);
@@ -510,9 +520,7 @@ static int bind_scalar(binder *b, int32_t index, const tj_arg *arg) {
              k->symbol_names[s], (long long)k->symbol_div[s]);
     return fail(b, TJ_EVALUE, index, msg);
   }
-  b->frame->symbols[s] = v;
-  b->bound_by[s] = index;
-  b->loose &= ~((uint64_t)1 << s);
+  bind_symbol(b, s, index, v);
   return TJ_OK;
 }
 

@@ -787,6 +787,9 @@ EXPORT CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunctio
   LEAVE(finish(&t, "cuLaunchKernelEx", rc));
 }
 
+/* Bytes per element of each CUtensorMapDataType (uint8 .. tfloat32_ftz). */
+static const int element_bytes[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};
+
 /* What tiled and im2col maps share: dims 1..2^32, strides multiples of 16 below
  * 2^40, element strides 1..8. */
 static CUresult check_global(cuuint32_t rank, const cuuint64_t *dims, const cuuint64_t *strides,
@@ -800,6 +803,45 @@ static CUresult check_global(cuuint32_t rank, const cuuint64_t *dims, const cuui
   return CUDA_SUCCESS;
 }
 
+/* The part of an encoded map both kinds write: the address, the dims (words
+ * 1..5) and the strides (words 6..9); words 11.. are the kind's own. */
+static void write_map(CUtensorMap *map, void *address, cuuint32_t rank, const cuuint64_t *dims,
+                      const cuuint64_t *strides) {
+  memset(map, 0, sizeof(*map));
+  map->opaque[0] = (cuuint64_t)(uintptr_t)address;
+  for (cuuint32_t i = 0; i < rank; ++i) {
+    map->opaque[1 + i] = dims[i];
+    if (i + 1 < rank) map->opaque[6 + i] = strides[i];
+  }
+}
+
+static long long u64_at(const void *v, cuuint32_t i) {
+  return (long long)((const cuuint64_t *)v)[i];
+}
+static long long u32_at(const void *v, cuuint32_t i) {
+  return (long long)((const cuuint32_t *)v)[i];
+}
+static long long int_at(const void *v, cuuint32_t i) { return (long long)((const int *)v)[i]; }
+
+/* Records `, "name": [...]`: the first `n` (at most 5) values read by `at`, none
+ * when `values` is NULL. */
+static void put_values(text *t, const char *name, const void *values, cuuint32_t n,
+                       long long (*at)(const void *, cuuint32_t)) {
+  put(t, ", \"%s\": [", name);
+  for (cuuint32_t i = 0; values != NULL && i < n && i < 5; ++i)
+    put(t, "%s%lld", i ? ", " : "", at(values, i));
+  put(t, "]");
+}
+
+/* Records a map encode's common head: data type, rank, address, dims, strides. */
+static void put_map_head(text *t, int type, cuuint32_t rank, void *address, const cuuint64_t *dims,
+                         const cuuint64_t *strides) {
+  put(t, ", \"data_type\": %d, \"rank\": %u, \"address\": %llu", type, rank,
+      (unsigned long long)(uintptr_t)address);
+  put_values(t, "dims", dims, rank, u64_at);
+  put_values(t, "strides", strides, rank > 0 ? rank - 1 : 0, u64_at);
+}
+
 /* Checks the arguments as the driver documents (rank 1..5, address 16-byte
  * aligned, dims 1..2^32, strides multiples of 16 below 2^40, box 1..256 and
  * its inner dimension 16-byte multiple without interleave, element strides
@@ -811,7 +853,6 @@ EXPORT CUresult CUDAAPI cuTensorMapEncodeTiled(
     const cuuint32_t *element_strides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,
     CUtensorMapL2promotion l2_promotion, CUtensorMapFloatOOBfill oob_fill) {
   ENTER("cuTensorMapEncodeTiled");
-  static const int element_bytes[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};
   CUresult rc = CUDA_SUCCESS;
   int type = (int)data_type;
   if (map == NULL || ((uintptr_t)map & 63) || rank < 1 || rank > 5 || address == NULL ||
@@ -829,30 +870,13 @@ EXPORT CUresult CUDAAPI cuTensorMapEncodeTiled(
       box[0] * element_bytes[type] > (16u << swizzle))
     rc = CUDA_ERROR_INVALID_VALUE;
   if (rc == CUDA_SUCCESS) {
-    memset(map, 0, sizeof(*map));
-    map->opaque[0] = (cuuint64_t)(uintptr_t)address;
-    for (cuuint32_t i = 0; i < rank; ++i) {
-      map->opaque[1 + i] = dims[i];
-      map->opaque[11 + i] = box[i];
-      if (i + 1 < rank) map->opaque[6 + i] = strides[i];
-    }
+    write_map(map, address, rank, dims, strides);
+    for (cuuint32_t i = 0; i < rank; ++i) map->opaque[11 + i] = box[i];
   }
   text t = begin("cuTensorMapEncodeTiled", rc);
-  put(&t, ", \"data_type\": %d, \"rank\": %u, \"address\": %llu", type, rank,
-      (unsigned long long)(uintptr_t)address);
-  const char *names[4] = {"dims", "strides", "box", "element_strides"};
-  for (int g = 0; g < 4; ++g) {
-    cuuint32_t n = g == 1 ? (rank > 0 ? rank - 1 : 0) : rank;
-    put(&t, ", \"%s\": [", names[g]);
-    for (cuuint32_t i = 0; i < n && i < 5; ++i) {
-      unsigned long long v = g == 0   ? (dims ? dims[i] : 0)
-                             : g == 1 ? (strides ? strides[i] : 0)
-                             : g == 2 ? (box ? box[i] : 0)
-                                      : (element_strides ? element_strides[i] : 0);
-      put(&t, "%s%llu", i ? ", " : "", v);
-    }
-    put(&t, "]");
-  }
+  put_map_head(&t, type, rank, address, dims, strides);
+  put_values(&t, "box", box, rank, u32_at);
+  put_values(&t, "element_strides", element_strides, rank, u32_at);
   put(&t, ", \"interleave\": %d, \"swizzle\": %d, \"l2_promotion\": %d, \"oob_fill\": %d",
       (int)interleave, (int)swizzle, (int)l2_promotion, (int)oob_fill);
   LEAVE(finish(&t, "cuTensorMapEncodeTiled", rc));
@@ -861,7 +885,8 @@ EXPORT CUresult CUDAAPI cuTensorMapEncodeTiled(
 /* cuTensorMapEncodeIm2col: the driver's documented limits (rank 3 to 5, aligned
  * address, dims, strides, pixel box corners by rank, channels per pixel within 256
  * and the swizzle, pixels per column within 1024, element strides 1 to 8); records
- * every field and writes a map naming the address, dims, strides and box. */
+ * every field and writes a map naming the address, dims, strides, channels per
+ * pixel and pixels per column. */
 EXPORT CUresult CUDAAPI cuTensorMapEncodeIm2col(
     CUtensorMap *map, CUtensorMapDataType data_type, cuuint32_t rank, void *address,
     const cuuint64_t *dims, const cuuint64_t *strides, const int *lower, const int *upper,
@@ -869,7 +894,6 @@ EXPORT CUresult CUDAAPI cuTensorMapEncodeIm2col(
     CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle,
     CUtensorMapL2promotion l2_promotion, CUtensorMapFloatOOBfill oob_fill) {
   ENTER("cuTensorMapEncodeIm2col");
-  static const int element_bytes[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};
   CUresult rc = CUDA_SUCCESS;
   int type = (int)data_type;
   if (map == NULL || ((uintptr_t)map & 63) || rank < 3 || rank > 5 || address == NULL ||
@@ -887,32 +911,16 @@ EXPORT CUresult CUDAAPI cuTensorMapEncodeIm2col(
       channels * (cuuint32_t)element_bytes[type] > (16u << swizzle))
     rc = CUDA_ERROR_INVALID_VALUE;
   if (rc == CUDA_SUCCESS) {
-    memset(map, 0, sizeof(*map));
-    map->opaque[0] = (cuuint64_t)(uintptr_t)address;
-    for (cuuint32_t i = 0; i < rank; ++i) {
-      map->opaque[1 + i] = dims[i];
-      if (i + 1 < rank) map->opaque[6 + i] = strides[i];
-    }
+    write_map(map, address, rank, dims, strides);
     map->opaque[11] = channels;
     map->opaque[12] = pixels;
   }
+  const cuuint32_t corners = rank > 2 ? rank - 2 : 0;
   text t = begin("cuTensorMapEncodeIm2col", rc);
-  put(&t, ", \"data_type\": %d, \"rank\": %u, \"address\": %llu", type, rank,
-      (unsigned long long)(uintptr_t)address);
-  const char *names[5] = {"dims", "strides", "element_strides", "lower_corner", "upper_corner"};
-  for (int g = 0; g < 5; ++g) {
-    cuuint32_t n = g == 1 ? (rank > 0 ? rank - 1 : 0) : g >= 3 ? (rank > 2 ? rank - 2 : 0) : rank;
-    put(&t, ", \"%s\": [", names[g]);
-    for (cuuint32_t i = 0; i < n && i < 5; ++i) {
-      long long v = g == 0   ? (long long)(dims ? dims[i] : 0)
-                    : g == 1 ? (long long)(strides ? strides[i] : 0)
-                    : g == 2 ? (long long)(element_strides ? element_strides[i] : 0)
-                    : g == 3 ? (long long)(lower ? lower[i] : 0)
-                             : (long long)(upper ? upper[i] : 0);
-      put(&t, "%s%lld", i ? ", " : "", v);
-    }
-    put(&t, "]");
-  }
+  put_map_head(&t, type, rank, address, dims, strides);
+  put_values(&t, "element_strides", element_strides, rank, u32_at);
+  put_values(&t, "lower_corner", lower, corners, int_at);
+  put_values(&t, "upper_corner", upper, corners, int_at);
   put(&t,
       ", \"channels_per_pixel\": %u, \"pixels_per_column\": %u, \"interleave\": %d, "
       "\"swizzle\": %d, \"l2_promotion\": %d, \"oob_fill\": %d",
