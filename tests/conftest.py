@@ -39,7 +39,7 @@ _TILEJIT_ENV = (
 def no_nvrtc() -> str:
     """Why NVRTC (an optional package: the CUDA toolkit's, or the nvidia-cuda-nvrtc wheel's)
     cannot be loaded here, or "" when it can: tests that compile with it skip without it."""
-    from tilejit import cuda_compiler
+    from tilejit.builder import cuda_compiler
 
     try:
         cuda_compiler._Nvrtc.get()

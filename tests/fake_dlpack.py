@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ctypes
 
-from tilejit.backends.ctypes_abi import DLTensor
+from tilejit.native.ctypes_abi import DLTensor
 
 
 class _Versioned(ctypes.Structure):

@@ -22,8 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tilejit import abi
-from tilejit.backends import ctypes_abi
+from tilejit.native import abi, ctypes_abi
 
 ROOT = Path(__file__).resolve().parent.parent
 INCLUDE = ROOT / "core" / "include"

@@ -21,7 +21,7 @@ from conftest import REPO_ROOT
 
 import tilejit
 from tilejit import T
-from tilejit import cache as tcache
+from tilejit.builder import cache as tcache
 
 # A child that compiles and runs the kernels scale_<i> for the given i (distinct sources,
 # so distinct cache entries), printing their results.
@@ -177,7 +177,7 @@ def test_prune_by_age_and_bad_arguments(cache):
 
 
 def test_sizes_and_durations_parse_as_documented():
-    from tilejit._build import disk_cache
+    from tilejit.native._build import disk_cache
 
     assert [disk_cache.parse_size(s) for s in ("4096", "500M", "2G", "1.5k", "64KiB", "3 MB")] \
         == [4096, 500 << 20, 2 << 30, 1536, 64 << 10, 3 << 20]

@@ -736,7 +736,7 @@ def test_wrapper_kernels_are_called_through_vectorcall(vec_add, backend):
     # A fast path: the wrapper's kernels take calls without an argument tuple
     # (Py_TPFLAGS_HAVE_VECTORCALL, set by hand on the backend class: before 3.12 heap
     # subclasses do not inherit it); off with TILEJIT_FAST_PATHS=0.
-    from tilejit.fast_paths import FAST_PATHS
+    from tilejit.runtime.fast_paths import FAST_PATHS
 
     have_vectorcall = 1 << 11
     assert bool(type(vec_add).__flags__ & have_vectorcall) == (backend != "ctypes"

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import tilejit
-import tilejit.fast_paths
+import tilejit.runtime.fast_paths
 from tilejit import T
 
 BACKENDS = ("cython", "dlpack", "ctypes")
@@ -98,7 +98,7 @@ def test_errors_name_the_argument_the_core_recorded(add, backend):
 
 
 def test_exception_classes_come_from_the_core_table():
-    from tilejit.backends.cython_backend import wrapper_module
+    from tilejit.runtime.cython_backend import wrapper_module
 
     table = wrapper_module().status_exception_names()
     assert table[-1] == ("TJ_ETYPE", "TypeError")

@@ -29,9 +29,9 @@ from conftest import load_fakes, no_nvrtc
 
 import tilejit
 from tilejit import T
-from tilejit import cuda_compiler as cc
-from tilejit.cuda_compiler import DEFAULT_ARCH
-from tilejit.demo import CUDA_MATMUL, CUDA_VEC_ADD
+from tilejit.builder import cuda_compiler as cc
+from tilejit.builder.cuda_compiler import DEFAULT_ARCH
+from tilejit.tools.demo import CUDA_MATMUL, CUDA_VEC_ADD
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent
@@ -256,7 +256,7 @@ def test_half_precision_types(compiler):
 
 @needs_nvrtc
 def test_demo_kernels_compile(tmp_path):
-    from tilejit.demo import cuda_programs
+    from tilejit.tools.demo import cuda_programs
 
     for program, out in cuda_programs():
         k = tilejit.compile(program, out_idx=out, target="cuda", arch="sm_80", compiler="nvrtc")
@@ -431,7 +431,7 @@ def test_stream_is_the_producers_current_work_stream(fake, kernels, backend):
 def test_the_torch_op_launches_on_the_current_stream(fake, kernels, backend):
     # What torch.compile and CUDA graphs run: the op's implementation passes no stream, so
     # the launch is on the producer's current work stream (for torch: its current stream).
-    from tilejit import torch_op
+    from tilejit.frameworks.torch import op as torch_op
 
     k = kernels(vec_add_program).with_backend(backend)
     assert torch_op.schema(k) == ("(Tensor A, Tensor B, Tensor(a0!) C) -> ()", ("C",))

@@ -23,7 +23,7 @@ from conftest import REPO_ROOT, load_fakes
 
 import tilejit
 from tilejit import T
-from tilejit import torch_op as top
+from tilejit.frameworks.torch import op as top
 
 HERE = Path(__file__).resolve().parent
 DOCS = REPO_ROOT / "docs" / "export.md"

@@ -18,7 +18,7 @@ import pytest
 
 import tilejit
 from tilejit import T
-from tilejit.signature import lower
+from tilejit.builder.signature import lower
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "tilejit"

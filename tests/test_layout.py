@@ -21,7 +21,7 @@ from fake_dlpack import FakeTensor
 
 import tilejit
 from tilejit import T
-from tilejit.layout import from_dlpack
+from tilejit.runtime.views import from_dlpack
 
 
 def strided(shape, strides, dtype=np.float32):
@@ -549,8 +549,8 @@ def test_make_ptr():
 
 
 def test_from_dlpack_without_the_wrapper(monkeypatch):
-    from tilejit import layout
-    from tilejit.backends import cython_backend
+    from tilejit.runtime import cython_backend
+    from tilejit.runtime import views as layout
 
     def broken():
         raise RuntimeError("no Cython here")

@@ -16,8 +16,8 @@ from kernels import VEC_ADD
 
 import tilejit
 from tilejit import T
-from tilejit.layout import from_dlpack
-from tilejit.signature import lower
+from tilejit.builder.signature import lower
+from tilejit.runtime.views import from_dlpack
 
 # --- Acceptance: a kernel from a marked view --------------------------------------------------
 

@@ -28,7 +28,7 @@ from conftest import load_fakes
 
 import tilejit
 import tilejit.tilelang as tt
-from tilejit.demo import tilelang_kernels
+from tilejit.tools.demo import tilelang_kernels
 
 fakes = load_fakes()
 FakeCudaTensor = fakes.FakeCudaTensor

@@ -18,7 +18,7 @@ from torch.autograd import forward_ad
 
 import tilejit
 from tilejit import T
-from tilejit import torch_op as top
+from tilejit.frameworks.torch import op as top
 
 SQUARE = """
 void sq(const double *X, double *Y, int64_t n) {

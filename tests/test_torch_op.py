@@ -19,7 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import tilejit
 from tilejit import T
-from tilejit import torch_op as top
+from tilejit.frameworks.torch import op as top
 
 SUM_DIFF = """
 void sum_diff(const float *A, const float *B, float *S, float *D, int64_t n) {

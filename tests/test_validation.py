@@ -983,8 +983,9 @@ def test_from_dlpack_refuses_a_lazy_view():
 def test_the_bits_are_read_in_place_on_this_torch():
     # The fast way: where torch keeps the bits was found (and checked) for this torch, so
     # no call into torch is made per tensor; with TILEJIT_FAST_PATHS=0, torch is asked.
-    from tilejit import host, torch_views
-    from tilejit.fast_paths import FAST_PATHS
+    from tilejit.frameworks.torch import views as torch_views
+    from tilejit.runtime import host
+    from tilejit.runtime.fast_paths import FAST_PATHS
 
     location = torch_views.locate()
     assert location is not None

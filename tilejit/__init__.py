@@ -10,14 +10,14 @@
 >>> c = kernel(a, b)
 """
 
-from .compilation import CompileErrors, compile, compile_many, load
-from .compiler import CompileError
-from .jit import JITFunction, jit
-from .kernel import JITKernel
-from .lang import T
-from .layout import from_dlpack
-from .pointer import Pointer, make_ptr
-from .program import Launch, Program
+from .builder.compiler import CompileError
+from .language.lang import T
+from .language.pointer import Pointer, make_ptr
+from .language.program import Launch, Program
+from .runtime.compilation import CompileErrors, compile, compile_many, load
+from .runtime.jit import JITFunction, jit
+from .runtime.kernel import JITKernel
+from .runtime.views import from_dlpack
 from .version import VERSION as __version__
 
 
@@ -28,8 +28,8 @@ def empty(shape, dtype="float32", device="cpu"):
 
     >>> a = tilejit.empty((2, 3), "float32")
     """
-    from .backends.cython_backend import wrapper_module
-    from .dtypes import canonical
+    from .language.dtypes import canonical
+    from .runtime.cython_backend import wrapper_module
 
     return wrapper_module().empty(shape, canonical(dtype), device)
 
@@ -41,7 +41,7 @@ def __getattr__(name):
     compiler) the access raises ImportError saying why."""
     if name != "Array":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from .backends.cython_backend import wrapper_module
+    from .runtime.cython_backend import wrapper_module
 
     try:
         array = wrapper_module().Array

@@ -57,36 +57,36 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "build":
-        from ._build import build_tools as tools
+        from .native._build import build_tools as tools
 
         print(f"wrapper: {tools.build_wrapper(force=args.force, verbose=True)}")
         print(f"core:    {tools.build_core_library(force=args.force)}")
         return 0
     if args.command == "bench":
-        from .bench import main as bench
+        from .tools.bench import main as bench
 
         return bench(args)
     if args.command == "doctor":
-        from .doctor import main as doctor
+        from .tools.doctor import main as doctor
 
         return doctor(as_json=args.json)
     if args.command == "cache":
-        from .cache import main as cache_main
+        from .builder.cache import main as cache_main
 
         return cache_main(args)
     if args.command == "config":
         if not (args.cflags or args.libs or args.includedir or args.libdir):
             config.error("give --cflags, --libs, --includedir or --libdir")
-        from .export import config_flags
+        from .builder.export import config_flags
 
         print(config_flags(args.cflags, args.libs, args.includedir, args.libdir))
         return 0
     if args.command == "demo":
         if args.tilelang:
-            from .demo import run_tilelang
+            from .tools.demo import run_tilelang
 
             return 0 if run_tilelang() else 1
-        from .demo import run
+        from .tools.demo import run
 
         return 0 if run(target=args.target) else 1
     from . import __version__

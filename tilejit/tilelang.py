@@ -44,10 +44,10 @@ from tilelang.jit import kernel as _tl_kernel
 from tilelang.jit.adapter.base import BaseKernelAdapter
 from tvm import tirx
 
-from . import compilation
-from .lang import _SCALAR_SYMBOL_DTYPES as _INTEGER_SCALARS
-from .lang import T
-from .program import Launch, Program
+from .language.lang import _SCALAR_SYMBOL_DTYPES as _INTEGER_SCALARS
+from .language.lang import T
+from .language.program import Launch, Program
+from .runtime import compilation
 
 BACKEND = "tilejit"
 # 2: scalar parameters in expressions, global workspaces, im2col tensor maps, TileLang's

@@ -39,7 +39,7 @@ from ctypes import (
 from pathlib import Path
 from typing import ClassVar
 
-from tilejit.backends.ctypes_abi import DLDataType, DLDevice, DLTensor
+from tilejit.native.ctypes_abi import DLDataType, DLDevice, DLTensor
 
 HERE = Path(__file__).resolve().parent
 KDL_CUDA = 2

@@ -1,0 +1,479 @@
+"""Kernels that leave the Python process: ``kernel.export(path)`` writes a directory that
+``tilejit.load(path)`` (Python) and ``tj_kernel_open`` (C) open without a compiler.
+
+An export holds the compiled image, ``signature.tj`` (everything the core builds the
+kernel from, one builder call per line), ``kernel.h`` (the prototype and the signature
+for C readers) and ``MANIFEST`` (versions, target, architecture, each file's size and
+SHA-256). The core reads and checks both text files (``core/src/open.c``); this module
+writes them and reads ``signature.tj`` back into the Python objects a kernel carries
+(its parameters, symbols and prototypes). docs/export.md describes the format.
+
+>>> kernel.export("out/vec_add")
+>>> k = tilejit.load("out/vec_add")
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import tempfile
+from pathlib import Path
+
+from ..language import dtypes as _dtypes
+from ..language.lang import (
+    _BINARY,
+    OP_CONST,
+    OP_SYM,
+    BinaryExpr,
+    Buffer,
+    PointerParam,
+    Scalar,
+    Symbol,
+    Workspace,
+    shape_text,
+)
+from ..language.program import Program
+from ..native import abi
+from ..native._build import disk_cache
+from ..version import VERSION
+from .signature import (
+    AbiSpec,
+    CoreSpec,
+    KernelArg,
+    KernelFunction,
+    LaunchSpec,
+    ParamSpec,
+    Signature,
+    TensorMapSpec,
+)
+
+EXPORT_FORMAT = 1  # MANIFEST; the core (open.c) reads this version only
+SIGNATURE_FORMAT = 1  # signature.tj
+SIGNATURE_FILE = "signature.tj"
+TARGET_NAMES = {abi.TJ_TARGET_CPU: "cpu", abi.TJ_TARGET_CUDA: "cuda"}
+_BY_DLPACK = {d.dlpack: name for name, d in _dtypes.DTYPES.items()}
+_OPS = {code: op for op, (code, _) in _BINARY.items()}
+
+
+# ---- Writing ---------------------------------------------------------------------------
+
+
+def _dtype(triple) -> str:
+    return "{}:{}:{}".format(*triple)
+
+
+def _abi_fields(entries) -> list:
+    fields = [len(entries)]
+    for a in entries:
+        fields += [a.source, a.index, _dtype(a.dtype)]
+    return fields
+
+
+def _line(*fields) -> str:
+    return " ".join(str(f) for f in fields)
+
+
+def signature_text(kernel, image_files: dict) -> str:
+    """``signature.tj`` for ``kernel``: the builder calls of its core kernel in order, the
+    Python-side lines (``out_idx``, ``function``, ``arg``) and the ``load`` line naming the
+    image files (``image_files``: role -> file name in the export)."""
+    sig = kernel._sig
+    spec = sig.spec
+    lines = [f"tilejit-signature {SIGNATURE_FORMAT}",
+             f"# {kernel.name}, exported by tilejit {VERSION}",
+             _line("kernel", spec.name, TARGET_NAMES[spec.target], len(spec.params))]
+    lines += [_line("symbol", name, divisibility, _dtype(dtype))
+              for name, divisibility, dtype in spec.symbols]
+    for code, text in spec.exprs:
+        lines.append(_line("expr", len(code) // 2, *code, *([text] if text else [])))
+    for index, p in enumerate(spec.params):
+        if p.kind == abi.TJ_PARAM_SCALAR:
+            lines.append(_line("scalar", index, p.name, _dtype(p.dtype),
+                               *([p.binds] if p.binds >= 0 else [])))
+        elif p.kind == abi.TJ_PARAM_POINTER:
+            lines.append(_line("pointer", index, p.name, _dtype(p.dtype), p.align, p.flags))
+        else:
+            strides = ["-"] if p.strides is None else list(p.strides)
+            lines.append(_line("buffer", index, p.name, _dtype(p.dtype), p.align, p.flags,
+                               len(p.shape), *p.shape, *strides))
+    for m in spec.tensormaps:
+        if m.im2col is None:
+            lines.append(_line("tensormap", m.name, m.param, m.data_type, len(m.dims), *m.dims,
+                               *m.strides, *m.box, *m.element_strides, m.interleave,
+                               m.swizzle, m.l2_promotion, m.oob_fill))
+        else:
+            lower, upper, channels, pixels = m.im2col
+            lines.append(_line("tensormap_im2col", m.name, m.param, m.data_type, len(m.dims),
+                               *m.dims, *m.strides, *m.element_strides, *lower, *upper,
+                               channels, pixels, m.interleave, m.swizzle, m.l2_promotion,
+                               m.oob_fill))
+    if spec.abi is not None:
+        lines.append(_line("abi", *_abi_fields(spec.abi)))
+    for index, launch in enumerate(spec.launches):
+        lines.append(_line("launch", launch.symbol, *launch.grid, *launch.block,
+                           launch.shared_memory, *_abi_fields(launch.abi)))
+        if launch.cluster is not None or launch.flags:
+            cluster = ["-"] if launch.cluster is None else list(launch.cluster)
+            lines.append(_line("launch_attrs", index, *cluster, launch.flags))
+    lines.append(_line("out_idx", len(sig.out_idx), *sig.out_idx))
+    for function in sig.functions:
+        lines.append(_line("function", function.name, function.c_prototype))
+        for a in function.kernel_args:
+            lines.append(_line("arg", a.name, a.source, a.index, a.dtype, int(a.pointer),
+                               int(a.const), -1 if a.param is None else a.param))
+    if "glue" in image_files:
+        lines.append(_line("load_prebuilt", image_files["glue"], sig.entry,
+                           image_files["library"], spec.name))
+    else:
+        lines.append(_line("load", image_files["image"], sig.entry))
+    return "\n".join(lines) + "\n"
+
+
+def header_text(kernel) -> str:
+    """``kernel.h``: the kernel's prototype and its signature, for C and C++ readers,
+    with the argument and output positions ``tj_call_bind`` and ``tj_call_set_output``
+    take as macros."""
+    sig = kernel._sig
+    upper = sig.name.upper()
+    outputs = sorted(sig.out_idx)
+    args = [i for i in range(len(sig.names)) if i not in outputs]
+
+    def describe(i: int) -> str:
+        p = kernel.params[i]
+        if isinstance(p, Buffer):
+            extra = "".join([f", strides {tuple(map(str, p.strides))}" if p.strides else "",
+                             ", const" if p.const else "", ", optional (NULL: none)"
+                             if p.optional else "", f", align {p.align}" if p.align else ""])
+            return f"{p.dtype} tensor, shape {shape_text(p.shape)}{extra}"
+        if isinstance(p, Scalar):
+            return f"{p.dtype} scalar"
+        return f"{p.dtype} pointer" + (", const" if p.const else "")
+
+    lines = [f"/* {sig.name}: a {sig.target} kernel exported by tilejit {VERSION}.",
+             " *",
+             " * Open the export directory with tj_kernel_open (#include <tilejit/tilejit.h>)",
+             " * and call it with tj_call_bind, tj_call_set_output and tj_call_launch, which",
+             " * check every argument. tj_call_bind's arguments, in order:"]
+    lines += [f" *   {j}  {sig.names[i]}: {describe(i)}" for j, i in enumerate(args)]
+    if outputs:
+        lines.append(" * Outputs (tj_call_set_output, declaration order; shapes in the frame):")
+        lines += [f" *   {j}  {sig.names[i]}: {describe(i)}" for j, i in enumerate(outputs)]
+    workspaces = kernel.program.workspaces
+    if workspaces:
+        lines.append(" * Workspaces, allocated per call by whoever launches (tj_call_set_output")
+        lines.append(f" * from index {len(outputs)}; shapes in the frame after the outputs'):")
+        named = sig.spec.params[len(sig.names):]  # the workspaces, as the core names them
+        lines += [f" *   {len(outputs) + j}  {spec.name}: {w.dtype}, shape {shape_text(w.shape)}"
+                  f"{', zero-filled by the launch' if w.zero else ''}"
+                  for j, (w, spec) in enumerate(zip(workspaces, named))]
+    if sig.symbols:
+        lines.append(" * Symbols, bound from the arguments: " + ", ".join(
+            f"{s.name} ({s.dtype}" + (f", multiple of {s.divisibility})" if s.divisibility > 1
+                                      else ")") for s in sig.symbols))
+    lines += [" *", " * The kernel function(s) in the image, as tilejit declared them:"]
+    lines += [f" *   {f.c_prototype}" for f in sig.functions]
+    lines += [" */", f"#ifndef TILEJIT_EXPORT_{upper}_H_", f"#define TILEJIT_EXPORT_{upper}_H_",
+              "", f"#define {upper}_NUM_ARGS {len(args)}",
+              f"#define {upper}_NUM_OUTPUTS {len(outputs)}",
+              f"#define {upper}_NUM_WORKSPACES {len(workspaces)}"]
+    lines += [f"#define {upper}_ARG_{sig.names[i].upper()} {j}" for j, i in enumerate(args)]
+    lines += [f"#define {upper}_OUTPUT_{sig.names[i].upper()} {j}"
+              for j, i in enumerate(outputs)]
+    lines += ["", f"#endif /* TILEJIT_EXPORT_{upper}_H_ */", ""]
+    return "\n".join(lines)
+
+
+def _arch(kernel) -> str:
+    if kernel.target == "cpu":
+        return platform.machine()
+    return kernel._cuda_arch or "unknown"
+
+
+def export(kernel, path, *, overwrite: bool = False) -> Path:
+    """Writes ``kernel`` to the directory ``path`` (see the module docstring); returns it.
+    A non-empty existing directory is refused unless ``overwrite``, which replaces it
+    whole: the new export is written beside it and moved in place."""
+    target = Path(path).absolute()
+    if target.exists() and not target.is_dir():
+        raise FileExistsError(f"{kernel.name}: cannot export to {target}: it is a file")
+    if target.is_dir() and any(target.iterdir()) and not overwrite:
+        raise FileExistsError(f"{kernel.name}: cannot export to {target}: the directory is not "
+                              "empty (pass overwrite=True to replace it)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.export-", dir=target.parent))
+    try:
+        if kernel._prebuilt is not None:
+            files = {"glue": "glue.so", "library": "kernel.so"}
+            shutil.copyfile(kernel.library_path, staging / files["glue"])
+            shutil.copyfile(kernel._prebuilt, staging / files["library"])
+        else:
+            suffix = Path(kernel.library_path).suffix or ".so"
+            files = {"image": f"kernel{suffix}"}
+            shutil.copyfile(kernel.library_path, staging / files["image"])
+        (staging / SIGNATURE_FILE).write_text(signature_text(kernel, files))
+        (staging / "kernel.h").write_text(header_text(kernel))
+        listed = sorted({SIGNATURE_FILE, "kernel.h", *files.values()})
+        manifest = [f"tilejit-export {EXPORT_FORMAT}", f"tilejit {VERSION}",
+                    f"target {kernel.target}", f"arch {_arch(kernel)}"]
+        manifest += [f"file {name} {(staging / name).stat().st_size} {disk_cache.sha256_file(staging / name)}"
+                     for name in listed]
+        (staging / "MANIFEST").write_text("\n".join(manifest) + "\n")
+        for name in listed:
+            os.chmod(staging / name, 0o644)
+        os.chmod(staging, 0o755)
+        _move_into_place(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target
+
+
+def _move_into_place(staging: Path, target: Path) -> None:
+    """Renames ``staging`` to ``target``; an existing ``target`` is first renamed aside
+    and removed after, so a reader finds the old export whole, the new one whole, or
+    (between the two renames) none."""
+    old = None
+    if target.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+        os.rename(target, old / "export")
+    try:
+        os.rename(staging, target)
+    except BaseException:
+        if old is not None:
+            os.rename(old / "export", target)
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+# ---- Reading -----------------------------------------------------------------------------
+
+
+def _triple(text: str) -> tuple[int, int, int]:
+    code, bits, lanes = text.split(":")
+    return int(code), int(bits), int(lanes)
+
+
+def _abi_at(fields: list, at: int) -> tuple[tuple[AbiSpec, ...], int]:
+    n = int(fields[at])
+    entries = tuple(AbiSpec(int(fields[at + 1 + 3 * j]), int(fields[at + 2 + 3 * j]),
+                            _triple(fields[at + 3 + 3 * j])) for j in range(n))
+    return entries, at + 1 + 3 * n
+
+
+def _decode(code: tuple, symbols: list):
+    """The expression an RPN program computes (``lang.lower_expr`` backwards)."""
+    stack = []
+    for op, operand in zip(code[::2], code[1::2]):
+        if op == OP_CONST:
+            stack.append(operand)
+        elif op == OP_SYM:
+            stack.append(symbols[operand])
+        else:
+            rhs, lhs = stack.pop(), stack.pop()
+            stack.append(BinaryExpr(_OPS[op], lhs, rhs))
+    (expr,) = stack
+    return expr
+
+
+class Loaded:
+    """What ``signature.tj`` says, as the Python objects of a kernel: ``program``,
+    ``signature``, and the image files (``library``, ``prebuilt``) in the export. The
+    core has checked the file and built the kernel from it (``tj_kernel_open``); this
+    reads it again for what only Python needs, and refuses what the core skips but
+    Python cannot use (``out_idx``, ``function`` and ``arg`` lines) by line."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.symbols, self.exprs, self.params, self.maps, self.launches = [], [], [], [], []
+        self.functions, self.abi, self.out_idx, self.files = [], None, None, {}
+        self.name = self.target = self.entry = None
+        lines = (directory / SIGNATURE_FILE).read_text().splitlines()
+        for number, line in enumerate(lines[1:], start=2):
+            fields = line.split()
+            if not fields or fields[0].startswith("#"):
+                continue
+            try:
+                self._read(fields, line)
+            except (ValueError, IndexError, KeyError, TypeError) as exc:
+                raise self._refuse(number, f"cannot read '{fields[0]}' ({exc})") from None
+        self._build(len(lines))
+        manifest = (directory / "MANIFEST").read_text().splitlines()
+        archs = [line.split()[1] for line in manifest if line.startswith("arch ")]
+        # The images' SHA-256, which the core has just checked the files against.
+        listed = dict(line.split()[1::2] for line in manifest if line.startswith("file "))
+        self.digests = [listed[self.files[role]] for role in ("library", "prebuilt")
+                        if role in self.files]
+        # What a CUDA kernel was built for, kept for a later export of the loaded kernel.
+        self.cuda_arch = archs[0] if archs and self.target == "cuda" and archs[0] != "unknown" \
+            else None
+
+    def _refuse(self, number: int, what: str) -> ValueError:
+        return ValueError(f"tilejit export {self.directory}: {SIGNATURE_FILE}: line {number}: "
+                          f"{what}")
+
+    def _read(self, fields: list, line: str) -> None:
+        key = fields[0]
+        if key == "kernel":
+            self.name, self.target = fields[1], fields[2]
+        elif key == "symbol":
+            self.symbols.append((fields[1], int(fields[2]), _triple(fields[3])))
+        elif key == "expr":
+            pairs = int(fields[1])
+            code = tuple(int(x) for x in fields[2:2 + 2 * pairs])
+            text = line.split(None, 2 + 2 * pairs)[-1] if len(fields) > 2 + 2 * pairs else ""
+            self.exprs.append((code, text))
+        elif key in ("buffer", "scalar", "pointer"):
+            self.params.append(self._param(key, fields))
+        elif key in ("tensormap", "tensormap_im2col"):
+            rank = int(fields[4])
+            ints = [int(x) for x in fields[5:]]
+            dims, ints = tuple(ints[:rank]), ints[rank:]
+            strides, ints = tuple(ints[:rank - 1]), ints[rank - 1:]
+            box, im2col = (), None
+            if key == "tensormap":
+                box, ints = tuple(ints[:rank]), ints[rank:]
+            element_strides, ints = tuple(ints[:rank]), ints[rank:]
+            if key == "tensormap_im2col":
+                corners = rank - 2
+                im2col = (tuple(ints[:corners]), tuple(ints[corners:2 * corners]),
+                          ints[2 * corners], ints[2 * corners + 1])
+                ints = ints[2 * corners + 2:]
+            interleave, swizzle, l2_promotion, oob_fill = ints
+            self.maps.append(TensorMapSpec(fields[1], int(fields[2]), int(fields[3]), dims,
+                                           strides, box, element_strides, interleave, swizzle,
+                                           l2_promotion, oob_fill, im2col))
+        elif key == "abi":
+            self.abi, _ = _abi_at(fields, 1)
+        elif key == "launch":
+            ints = [int(x) for x in fields[2:9]]
+            entries, _ = _abi_at(fields, 9)
+            self.launches.append([fields[1], tuple(ints[:3]), tuple(ints[3:6]), ints[6],
+                                  entries, None, 0])
+        elif key == "launch_attrs":
+            launch = self.launches[int(fields[1])]
+            if fields[2] == "-":
+                launch[6] = int(fields[3])
+            else:
+                launch[5], launch[6] = tuple(int(x) for x in fields[2:5]), int(fields[5])
+        elif key == "out_idx":
+            self.out_idx = tuple(int(x) for x in fields[2:])
+            if len(self.out_idx) != int(fields[1]):
+                raise ValueError(f"{fields[1]} outputs announced, {len(self.out_idx)} listed")
+        elif key == "function":
+            self.functions.append((fields[1], line.split(None, 2)[2], []))
+        elif key == "arg":
+            param = int(fields[7])
+            self.functions[-1][2].append(KernelArg(
+                fields[1], int(fields[2]), int(fields[3]), _dtypes.canonical(fields[4]),
+                bool(int(fields[5])), bool(int(fields[6])), None if param < 0 else param))
+        elif key == "load":
+            self.files, self.entry = {"library": fields[1]}, fields[2]
+        elif key == "load_prebuilt":
+            self.files, self.entry = {"library": fields[1], "prebuilt": fields[3]}, fields[2]
+
+    def _build(self, end: int) -> None:
+        params = self.params
+        outputs = {i for i, p in enumerate(params)
+                   if p.kind == abi.TJ_PARAM_BUFFER and p.flags & abi.TJ_BUF_OUTPUT}
+        if self.out_idx is None or sorted(self.out_idx) != sorted(outputs):
+            raise self._refuse(end, f"out_idx {self.out_idx} does not list the output "
+                                    f"buffers {sorted(outputs)}")
+        if not self.functions:
+            raise self._refuse(end, "no 'function' line")
+        try:
+            spec = CoreSpec(self.name, abi.TJ_TARGET_CPU if self.target == "cpu"
+                            else abi.TJ_TARGET_CUDA, tuple(self.symbols), tuple(self.exprs),
+                            tuple(params), self.abi,
+                            tuple(LaunchSpec(*x) for x in self.launches), tuple(self.maps))
+            symbols = [Symbol(s, d, dtype=_BY_DLPACK[dt]) for s, d, dt in self.symbols]
+            decoded = [_decode(code, symbols) for code, _ in self.exprs]
+            self.library = str(self.directory / self.files["library"])
+            self.prebuilt = (str(self.directory / self.files["prebuilt"])
+                             if "prebuilt" in self.files else None)
+            objects = [self._lang_param(p, decoded, symbols) for p in params]
+            callers = [o for o in objects if not isinstance(o, Workspace)]
+            self.program = Program(self.name, callers, binary=self.prebuilt or self.library,
+                                   workspaces=[o for o in objects if isinstance(o, Workspace)])
+        except (ValueError, IndexError, KeyError, TypeError) as exc:
+            raise self._refuse(end, f"the parameters do not make a kernel ({exc})") from None
+        self.signature = Signature(
+            self.name, self.target, tuple(p.name for p in self.program.params), self.out_idx,
+            tuple(symbols), spec,
+            tuple(KernelFunction(f, tuple(a), proto) for f, proto, a in self.functions),
+            self.entry)
+
+    @staticmethod
+    def _param(key: str, fields: list) -> ParamSpec:
+        dtype = _triple(fields[3])
+        if key == "scalar":
+            if len(fields) not in (4, 5):
+                raise ValueError(f"{len(fields) - 1} fields")
+            return ParamSpec(abi.TJ_PARAM_SCALAR, fields[2], dtype, (), None, 0, 0,
+                             int(fields[4]) if len(fields) == 5 else -1)
+        if key == "pointer":
+            return ParamSpec(abi.TJ_PARAM_POINTER, fields[2], dtype, (), None, int(fields[4]),
+                             int(fields[5]))
+        ndim = int(fields[6])
+        shape = tuple(int(x) for x in fields[7:7 + ndim])
+        rest = fields[7 + ndim:]
+        strides = None if rest == ["-"] else tuple(int(x) for x in rest)
+        return ParamSpec(abi.TJ_PARAM_BUFFER, fields[2], dtype, shape, strides,
+                         int(fields[4]), int(fields[5]))
+
+    @staticmethod
+    def _lang_param(p: ParamSpec, decoded: list, symbols: list):
+        dtype = _BY_DLPACK[p.dtype]
+        if p.kind == abi.TJ_PARAM_SCALAR:
+            scalar = Scalar(dtype, name=p.name)
+            if p.binds >= 0:  # the decoded expressions use this symbol: it is the scalar's
+                scalar._symbol = symbols[p.binds]
+                symbols[p.binds].scalar = scalar
+            return scalar
+        if p.kind == abi.TJ_PARAM_POINTER:
+            return PointerParam(dtype, align=p.align or None, name=p.name,
+                                const=bool(p.flags & abi.TJ_BUF_CONST))
+        if p.flags & abi.TJ_BUF_WORKSPACE:
+            return Workspace([decoded[i] for i in p.shape], dtype, name=p.name,
+                             align=p.align or None, zero=bool(p.flags & abi.TJ_BUF_ZERO))
+        strides = None if p.strides is None else [decoded[i] for i in p.strides]
+        return Buffer([decoded[i] for i in p.shape], dtype, strides=strides, name=p.name,
+                      align=p.align or None, optional=bool(p.flags & abi.TJ_BUF_OPTIONAL),
+                      const=bool(p.flags & abi.TJ_BUF_CONST))
+
+
+# ---- Embedding: the flags of a C or C++ program that opens exports -----------------------
+
+
+def embedding_dirs() -> tuple[Path, Path]:
+    """``(include directory, library directory)`` for a C or C++ program using the core:
+    ``#include <tilejit/tilejit.h>`` and ``-ltilejit``. The core is built into the cache
+    first if the cache has none; its directory gets a ``libtilejit.so`` link to it."""
+    from ..native._build import build_tools
+
+    library = build_tools.build_core_library()
+    include = build_tools.source_dirs()[0] / "include"
+    link = library.parent / "libtilejit.so"  # a prebuilt core ships it as a copy
+    if not os.path.exists(link):
+        staging = library.parent / f".libtilejit.so.{os.getpid()}"
+        staging.unlink(missing_ok=True)
+        staging.symlink_to(library.name)
+        os.replace(staging, link)
+    return include, library.parent
+
+
+def config_flags(cflags: bool, libs: bool, includedir: bool, libdir: bool) -> str:
+    """What ``python -m tilejit config`` prints for the options given, in that order."""
+    include, lib = embedding_dirs()
+    words = []
+    if cflags:
+        words.append(f"-I{include}")
+    if libs:
+        words += [f"-L{lib}", "-ltilejit", f"-Wl,-rpath,{lib}"]
+    if includedir:
+        words.append(str(include))
+    if libdir:
+        words.append(str(lib))
+    return " ".join(words)

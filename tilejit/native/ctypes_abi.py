@@ -1,0 +1,147 @@
+"""ctypes mirrors of the core's public C structures (core/include/tilejit/*.h).
+
+Each class names its C type in ``_c_name_``; a test compiles the headers and checks
+every size and field offset here against the C compiler's, so a mirror cannot drift.
+"""
+
+from __future__ import annotations
+
+from ctypes import (
+    POINTER,
+    Structure,
+    c_char_p,
+    c_int32,
+    c_int64,
+    c_ssize_t,
+    c_uint8,
+    c_uint16,
+    c_uint32,
+    c_uint64,
+    c_void_p,
+)
+
+from . import abi
+
+# ---- dlpack/dlpack.h ----------------------------------------------------------------
+
+
+class DLDevice(Structure):
+    _c_name_ = "DLDevice"
+    _fields_ = [("device_type", c_int32), ("device_id", c_int32)]
+
+
+class DLDataType(Structure):
+    _c_name_ = "DLDataType"
+    _fields_ = [("code", c_uint8), ("bits", c_uint8), ("lanes", c_uint16)]
+
+
+class DLTensor(Structure):
+    _c_name_ = "DLTensor"
+    _fields_ = [("data", c_void_p), ("device", DLDevice), ("ndim", c_int32),
+                ("dtype", DLDataType), ("shape", POINTER(c_int64)),
+                ("strides", POINTER(c_int64)), ("byte_offset", c_uint64)]
+
+
+class DLPackVersion(Structure):
+    _c_name_ = "DLPackVersion"
+    _fields_ = [("major", c_uint32), ("minor", c_uint32)]
+
+
+class DLManagedTensorVersioned(Structure):
+    _c_name_ = "DLManagedTensorVersioned"
+    _fields_ = [("version", DLPackVersion), ("manager_ctx", c_void_p), ("deleter", c_void_p),
+                ("flags", c_uint64), ("dl_tensor", DLTensor)]
+
+
+class DLPackExchangeAPIHeader(Structure):
+    _c_name_ = "DLPackExchangeAPIHeader"
+    _fields_ = [("version", DLPackVersion), ("prev_api", c_void_p)]
+
+
+class DLPackExchangeAPI(Structure):
+    _c_name_ = "DLPackExchangeAPI"
+    _fields_ = [("header", DLPackExchangeAPIHeader),
+                ("managed_tensor_allocator", c_void_p),
+                ("managed_tensor_from_py_object_no_sync", c_void_p),
+                ("managed_tensor_to_py_object_no_sync", c_void_p),
+                ("dltensor_from_py_object_no_sync", c_void_p),
+                ("current_work_stream", c_void_p)]
+
+
+# ---- tilejit/core.h, producer.h, host.h ---------------------------------------------
+
+
+class TjAbiArg(Structure):
+    _c_name_ = "tj_abi_arg"
+    _fields_ = [("source", c_int32), ("index", c_int32), ("dtype", DLDataType)]
+
+
+_RANK = abi.TJ_MAX_TENSORMAP_RANK
+
+
+class TjTensorMap(Structure):
+    _c_name_ = "tj_tensormap"
+    _fields_ = [("name", c_char_p), ("param", c_int32), ("data_type", c_int32),
+                ("rank", c_int32), ("dims", c_int32 * _RANK), ("strides", c_int32 * (_RANK - 1)),
+                ("box", c_int32 * _RANK), ("element_strides", c_int32 * _RANK),
+                ("interleave", c_int32), ("swizzle", c_int32), ("l2_promotion", c_int32),
+                ("oob_fill", c_int32), ("im2col", c_int32), ("lower_corner", c_int32 * (_RANK - 2)),
+                ("upper_corner", c_int32 * (_RANK - 2)), ("channels_per_pixel", c_int32),
+                ("pixels_per_column", c_int32)]
+
+
+class TjHost(Structure):
+    _c_name_ = "tj_host"
+    _fields_ = [(name, c_void_p) for name in (
+        "capsule_is_valid", "capsule_pointer", "capsule_set_name", "object_type", "release")]
+    _fields_ += [("type_offset", c_ssize_t)]
+    _fields_ += [(name, c_void_p) for name in ("sequence_size", "sequence_item", "tuple_new", "tuple_set", "retain",
+        "list_new", "list_set", "int64_of", "uint64_of", "double_of", "index_of", "truth",
+        "int_new", "string_new", "string_compare", "attribute", "call", "error_pending",
+        "error_clear", "error_fetch", "error_normalize", "error_set", "error_set_object",
+        "exception_set_cause", "error_restore", "dict_item", "unlock", "lock", "interpreter", "thread_head", "thread_next",
+        "none", "true_object", "int_type", "float_type", "bool_type")]
+    _fields_ += [("exceptions", c_void_p * abi.TJ_HOST_NUM_STATUS)]
+    _fields_ += [(name, c_void_p) for name in (
+        "describe", "dlpack_capsule", "allocate", "framework_stream", "stream_handle",
+        "lazy_view", "producer_error", "claims")]
+
+
+class TjViewBits(Structure):
+    _c_name_ = "tj_view_bits"
+    _fields_ = [("block_offset", c_int64), ("word_offset", c_int64), ("conjugate", c_uint64),
+                ("negative", c_uint64)]
+class TjClaim(Structure):
+    _c_name_ = "tj_claim"
+    _fields_ = [("always", c_int32), ("offset", c_int32), ("requires_grad", c_void_p),
+                ("grad_enabled", c_void_p), ("ask", c_void_p), ("active", c_void_p),
+                ("context", c_void_p), ("meta_offset", c_int32)]
+
+
+class TjHostClaimMode(Structure):
+    _c_name_ = "tj_host_claim_mode"
+    _fields_ = [("host", c_void_p), ("scope", c_void_p), ("key", c_void_p), ("idle", c_void_p)]
+
+
+class TjProducer(Structure):
+    _c_name_ = "tj_producer"
+    _fields_ = [("import_", c_void_p), ("allocate", c_void_p), ("current_stream", c_void_p),
+                ("api", c_void_p), ("type", c_void_p), ("context", c_void_p),
+                ("host", c_void_p), ("view", c_void_p), ("view_bits", c_void_p),
+                ("claim", c_void_p)]
+
+
+class TjHostType(Structure):
+    _c_name_ = "tj_host_type"
+    _fields_ = [("kind", c_int32), ("producer", c_void_p), ("name", c_char_p)]
+
+
+class TjHostPlan(Structure):
+    _c_name_ = "tj_host_plan"
+    _fields_ = [("kernel", c_void_p), ("host", c_void_p), ("exchange", c_int32),
+                ("out_order", POINTER(c_int32)), ("fallback", c_void_p), ("name", c_void_p),
+                ("kernel_object", c_void_p), ("keywords", c_void_p), ("claimed", c_void_p),
+                ("unclaimed", c_int32), ("stream_is_input", c_int32)]
+
+
+__all__ = [name for name in dir() if name[0].isupper() and not name.startswith("_")]

@@ -1,0 +1,208 @@
+"""The C core as a shared library, through ctypes: loading it, the ctypes binding's one
+check function, and building a core kernel from a lowered signature.
+
+Every backend's kernel is built here, once, from ``Signature.spec``: the Cython binding
+attaches to the same ``tj_kernel`` (it links the same shared core), the ctypes backend
+calls it directly.
+"""
+
+from __future__ import annotations
+
+import builtins
+import ctypes
+import threading
+from ctypes import POINTER, byref, c_char_p, c_int, c_int32, c_int64, c_uint32, c_void_p
+
+from . import abi
+from .ctypes_abi import DLDataType, TjAbiArg, TjTensorMap
+
+_lock = threading.Lock()
+_core = None  # ctypes.CDLL: calls drop the GIL (none of them reaches Python)
+
+
+def core_library() -> ctypes.CDLL:
+    """The core (built and cached on first use), with prototypes set."""
+    global _core
+    with _lock:
+        if _core is None:
+            from ._build import build_tools
+
+            # Rebuilt once if the loader rejects the cached file (build_tools.core_build).
+            _, lib = build_tools.load_core_library()
+            for name, (restype, argtypes) in _PROTOTYPES.items():
+                fn = getattr(lib, name)
+                fn.restype, fn.argtypes = restype, argtypes
+            _core = lib
+    return _core
+
+
+_PROTOTYPES = {
+    "tj_last_error": (c_char_p, []),
+    "tj_status_exception": (c_char_p, [c_int]),
+    "tj_kernel_create": (c_int, [c_char_p, c_int32, c_int32, POINTER(c_void_p)]),
+    "tj_kernel_free": (None, [c_void_p]),
+    "tj_kernel_add_symbol": (c_int, [c_void_p, c_char_p, c_int64]),
+    "tj_kernel_set_symbol_dtype": (c_int, [c_void_p, c_int32, DLDataType]),
+    "tj_kernel_set_abi": (c_int, [c_void_p, c_int32, POINTER(TjAbiArg)]),
+    "tj_kernel_load_prebuilt": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p, c_char_p]),
+    "tj_kernel_add_expr": (c_int, [c_void_p, POINTER(c_int64), c_int32, c_char_p,
+                                   POINTER(c_int32)]),
+    "tj_kernel_set_buffer": (c_int, [c_void_p, c_int32, c_char_p, DLDataType, c_int32,
+                                     POINTER(c_int32), POINTER(c_int32), c_int64, c_uint32]),
+    "tj_kernel_set_scalar": (c_int, [c_void_p, c_int32, c_char_p, DLDataType]),
+    "tj_kernel_set_scalar_symbol": (c_int, [c_void_p, c_int32, c_int32]),
+    "tj_kernel_set_pointer": (c_int, [c_void_p, c_int32, c_char_p, DLDataType, c_int64,
+                                      c_uint32]),
+    "tj_kernel_set_launch": (c_int, [c_void_p, POINTER(c_int32), POINTER(c_int32), c_int32]),
+    "tj_kernel_add_launch": (c_int, [c_void_p, c_char_p, POINTER(c_int32), POINTER(c_int32),
+                                     c_int32, c_int32, POINTER(TjAbiArg), POINTER(c_int32)]),
+    "tj_kernel_set_launch_attrs": (c_int, [c_void_p, c_int32, POINTER(c_int32), c_uint32]),
+    "tj_kernel_add_tensormap": (c_int, [c_void_p, POINTER(TjTensorMap), POINTER(c_int32)]),
+    "tj_kernel_finalize": (c_int, [c_void_p]),
+    "tj_kernel_load": (c_int, [c_void_p, c_char_p, c_char_p]),
+    "tj_kernel_num_outputs": (c_int32, [c_void_p]),
+    "tj_kernel_num_workspaces": (c_int32, [c_void_p]),
+    "tj_kernel_num_params": (c_int32, [c_void_p]),
+    "tj_kernel_param_kind": (c_int32, [c_void_p, c_int32]),
+    "tj_kernel_param_name": (c_char_p, [c_void_p, c_int32]),
+    "tj_kernel_output_param": (c_int32, [c_void_p, c_int32]),
+    "tj_kernel_name": (c_char_p, [c_void_p]),
+    "tj_kernel_open": (c_int, [c_char_p, POINTER(c_void_p)]),
+    "tj_cuda_device_capability": (c_int, [c_int32, POINTER(c_int32), POINTER(c_int32)]),
+    "tj_producer_from_exchange": (c_int, [c_void_p, c_void_p, c_void_p]),
+    "tj_host_method_install": (None, [c_void_p]),
+    "tj_host_dlpack_producer": (None, [c_void_p, c_void_p, c_void_p]),
+    "tj_host_ask_view": (None, [c_void_p]),
+}
+_classes: dict = {}
+
+
+def exception_class(rc: int) -> type:
+    """The exception class the core's status table names for a code."""
+    cls = _classes.get(rc)
+    if cls is None:
+        name = _core.tj_status_exception(rc).decode()
+        cls = _classes[rc] = getattr(builtins, name, RuntimeError) if name else RuntimeError
+    return cls
+
+
+def check(rc: int) -> None:
+    """Raises the exception for a failed core status of a kernel's build."""
+    if rc:
+        raise exception_class(rc)(_core.tj_last_error().decode("utf-8", "replace"))
+
+
+def cuda_device_capability(device_id: int = -1) -> tuple[int, int]:
+    """``(major, minor)`` of CUDA device ``device_id`` (-1: the current context's device,
+    else 0); RuntimeError when there is no driver or no such device."""
+    core = core_library()
+    major, minor = c_int32(), c_int32()
+    check(core.tj_cuda_device_capability(device_id, byref(major), byref(minor)))
+    return major.value, minor.value
+
+
+_INT64 = (abi.kDLInt, 64, 1)
+
+
+def _abi_array(entries):
+    return (TjAbiArg * max(len(entries), 1))(
+        *(TjAbiArg(a.source, a.index, DLDataType(*a.dtype)) for a in entries))
+
+
+class CoreKernel:
+    """A finalized, loaded ``tj_kernel`` built from a lowered signature (``spec``: see
+    ``tilejit.signature``); freed when the last backend kernel using it goes."""
+
+    def __init__(self, spec, library: str, entry: str, prebuilt=None):
+        core = core_library()
+        params = spec.params
+        handle = c_void_p()
+        check(core.tj_kernel_create(spec.name.encode(), len(params), spec.target, byref(handle)))
+        self.address = handle.value
+        self.name = spec.name
+        for index, (sym_name, divisibility, dtype) in enumerate(spec.symbols):
+            check(core.tj_kernel_add_symbol(handle, sym_name.encode(), divisibility))
+            if dtype != _INT64:
+                check(core.tj_kernel_set_symbol_dtype(handle, index, DLDataType(*dtype)))
+        expr_id = c_int32()
+        for code, text in spec.exprs:
+            buf = (c_int64 * max(len(code), 1))(*code)
+            check(core.tj_kernel_add_expr(handle, buf, len(code) // 2, text.encode(),
+                                          byref(expr_id)))
+        for index, p in enumerate(params):
+            dtype = DLDataType(*p.dtype)
+            bname = p.name.encode()
+            if p.kind == abi.TJ_PARAM_SCALAR:
+                check(core.tj_kernel_set_scalar(handle, index, bname, dtype))
+                if p.binds >= 0:
+                    check(core.tj_kernel_set_scalar_symbol(handle, index, p.binds))
+            elif p.kind == abi.TJ_PARAM_POINTER:
+                check(core.tj_kernel_set_pointer(handle, index, bname, dtype, p.align, p.flags))
+            else:
+                shape = (c_int32 * max(len(p.shape), 1))(*p.shape)
+                strides = None if p.strides is None else \
+                    (c_int32 * max(len(p.strides), 1))(*p.strides)
+                check(core.tj_kernel_set_buffer(handle, index, bname, dtype, len(p.shape),
+                                                shape, strides, p.align, p.flags))
+        for m in spec.tensormaps:
+            rank = len(m.dims)
+            fields = TjTensorMap(m.name.encode(), m.param, m.data_type, rank, (*m.dims,),
+                                 (*m.strides,), (*m.box,), (*m.element_strides,), m.interleave,
+                                 m.swizzle, m.l2_promotion, m.oob_fill)
+            if m.im2col is not None:
+                lower, upper, fields.channels_per_pixel, fields.pixels_per_column = m.im2col
+                fields.im2col = 1
+                fields.lower_corner[:len(lower)] = lower
+                fields.upper_corner[:len(upper)] = upper
+            check(core.tj_kernel_add_tensormap(handle, byref(fields), byref(expr_id)))
+        if spec.abi is not None:
+            check(core.tj_kernel_set_abi(handle, len(spec.abi), _abi_array(spec.abi)))
+        for index, launch in enumerate(spec.launches):  # CUDA: kernel functions in order
+            grid, block = (c_int32 * 3)(*launch.grid), (c_int32 * 3)(*launch.block)
+            if index == 0:
+                check(core.tj_kernel_set_launch(handle, grid, block, launch.shared_memory))
+            else:
+                check(core.tj_kernel_add_launch(handle, launch.symbol.encode(), grid, block,
+                                                launch.shared_memory, len(launch.abi),
+                                                _abi_array(launch.abi), byref(expr_id)))
+            if launch.cluster is not None or launch.flags:
+                cluster = None if launch.cluster is None else (c_int32 * 3)(*launch.cluster)
+                check(core.tj_kernel_set_launch_attrs(handle, index, cluster, launch.flags))
+        check(core.tj_kernel_finalize(handle))
+        self._read_params()
+        if prebuilt is not None:  # a CPU library built elsewhere, called through the glue
+            check(core.tj_kernel_load_prebuilt(handle, library.encode(), entry.encode(),
+                                               str(prebuilt).encode(), spec.name.encode()))
+        elif library:
+            check(core.tj_kernel_load(handle, library.encode(), entry.encode()))
+
+    @classmethod
+    def open(cls, directory) -> CoreKernel:
+        """The kernel exported to ``directory``, as the core opens it (``tj_kernel_open``:
+        every file checked, the signature replayed, the image loaded)."""
+        core = core_library()
+        handle = c_void_p()
+        check(core.tj_kernel_open(str(directory).encode(), byref(handle)))
+        self = cls.__new__(cls)
+        self.address = handle.value
+        self.name = core.tj_kernel_name(handle).decode()
+        self._read_params()
+        return self
+
+    def _read_params(self) -> None:
+        core, handle = _core, self.address
+        noutputs = core.tj_kernel_num_outputs(handle)
+        allocated = {core.tj_kernel_output_param(handle, i)  # outputs, then workspaces
+                     for i in range(noutputs + core.tj_kernel_num_workspaces(handle))}
+        nparams = core.tj_kernel_num_params(handle)
+        self.num_outputs = noutputs
+        self.num_inputs = nparams - len(allocated)
+        self.input_names = tuple(core.tj_kernel_param_name(handle, i).decode()
+                                 for i in range(nparams) if i not in allocated)
+
+    def __del__(self):
+        if getattr(self, "address", None) and _core is not None:
+            _core.tj_kernel_free(self.address)
+            self.address = None
+
+

@@ -1,0 +1,24 @@
+"""The compiled Cython wrapper (``wrapper/_tilejit.pyx``) behind ``cython`` and ``dlpack``."""
+
+from __future__ import annotations
+
+_module = None
+
+
+def wrapper_module():
+    """The wrapper extension for this interpreter, built and cached on first use, and
+    handed the Python functions it calls back (``tilejit.host``)."""
+    global _module
+    if _module is None:
+        from ..native._build import build_tools
+        from . import binding, host
+
+        module = build_tools.load_wrapper()
+        module.configure(host_address=binding.host_address(),
+                         dlpack_capsule=host.dlpack_capsule, producer_error=host.producer_error)
+        binding.use_type_offset(module.type_offset())
+        for exchange in (False, True):
+            binding.register(module.TensorView, exchange, module.view_producer_address(exchange))
+        host.use_array(module.Array, module.empty)
+        _module = module
+    return _module

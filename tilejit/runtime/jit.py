@@ -1,0 +1,181 @@
+"""``@tilejit.jit``: kernels compiled lazily from a program factory, once per argument set
+(``JITFunction``), or specialised from the tensors of each call with ``layout=``
+(``tilejit.implicit.LayoutJITFunction``). Both keep one ``CompileOptions`` record."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+import threading
+
+from . import backends as _backends
+from .compilation import CompileOptions, compile
+from .fast_paths import FAST_PATHS
+from .implicit import LayoutJITFunction
+from .kernel import JITKernel
+
+__all__ = ["JITFunction", "compile", "jit"]
+
+
+class JITFunction:
+    """A program factory compiled lazily, once per canonical argument set.
+
+    >>> @tilejit.jit(out_idx=-1)
+    ... def vec_add(block: int = 256):
+    ...     return tilejit.Program(...)
+    >>> k = vec_add(block=128)     # compiles; vec_add(128) is the same key
+    """
+
+    def __init__(self, func, options: CompileOptions):
+        self.func = func
+        self._signature = inspect.signature(func)
+        self.options = options  # what every kernel of this function is compiled with
+        self._kernels: dict = {}  # canonical key -> kernel
+        # Exact call (args, kwargs items) -> kernel. A dict of its own: a raw key must never
+        # meet a canonical one (`f(("block", 128))` is not `f(block=128)`).
+        self._calls: dict = {}
+        self._lock = threading.Lock()
+        functools.update_wrapper(self, func)
+        _backends.register_traced(self)
+        _trace_with_torch()
+
+    def _canonical_key(self, args, kwargs):
+        bound = self._signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        # The type is part of the key: 1, 1.0 and True compare equal, but a factory may
+        # build a different program for each.
+        key = tuple((name, type(value), value) for name, value in bound.arguments.items())
+        for name, _, value in key:
+            try:
+                hash(value)
+            except TypeError:
+                raise TypeError(f"{self.func.__name__}: argument '{name}' of type "
+                                f"{type(value).__name__} is unhashable; jit arguments must be "
+                                "hashable (use tuples, not lists)") from None
+        return key
+
+    def __call__(self, /, *args, **kwargs) -> JITKernel:
+        if _backends.compiling():  # traced by torch.compile (see _traced_factory_call)
+            return _traced_factory_call(self, *args, **kwargs)
+        return self.kernel_for(*args, **kwargs)
+
+    def kernel_for(self, /, *args, **kwargs) -> JITKernel:
+        """The kernel a call with these arguments returns, compiled or found."""
+        # Fast path: the exact call seen before (one dict lookup), types included as in
+        # the canonical key.
+        raw = (args, tuple(kwargs.items()), tuple(map(type, args)),
+               tuple(map(type, kwargs.values())))
+        try:
+            return self._calls[raw]
+        except KeyError:
+            pass
+        except TypeError:
+            pass  # unhashable: the canonical path reports it by name
+        key = self._canonical_key(args, kwargs)
+        with self._lock:
+            kernel = self._kernels.get(key)
+            if kernel is None:
+                program = self.func(*args, **kwargs)
+                kernel = compile(program, **self.options.as_kwargs())
+                self._kernels[key] = kernel
+            try:
+                self._calls[raw] = kernel
+            except TypeError:
+                pass
+        return kernel
+
+    def warmup(self, calls, *, workers=None, progress=None) -> list[JITKernel]:
+        """Compiles the kernels of many calls at once, as ``tilejit.compile_many`` does,
+        and returns them in order; later calls with those arguments find them. Each item
+        of ``calls`` is a tuple of positional arguments, a dict of keyword arguments, or
+        a ``(args, kwargs)`` pair; a single non-tuple value is one positional argument.
+
+        >>> gemm.warmup([(64,), (128,), (256,)], workers=4)
+        """
+        from .compilation import compile_many
+
+        items = []
+        for call in calls:
+            if isinstance(call, dict):
+                items.append(((), call))
+            elif (isinstance(call, tuple) and len(call) == 2 and isinstance(call[0], tuple)
+                  and isinstance(call[1], dict)):
+                items.append(call)
+            elif isinstance(call, tuple):
+                items.append((call, {}))
+            else:
+                items.append(((call,), {}))
+        keys = [self._canonical_key(args, kwargs) for args, kwargs in items]
+        missing: dict = {}
+        for key, (args, kwargs) in zip(keys, items):
+            if key not in self._kernels and key not in missing:
+                missing[key] = self.func(*args, **kwargs)
+        if missing:
+            built = compile_many(list(missing.values()), workers=workers, progress=progress,
+                                 **self.options.as_kwargs())
+            with self._lock:
+                for key, kernel in zip(missing, built):
+                    self._kernels.setdefault(key, kernel)
+        return [self._kernels[key] for key in keys]
+
+    def cache_info(self) -> int:
+        """Number of distinct compiled kernels held."""
+        return len({id(k) for k in self._kernels.values()})
+
+
+def _traced_factory_call(self, /, *args, **kwargs):
+    """What ``torch.compile`` traces for a call of a ``JITFunction``: the kernel is
+    compiled (or found) at trace time, outside the graph, and stands in the graph as its
+    op (``tilejit.torch_op.traced_jit_call``, which Dynamo inlines directly once loaded:
+    see ``_trace_with_torch``). Dynamo inlines this in place of ``__call__``
+    (``_torchdynamo_inline``); a call from Python never comes here."""
+    from ..frameworks.torch import op as torch_op
+
+    return torch_op.traced_jit_call(self, *args, **kwargs)
+
+
+if FAST_PATHS:
+    JITFunction.__call__._torchdynamo_inline = _traced_factory_call
+
+
+def _trace_with_torch() -> None:
+    """With torch loaded, Dynamo inlines ``tilejit.torch_op.traced_jit_call`` itself (a
+    module imported inside traced code costs every call of the compiled function a
+    guard written in Python). ``_torchdynamo_inline`` is a fast path: without it
+    (``TILEJIT_FAST_PATHS=0``) Dynamo inlines ``__call__``, which takes the traced branch
+    by ``torch.compiler.is_compiling()``."""
+    if "torch" in sys.modules:
+        from ..frameworks.torch import (
+            op as torch_op,  # also makes tilejit.backends.compiling torch's
+        )
+
+        if FAST_PATHS:
+            JITFunction.__call__._torchdynamo_inline = torch_op.traced_jit_call
+
+
+def jit(func=None, *, out_idx=None, target=None, execution_backend=None, compile_flags=None,
+        verbose=None, layout=None, arch=None, compiler=None):
+    """Decorator: ``@tilejit.jit`` or ``@tilejit.jit(out_idx=-1, target="cpu")``.
+
+    ``layout="dynamic"`` is implicit conversion: the function is called with the kernel's
+    tensors, receives each as a ``T.Buffer`` with a fully dynamic layout except the
+    leading-dimension stride, and the call compiles (once per leading dimension, dtype
+    and constant arguments) and runs the kernel; ``layout="static"`` specialises on exact
+    layouts. See ``tilejit.implicit``.
+
+    >>> @tilejit.jit(layout="dynamic")
+    ... def copy(A, B):
+    ...     return tilejit.Program(name="copy", params=[A, B], source=...)
+    >>> copy(x, y)
+    """
+    options = CompileOptions(out_idx=out_idx, target=target,
+                             execution_backend=execution_backend, compile_flags=compile_flags,
+                             verbose=verbose, arch=arch, compiler=compiler)
+
+    def wrap(f):
+        if layout is not None:
+            return LayoutJITFunction(f, layout, options)
+        return JITFunction(f, options)
+
+    return wrap(func) if func is not None else wrap

@@ -1,0 +1,253 @@
+"""``JITKernel``: a compiled kernel behind an execution backend."""
+
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+from typing import ClassVar
+
+from ..builder.signature import Signature
+from ..language.program import Program
+from ..native import abi
+from ..native._build import disk_cache
+from ..native.library import CoreKernel
+from . import backends as _backends
+
+_MISSING = object()  # an input a keyword call has not given
+
+
+class JITKernel:
+    """A compiled kernel; call it with tensors: ``kernel(*args, stream=None)``. Inputs may
+    also be given by their declared names: ``kernel(a, b, alpha=2.0)``.
+
+    >>> kernel = tilejit.compile(prog, out_idx=-1)
+    >>> c = kernel(a, b)          # C allocated by the framework of `a`, returned
+    >>> kernel.c_prototype
+    'void vec_add(float *A, float *B, float *C, int64_t n)'
+    """
+
+    def __new__(cls, program, signature, library_path, host_source, execution_backend="auto",
+                prebuilt=None, core_kernel=None, binary_digests=None):
+        # The instance is of the backend's subclass, whose calls go to the backend's own
+        # entry: no Python frame between the caller and the wrapper.
+        impl = _backends.kernel_class(JITKernel, _backends.resolve(execution_backend))
+        return super(JITKernel, impl).__new__(impl)
+
+    # Every kernel alive in the process: torch.compile registers all their ops before it
+    # compiles a graph (tilejit.torch_op), so that a graph loaded from torch's caches finds
+    # the op of a kernel that only a registered backward calls.
+    _alive: ClassVar[weakref.WeakSet] = weakref.WeakSet()
+
+    _export_dir = None  # the directory a kernel made by tilejit.load was opened from
+
+    def __init__(self, program: Program, signature: Signature, library_path: str,
+                 host_source: str, execution_backend: str = "auto", prebuilt=None,
+                 core_kernel=None, binary_digests=None):
+        self.program = program
+        self._prebuilt = prebuilt  # a prebuilt CPU library, called through library_path
+        self._sig = signature
+        self.library_path = library_path
+        self._host_source = host_source
+        self.execution_backend = _backends.resolve(execution_backend)
+        # The core numbers outputs in declaration order (that is the order the backend
+        # allocates and returns them in); the caller gets them in out_idx order.
+        outs = sorted(signature.out_idx)
+        order = tuple(outs.index(i) for i in signature.out_idx)
+        # Each JITKernel has its own core kernel (and so its own CUDA modules); one opened
+        # from an export (tilejit.load) is handed over.
+        self._core_kernel = core_kernel or CoreKernel(signature.spec, library_path,
+                                                      signature.entry, prebuilt)
+        self._out_order = order
+        _backends.bind(self, self.execution_backend, self._core_kernel, order)
+        JITKernel._alive.add(self)
+        _backends.register_traced(self)
+        # What the binaries were when loaded, for the torch op's name: the cache may remove
+        # them later (python -m tilejit cache prune) while this kernel keeps running. Given
+        # when known already (an export's MANIFEST, the kernel with_backend copies).
+        self._binary_digests = binary_digests or [disk_cache.known_sha256(f) or (
+            disk_cache.sha256_file(f) if os.path.exists(f) else None)
+            for f in (library_path, prebuilt) if f]
+        if "torch" in sys.modules:
+            # Loading it makes Dynamo inline its traced_call in place of __call__ (see
+            # _traced_call). A process that imports torch only later traces through
+            # _traced_call until a kernel made after torch loads it.
+            from ..frameworks.torch import op as torch_op  # noqa: F401
+
+    @property
+    def params(self):
+        """The declared parameters (T.Buffer / T.Scalar / T.Pointer), in order."""
+        return self.program.params
+
+    @property
+    def out_idx(self) -> list[int]:
+        """Indices of the parameters allocated and returned, in return order."""
+        return list(self._sig.out_idx)
+
+    @property
+    def target(self) -> str:
+        return self._sig.target
+
+    @property
+    def name(self) -> str:
+        return self.program.name
+
+    @property
+    def symbols(self):
+        """The dynamic symbols, in the order they are declared (first appearance)."""
+        return self._sig.symbols
+
+    @property
+    def c_prototype(self) -> str:
+        """The prototype tilejit declares for the kernel function: its arguments in order,
+        with tilejit's types. A definition may spell them differently as long as each is
+        ABI-compatible (docs/kernel-abi.md)."""
+        return self._sig.c_prototype
+
+    def get_kernel_source(self) -> str:
+        """The user's kernel source, as given."""
+        return self.program.source
+
+    def get_host_source(self) -> str:
+        """The full file tilejit compiled: prelude, kernel source and packed-entry glue (CPU),
+        or prelude, the kernel's declaration and its source (CUDA)."""
+        return self._host_source
+
+    @property
+    def torch_op(self):
+        """The kernel as a torch custom op (``torch._ops.OpOverload``,
+        ``torch.ops.tilejit.<name>_<hash>.default``), registered with ``torch.library``
+        on first use: schema, mutated buffers and a fake implementation come from the
+        signature. ``torch.compile`` traces calls of the kernel as this op; see
+        docs/torch-compile.md.
+
+        >>> kernel.torch_op(a, b)     # what torch.compile and autograd run
+        """
+        from ..frameworks.torch import op as torch_op
+
+        return torch_op.torch_op(self)
+
+    def register_autograd(self, backward, setup_context=None) -> None:
+        """Makes the kernel differentiable: ``torch.library.register_autograd`` on its
+        op, with that function's meaning (``backward(ctx, *grads)`` returns one gradient
+        per input, None for those without; ``setup_context(ctx, inputs, output)`` saves
+        what backward needs). Calls with tensors that require grad then run as the op,
+        in eager mode and under ``torch.compile``; without a backward they raise.
+
+        >>> def setup(ctx, inputs, output):
+        ...     ctx.save_for_backward(inputs[0])
+        >>> square.register_autograd(lambda ctx, g: twice_product(g, *ctx.saved_tensors),
+        ...                          setup_context=setup)
+        """
+        from ..frameworks.torch import op as torch_op
+
+        torch_op.register_autograd(self, backward, setup_context)
+
+    def _traced_call(self, /, *args, **keywords):
+        """The call as ``torch.compile`` traces it: the kernel's op (see
+        ``tilejit.backends.kernel_class``; a call from Python never comes here). Once
+        ``tilejit.torch_op`` is loaded Dynamo inlines its ``traced_call`` in place of this
+        (``_torchdynamo_inline``): a module imported inside traced code costs every call
+        of the compiled function a guard written in Python. The signature is the ctypes
+        ``__call__``'s: Dynamo guards on the defaults of the function it replaces."""
+        from ..frameworks.torch import op as torch_op
+
+        return torch_op.traced_call(self, *args, **keywords)
+
+    def _claimed_call(self, args: tuple, stream):
+        """A call the core handed back because torch must run it (``tj_claim``): a tensor
+        requires grad while grad mode is on, or a tracer made it."""
+        from ..frameworks.torch import op as torch_op
+
+        # The core took the call with trailing optional buffers left out: they are None.
+        args = (*args, *(None,) * (self._core_kernel.num_inputs - len(args)))
+        return torch_op.claimed_call(self, args, stream)
+
+    @property
+    def _unclaimed(self):
+        """The kernel called so that no framework claims the call back: what its torch
+        op runs (``tilejit.torch_op.implementation``). Made on first use."""
+        entry = self.__dict__.get("_unclaimed_entry")
+        if entry is None:
+            made = _backends.unclaimed_entry(self, self.execution_backend, self._core_kernel,
+                                             self._out_order)
+            entry = self.__dict__.setdefault("_unclaimed_entry", made)
+        return entry[0]
+
+    def _positional(self, args: tuple, keywords: dict) -> tuple[tuple, object]:
+        """``(args, stream)`` of a call given ``keywords``: ``stream=`` (the launch stream,
+        unless the kernel has an input named ``stream``: the keyword then passes that
+        input, and the kernel launches on the framework's current stream), and the
+        kernel's inputs by their declared names after any positional arguments, as a
+        Python function takes them (``kernel(x, y, alpha=2.0)``); an optional buffer left
+        out is None. Refused, naming the kernel: an unknown name, an output's name (the
+        call allocates it), a name given twice, a missing input."""
+        keywords = dict(keywords)
+        outputs = set(self._sig.out_idx)
+        names = [n for i, n in enumerate(self._sig.names) if i not in outputs]
+        stream = None if "stream" in names else keywords.pop("stream", None)
+        if not keywords:
+            return args, stream
+        slots = [*args, *[_MISSING] * (len(names) - len(args))]
+        for key, value in keywords.items():
+            if key not in names:
+                allocated = key in self._sig.names
+                raise TypeError(f"{self.name}() got an unexpected keyword argument '{key}'"
+                                + (" (an output: the call allocates it)" if allocated else ""))
+            i = names.index(key)
+            if i < len(args):
+                raise TypeError(f"{self.name}() got multiple values for argument '{key}'")
+            slots[i] = value
+        optional = {name for name, p in zip(self._sig.names, self._sig.spec.params)
+                    if p.kind == abi.TJ_PARAM_BUFFER and p.flags & abi.TJ_BUF_OPTIONAL}
+        slots = [None if value is _MISSING and name in optional else value
+                 for name, value in zip(names, slots)]
+        missing = [repr(n) for n, value in zip(names, slots) if value is _MISSING]
+        if missing:
+            raise TypeError(f"{self.name}() missing {len(missing)} argument"
+                            f"{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
+        return tuple(slots), stream
+
+    def _keyword_call(self, args: tuple, keywords: dict):
+        """A call given keywords other than ``stream=`` alone (see ``_positional``)."""
+        args, stream = self._positional(args, keywords)
+        if stream is None:
+            return self(*args)
+        return self(*args, stream=stream)
+
+    def _call_with_keywords(self, items: tuple, kwnames: tuple):
+        """``_keyword_call`` as the core's host layer hands it over: the positional
+        arguments, then the keywords' values (``kwnames``), as CPython passes them."""
+        n = len(items) - len(kwnames)
+        return self._keyword_call(items[:n], dict(zip(kwnames, items[n:])))
+
+    def with_backend(self, name: str) -> JITKernel:
+        """The same compiled library behind another execution backend; no recompilation.
+        It is the same kernel: the same torch op, the same registered backward."""
+        core_kernel = None if self._export_dir is None else CoreKernel.open(self._export_dir)
+        kernel = JITKernel(self.program, self._sig, self.library_path, self._host_source, name,
+                           self._prebuilt, core_kernel=core_kernel,
+                           binary_digests=self._binary_digests)
+        kernel._export_dir = self._export_dir
+        kernel._cuda_arch = self._cuda_arch
+        return kernel
+
+    _cuda_arch = None  # the architecture(s) a compiled CUDA kernel was built for
+
+    def export(self, path, *, overwrite: bool = False):
+        """Writes the kernel to the directory ``path``: its compiled image, its signature
+        (``signature.tj``), ``kernel.h`` and a ``MANIFEST`` with the SHA-256 of every
+        file; ``tilejit.load(path)`` and C's ``tj_kernel_open`` open it without a
+        compiler (docs/export.md). A non-empty directory is refused unless
+        ``overwrite=True``, which replaces it whole. Returns the directory.
+
+        >>> kernel.export("kernels/vec_add")
+        >>> same = tilejit.load("kernels/vec_add")
+        """
+        from ..builder.export import export
+
+        return export(self, path, overwrite=overwrite)
+
+    def __repr__(self) -> str:
+        return (f"<JITKernel {self.c_prototype} target={self.target} "
+                f"backend={self.execution_backend} out_idx={self.out_idx}>")

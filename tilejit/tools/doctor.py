@@ -1,0 +1,189 @@
+"""``python -m tilejit doctor``: what this installation has and uses, on one screen.
+
+Python and the packages tilejit works with (torch, NumPy, TileLang, tvm-ffi), the
+compilers it would call (C, C++, nvcc, NVRTC), where the core and the wrapper are built
+for this interpreter, the CUDA driver and its devices, and each fast path: whether it is
+active and, when not, why. Nothing here fails: what cannot be found is reported so.
+
+>>> python -m tilejit doctor --json | python -c "import json,sys; print(json.load(sys.stdin)['python'])"
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _first_line(command: list[str]) -> str | None:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    return lines[-1].strip() if "nvcc" in command[0] and lines else (
+        lines[0].strip() if lines else None)
+
+
+def _compiler(name: str | None) -> dict:
+    path = shutil.which(name) if name else None
+    return {"path": path, "version": _first_line([path, "--version"]) if path else None}
+
+
+def _compilers() -> dict:
+    import importlib
+
+    from ..native._build import build_tools
+
+    try:
+        toolchain = importlib.import_module(build_tools.__name__ + ".toolchain")
+        cc = toolchain.c_compiler()[0]
+    except Exception:  # noqa: BLE001 - reported as missing
+        cc = None
+    cxx = os.environ.get("CXX") or "c++"
+    from ..builder.cuda_compiler import find_nvcc
+
+    nvcc = find_nvcc()
+    return {"cc": _compiler(cc), "c++": _compiler(cxx),
+            "nvcc": {"path": nvcc, "version": _first_line([nvcc, "--version"]) if nvcc else None},
+            "nvrtc": _nvrtc()}
+
+
+def _nvrtc() -> dict:
+    from ..builder.cuda_compiler import _Nvrtc
+
+    try:
+        found = _Nvrtc.get()
+    except Exception as exc:  # noqa: BLE001 - not found is an answer
+        return {"found": False, "why": str(exc).splitlines()[0] if str(exc) else
+                type(exc).__name__}
+    return {"found": True, "identity": found.identity}
+
+
+def _builds() -> dict:
+    from ..native._build import build_tools
+
+    out = {"python": f"{sys.implementation.name} {platform.python_version()}",
+           "abi": build_tools.abi_tag()}
+    for name, where in (("core", build_tools.core_library_path),
+                        ("wrapper", build_tools.wrapper_path)):
+        try:
+            path = where()
+            out[name] = {"path": str(path), "built": path.is_file()}
+        except Exception as exc:  # noqa: BLE001
+            out[name] = {"path": None, "built": False, "why": str(exc)}
+    return out
+
+
+def _cuda() -> dict:
+    """The driver and its devices, asked through the core (no toolkit needed)."""
+    from ..native.library import cuda_device_capability
+
+    devices = []
+    why = None
+    for device in range(64):
+        try:
+            major, minor = cuda_device_capability(device)
+            devices.append({"id": device, "capability": f"{major}.{minor}"})
+        except Exception as exc:  # noqa: BLE001 - no driver, or no more devices
+            if device == 0:
+                why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            break
+    return {"driver": bool(devices), "devices": devices, **({"why": why} if why else {})}
+
+
+def _fast_paths() -> dict:
+    """Each fast path, decided as a kernel call would decide it (torch's are asked only
+    when torch is installed)."""
+    from ..runtime import backends, fast_paths
+    from ..runtime.kernel import JITKernel
+
+    for name in ("ctypes", "cython"):
+        try:
+            backends.kernel_class(JITKernel, name)
+        except Exception as exc:  # noqa: BLE001 - the wrapper cannot be built
+            fast_paths.decided(f"{name} kernel class", False, str(exc).splitlines()[0])
+    if _version("torch") is not None:
+        try:
+            import torch
+
+            from ..runtime import binding
+
+            binding.describe(torch.Tensor, True)
+            from ..frameworks.torch import op as torch_op  # noqa: F401 - decides the Dynamo constant
+            fast_paths.decided("Dynamo constant (_dynamo_marked_constant)", fast_paths.FAST_PATHS,
+                          "set on tilejit's trace-time functions" if fast_paths.FAST_PATHS else
+                          "TILEJIT_FAST_PATHS=0: torch.compiler.assume_constant_result")
+        except Exception as exc:  # noqa: BLE001
+            fast_paths.decided("torch", False, f"{type(exc).__name__}: {exc}")
+    return {name: {"active": active, "why": why}
+            for name, (active, why) in sorted(fast_paths.state().items())}
+
+
+def report() -> dict:
+    from .. import __version__
+    from ..runtime import fast_paths
+
+    packages = {name: _version(dist) for name, dist in (
+        ("torch", "torch"), ("numpy", "numpy"), ("tilelang", "tilelang"),
+        ("tvm-ffi", "apache-tvm-ffi"), ("cython", "Cython"))}
+    return {
+        "tilejit": __version__, "location": os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        "python": f"{platform.python_version()} ({sys.executable})",
+        "platform": platform.platform(), "packages": packages,
+        "compilers": _compilers(), "builds": _builds(), "cuda": _cuda(),
+        "fast_paths_switch": "on" if fast_paths.FAST_PATHS else "off (TILEJIT_FAST_PATHS=0)",
+        "fast_paths": _fast_paths(),
+        "cache_dir": os.environ.get("TILEJIT_CACHE_DIR") or None,
+    }
+
+
+def _text(info: dict) -> str:
+    lines = [f"tilejit {info['tilejit']}  ({info['location']})",
+             f"python   {info['python']}", f"platform {info['platform']}", "", "packages"]
+    lines += [f"  {name:<9} {version or 'not installed'}"
+              for name, version in info["packages"].items()]
+    lines += ["", "compilers"]
+    for name, found in info["compilers"].items():
+        if name == "nvrtc":
+            text = found.get("identity") if found["found"] else f"not found ({found['why']})"
+        else:
+            text = (f"{found['path']}  {found['version'] or ''}".strip()
+                    if found["path"] else "not found")
+        lines.append(f"  {name:<9} {text}")
+    builds = info["builds"]
+    lines += ["", f"builds for {builds['python']} ({builds['abi']})"]
+    for name in ("core", "wrapper"):
+        b = builds[name]
+        state = "built" if b["built"] else "not built yet (built on first use)"
+        lines.append(f"  {name:<9} {b['path']}  [{state}]")
+    cuda = info["cuda"]
+    lines += ["", "cuda"]
+    if cuda["driver"]:
+        lines += [f"  device {d['id']}: compute capability {d['capability']}"
+                  for d in cuda["devices"]]
+    else:
+        lines.append(f"  no driver or device ({cuda.get('why', 'none found')})")
+    lines += ["", f"fast paths: {info['fast_paths_switch']}"]
+    for name, state in info["fast_paths"].items():
+        mark = "active  " if state["active"] else "inactive"
+        lines.append(f"  {mark} {name}: {state['why']}")
+    lines += ["", f"cache dir: {info['cache_dir'] or 'default (TILEJIT_CACHE_DIR unset)'}"]
+    return "\n".join(lines)
+
+
+def main(as_json: bool = False) -> int:
+    info = report()
+    print(json.dumps(info, indent=2) if as_json else _text(info))
+    return 0
