@@ -1,4 +1,4 @@
-"""Tests for the on-disk artifact cache (tilejit/cache.py) and the CPU compiler driver."""
+"""Tests for the on-disk artifact cache (tilejit/builder/cache.py) and the CPU compiler driver."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-cache = importlib.import_module("tilejit.cache")
-compiler = importlib.import_module("tilejit.compiler")
+cache = importlib.import_module("tilejit.builder.cache")
+compiler = importlib.import_module("tilejit.builder.compiler")
 CompileError = compiler.CompileError
 
 ANSWER_SOURCE = "int answer(void) { return 42; }\n"
@@ -336,7 +336,7 @@ _WORKER_SCRIPT = textwrap.dedent(
     """
     import ctypes, os, sys, time
     sys.path.insert(0, sys.argv[1])
-    from tilejit import cache, compiler
+    from tilejit.builder import cache, compiler
 
     counter, go = sys.argv[2], sys.argv[3]
     source = "int answer(void) { return 42; }\\n"
@@ -388,7 +388,7 @@ _KILLED_BUILDER_SCRIPT = textwrap.dedent(
     """
     import os, sys, time
     sys.path.insert(0, sys.argv[1])
-    from tilejit import cache
+    from tilejit.builder import cache
 
     def build(out):
         out.write_bytes(b"partial")

@@ -151,7 +151,7 @@ def _python_calls(fn) -> list[str]:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.skipif(not tilejit.fast_paths.FAST_PATHS,
+@pytest.mark.skipif(not tilejit.runtime.fast_paths.FAST_PATHS,
                     reason="what the fast paths save: with TILEJIT_FAST_PATHS=0 the public "
                            "fallbacks (claims, __call__) are Python by design")
 @pytest.mark.parametrize("make", [

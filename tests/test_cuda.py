@@ -555,7 +555,7 @@ import sys, importlib.util
 import numpy as np
 import tilejit
 from tilejit import T
-from tilejit import cuda_compiler
+from tilejit.builder import cuda_compiler
 
 spec = importlib.util.spec_from_file_location("fakes", sys.argv[1])
 fakes = importlib.util.module_from_spec(spec); spec.loader.exec_module(fakes)

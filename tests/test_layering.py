@@ -137,7 +137,7 @@ import numpy as np
 import torch
 import tilejit
 from tilejit import T
-from tilejit.signature import lower
+from tilejit.builder.signature import lower
 
 n = T.symbol("n")
 params = [T.Buffer((n,), "float32", name="A"), T.Buffer((n,), "float32", name="B")]

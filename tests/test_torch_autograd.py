@@ -18,6 +18,7 @@ from torch.autograd import forward_ad
 
 import tilejit
 from tilejit import T
+from tilejit.frameworks.torch import fake as torch_fake
 from tilejit.frameworks.torch import op as top
 
 SQUARE = """
@@ -147,7 +148,7 @@ def test_a_backward_trains_eagerly_and_compiled(k):
 
 def test_with_backend_keeps_the_backward(k, backend):
     sq = k["sq"]
-    for other in tilejit.backends.BACKENDS:
+    for other in tilejit.runtime.backends.BACKENDS:
         twin = sq.with_backend(other)
         assert top.has_backward(twin) and twin.torch_op is sq.torch_op
         x = _x().requires_grad_()
@@ -390,10 +391,10 @@ def test_fake_shapes_equal_the_cores_on_every_binding_kind(build):
             eager = tuple(kernel(a, b).shape)
         except ValueError as exc:
             with pytest.raises(ValueError) as raised:
-                top._fake(kernel)(a, b)
+                torch_fake.fake(kernel)(a, b)
             assert str(raised.value) == str(exc)
             continue
-        assert tuple(top._fake(kernel)(a, b).shape) == eager, (a.stride(), b.stride())
+        assert tuple(torch_fake.fake(kernel)(a, b).shape) == eager, (a.stride(), b.stride())
         compiled = torch.compile(lambda p, q: kernel(p, q), fullgraph=True, backend="aot_eager")
         assert tuple(compiled(a, b).shape) == eager
         torch._dynamo.reset()
@@ -453,7 +454,7 @@ def test_fake_binding_agrees_with_the_core_on_random_signatures(build):
     for index in range(12):
         params, source = _random_signature(rng, index)
         kernel = build(f"rnd{index}", params, source, out_idx=-1)
-        fake = top._fake(kernel)
+        fake = torch_fake.fake(kernel)
         for _ in range(40):
             values: dict = {}
             args = [_random_tensor(rng, p, values) for p in params[:2]]

@@ -19,7 +19,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import tilejit
 from tilejit import T
+from tilejit.frameworks.torch import dynamo
 from tilejit.frameworks.torch import op as top
+from tilejit.runtime import frameworks
 
 SUM_DIFF = """
 void sum_diff(const float *A, const float *B, float *S, float *D, int64_t n) {
@@ -398,8 +400,8 @@ def test_traced_code_hands_dynamo_constant_functions_strings(kernels, monkeypatc
     # Before torch 2.13, assume_constant_result takes only constants and tensors: a kernel
     # or jit function handed over fails the trace. Traced code hands its trace key.
     looked_up = []
-    find = top.backends.traced_object
-    monkeypatch.setattr(top.backends, "traced_object",
+    find = frameworks.traced_object
+    monkeypatch.setattr(frameworks, "traced_object",
                         lambda key: looked_up.append(key) or find(key))
     pad1 = kernels["pad1"]
     torch._dynamo.reset()
@@ -407,7 +409,7 @@ def test_traced_code_hands_dynamo_constant_functions_strings(kernels, monkeypatc
     torch.testing.assert_close(torch.compile(lambda t: pad1(t) * 2, fullgraph=True,
                                              backend="eager")(x), pad1(x) * 2)
     assert looked_up == [pad1._trace_key] and isinstance(pad1._trace_key, str)
-    assert top.backends.traced_object(pad1._trace_key) is pad1
+    assert frameworks.traced_object(pad1._trace_key) is pad1
 
 
 def test_the_trace_time_constants_are_marked_as_torch_marks_them():
@@ -416,7 +418,7 @@ def test_the_trace_time_constants_are_marked_as_torch_marks_them():
 
     torch.compiler.assume_constant_result(probe)
     marked = {name: value for name, value in vars(probe).items()}
-    assert marked == {name: vars(top._traced_op_name)[name] for name in marked}
+    assert marked == {name: vars(dynamo._traced_op_name)[name] for name in marked}
 
 
 def test_a_kernel_made_before_torch_is_imported(kernels, backend, child_python):
@@ -435,7 +437,7 @@ def test_a_kernel_made_before_torch_is_imported(kernels, backend, child_python):
         import torch
         f = torch.compile(lambda x: k(x) * 2, fullgraph=True, backend="eager")
         print(f(torch.ones(2)).tolist())
-        from tilejit import torch_op
+        from tilejit.frameworks.torch import op as torch_op
         print(torch_op.op_name(k))
         """)
     out = child_python("-c", code, timeout=300)

@@ -997,7 +997,8 @@ def test_the_bits_are_read_in_place_on_this_torch():
 
 ASKING = """
 import torch, tilejit
-from tilejit import T, torch_views
+from tilejit import T
+from tilejit.frameworks.torch import views as torch_views
 torch_views._located.append(None)  # as if torch kept the bits elsewhere: ask torch
 n = T.symbol("n")
 for backend in ("cython", "dlpack", "ctypes"):

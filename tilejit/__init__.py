@@ -10,6 +10,7 @@
 >>> c = kernel(a, b)
 """
 
+from . import frameworks  # noqa: F401  (registers the framework adapters)
 from .builder.compiler import CompileError
 from .language.lang import T
 from .language.pointer import Pointer, make_ptr

@@ -16,33 +16,13 @@ goes straight into the backend's ``__call__`` with no Python layer in between.
 
 from __future__ import annotations
 
-import itertools
-import sys
 import warnings
-import weakref
+
+from . import frameworks
 
 BACKENDS = ("cython", "dlpack", "ctypes")
 
 _classes: dict = {}
-
-_traced_objects: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-_trace_numbers = itertools.count()
-
-
-def register_traced(obj) -> None:
-    """Gives ``obj`` (a kernel, a jit function) ``obj._trace_key``, a string naming it
-    while it lives (``traced_object``). Traced code hands Dynamo's constant functions
-    that string, not the object: every torch version reads a string attribute as a
-    constant (with a guard on it), while passing a Python object to
-    ``torch.compiler.assume_constant_result`` only works from torch 2.13."""
-    key = f"{type(obj).__name__}-{next(_trace_numbers)}"
-    obj._trace_key = key
-    _traced_objects[key] = obj
-
-
-def traced_object(key: str):
-    """The object ``register_traced`` gave ``key``."""
-    return _traced_objects[key]
 
 
 def resolve(name: str | None) -> str:
@@ -74,29 +54,14 @@ def _wrapper_available() -> bool:
     return _wrapper_state[0]
 
 
-_traced_call = None  # what Dynamo inlines for a kernel call, once tilejit.torch_op is loaded
-
-
-def _compiling_before_torch_op() -> bool:
-    """Whether torch.compile is tracing, asked before tilejit.torch_op is loaded: False
-    without torch; with it, torch's own answer."""
-    torch = sys.modules.get("torch")
-    return torch is not None and torch.compiler.is_compiling()
-
-
-compiling = _compiling_before_torch_op
-"""Whether torch.compile is tracing the call: ``torch.compiler.is_compiling`` once
-tilejit.torch_op is loaded (``trace_calls_with``)."""
-
-
 def _python_call(entry):
     """The ``__call__`` of a kernel class: ``k.__call__(...)`` and ``type(k).__call__(k,
-    ...)`` make the call ``k(...)`` makes, through ``entry(k, *args, **keywords)``. Dynamo
-    inlines it, and ``compiling()`` (``torch.compiler.is_compiling``, public) makes the
-    traced call the kernel's op (``JITKernel._traced_call``)."""
+    ...)`` make the call ``k(...)`` makes, through ``entry(k, *args, **keywords)``. A tracer
+    (Dynamo) inlines it, and ``frameworks.compiling()`` (``torch.compiler.is_compiling``,
+    public) makes the traced call the kernel's op (``JITKernel._traced_call``)."""
 
     def __call__(self, /, *args, **keywords):
-        if compiling():
+        if frameworks.compiling():
             return type(self)._traced_call(self, *args, **keywords)
         return entry(self, *args, **keywords)
 
@@ -122,17 +87,17 @@ def kernel_class(base: type, name: str) -> type:
 
     Its ``__call__`` makes the backend's call: the ctypes kernel's builtin entry, or the
     wrapper's kernel type's own; ``k(...)``, ``k.__call__(...)`` and
-    ``type(k).__call__(k, ...)`` are the same call. Under torch.compile the call is the
-    kernel's op (``base._traced_call``): Dynamo inlines ``__call__``, whose
-    ``compiling()`` (``torch.compiler.is_compiling``) takes the traced branch
-    (``_python_call``).
+    ``type(k).__call__(k, ...)`` are the same call. Under a tracer (torch.compile) the call
+    is the kernel's op (``base._traced_call``): Dynamo inlines ``__call__``, whose
+    ``frameworks.compiling()`` takes the traced branch (``_python_call``).
 
     Two fast paths, on unless ``TILEJIT_FAST_PATHS=0``, make the same calls cheaper:
     the wrapper's kernel classes get CPython's vectorcall protocol
     (``_enable_vectorcall``: ``k(...)`` then reaches the core with the arguments in
     place, where ``__call__`` costs a Python frame and an argument tuple), and
     ``__call__`` is the backend's call alone (``_direct_call``), with Dynamo's
-    ``_torchdynamo_inline`` naming the traced call it inlines in its place.
+    ``_torchdynamo_inline`` naming the traced call it inlines in its place
+    (``frameworks.traceable``).
     """
     from .fast_paths import FAST_PATHS
     from .fast_paths import decided as _decided
@@ -148,8 +113,7 @@ def kernel_class(base: type, name: str) -> type:
 
             impl = wrapper_module().Kernel
             call = (_direct_call if FAST_PATHS else _python_call)(impl.__call__)
-        if FAST_PATHS:
-            call._torchdynamo_inline = _traced_call or base._traced_call
+        frameworks.traceable(call, "kernel", FAST_PATHS)
         cls = type(f"{name.capitalize()}JITKernel", (base, impl),
                    {"__module__": base.__module__, "__doc__": base.__doc__, "__call__": call})
         if name != "ctypes" and FAST_PATHS:
@@ -162,19 +126,6 @@ def kernel_class(base: type, name: str) -> type:
                  "TILEJIT_FAST_PATHS=0: Dynamo inlines __call__ (torch.compiler.is_compiling)")
         _classes[name] = cls
     return cls
-
-
-def trace_calls_with(traced_call, is_compiling) -> None:
-    """Makes ``traced_call`` (``tilejit.torch_op.traced_call``) what Dynamo traces for a
-    call of a kernel of any backend, made or to be made, and ``is_compiling``
-    (``torch.compiler.is_compiling``) how ``__call__`` knows it is traced."""
-    from .fast_paths import FAST_PATHS
-
-    global _traced_call, compiling
-    _traced_call, compiling = traced_call, is_compiling
-    if FAST_PATHS:
-        for cls in _classes.values():
-            cls.__call__._torchdynamo_inline = traced_call
 
 
 def bind(kernel, name: str, core_kernel, out_order: tuple) -> None:

@@ -109,20 +109,24 @@ _claims: dict = {}  # framework_claim's answer -> its TjClaim, alive for the pro
 
 
 def _claim(how):
-    """The ``TjClaim`` of ``tilejit.host.framework_claim``'s answer (None: no claim)."""
+    """The ``TjClaim`` of ``host.framework_claim``'s answer (None: no claim): ``("always",)``
+    claims every call at once; ``("ask", probe, scope, key, idle)`` asks per tensor, by
+    ``probe`` ``(offset, requires_grad, grad_enabled, meta_offset)`` (C functions and
+    offsets, None: the public ``host.claims``), and per call only while the namespace
+    ``scope`` holds at ``key`` another object than ``idle`` (scope None: always)."""
     if how is None:
         return None
-    key = (how[0], *(() if how[0] == "always" else (how[1], id(how[2]))))
+    key = (how[0], *(() if how[0] == "always" else (how[1], *map(id, how[2:]))))
     with _lock:
         claim = _claims.get(key)
         if claim is None:
             if how[0] == "always":
                 claim = TjClaim(always=1, meta_offset=-1)
             else:
-                _, probe, scope = how
+                _, probe, scope, level_key, idle_level = how
                 core = core_library()
                 mode = TjHostClaimMode(host=host_address(), scope=id(scope) if scope else None,
-                                       key=id(host.FORWARD_LEVEL), idle=id(host.IDLE_LEVEL))
+                                       key=id(level_key), idle=id(idle_level))
                 claim = TjClaim(ask=ctypes.cast(core.tj_host_claim_ask, c_void_p).value,
                                 context=addressof(mode), meta_offset=-1)
                 if scope is not None:  # asked only inside a forward-AD level
@@ -130,7 +134,7 @@ def _claim(how):
                 if probe is not None:
                     (claim.offset, claim.requires_grad, claim.grad_enabled,
                      claim.meta_offset) = probe
-                claim._keep = (mode, scope)
+                claim._keep = (mode, scope, level_key, idle_level)
             claim = _claims.setdefault(key, claim)
     return claim
 

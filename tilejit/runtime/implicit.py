@@ -29,12 +29,11 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
-import sys
 import threading
 
 from ..language.lang import buffer_like
 from ..language.program import Program
-from . import backends as _backends
+from . import frameworks
 from .compilation import CompileOptions, compile
 from .fast_paths import FAST_PATHS
 from .views import from_dlpack, is_view
@@ -65,8 +64,8 @@ class LayoutJITFunction:
         self._lock = threading.Lock()
         self._classify = None
         functools.update_wrapper(self, func)
-        _backends.register_traced(self)
-        _trace_with_torch()
+        frameworks.register_traced(self)
+        frameworks.load_present()  # a tracing framework imported already installs its tracer
 
     def _views(self, args, kwargs):
         """Per tensor argument what the kernel gets and its key, and the raw key of the
@@ -148,8 +147,8 @@ class LayoutJITFunction:
         return kernel, tuple(names)
 
     def __call__(self, /, *args, **kwargs):
-        if _backends.compiling():  # traced by torch.compile (see _traced_layout_call)
-            return _traced_layout_call(self, *args, **kwargs)
+        if frameworks.compiling():  # traced by torch.compile (frameworks.traceable)
+            return frameworks.deferred_entry("layout")(self, *args, **kwargs)
         stream = None if self._takes_stream else kwargs.pop("stream", None)
         views, keys, raw = self._views(args, kwargs)
         try:
@@ -180,26 +179,9 @@ class LayoutJITFunction:
         return len({id(entry[0]) for entry in self._kernels.values()})
 
 
-def _traced_layout_call(self, /, *args, **kwargs):
-    """What ``torch.compile`` traces for a call of a ``LayoutJITFunction``: the kernel
-    is specialised from the tensors' layouts at trace time, outside the graph, and runs
-    as its op (``tilejit.torch_op.traced_layout_call``, inlined directly once loaded, as
-    for ``tilejit.jit.JITFunction``). Dynamo inlines this in place of ``__call__``; a call
-    from Python never comes here."""
-    from ..frameworks.torch import op as torch_op
-
-    return torch_op.traced_layout_call(self, *args, **kwargs)
+# What torch.compile traces for a call of a ``LayoutJITFunction`` (the kernel specialised
+# from the tensors' layouts at trace time, outside the graph, running as its op) is the
+# tracing adapter's "layout" entry; Dynamo inlines it in place of ``__call__``.
+frameworks.traceable(LayoutJITFunction.__call__, "layout", FAST_PATHS)
 
 
-if FAST_PATHS:
-    LayoutJITFunction.__call__._torchdynamo_inline = _traced_layout_call
-
-
-def _trace_with_torch() -> None:
-    if "torch" in sys.modules:
-        from ..frameworks.torch import (
-            op as torch_op,  # also makes tilejit.backends.compiling torch's
-        )
-
-        if FAST_PATHS:
-            LayoutJITFunction.__call__._torchdynamo_inline = torch_op.traced_layout_call

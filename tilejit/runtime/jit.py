@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import functools
 import inspect
-import sys
 import threading
 
-from . import backends as _backends
+from . import frameworks
 from .compilation import CompileOptions, compile
 from .fast_paths import FAST_PATHS
 from .implicit import LayoutJITFunction
@@ -37,8 +36,8 @@ class JITFunction:
         self._calls: dict = {}
         self._lock = threading.Lock()
         functools.update_wrapper(self, func)
-        _backends.register_traced(self)
-        _trace_with_torch()
+        frameworks.register_traced(self)
+        frameworks.load_present()  # a tracing framework imported already installs its tracer
 
     def _canonical_key(self, args, kwargs):
         bound = self._signature.bind(*args, **kwargs)
@@ -56,8 +55,8 @@ class JITFunction:
         return key
 
     def __call__(self, /, *args, **kwargs) -> JITKernel:
-        if _backends.compiling():  # traced by torch.compile (see _traced_factory_call)
-            return _traced_factory_call(self, *args, **kwargs)
+        if frameworks.compiling():  # traced by torch.compile (frameworks.traceable)
+            return frameworks.deferred_entry("jit")(self, *args, **kwargs)
         return self.kernel_for(*args, **kwargs)
 
     def kernel_for(self, /, *args, **kwargs) -> JITKernel:
@@ -124,34 +123,10 @@ class JITFunction:
         return len({id(k) for k in self._kernels.values()})
 
 
-def _traced_factory_call(self, /, *args, **kwargs):
-    """What ``torch.compile`` traces for a call of a ``JITFunction``: the kernel is
-    compiled (or found) at trace time, outside the graph, and stands in the graph as its
-    op (``tilejit.torch_op.traced_jit_call``, which Dynamo inlines directly once loaded:
-    see ``_trace_with_torch``). Dynamo inlines this in place of ``__call__``
-    (``_torchdynamo_inline``); a call from Python never comes here."""
-    from ..frameworks.torch import op as torch_op
-
-    return torch_op.traced_jit_call(self, *args, **kwargs)
-
-
-if FAST_PATHS:
-    JITFunction.__call__._torchdynamo_inline = _traced_factory_call
-
-
-def _trace_with_torch() -> None:
-    """With torch loaded, Dynamo inlines ``tilejit.torch_op.traced_jit_call`` itself (a
-    module imported inside traced code costs every call of the compiled function a
-    guard written in Python). ``_torchdynamo_inline`` is a fast path: without it
-    (``TILEJIT_FAST_PATHS=0``) Dynamo inlines ``__call__``, which takes the traced branch
-    by ``torch.compiler.is_compiling()``."""
-    if "torch" in sys.modules:
-        from ..frameworks.torch import (
-            op as torch_op,  # also makes tilejit.backends.compiling torch's
-        )
-
-        if FAST_PATHS:
-            JITFunction.__call__._torchdynamo_inline = torch_op.traced_jit_call
+# What torch.compile traces for a call of a ``JITFunction`` (the kernel compiled or found at
+# trace time, outside the graph, standing in the graph as its op) is the tracing adapter's
+# "jit" entry; Dynamo inlines it in place of ``__call__``.
+frameworks.traceable(JITFunction.__call__, "jit", FAST_PATHS)
 
 
 def jit(func=None, *, out_idx=None, target=None, execution_backend=None, compile_flags=None,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import weakref
 from typing import ClassVar
 
@@ -13,6 +12,7 @@ from ..native import abi
 from ..native._build import disk_cache
 from ..native.library import CoreKernel
 from . import backends as _backends
+from . import frameworks
 
 _MISSING = object()  # an input a keyword call has not given
 
@@ -61,18 +61,18 @@ class JITKernel:
         self._out_order = order
         _backends.bind(self, self.execution_backend, self._core_kernel, order)
         JITKernel._alive.add(self)
-        _backends.register_traced(self)
+        frameworks.register_traced(self)
         # What the binaries were when loaded, for the torch op's name: the cache may remove
         # them later (python -m tilejit cache prune) while this kernel keeps running. Given
         # when known already (an export's MANIFEST, the kernel with_backend copies).
         self._binary_digests = binary_digests or [disk_cache.known_sha256(f) or (
             disk_cache.sha256_file(f) if os.path.exists(f) else None)
             for f in (library_path, prebuilt) if f]
-        if "torch" in sys.modules:
-            # Loading it makes Dynamo inline its traced_call in place of __call__ (see
-            # _traced_call). A process that imports torch only later traces through
-            # _traced_call until a kernel made after torch loads it.
-            from ..frameworks.torch import op as torch_op  # noqa: F401
+        # A tracing framework already imported (torch) loads its adapter, which makes
+        # Dynamo inline its traced call in place of __call__ (see _traced_call). A process
+        # that imports torch only later traces through _traced_call until a kernel made
+        # after torch loads it.
+        frameworks.load_present()
 
     @property
     def params(self):
@@ -123,9 +123,7 @@ class JITKernel:
 
         >>> kernel.torch_op(a, b)     # what torch.compile and autograd run
         """
-        from ..frameworks.torch import op as torch_op
-
-        return torch_op.torch_op(self)
+        return frameworks.adapter_named("torch").op(self)
 
     def register_autograd(self, backward, setup_context=None) -> None:
         """Makes the kernel differentiable: ``torch.library.register_autograd`` on its
@@ -139,34 +137,29 @@ class JITKernel:
         >>> square.register_autograd(lambda ctx, g: twice_product(g, *ctx.saved_tensors),
         ...                          setup_context=setup)
         """
-        from ..frameworks.torch import op as torch_op
-
-        torch_op.register_autograd(self, backward, setup_context)
+        frameworks.adapter_named("torch").register_autograd(self, backward, setup_context)
 
     def _traced_call(self, /, *args, **keywords):
-        """The call as ``torch.compile`` traces it: the kernel's op (see
-        ``tilejit.backends.kernel_class``; a call from Python never comes here). Once
-        ``tilejit.torch_op`` is loaded Dynamo inlines its ``traced_call`` in place of this
-        (``_torchdynamo_inline``): a module imported inside traced code costs every call
-        of the compiled function a guard written in Python. The signature is the ctypes
-        ``__call__``'s: Dynamo guards on the defaults of the function it replaces."""
-        from ..frameworks.torch import op as torch_op
-
-        return torch_op.traced_call(self, *args, **keywords)
+        """The call as a tracer (``torch.compile``) traces it: the kernel's op (see
+        ``tilejit.runtime.backends.kernel_class``; a call from Python never comes here).
+        Once the tracing adapter is loaded Dynamo inlines its entry in place of this
+        (``_torchdynamo_inline``, ``frameworks.traceable``): a module imported inside traced
+        code costs every call of the compiled function a guard written in Python. The
+        signature is the ctypes ``__call__``'s: Dynamo guards on the defaults of the
+        function it replaces."""
+        return frameworks.deferred_entry("kernel")(self, *args, **keywords)
 
     def _claimed_call(self, args: tuple, stream):
-        """A call the core handed back because torch must run it (``tj_claim``): a tensor
-        requires grad while grad mode is on, or a tracer made it."""
-        from ..frameworks.torch import op as torch_op
-
+        """A call the core handed back because a framework must run it (``tj_claim``):
+        with torch, a tensor requires grad while grad mode is on, or a tracer made it."""
         # The core took the call with trailing optional buffers left out: they are None.
         args = (*args, *(None,) * (self._core_kernel.num_inputs - len(args)))
-        return torch_op.claimed_call(self, args, stream)
+        return frameworks.claimer(args).claimed_call(self, args, stream)
 
     @property
     def _unclaimed(self):
         """The kernel called so that no framework claims the call back: what its torch
-        op runs (``tilejit.torch_op.implementation``). Made on first use."""
+        op runs (``tilejit.frameworks.torch.op.implementation``). Made on first use."""
         entry = self.__dict__.get("_unclaimed_entry")
         if entry is None:
             made = _backends.unclaimed_entry(self, self.execution_backend, self._core_kernel,

@@ -15,8 +15,8 @@ wrapper itself, once per compiled kernel, on first use:
   hash of everything that makes the kernel what it is (signature, binary, backend).
 
 How calls get here: a Python call of a kernel never does (it runs the backend's own entry,
-see ``tilejit.backends.kernel_class``). Dynamo traces the kernel's Python-level
-``__call__``, ``traced_call``, which emits the op. The core hands back the eager calls
+see ``tilejit.runtime.backends.kernel_class``). Dynamo traces the kernel's Python-level
+``__call__`` as ``dynamo.traced_call``, which emits the op. The core hands back the eager calls
 torch must see (``claimed_call``: a tensor requires grad while grad mode is on, or a tensor
 a tracer made) and they run as the op, so autograd records them.
 
@@ -27,36 +27,20 @@ tilejit.vec_add_1d4c...default
 
 from __future__ import annotations
 
-import functools
 import keyword
 import threading
 
 import torch
-from torch.autograd import forward_ad
 
 from ...builder.cache import artifact_key
-from ...language.lang import Buffer, Expr, PointerParam, Scalar, Symbol
-from ...runtime import backends
-from ...runtime.fast_paths import FAST_PATHS
-from ...runtime.host import FORWARD_LEVEL, IDLE_LEVEL
+from ...language.lang import Buffer, PointerParam, Scalar
+from . import autograd, fake
 
 NAMESPACE = "tilejit"
 
 _lock = threading.RLock()
 _ops: dict = {}  # op name -> its OpOverload, once registered
 _library = None  # the torch.library.Library fragment of the namespace, made on first use
-
-
-def _constant_at_trace_time(fn):
-    """``torch.compiler.assume_constant_result``: Dynamo calls ``fn`` while it traces and
-    keeps the result as a constant. The decorator imports Dynamo (seconds) to set one
-    attribute; this module loads in every process that makes a kernel with torch loaded,
-    most of which never compile, so the fast path sets the attribute here (a test checks
-    that it is the decorator's); with ``TILEJIT_FAST_PATHS=0`` the decorator itself."""
-    if not FAST_PATHS:
-        return torch.compiler.assume_constant_result(fn)
-    fn._dynamo_marked_constant = True
-    return fn
 
 
 # ---- Naming ------------------------------------------------------------------------------
@@ -83,7 +67,7 @@ def _arg_name(name: str) -> str:
     return f"{name}_" if keyword.iskeyword(name) or name == "out" else name
 
 
-# ---- The schema and the fake implementation ----------------------------------------------
+# ---- The schema -------------------------------------------------------------------------
 
 
 def schema(kernel) -> tuple[str, tuple[str, ...]]:
@@ -118,155 +102,6 @@ def schema(kernel) -> tuple[str, tuple[str, ...]]:
     return f"({', '.join(args)}) -> {returns}", tuple(mutated)
 
 
-def _torch_dtype(name: str):
-    return getattr(torch, name)
-
-
-def bind_symbols(kernel, args) -> dict:
-    """The symbols a call with inputs ``args`` (the kernel's inputs, in order) binds, by
-    the core's rules (core/src/validate.c, ``check_buffer``), from sizes and strides that
-    may be torch's symbolic ones: parameter by parameter, each lone-symbol extent of the
-    shape binds its symbol on first sight, then each stride; the stride of a size-1 or
-    empty dimension, which is never stepped over, binds a still-unbound symbol only
-    loosely, and any later firm binding replaces it. A firmly bound symbol met again
-    must match, as must constant extents and strides, refused with the core's words.
-    ``tests/test_torch_autograd.py`` checks that this and the core agree on random
-    signatures of every kind."""
-    sig = kernel._sig
-    params = kernel.params
-    inputs = [i for i in range(len(params)) if i not in set(sig.out_idx)]
-    firm: dict[Symbol, tuple] = {}  # symbol -> (value, label of the argument binding it)
-    loose: dict[Symbol, object] = {}
-    bound_by_scalars = {s for s in sig.symbols if s.scalar is not None}
-    for position, (i, value) in enumerate(zip(inputs, args)):
-        param = params[i]
-        label = f"argument {position} '{sig.names[i]}'"
-        if isinstance(param, Scalar) and param._symbol in bound_by_scalars:
-            _bind_scalar(sig, label, firm, loose, param._symbol, value)
-            continue
-        if not isinstance(param, Buffer) or value is None:
-            continue
-        _check_tensor(sig, label, param, value)
-
-        shape = tuple(value.shape)
-        for d, (e, size) in enumerate(zip(param.shape, shape)):
-            _bind_one(sig, label, firm, loose, ("shape", d, e, size))
-        empty = any(size == 0 for size in shape)
-        if param.strides is None:
-            if not empty:
-                _check_compact(sig, label, shape, tuple(value.stride()))
-            continue
-        for d, (e, stride) in enumerate(zip(param.strides, value.stride())):
-            if empty or shape[d] == 1:  # never stepped over: binds only loosely
-                if isinstance(e, Symbol) and e not in firm and e not in loose:
-                    loose[e] = stride
-            else:
-                _bind_one(sig, label, firm, loose, ("stride", d, e, stride))
-    return {**loose, **{symbol: value for symbol, (value, _) in firm.items()}}
-
-
-def _bind_one(sig, label: str, firm: dict, loose: dict, dim: tuple) -> None:
-    """One extent or stride ``dim`` = (what, d, declared expression, actual) of argument
-    ``label``, as the core's ``check_direct`` takes it: a constant must match; a symbol is
-    bound on first sight (not negative, divisible as declared), and must match after."""
-    what, d, e, actual = dim
-    if isinstance(e, Symbol):
-        if _agrees(sig, label, firm, e, actual, lambda bound: f"{what}[{d}] == {e.name} "
-                                                              f"(= {bound}, "):
-            return
-        if actual < 0:
-            raise ValueError(f"{sig.name}: {label}: {what}[{d}] = {actual} is negative, and "
-                             f"negative strides are not declared (symbol {e.name})")
-        if actual % e.divisibility != 0:
-            raise ValueError(f"{sig.name}: {label}: {what}[{d}] = {actual} binds {e.name}, "
-                             f"which must be divisible by {e.divisibility}")
-        firm[e] = (actual, label)
-        loose.pop(e, None)
-    elif isinstance(e, int) and actual != e:
-        raise ValueError(f"{sig.name}: {label}: expected {what}[{d}] == {e}, got {actual}")
-
-
-def _agrees(sig, label: str, firm: dict, symbol: Symbol, actual, expected) -> bool:
-    """Whether ``symbol`` is firmly bound already; then ``actual`` must be its value, or
-    the call is refused with the core's words (``expected(bound)`` says what)."""
-    if symbol not in firm:
-        return False
-    bound, by = firm[symbol]
-    if actual != bound:
-        raise ValueError(f"{sig.name}: {label}: expected {expected(bound)}bound by {by}), got "
-                         f"{actual}")
-    return True
-
-
-def _bind_scalar(sig, label: str, firm: dict, loose: dict, symbol: Symbol, value) -> None:
-    """An integer scalar's value (an int or a SymInt) binding its symbol, as the core's
-    ``bind_scalar`` takes it: it must agree with a value already bound, and be divisible
-    as declared."""
-    if _agrees(sig, label, firm, symbol, value, lambda bound: f"{symbol.name} == {bound} ("):
-        return
-    if value % symbol.divisibility != 0:
-        raise ValueError(f"{sig.name}: {label}: value {value} binds {symbol.name}, which must "
-                         f"be divisible by {symbol.divisibility}")
-    firm[symbol] = (value, label)
-    loose.pop(symbol, None)
-
-
-def _check_compact(sig, label: str, shape: tuple, strides: tuple) -> None:
-    """A buffer without declared strides takes compact row-major tensors (size-1
-    dimensions may have any stride), refused with the core's words."""
-    want, expected = [], 1
-    for size in reversed(shape):
-        want.append(expected)
-        expected *= size
-    want.reverse()
-    if any(size != 1 and stride != w for size, stride, w in zip(shape, strides, want)):
-        raise ValueError(f"{sig.name}: {label}: expected a compact row-major tensor (strides "
-                         f"{_tuple(want)}), got strides {_tuple(strides)}; declare strides to "
-                         "accept strided tensors")
-
-
-def _tuple(values) -> str:
-    return str(tuple(int(v) for v in values))
-
-
-def _fake(kernel):
-    """The fake implementation: outputs shaped from the symbols the inputs bind
-    (``bind_symbols``), on the first tensor's device."""
-    sig = kernel._sig
-    params = kernel.params
-    default = torch.device("cuda" if sig.target == "cuda" else "cpu")
-
-    def fake(*args):
-        values = bind_symbols(kernel, args)
-        device = next((a.device for a in args if isinstance(a, torch.Tensor)), default)
-        outputs = []
-        for i in sig.out_idx:
-            shape = [e.evaluate(values) if isinstance(e, Expr) else e for e in params[i].shape]
-            outputs.append(torch.empty(shape, dtype=_torch_dtype(params[i].dtype),
-                                       device=device))
-        return _returned(outputs)
-
-    return fake
-
-
-def _check_tensor(sig, label: str, param: Buffer, value) -> None:
-    """What the core would refuse first and a tracer can tell without data: the dtype and
-    the number of dimensions, with the core's wording."""
-    if value.dtype != _torch_dtype(param.dtype):
-        got = str(value.dtype).removeprefix("torch.")
-        raise ValueError(f"{sig.name}: {label}: expected dtype {param.dtype}, got {got}")
-    if value.dim() != len(param.shape):
-        raise ValueError(f"{sig.name}: {label}: expected a {len(param.shape)}-d tensor, got "
-                         f"{value.dim()}-d with shape {tuple(value.shape)}")
-
-
-def _returned(outputs: list):
-    """Outputs as the op returns them: one tensor, a tuple of several, or None."""
-    if not outputs:
-        return None
-    return outputs[0] if len(outputs) == 1 else tuple(outputs)
-
-
 def implementation(kernel):
     """The op's real implementation: the kernel itself, through a call plan whose calls
     torch never claims back (``kernel._unclaimed``: the op is what a claimed call runs,
@@ -282,7 +117,7 @@ def implementation(kernel):
         return entry
 
     def impl(*args):
-        return _returned([_as_tensor(out) for out in _as_list(entry(*args))])
+        return fake.returned([_as_tensor(out) for out in _as_list(entry(*args))])
 
     return impl
 
@@ -325,9 +160,9 @@ def definition(kernel):
                 _library = torch.library.Library(NAMESPACE, "FRAGMENT")
             _library.define(name + text)
             _library.impl(name, implementation(kernel), "CompositeExplicitAutograd")
-            torch.library.register_fake(f"{NAMESPACE}::{name}", _fake(kernel), lib=_library)
+            torch.library.register_fake(f"{NAMESPACE}::{name}", fake.fake(kernel), lib=_library)
             found = getattr(getattr(torch.ops, NAMESPACE), name).default
-            _library.impl(name, _autograd_kernel(kernel, found), "Autograd", with_keyset=True)
+            _library.impl(name, autograd.autograd_kernel(kernel, found, name), "Autograd", with_keyset=True)
             written = [i for i, arg in enumerate(found._schema.arguments)
                        if arg.alias_info is not None and arg.alias_info.is_write]
             if written:
@@ -335,6 +170,11 @@ def definition(kernel):
                               with_keyset=True)
             _ops[name] = found
     return found
+
+
+def is_defined(kernel) -> bool:
+    """Whether the op of ``kernel`` is registered already."""
+    return op_name(kernel) in _ops
 
 
 def _versions_bumped(op, written: list[int]):
@@ -358,116 +198,6 @@ def torch_op(kernel):
     return definition(kernel)
 
 
-# ---- Autograd ---------------------------------------------------------------------------
-
-_backwards: dict = {}  # op name -> (backward, setup_context), as registered
-_recorded: dict = {}  # op name -> its autograd.Function (_autograd_kernel)
-
-
-def _input_names(kernel) -> list[str]:
-    outputs = set(kernel._sig.out_idx)
-    return [n for i, n in enumerate(kernel._sig.names) if i not in outputs]
-
-
-def _autograd_kernel(kernel, op):
-    """The op's Autograd kernel, the same for every call of it (eager, claimed by the
-    core, or traced by torch.compile, whose AOT autograd runs it on fake tensors):
-
-    - a forward-mode AD tangent on an input is refused (a tilejit kernel has no
-      forward derivative), rather than silently dropped;
-    - with grad mode on and an input requiring grad, the call is recorded with the
-      backward registered for the kernel (``register_autograd``), or refused without
-      one, naming the kernel and the argument: never outputs silently without
-      gradient;
-    - else it runs below autograd.
-    """
-    name = op_name(kernel)
-    label = kernel.name
-    names = _input_names(kernel)
-    after = torch._C._after_autograd_keyset
-    below = torch._C._AutoDispatchBelowAutograd
-
-    def run(keyset, args):
-        with below():
-            return op.redispatch(keyset & after, *args)
-
-    # forward and setup_context apart, as torch.func's transforms require; the
-    # dispatcher's keyset rides along as a last input that is no input of the kernel.
-
-    def forward(*args):
-        keyset, args = args[-1], args[:-1]
-        # From the op's Autograd kernel: below autograd with its keyset; from Python
-        # (claimed_call, None): the op itself, which grad mode off sends below.
-        return run(keyset, args) if keyset is not None else op(*args)
-
-    def setup_context(ctx, inputs, output):
-        _, setup = _backwards[name]
-        if setup is not None:
-            setup(ctx, inputs[:-1], output)
-
-    def backward(ctx, *grads):
-        registered, _ = _backwards[name]
-        needs = ctx.needs_input_grad
-        ctx.needs_input_grad = needs[:-1]
-        try:
-            result = registered(ctx, *grads)
-        finally:
-            ctx.needs_input_grad = needs
-        return (*(result if isinstance(result, tuple) else (result,)), None)
-
-    # Named after the kernel: its outputs' grad_fn is <kernel>Backward. Under vmap,
-    # torch.func batches it by running forward and backward per slice.
-    Recorded = type(label, (torch.autograd.Function,), {
-        "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
-        "backward": staticmethod(backward), "generate_vmap_rule": True})
-    _recorded[name] = Recorded
-
-    def autograd_kernel(keyset, *args):
-        _refuse_tangents(label, names, args)
-        position = _requiring_grad(args)
-        if position is None:
-            return run(keyset, args)
-        if name not in _backwards:
-            raise RuntimeError(_no_backward(label, position, names[position]))
-        return Recorded.apply(*args, keyset)
-
-    return autograd_kernel
-
-
-def _requiring_grad(args: tuple) -> int | None:
-    """The position of the first tensor of ``args`` autograd must record (it requires
-    grad while grad mode is on), or None."""
-    if torch.is_grad_enabled():
-        for position, value in enumerate(args):
-            if isinstance(value, torch.Tensor) and value.requires_grad:
-                return position
-    return None
-
-
-def _no_backward(kernel_name: str, position: int, name: str) -> str:
-    return (f"{kernel_name}: argument {position} '{name}' requires grad, but no backward is "
-            "registered for this kernel, so its outputs would carry no gradient. Register one "
-            "with kernel.register_autograd(backward), or call the kernel under "
-            "torch.no_grad() or on detached tensors")
-
-
-def _refuse_tangents(kernel_name: str, names: list, args: tuple) -> None:
-    """Forward-mode AD (``torch.autograd.forward_ad``, ``torch.func.jvp``): refused for
-    an input carrying a tangent, naming the kernel and the argument."""
-    # The fast path: forward_ad's own record of the current level, -1 outside any
-    # (checked once per process by tilejit.host); else every input is asked.
-    if FAST_PATHS and getattr(forward_ad, FORWARD_LEVEL, None) == IDLE_LEVEL:
-        return
-    for position, value in enumerate(args):
-        if isinstance(value, torch.Tensor) and forward_ad.unpack_dual(value).tangent is not None:
-            raise RuntimeError(
-                f"{kernel_name}: argument {position} '{names[position]}' carries a forward-mode "
-                "AD tangent, but tilejit kernels have no forward derivative (only a backward, "
-                "kernel.register_autograd); compute the tangent with reverse mode "
-                "(torch.func.jacrev / torch.autograd.grad), or pass the primal "
-                "(forward_ad.unpack_dual(x).primal)")
-
-
 def register_autograd(kernel, backward, setup_context=None) -> None:
     """Makes the kernel's op differentiable (see ``JITKernel.register_autograd``): the
     meaning of ``torch.library.register_autograd``, kept by tilejit so that it holds for
@@ -480,12 +210,12 @@ def register_autograd(kernel, backward, setup_context=None) -> None:
                         f"{type(setup_context).__name__}")
     definition(kernel)
     with _lock:
-        _backwards[op_name(kernel)] = (backward, setup_context)
+        autograd.set_backward(op_name(kernel), backward, setup_context)
 
 
 def has_backward(kernel) -> bool:
     """Whether a backward is registered for the kernel (on any of its backends)."""
-    return op_name(kernel) in _backwards
+    return autograd.has_backward_named(op_name(kernel))
 
 
 # ---- Calls ------------------------------------------------------------------------------
@@ -504,11 +234,11 @@ def claimed_call(kernel, args: tuple, stream):
     op = torch_op(kernel)
     args = _schema_args(kernel, args)
     name = op_name(kernel)
-    if name in _backwards and _requiring_grad(args) is not None:
+    if autograd.has_backward_named(name) and autograd.requiring_grad(args) is not None:
         # Recorded here, above the dispatcher, where torch.func's transforms see the
         # autograd.Function (they cannot from inside an op's Autograd kernel).
-        _refuse_tangents(kernel.name, _input_names(kernel), args)
-        return _eager_result(_recorded[name].apply(*args, None))
+        autograd.refuse_tangents(kernel.name, autograd.input_names(kernel), args)
+        return _eager_result(autograd.recorded(name).apply(*args, None))
     return _eager_result(op(*args))
 
 
@@ -561,41 +291,6 @@ def _as_torch(label: str, value):
                         f"torch.from_dlpack cannot read ({exc})") from exc
 
 
-def _registered_op_name(kernel) -> str:
-    """The op name, the op registered (with every live kernel's: ``_define_alive``)."""
-    definition(kernel)
-    _define_alive(kernel)
-    return op_name(kernel)
-
-
-@_constant_at_trace_time
-def _traced_op_name(key: str) -> str:
-    """The op name of the kernel ``key`` names (``backends.register_traced``), computed
-    and the op registered while Dynamo traces, outside the graph: Dynamo calls this at
-    trace time and keeps the result as a constant."""
-    return _registered_op_name(backends.traced_object(key))
-
-
-def _define_alive(kernel) -> None:
-    """Registers the op of every kernel alive. A graph torch.compile loads from its caches
-    is not traced again: an op that only a registered backward calls (whose kernel
-    tracing would have met) must already exist when the graph runs."""
-    for other in list(type(kernel)._alive):
-        if op_name(other) not in _ops:
-            try:
-                definition(other)
-            except (TypeError, ValueError, RuntimeError):
-                pass  # not expressible as an op (a T.Pointer): it says so if ever traced
-
-
-def traced_call(kernel, /, *args, **keywords):
-    """What ``torch.compile`` traces for ``kernel(*args, **keywords)``: the kernel's op.
-    Dynamo inlines it in place of the kernel's ``__call__`` (``tilejit.backends.
-    trace_calls_with``, below)."""
-    args, stream = kernel._positional(args, keywords)
-    return call_op(_traced_op_name(kernel._trace_key), *args, stream=stream)
-
-
 def call_op(name: str, /, *args, **keywords):
     """The op named ``name`` called as a kernel is: several outputs come back as a list.
     The op runs on torch's current stream, which is what CUDA graphs capture."""
@@ -612,40 +307,5 @@ def _eager_result(result):
     return list(result) if isinstance(result, tuple) else result
 
 
-# ---- @tilejit.jit under torch.compile ------------------------------------------------
-
-
-@_constant_at_trace_time
-def _jit_op_name(key: str, /, *args, **kwargs) -> str:
-    """Compiles (or finds) the kernel a call of the jit function ``key`` names makes and
-    registers its op, at trace time, outside the graph."""
-    return _registered_op_name(backends.traced_object(key).kernel_for(*args, **kwargs))
-
-
-def traced_jit_call(function, /, *args, **kwargs):
-    """What ``torch.compile`` traces for ``factory(*args, **kwargs)`` of a
-    ``@tilejit.jit`` function: the kernel it returns, as a callable of its op."""
-    return functools.partial(call_op, _jit_op_name(function._trace_key, *args, **kwargs))
-
-
-@_constant_at_trace_time
-def _layout_entry(key: str, /, *args, **kwargs) -> tuple:
-    """``(op name, order)`` of the kernel a call of the ``jit(layout=...)`` function
-    ``key`` names runs, specialised and registered at trace time from the tensors'
-    example values (Dynamo hands this function real tensors), outside the graph."""
-    kernel, order = backends.traced_object(key).entry_for(*args, **kwargs)
-    return _registered_op_name(kernel), order
-
-
-def traced_layout_call(function, /, *args, **kwargs):
-    """What ``torch.compile`` traces for a call of a ``jit(layout=...)`` function: its
-    kernel's op on the tensor arguments, in the kernel's order. The layout the kernel was
-    specialised for is not guarded: a later call whose layout the kernel does not accept
-    fails its validation (ValueError), as a direct call of that kernel would."""
-    stream = None if function._takes_stream else kwargs.pop("stream", None)
-    name, order = _layout_entry(function._trace_key, *args, **kwargs)
-    tensors = [value for value in (*args, *kwargs.values()) if isinstance(value, torch.Tensor)]
-    return call_op(name, *[tensors[j] for j in order], stream=stream)
-
-
-backends.trace_calls_with(traced_call, torch.compiler.is_compiling)
+def _eager_result(result):
+    return list(result) if isinstance(result, tuple) else result

@@ -1,0 +1,140 @@
+"""torch as the runtime sees it (``tilejit.runtime.frameworks.Adapter``): outputs from
+``torch.empty``, torch's current CUDA stream, its lazy conjugate and negative views, the
+calls it must run itself (claims), and plain words for tensors DLPack cannot describe.
+
+Loading this module makes torch the tracer of kernel calls: ``torch.compile`` traces a
+call of a kernel, of a ``@tilejit.jit`` function or of a ``jit(layout=...)`` function as
+the kernel's op (``tilejit.frameworks.torch.dynamo``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+
+import torch
+
+from ...native import abi
+from ...runtime import frameworks
+from ...runtime.fast_paths import FAST_PATHS
+from ...runtime.fast_paths import decided as _decided
+from . import dynamo, probes, views
+from . import op as _op
+
+# DLPack device types with their own memory.
+_CUDA_DEVICES = (abi.kDLCUDA, abi.kDLCUDAManaged)
+
+
+def _static(cls: type, name: str):
+    return inspect.getattr_static(cls, name, None)
+
+
+def _functorch_wrapped(tensor) -> bool:
+    test = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", None)
+    try:
+        return bool(test(tensor)) if test is not None else False
+    except Exception:  # noqa: BLE001 - no answer: the import's own error stands
+        return False
+
+
+class TorchAdapter(frameworks.Adapter):
+    name = "torch"
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._probe: list = []  # [(offset, requires_grad, grad_enabled, meta) or None]
+        self._scope: list = []  # [forward-mode AD's namespace or None], once found
+
+    def allocator(self, dtype: str, device: tuple[int, int]):
+        tdtype = getattr(torch, dtype)
+        where = (torch.device("cuda", device[1]) if device[0] in _CUDA_DEVICES
+                 else torch.device("cpu"))
+        empty = torch.empty
+        return lambda shape: empty(shape, dtype=tdtype, device=where)
+
+    def stream(self, device_type: int, device_id: int) -> int:
+        if device_type in _CUDA_DEVICES:
+            return torch.cuda.current_stream(device_id).cuda_stream
+        return 0
+
+    def view_check(self, cls: type):
+        """The ``tj_view_bits`` location to read the bits in place (``views.locate``);
+        or, when that could not be found for this torch, ``views.lazy_view``: ask torch."""
+        if not hasattr(cls, "is_neg"):
+            return None
+        location = views.locate() if FAST_PATHS else None
+        if not FAST_PATHS:
+            _decided("lazy-view bits (TensorImpl)", False, "TILEJIT_FAST_PATHS=0")
+        return location if location is not None else views.lazy_view
+
+    def lazy_view(self, obj) -> int:
+        return views.lazy_view(obj)
+
+    def claim(self, cls: type):
+        """``("always",)`` for tensor subclasses with their own ``__torch_dispatch__``
+        (FakeTensor, FunctionalTensor: tensors a tracer makes, with no data a kernel
+        could read), else ``("ask", probe, scope, key, idle)``.
+
+        torch claims a call when a tensor requires grad while grad mode is on (autograd
+        must record it: the call runs as the kernel's custom op), when a tensor carries a
+        forward-mode AD tangent, and when a tensor is one only torch can read (functorch's
+        wrappers under ``torch.func`` transforms). Every call of a kernel on torch
+        tensors asks, so by default the first question is answered by two C functions of
+        libc10 (``probe``, see ``probes.grad_probe``) and the second only while a
+        forward-AD level is open (``scope``: forward_ad's namespace, whose
+        ``_current_level`` is -1 outside any). Without them (``TILEJIT_FAST_PATHS=0``, or
+        a torch where they do not check out) every tensor is asked the public way,
+        ``claims``: the same answers, slower.
+        """
+        if not isinstance(cls, type) or not issubclass(cls, torch.Tensor):
+            return None
+        base = torch.Tensor
+        if (_static(cls, "__torch_dispatch__") is not _static(base, "__torch_dispatch__")
+                or _static(cls, "requires_grad") is not _static(base, "requires_grad")):
+            return ("always",)
+        with self._lock:
+            if not self._probe:
+                self._probe.append(probes.grad_probe(torch) if FAST_PATHS else None)
+                self._scope.append(probes.forward_ad_scope(torch) if FAST_PATHS else None)
+                if not FAST_PATHS:
+                    _decided("autograd claim (libc10)", False, "TILEJIT_FAST_PATHS=0")
+                    _decided("forward-AD level", False, "TILEJIT_FAST_PATHS=0")
+        return ("ask", self._probe[0], self._scope[0], probes.FORWARD_LEVEL,
+                probes.IDLE_LEVEL)
+
+    def claims(self, obj, failed: int) -> int:
+        """``failed`` when the core could not import it (a functorch wrapper is run by
+        torch); else whether autograd, forward or backward, must record a call with it."""
+        if failed:
+            return frameworks.CLAIM_NOW if _functorch_wrapped(obj) else frameworks.CLAIM_NONE
+        if obj.requires_grad and torch.is_grad_enabled():
+            return frameworks.CLAIM_VALIDATED
+        if torch.autograd.forward_ad.unpack_dual(obj).tangent is not None:
+            return frameworks.CLAIM_VALIDATED
+        return frameworks.CLAIM_NONE
+
+    def claimed_call(self, kernel, args: tuple, stream):
+        return _op.claimed_call(kernel, args, stream)
+
+    def import_refusal(self, obj) -> str | None:
+        """A torch tensor with no strided storage (sparse, mkldnn, nested)."""
+        if getattr(obj, "is_nested", False):
+            return ("expected a strided tensor, got a nested tensor, which DLPack cannot "
+                    "describe; pass its components, or pad it with .to_padded_tensor(0)")
+        layout = getattr(obj, "layout", torch.strided)
+        if layout is torch.strided:
+            return None
+        return (f"expected a strided tensor, got layout {layout}, which DLPack cannot "
+                "describe; convert it with .to_dense()")
+
+    # What the kernel's torch-named methods run (JITKernel.torch_op, register_autograd).
+    op = staticmethod(_op.torch_op)
+    register_autograd = staticmethod(_op.register_autograd)
+    is_compiling = staticmethod(torch.compiler.is_compiling)
+
+
+ADAPTER = TorchAdapter()
+
+frameworks.install_tracer(ADAPTER, {"kernel": dynamo.traced_call, "jit": dynamo.traced_jit_call,
+                                    "layout": dynamo.traced_layout_call},
+                          torch.compiler.is_compiling)

@@ -1,0 +1,131 @@
+"""Autograd for the kernels' torch ops: the op's Autograd kernel, the backward a kernel
+registers (``kernel.register_autograd``), and the refusals (no backward, forward-mode
+tangents) that name the kernel and the argument."""
+
+from __future__ import annotations
+
+import torch
+from torch.autograd import forward_ad
+
+from ...runtime.fast_paths import FAST_PATHS
+from .probes import FORWARD_LEVEL, IDLE_LEVEL
+
+_backwards: dict = {}  # op name -> (backward, setup_context), as registered
+_recorded: dict = {}  # op name -> its autograd.Function (_autograd_kernel)
+
+
+def input_names(kernel) -> list[str]:
+    outputs = set(kernel._sig.out_idx)
+    return [n for i, n in enumerate(kernel._sig.names) if i not in outputs]
+
+
+def autograd_kernel(kernel, op, name: str):
+    """The op's Autograd kernel, the same for every call of it (eager, claimed by the
+    core, or traced by torch.compile, whose AOT autograd runs it on fake tensors):
+
+    - a forward-mode AD tangent on an input is refused (a tilejit kernel has no
+      forward derivative), rather than silently dropped;
+    - with grad mode on and an input requiring grad, the call is recorded with the
+      backward registered for the kernel (``register_autograd``), or refused without
+      one, naming the kernel and the argument: never outputs silently without
+      gradient;
+    - else it runs below autograd.
+    """
+    label = kernel.name
+    names = input_names(kernel)
+    after = torch._C._after_autograd_keyset
+    below = torch._C._AutoDispatchBelowAutograd
+
+    def run(keyset, args):
+        with below():
+            return op.redispatch(keyset & after, *args)
+
+    # forward and setup_context apart, as torch.func's transforms require; the
+    # dispatcher's keyset rides along as a last input that is no input of the kernel.
+
+    def forward(*args):
+        keyset, args = args[-1], args[:-1]
+        # From the op's Autograd kernel: below autograd with its keyset; from Python
+        # (claimed_call, None): the op itself, which grad mode off sends below.
+        return run(keyset, args) if keyset is not None else op(*args)
+
+    def setup_context(ctx, inputs, output):
+        _, setup = _backwards[name]
+        if setup is not None:
+            setup(ctx, inputs[:-1], output)
+
+    def backward(ctx, *grads):
+        registered, _ = _backwards[name]
+        needs = ctx.needs_input_grad
+        ctx.needs_input_grad = needs[:-1]
+        try:
+            result = registered(ctx, *grads)
+        finally:
+            ctx.needs_input_grad = needs
+        return (*(result if isinstance(result, tuple) else (result,)), None)
+
+    # Named after the kernel: its outputs' grad_fn is <kernel>Backward. Under vmap,
+    # torch.func batches it by running forward and backward per slice.
+    Recorded = type(label, (torch.autograd.Function,), {
+        "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
+        "backward": staticmethod(backward), "generate_vmap_rule": True})
+    _recorded[name] = Recorded
+
+    def autograd_kernel(keyset, *args):
+        refuse_tangents(label, names, args)
+        position = requiring_grad(args)
+        if position is None:
+            return run(keyset, args)
+        if name not in _backwards:
+            raise RuntimeError(_no_backward(label, position, names[position]))
+        return Recorded.apply(*args, keyset)
+
+    return autograd_kernel
+
+
+def requiring_grad(args: tuple) -> int | None:
+    """The position of the first tensor of ``args`` autograd must record (it requires
+    grad while grad mode is on), or None."""
+    if torch.is_grad_enabled():
+        for position, value in enumerate(args):
+            if isinstance(value, torch.Tensor) and value.requires_grad:
+                return position
+    return None
+
+
+def _no_backward(kernel_name: str, position: int, name: str) -> str:
+    return (f"{kernel_name}: argument {position} '{name}' requires grad, but no backward is "
+            "registered for this kernel, so its outputs would carry no gradient. Register one "
+            "with kernel.register_autograd(backward), or call the kernel under "
+            "torch.no_grad() or on detached tensors")
+
+
+def refuse_tangents(kernel_name: str, names: list, args: tuple) -> None:
+    """Forward-mode AD (``torch.autograd.forward_ad``, ``torch.func.jvp``): refused for
+    an input carrying a tangent, naming the kernel and the argument."""
+    # The fast path: forward_ad's own record of the current level, -1 outside any
+    # (checked once per process by tilejit.host); else every input is asked.
+    if FAST_PATHS and getattr(forward_ad, FORWARD_LEVEL, None) == IDLE_LEVEL:
+        return
+    for position, value in enumerate(args):
+        if isinstance(value, torch.Tensor) and forward_ad.unpack_dual(value).tangent is not None:
+            raise RuntimeError(
+                f"{kernel_name}: argument {position} '{names[position]}' carries a forward-mode "
+                "AD tangent, but tilejit kernels have no forward derivative (only a backward, "
+                "kernel.register_autograd); compute the tangent with reverse mode "
+                "(torch.func.jacrev / torch.autograd.grad), or pass the primal "
+                "(forward_ad.unpack_dual(x).primal)")
+
+
+def set_backward(name: str, backward, setup_context) -> None:
+    """Records the backward of the op ``name`` (``register_autograd``)."""
+    _backwards[name] = (backward, setup_context)
+
+
+def has_backward_named(name: str) -> bool:
+    return name in _backwards
+
+
+def recorded(name: str):
+    """The ``autograd.Function`` that records calls of the op ``name``."""
+    return _recorded[name]

@@ -1,0 +1,146 @@
+"""What torch's claim reads in place, found and checked once per process.
+
+Every call of a kernel on torch tensors asks whether torch must run it (autograd must
+record it, ``tilejit.frameworks.torch.adapter``). Asked the public way that costs a
+Python call per tensor; the fast way reads what torch's own C++ reads:
+
+- ``grad_probe``: libc10's exported ``TensorImpl::requires_grad() const`` and
+  ``GradMode::is_enabled()``, and where a ``TensorImpl`` keeps its autograd record
+  (``autograd_meta_``, NULL on a tensor autograd does not know), so most tensors cost one
+  memory read;
+- ``forward_ad_scope``: ``torch.autograd.forward_ad``'s record of its current level, -1
+  outside any, so forward-mode tangents are asked for only inside a level.
+
+Each is checked against torch's public answers on tensors of every kind, on a thread of
+its own; when anything does not match, None, and the public way is asked.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ...runtime.fast_paths import decided as _decided
+from ...runtime.fast_paths import in_fresh_thread
+from .views import _Memory
+
+_REQUIRES_GRAD = "_ZNK3c1010TensorImpl13requires_gradEv"  # c10::TensorImpl::requires_grad() const
+_GRAD_ENABLED = "_ZN3c108GradMode10is_enabledEv"  # c10::GradMode::is_enabled()
+
+
+def grad_probe(torch):
+    """``(offset, requires_grad, grad_enabled)`` for torch's claim: a tensor's Python
+    object keeps its ``TensorImpl *`` right after the object header (``THPVariable::
+    cdata``, torch/csrc/autograd/python_variable.h), which libc10's exported
+    ``TensorImpl::requires_grad() const`` takes; ``GradMode::is_enabled()`` takes
+    nothing. All three are checked against torch's own answers on tensors of every kind
+    (leaf, result, view, detached, Parameter, made under no_grad), on a thread of their
+    own; when anything does not match (another torch, another platform's C++ ABI), None:
+    the public way is asked instead (``TorchAdapter.claims``)."""
+    import ctypes
+    from pathlib import Path
+
+    offset = object.__basicsize__
+    word = ctypes.sizeof(ctypes.c_void_p)
+
+    def probe():
+        # THPVariable: the header, at::Tensor cdata (one pointer), two hook pointers.
+        if torch._C.TensorBase.__basicsize__ != offset + 3 * word:
+            raise LookupError("torch.Tensor's object layout is not the one expected")
+        libraries = sorted((Path(torch.__file__).parent / "lib").glob("libc10.*"))
+        if not libraries:
+            raise LookupError("libc10 not found")
+        c10 = ctypes.CDLL(str(libraries[0]))
+        requires_grad, grad_enabled = c10[_REQUIRES_GRAD], c10[_GRAD_ENABLED]
+        requires_grad.restype, requires_grad.argtypes = ctypes.c_bool, [ctypes.c_void_p]
+        grad_enabled.restype, grad_enabled.argtypes = ctypes.c_bool, []
+
+        def asks(tensor) -> bool:
+            return requires_grad(ctypes.c_void_p.from_address(id(tensor) + offset).value)
+
+        leaf = torch.ones(2, requires_grad=True)
+        cases = [torch.ones(2), leaf, leaf * 2, leaf[:1], leaf.detach(),
+                 torch.nn.Parameter(torch.ones(1)), torch.ones(1).requires_grad_()]
+        with torch.no_grad():
+            cases.append(leaf * 2)
+            off = grad_enabled()
+        with torch.enable_grad():
+            on = grad_enabled()
+        if off or not on or any(asks(t) != t.requires_grad for t in cases):
+            raise LookupError("libc10's answers differ from torch's")
+        return (offset, ctypes.cast(requires_grad, ctypes.c_void_p).value,
+                ctypes.cast(grad_enabled, ctypes.c_void_p).value, _autograd_meta_offset(torch))
+
+    try:
+        found = in_fresh_thread(probe)
+    except Exception as exc:  # noqa: BLE001 - any mismatch means: ask the public way
+        _decided("autograd claim (libc10)", False, f"{type(exc).__name__}: {exc}")
+        return None
+    record = (f"TensorImpl's autograd record at byte {found[3]}" if found[3] >= 0 else
+              "TensorImpl's autograd record not found: libc10 asked for every tensor")
+    _decided("autograd claim (libc10)", True, f"libc10's answers match torch's; {record}")
+    return found
+
+
+# forward_ad's record of its current level, and its value outside any level: the one
+# int object -1 is in CPython, which the core compares by identity (tj_host_claim_mode).
+FORWARD_LEVEL, IDLE_LEVEL = sys.intern("_current_level"), -1
+
+
+def _autograd_meta_offset(torch) -> int:
+    """Where a ``TensorImpl`` keeps its autograd record (``autograd_meta_``), NULL for a
+    tensor that neither requires grad nor carries a forward-mode tangent (nor is a view
+    autograd tracks): the one word of the TensorImpl that is NULL on fresh tensors and
+    set on every tensor requiring grad or carrying a tangent, read as
+    ``tilejit.torch_views`` reads the lazy-view bits. -1 when it cannot be told apart:
+    every tensor is then asked libc10."""
+    from torch.autograd import forward_ad
+
+    
+    leaf = torch.ones(3, requires_grad=True)
+    without = [torch.ones(3), torch.zeros(2, 2), torch.empty(0), leaf.detach(),
+               torch.ones(3, dtype=torch.int32),
+               torch.ones(1, 3, 2, 2).to(memory_format=torch.channels_last)]
+    with torch.no_grad():
+        without.append(leaf * 2)
+    with_record = [leaf, leaf * 2, leaf[1:], torch.nn.Parameter(torch.ones(2)),
+                   torch.ones(2).requires_grad_()]
+    memory = _Memory()
+    try:
+        with forward_ad.dual_level():
+            dual = forward_ad.make_dual(torch.ones(3), torch.ones(3))
+            with_record += [dual, dual * 2]
+            tables = [memory.words(t._cdata, 512) for t in (*without, *with_record)]
+    finally:
+        memory.close()
+    if any(words is None for words in tables):
+        return -1
+    candidates = [i for i in range(min(map(len, tables)))
+                  if all(w[i] == 0 for w in tables[:len(without)])
+                  and all(w[i] != 0 for w in tables[len(without):])]
+    return 8 * candidates[0] if len(candidates) == 1 else -1
+
+
+def forward_ad_scope(torch):
+    """The namespace of ``torch.autograd.forward_ad`` when its ``_current_level`` reads
+    -1 outside a dual level and a level inside one (checked on a thread of its own);
+    else None (every tensor is asked ``TorchAdapter.claims``)."""
+    from torch.autograd import forward_ad
+
+    def probe():
+        space = vars(forward_ad)
+        if space.get(FORWARD_LEVEL) is not IDLE_LEVEL:  # the very object the core compares
+            raise LookupError("forward_ad._current_level is not the int -1 outside a level")
+        with forward_ad.dual_level():
+            inside = space.get(FORWARD_LEVEL)
+        if (not isinstance(inside, int) or inside < 0
+                or space.get(FORWARD_LEVEL) is not IDLE_LEVEL):
+            raise LookupError("forward_ad._current_level does not follow dual_level()")
+        return space
+
+    try:
+        found = in_fresh_thread(probe)
+    except Exception as exc:  # noqa: BLE001
+        _decided("forward-AD level", False, f"{type(exc).__name__}: {exc}")
+        return None
+    _decided("forward-AD level", True, "forward_ad._current_level follows dual_level()")
+    return found

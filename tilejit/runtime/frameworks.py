@@ -1,0 +1,262 @@
+"""Framework adapters: what the runtime asks of a tensor framework, and the registry that
+finds the framework of a Python type.
+
+The binding (``tilejit.runtime.binding``, ``tilejit.runtime.host``) names no framework.
+For a type of tensor it asks the type's adapter (``adapter_for``):
+
+- ``allocator(dtype, device)``: how outputs are made for calls with such arguments;
+- ``stream(device_type, device_id)``: the framework's current stream, for producers
+  without the DLPack exchange API;
+- ``view_check(cls)`` / ``lazy_view(obj)``: lazy views DLPack cannot describe (torch's
+  conjugate and negative bits);
+- ``claim(cls)`` / ``claims(obj, failed)`` / ``claimed_call(kernel, args, stream)``: calls
+  the framework must run itself (autograd, tracers), handed back by the core
+  (``tj_claim``);
+- ``import_refusal(obj)``: why an object cannot be imported, said plainly.
+
+An adapter is a subclass of ``Adapter`` (whose methods are the answers of a framework
+with none of these features) registered under the top-level module its types come from
+(``register("torch", loader)``); the loader runs when a type of that module is first
+seen, so an optional framework is imported only by a process that uses it. Built-in
+adapters are registered by ``tilejit.frameworks``; a new framework is one module there.
+
+A framework may also trace calls (``torch.compile``): ``register(..., traces=True)``. The
+runtime's callables (kernels, ``@jit`` functions) register their ``__call__`` with
+``traceable``; when a tracing adapter loads, it installs what its tracer inlines for each
+kind of call (``install_tracer``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import threading
+import weakref
+from collections.abc import Callable
+
+from ..native import abi
+
+CLAIM_NONE, CLAIM_VALIDATED, CLAIM_NOW = (abi.TJ_CLAIM_NONE, abi.TJ_CLAIM_VALIDATED,
+                                          abi.TJ_CLAIM_NOW)
+
+
+class Adapter:
+    """A framework as the runtime sees it. The defaults are a framework with no streams,
+    no lazy views and no claims; an adapter overrides what its framework has."""
+
+    name = ""  # the top-level module of the framework's types
+
+    def allocator(self, dtype: str, device: tuple[int, int]) -> Callable[[tuple], object]:
+        """A function ``shape -> new tensor`` of element type ``dtype`` (tilejit's name)
+        on DLPack ``device`` ``(type, id)``."""
+        raise NotImplementedError
+
+    def stream(self, device_type: int, device_id: int) -> int:
+        """The framework's current stream on a device (0: none)."""
+        return 0
+
+    def view_check(self, cls: type):
+        """None when objects of ``cls`` are never lazy views; else a ``tj_view_bits``
+        tuple to read the bits in place, or a function that asks the framework per object
+        (the binding then calls ``lazy_view``)."""
+        return
+
+    def lazy_view(self, obj) -> int:
+        """The ``TJ_VIEW_*`` bits of ``obj``."""
+        return 0
+
+    def claim(self, cls: type):
+        """How the core learns that the framework must run a call with objects of ``cls``
+        (``tj_claim``): None (never), ``("always",)``, or ``("ask", probe, scope, key,
+        idle)`` (see ``tilejit.runtime.binding``)."""
+        return
+
+    def claims(self, obj, failed: int) -> int:
+        """The public answer to ``claim`` for one object (``tj_claim_kind``)."""
+        return CLAIM_NONE
+
+    def claimed_call(self, kernel, args: tuple, stream):
+        """Runs a call the core handed back because this framework claimed it."""
+        raise RuntimeError(f"{kernel.name}: the {self.name} adapter claims no calls")
+
+    def import_refusal(self, obj) -> str | None:
+        """Why ``obj`` cannot be imported, when the adapter can say it plainly."""
+        return None
+
+
+_lock = threading.RLock()
+_loaders: dict[str, Callable[[], Adapter]] = {}  # module root -> its adapter's loader
+_adapters: dict[str, Adapter] = {}  # module root -> its adapter, once loaded
+_default: list[str] = []  # the root of types no adapter claims (NumPy)
+_tracing: list[str] = []  # the roots of frameworks that trace calls
+_own: dict = {}  # "own" -> tilejit's own adapter (tilejit.Array, calls without tensors)
+_by_type: dict = {}  # type -> its adapter, decided once
+
+
+def register(root: str, loader: Callable[[], Adapter], *, default: bool = False,
+             traces: bool = False) -> None:
+    """Makes ``loader()`` the adapter of types defined under module ``root``; ``default``:
+    also of types of no registered framework; ``traces``: the framework traces calls."""
+    with _lock:
+        _loaders[root] = loader
+        if default:
+            _default[:] = [root]
+        if traces and root not in _tracing:
+            _tracing.append(root)
+        _by_type.clear()
+
+
+def register_own(adapter: Adapter) -> None:
+    """tilejit's own adapter: for ``NoneType`` (a call with no tensor argument) and the
+    types whose ``_tilejit_own`` is True (``tilejit.Array``)."""
+    _own["own"] = adapter
+    _by_type.clear()
+
+
+def adapter_named(root: str) -> Adapter:
+    """The adapter registered for ``root``, loaded on first use."""
+    adapter = _adapters.get(root)
+    if adapter is None:
+        with _lock:
+            adapter = _adapters.get(root)
+            if adapter is None:
+                adapter = _adapters[root] = _loaders[root]()
+    return adapter
+
+
+def _root_of(cls: type) -> str | None:
+    if cls is type(None) or getattr(cls, "_tilejit_own", False) is True:
+        return "own"
+    for base in getattr(cls, "__mro__", (cls,)):
+        root = (getattr(base, "__module__", "") or "").split(".")[0]
+        if root in _loaders:
+            return root
+        if root == "tilejit":
+            return "own"
+    return _default[0] if _default else None
+
+
+def adapter_for(cls: type) -> Adapter:
+    """The adapter of objects of type ``cls``: a subclass follows its base (a
+    ``torch.Tensor`` subclass is torch's), a type of no registered framework gets the
+    default's, ``NoneType`` and tilejit's own types tilejit's."""
+    adapter = _by_type.get(cls)
+    if adapter is None:
+        root = _root_of(cls)
+        adapter = _own["own"] if root == "own" else adapter_named(root)
+        adapter = _by_type.setdefault(cls, adapter)
+    return adapter
+
+
+def claimer(args: tuple) -> Adapter:
+    """The adapter that claimed a call with ``args``: that of the first argument whose
+    framework claims calls."""
+    for value in args:
+        adapter = adapter_for(type(value))
+        if type(adapter).claimed_call is not Adapter.claimed_call:
+            return adapter
+    raise RuntimeError("a call was claimed, but no argument is of a framework that claims")
+
+
+def framework_of(cls: type) -> str:
+    """The name of the framework of ``cls`` (``"torch"``, ``"numpy"``, ``"tilejit"``)."""
+    return adapter_for(cls).name
+
+
+# ---- Tracing ---------------------------------------------------------------------------
+
+_traced_objects: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_trace_numbers = itertools.count()
+
+
+def register_traced(obj) -> None:
+    """Gives ``obj`` (a kernel, a jit function) ``obj._trace_key``, a string naming it
+    while it lives (``traced_object``). Traced code hands Dynamo's constant functions
+    that string, not the object: every torch version reads a string attribute as a
+    constant (with a guard on it), while passing a Python object to
+    ``torch.compiler.assume_constant_result`` only works from torch 2.13."""
+    key = f"{type(obj).__name__}-{next(_trace_numbers)}"
+    obj._trace_key = key
+    _traced_objects[key] = obj
+
+
+def traced_object(key: str):
+    """The object ``register_traced`` gave ``key``."""
+    return _traced_objects[key]
+
+
+_traceable: list = []  # (function, kind): the __call__ functions a tracer inlines around
+_inlined: dict = {}  # kind -> what the loaded tracer inlines for it
+_tracer: list = []  # the tracing adapter, once loaded
+
+
+def load_present() -> None:
+    """Loads the adapters of tracing frameworks already imported by the process, so that
+    their tracer is installed before they trace a call (a framework imported later is
+    loaded when a kernel is made after it, or when it traces a call)."""
+    if not _tracer:
+        for root in _tracing:
+            if root in sys.modules:
+                adapter_named(root)
+
+
+def tracer():
+    """The tracing framework's adapter, loaded (None when none is registered)."""
+    if not _tracer:
+        for root in _tracing:
+            adapter_named(root)
+    return _tracer[0] if _tracer else None
+
+
+def _compiling_before_tracer() -> bool:
+    """Whether a tracer runs the call, asked before a tracing adapter is loaded: only a
+    framework already imported can be tracing."""
+    load_present()
+    return bool(_tracer) and _tracer[0].is_compiling()
+
+
+compiling = _compiling_before_tracer
+"""Whether a tracer (torch.compile) is tracing the call: the tracing adapter's own
+``is_compiling`` once it is loaded (``install_tracer``)."""
+
+
+def _deferred(kind: str):
+    def traced(obj, /, *args, **keywords):
+        """What a tracer inlines for a call before the tracing adapter was loaded: it loads
+        it, and runs its entry for this kind of call."""
+        tracer()
+        return _inlined[kind](obj, *args, **keywords)
+
+    traced.__name__ = f"traced_{kind}_call"
+    return traced
+
+
+def traceable(call, kind: str, fast_paths: bool) -> None:
+    """Registers ``call`` (a class's ``__call__``) as a call of ``kind`` ("kernel", "jit",
+    "layout") that a tracer inlines around: with the fast paths, ``call.
+    _torchdynamo_inline`` names the entry Dynamo traces in its place (the loaded
+    tracer's, else one that loads it)."""
+    if not fast_paths:
+        return
+    with _lock:
+        _traceable.append((call, kind))
+        call._torchdynamo_inline = _inlined.get(kind) or _deferred(kind)
+
+
+def deferred_entry(kind: str):
+    """The entry a tracer runs for a call of ``kind`` when the call's ``__call__`` takes
+    the traced branch itself (``compiling()``, without the fast paths)."""
+    return _inlined.get(kind) or _deferred(kind)
+
+
+def install_tracer(adapter, inlined: dict, is_compiling: Callable[[], bool]) -> None:
+    """Makes ``adapter`` the tracer: ``inlined[kind]`` is what it traces for each kind of
+    call (on every call registered, and to be registered), ``is_compiling`` how a call
+    knows it is traced."""
+    global compiling
+    with _lock:
+        _tracer[:] = [adapter]
+        _inlined.update(inlined)
+        compiling = is_compiling
+        for call, kind in _traceable:
+            call._torchdynamo_inline = inlined[kind]
