@@ -21,7 +21,7 @@ import torch
 import tilejit
 from tilejit import T
 
-jit_module = importlib.import_module("tilejit.jit")
+jit_module = importlib.import_module("tilejit.runtime.jit")
 
 
 def _program(name, params, source):

@@ -1,17 +1,12 @@
 # Status codes to exceptions, for this binding's own functions (layout views, Array).
 # Included by _tilejit.pyx. A kernel call's exception is raised by the core's host layer.
-import builtins as _builtins
-
-cdef dict _exception_classes = {}
-
-
 cdef object _exception_class(int rc):
-    cls = _exception_classes.get(rc)
-    if cls is None:
-        name = tj_status_exception(rc).decode()
-        cls = getattr(_builtins, name, RuntimeError) if name else RuntimeError
-        _exception_classes[rc] = cls
-    return cls
+    """The class the host table gives status ``rc`` (tilejit.runtime.binding fills it from
+    the core's status table, the one map from codes to exceptions)."""
+    cdef int index = -rc
+    if _host != NULL and 0 < index < TJ_HOST_NUM_STATUS and _host.exceptions[index] != NULL:
+        return <object>_host.exceptions[index]
+    return RuntimeError
 
 
 cdef int _pending() except -1:

@@ -20,7 +20,6 @@ Nothing here runs per call.
 
 from __future__ import annotations
 
-import builtins
 import ctypes
 import threading
 from ctypes import addressof, c_int, c_int32, c_void_p, py_object
@@ -36,7 +35,7 @@ from ..native.ctypes_abi import (
     TjProducer,
     TjViewBits,
 )
-from ..native.library import core_library
+from ..native.library import core_library, exception_class
 from . import host
 
 _lock = threading.RLock()
@@ -232,12 +231,11 @@ _host = None
 
 
 def _exception_classes() -> list:
-    core = core_library()
-    classes = []
-    for index in range(abi.TJ_HOST_NUM_STATUS):
-        name = core.tj_status_exception(-index).decode() if index else ""
-        classes.append(id(getattr(builtins, name, RuntimeError)) if name else 0)
-    return classes
+    """The host table's exception class per status (index: minus the code), the core's
+    status table read once (``exception_class``): what the core's host layer raises for
+    a failed call, and the wrapper for its own functions."""
+    return [id(exception_class(-index)) if index else 0
+            for index in range(abi.TJ_HOST_NUM_STATUS)]
 
 
 def host_table() -> TjHost:
@@ -289,7 +287,8 @@ class Plan:
             out_order=self._order, fallback=fallback_producer(exchange),
             name=id(core_kernel.name), kernel_object=id(kernel),
             keywords=id(cls._call_with_keywords), claimed=id(cls._claimed_call),
-            unclaimed=int(unclaimed), stream_is_input=int("stream" in core_kernel.input_names))
+            unclaimed=int(unclaimed),
+            stream_is_input=int(host.stream_is_input(core_kernel.input_names)))
         self.address = addressof(self.struct)
 
 

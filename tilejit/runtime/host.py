@@ -165,6 +165,20 @@ def _qualified_name(cls: type) -> str:
     return name if module in (None, "builtins") else f"{module}.{name}"
 
 
+def stream_is_input(input_names) -> bool:
+    """The ``stream=`` rule, for every callable tilejit makes: ``stream=`` is the launch
+    stream, unless the callee has an input named ``stream`` (the keyword then passes that
+    input, and the kernel launches on the framework's current stream). The core reads
+    the answer from the kernel's plan (``tj_host_plan.stream_is_input``)."""
+    return "stream" in input_names
+
+
+def pop_stream(keywords: dict, input_names):
+    """The launch stream of a call given ``keywords`` (None: not given), taken out of
+    them by the ``stream=`` rule (``stream_is_input``)."""
+    return None if stream_is_input(input_names) else keywords.pop("stream", None)
+
+
 def stream_handle(stream, kernel: str) -> int:
     """A raw stream handle (``CUstream`` as an int) from what a caller passes as
     ``stream=``: an int, a ``torch.cuda.Stream`` (``.cuda_stream``) or any object

@@ -33,7 +33,7 @@ import threading
 
 from ..language.lang import buffer_like
 from ..language.program import Program
-from . import frameworks
+from . import frameworks, host
 from .compilation import CompileOptions, compile
 from .fast_paths import FAST_PATHS
 from .views import from_dlpack, is_view
@@ -57,7 +57,6 @@ class LayoutJITFunction:
             raise TypeError(f"{func.__name__}: jit(layout={layout!r}) needs named parameters, "
                             "not *args or **kwargs")
         self._names = [p.name for p in params]
-        self._takes_stream = "stream" in self._names
         self.options = options  # every option of jit(), as JITFunction keeps them
         self._kernels: dict = {}  # canonical key -> (kernel, argument names in kernel order)
         self._calls: dict = {}  # raw call key -> (kernel, view indices in kernel order)
@@ -149,7 +148,7 @@ class LayoutJITFunction:
     def __call__(self, /, *args, **kwargs):
         if frameworks.compiling():  # traced by torch.compile (frameworks.traceable)
             return frameworks.deferred_entry("layout")(self, *args, **kwargs)
-        stream = None if self._takes_stream else kwargs.pop("stream", None)
+        stream = host.pop_stream(kwargs, self._names)
         views, keys, raw = self._views(args, kwargs)
         try:
             kernel, order = self._calls[raw]
@@ -166,8 +165,7 @@ class LayoutJITFunction:
         """``(kernel, order)`` for a call with these arguments: the kernel it runs
         (compiled if needed) and, for each kernel input, the index of the tensor argument
         it is (tensor arguments counted in call order, positional then keyword)."""
-        if not self._takes_stream:
-            kwargs.pop("stream", None)
+        host.pop_stream(kwargs, self._names)
         views, keys, raw = self._views(args, kwargs)
         try:
             return self._calls[raw]

@@ -12,7 +12,7 @@ from ..native import abi
 from ..native._build import disk_cache
 from ..native.library import CoreKernel
 from . import backends as _backends
-from . import frameworks
+from . import frameworks, host
 
 _MISSING = object()  # an input a keyword call has not given
 
@@ -178,7 +178,7 @@ class JITKernel:
         keywords = dict(keywords)
         outputs = set(self._sig.out_idx)
         names = [n for i, n in enumerate(self._sig.names) if i not in outputs]
-        stream = None if "stream" in names else keywords.pop("stream", None)
+        stream = host.pop_stream(keywords, names)
         if not keywords:
             return args, stream
         slots = [*args, *[_MISSING] * (len(names) - len(args))]

@@ -121,10 +121,11 @@ def _fast_paths() -> dict:
             from ..runtime import binding
 
             binding.describe(torch.Tensor, True)
-            from ..frameworks.torch import op as torch_op  # noqa: F401 - decides the Dynamo constant
+            from ..frameworks.torch import dynamo  # noqa: F401 - decides the Dynamo constant
+
             fast_paths.decided("Dynamo constant (_dynamo_marked_constant)", fast_paths.FAST_PATHS,
-                          "set on tilejit's trace-time functions" if fast_paths.FAST_PATHS else
-                          "TILEJIT_FAST_PATHS=0: torch.compiler.assume_constant_result")
+                               "set on tilejit's trace-time functions" if fast_paths.FAST_PATHS
+                               else "TILEJIT_FAST_PATHS=0: torch.compiler.assume_constant_result")
         except Exception as exc:  # noqa: BLE001
             fast_paths.decided("torch", False, f"{type(exc).__name__}: {exc}")
     return {name: {"active": active, "why": why}

@@ -11,7 +11,7 @@ import functools
 
 import torch
 
-from ...runtime import frameworks
+from ...runtime import frameworks, host
 from ...runtime.fast_paths import FAST_PATHS
 from .op import call_op, definition, is_defined, op_name
 
@@ -89,7 +89,7 @@ def traced_layout_call(function, /, *args, **kwargs):
     kernel's op on the tensor arguments, in the kernel's order. The layout the kernel was
     specialised for is not guarded: a later call whose layout the kernel does not accept
     fails its validation (ValueError), as a direct call of that kernel would."""
-    stream = None if function._takes_stream else kwargs.pop("stream", None)
+    stream = host.pop_stream(kwargs, function._names)
     name, order = _layout_entry(function._trace_key, *args, **kwargs)
     tensors = [value for value in (*args, *kwargs.values()) if isinstance(value, torch.Tensor)]
     return call_op(name, *[tensors[j] for j in order], stream=stream)
