@@ -256,3 +256,56 @@ def test_layout_jit_keeps_arch_and_compiler(layout):
     # They reach the compile: a CPU target refuses them (silently dropped, it would not).
     with pytest.raises(ValueError, match=r"copy: arch= and compiler= are for target='cuda'"):
         factory(torch.zeros(4), torch.zeros(4))
+
+
+# --- wings ---------------------------------------------------------------------------------
+
+# The package's wings from the bottom up: a module imports only modules of its own wing or
+# of wings below it (function-level imports counted). "" is the package's own __init__, the
+# public API; `_build_tools` is the build_tools package as the native wing reaches it.
+WINGS = ("version", "native", "language", "builder", "runtime", "frameworks", "", "tilelang",
+         "tools", "__main__")
+
+
+def _wing(module: str) -> str:
+    parts = module.split(".")
+    wing = parts[1] if len(parts) > 1 else ""
+    return "native" if wing == "_build_tools" else wing
+
+
+def test_wings_import_only_downward():
+    modules = _modules()
+    known = set(modules) | {"tilejit._build_tools"}
+    upward = []
+    for name, path in modules.items():
+        for target in _imports(name, path, known):
+            if WINGS.index(_wing(target)) > WINGS.index(_wing(name)):
+                upward.append(f"{name} -> {target}")
+    assert {_wing(name) for name in modules} <= set(WINGS)
+    assert upward == []
+
+
+def _imported_roots(path: Path) -> set[str]:
+    roots = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_torch_is_imported_by_the_torch_wing_and_the_tools_only():
+    # The runtime asks frameworks through their adapters (tilejit.runtime.frameworks); only
+    # the torch wing knows torch, and the command-line tools use it as a peer to measure.
+    importing = {_module_name(path) for path in PACKAGE.rglob("*.py")
+                 if "torch" in _imported_roots(path)}
+    assert {m for m in importing if not m.startswith(("tilejit.frameworks.torch.",
+                                                       "tilejit.tools."))} == set()
+    assert "tilejit.frameworks.torch.adapter" in importing
+
+
+def test_every_wing_says_what_it_is_for():
+    for init in sorted(PACKAGE.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and len(doc.split()) >= 8, init

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from typing import Union
 
 from ..native import abi
-from ..runtime.views import is_view
 from . import dtypes as _dtypes
 
 IntLike = Union[int, "Expr"]
@@ -517,6 +516,12 @@ _prefix_lock = threading.Lock()
 def _fresh_prefix() -> str:
     with _prefix_lock:
         return f"view{next(_prefixes)}"
+
+
+def is_view(obj) -> bool:
+    """Whether ``obj`` is a layout view made by ``tilejit.from_dlpack`` (its type says so:
+    the compiled wrapper's ``TensorView``)."""
+    return getattr(type(obj), "_tilejit_view", False) is True
 
 
 def buffer_like(view, name=None, *, const=False, optional=False, implicit=False):

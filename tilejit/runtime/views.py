@@ -18,6 +18,8 @@ Buffer((A_shape0, 4, 16, 2), float32, strides=(2, A_stride1, A_stride2, 1), name
 
 from __future__ import annotations
 
+from ..language.lang import is_view
+
 __all__ = ["from_dlpack", "is_view"]
 
 
@@ -66,8 +68,3 @@ def from_dlpack(tensor, assumed_align=None):
 
 
 _from_dlpack = None  # the wrapper's, once loaded
-
-
-def is_view(obj) -> bool:
-    """Whether ``obj`` is a view made by ``from_dlpack``."""
-    return getattr(type(obj), "_tilejit_view", False) is True

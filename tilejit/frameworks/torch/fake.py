@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from ...language.lang import Buffer, Expr, Scalar, Symbol
+from .results import op_result
 
 
 def torch_dtype(name: str):
@@ -151,13 +152,6 @@ def fake(kernel):
             shape = [e.evaluate(values) if isinstance(e, Expr) else e for e in params[i].shape]
             outputs.append(torch.empty(shape, dtype=torch_dtype(params[i].dtype),
                                        device=device))
-        return returned(outputs)
+        return op_result(outputs)
 
     return fake
-
-
-def returned(outputs: list):
-    """Outputs as the op returns them: one tensor, a tuple of several, or None."""
-    if not outputs:
-        return None
-    return outputs[0] if len(outputs) == 1 else tuple(outputs)

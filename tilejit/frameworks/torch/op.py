@@ -35,6 +35,7 @@ import torch
 from ...builder.cache import artifact_key
 from ...language.lang import Buffer, PointerParam, Scalar
 from . import autograd, fake
+from .results import kernel_result, op_result, outputs_of
 
 NAMESPACE = "tilejit"
 
@@ -117,13 +118,9 @@ def implementation(kernel):
         return entry
 
     def impl(*args):
-        return fake.returned([_as_tensor(out) for out in _as_list(entry(*args))])
+        return op_result([_as_tensor(out) for out in outputs_of(entry(*args))])
 
     return impl
-
-
-def _as_list(result) -> list:
-    return result if isinstance(result, list) else [result]
 
 
 def _as_tensor(value):
@@ -238,8 +235,8 @@ def claimed_call(kernel, args: tuple, stream):
         # Recorded here, above the dispatcher, where torch.func's transforms see the
         # autograd.Function (they cannot from inside an op's Autograd kernel).
         autograd.refuse_tangents(kernel.name, autograd.input_names(kernel), args)
-        return _eager_result(autograd.recorded(name).apply(*args, None))
-    return _eager_result(op(*args))
+        return kernel_result(autograd.recorded(name).apply(*args, None))
+    return kernel_result(op(*args))
 
 
 def _schema_args(kernel, args: tuple) -> tuple:
@@ -300,12 +297,4 @@ def call_op(name: str, /, *args, **keywords):
         if value is not None:
             raise ValueError(f"{name}: stream= is not supported inside torch.compile; the op "
                              "runs on torch's current stream (with torch.cuda.stream(s): ...)")
-    return _eager_result(getattr(getattr(torch.ops, NAMESPACE), name).default(*args))
-
-
-def _eager_result(result):
-    return list(result) if isinstance(result, tuple) else result
-
-
-def _eager_result(result):
-    return list(result) if isinstance(result, tuple) else result
+    return kernel_result(getattr(getattr(torch.ops, NAMESPACE), name).default(*args))
