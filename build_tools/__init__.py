@@ -1,15 +1,31 @@
 """Building the C core and the Cython wrapper for the running interpreter, with their cache.
 
 Installed as `tilejit._build_tools`; importable as `build_tools` from a checkout's root.
-Dependencies run one way: `wrapper_build` -> `core_build` -> `toolchain`, `disk_cache`;
-nothing here imports `tilejit`.
+Nothing here imports `tilejit`.
 
 - `disk_cache`: the one on-disk cache (locking, atomic publish, validation, the fallback
   to a private root), also used by tilejit for kernels and the benchmark;
 - `elf`: whether a shared library is whole before it is loaded;
 - `toolchain`: finding and running the C compiler (`find_executable`, `c_compiler`);
+- `prebuilt_lookup`: the core and wrapper a package build made, found by the keys its
+  callers pass in;
 - `core_build`: the core as a shared library, the one every backend uses;
-- `wrapper_build`: the Cython extension, linked against that library, and its import.
+- `wrapper_build`: the Cython extension, linked against that library, and its import;
+- `prebuilt`: `prebuild`, which `setup.py` calls to build both into a package;
+- `__main__`: `python -m build_tools`.
+
+The modules form layers, each importing only modules of the layers above it, at module
+level: no function imports a module of this package (the imports deferred to a function
+are of the standard library and of Cython, an optional dependency)::
+
+    disk_cache, elf, toolchain      the standard library only
+    prebuilt_lookup                 disk_cache, elf
+    core_build                      disk_cache, elf, prebuilt_lookup, toolchain
+    wrapper_build                   core_build and everything core_build uses
+    prebuilt, __main__              core_build, wrapper_build (prebuilt: also disk_cache,
+                                    prebuilt_lookup)
+
+tests/test_layering.py checks that no import cycle appears.
 
 The names of `core_build.__all__` and `wrapper_build.__all__` are importable from here.
 Submodules are imported on first use, so `tilejit.compiler` can ask `toolchain` for the

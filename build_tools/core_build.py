@@ -22,7 +22,7 @@ import platform
 import sys
 from pathlib import Path
 
-from . import disk_cache, elf, prebuilt, toolchain
+from . import disk_cache, elf, prebuilt_lookup, toolchain
 
 __all__ = [
     "build_core_library",
@@ -159,7 +159,7 @@ def build_core_library(
     """
     key = core_source_hash(core_dir)
     if core_dir is None and not force:
-        found = prebuilt.core(key)
+        found = prebuilt_lookup.core(key)
         if found is not None:
             return found
     core_dir = source_dirs()[0] if core_dir is None else Path(core_dir)

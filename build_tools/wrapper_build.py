@@ -35,7 +35,7 @@ import threading
 import types
 from pathlib import Path
 
-from . import disk_cache, elf, prebuilt, toolchain
+from . import disk_cache, elf, prebuilt_lookup, toolchain
 from .core_build import (
     CFLAGS,
     build_core_library,
@@ -124,8 +124,8 @@ def _wrapper_files(wrapper_dir: Path) -> list[tuple[str, Path]]:
 def wrapper_sources_key(core_key: str | None = None) -> str:
     """16 hex digits over the wrapper's sources, the build scripts and the core's key
     (`core_key`, else computed), without the Cython version or the compiler: what a
-    prebuilt wrapper is matched by (`prebuilt.wrapper`), whichever Cython the package
-    build used."""
+    prebuilt wrapper is matched by (`prebuilt_lookup.wrapper`), whichever Cython the
+    package build used."""
     core_dir, wrapper_dir = _resolve_dirs(None, None)
     key = core_source_hash(core_dir) if core_key is None else core_key
     return disk_cache.hash_files("tilejit-wrapper-sources", (key,), _wrapper_files(wrapper_dir))
@@ -250,7 +250,7 @@ def build_wrapper(
     """
     if core_dir is None and wrapper_dir is None and not force:
         core_key = core_source_hash()
-        found = prebuilt.wrapper(core_key, wrapper_sources_key(core_key), abi_tag())
+        found = prebuilt_lookup.wrapper(core_key, wrapper_sources_key(core_key), abi_tag())
         if found is not None:
             return found
     core_dir, wrapper_dir = _resolve_dirs(core_dir, wrapper_dir)
