@@ -81,7 +81,7 @@ def exception_class(rc: int) -> type:
     """The exception class the core's status table names for a code."""
     cls = _classes.get(rc)
     if cls is None:
-        name = _core.tj_status_exception(rc).decode()
+        name = core_library().tj_status_exception(rc).decode()
         cls = _classes[rc] = getattr(builtins, name, RuntimeError) if name else RuntimeError
     return cls
 
