@@ -48,3 +48,26 @@ def test_examples_run(path):
     skip_without_optional_imports("\n".join(b.code for b in blocks if not b.no_run))
     for block in blocks:
         run_block(block, f"docs/{path.name}", namespace)
+
+
+# Where the architecture page must name every file, and the paths it may name.
+_TREE = ("tilejit", "core/src", "core/include/tilejit", "wrapper")
+_PATH = re.compile(r"`((?:tilejit|core|wrapper|build_tools|tests)/[\w./-]*\w)`")
+
+
+def _tree_files() -> set[str]:
+    files = set()
+    for top in _TREE:
+        for path in (ROOT / top).rglob("*"):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix in (
+                    ".py", ".c", ".h", ".pyx", ".pxi", ".pxd"):
+                files.add(str(path.relative_to(ROOT)))
+    return files
+
+
+def test_the_architecture_page_names_every_file_and_only_files_that_exist():
+    page = (DOCS / "architecture.md").read_text()
+    named = set(_PATH.findall(page))
+    assert sorted(_tree_files() - named) == []
+    # _prebuilt is made by a regular install, not kept in the tree.
+    assert sorted(p for p in named if not (ROOT / p).exists() and "_prebuilt" not in p) == []
