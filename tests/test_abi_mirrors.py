@@ -1,7 +1,7 @@
 """The ABI is declared once, in the C headers; every mirror is checked against them.
 
-- ``tilejit.abi`` (every constant Python uses) against the values the C compiler sees;
-- the ctypes structures (``tilejit.backends.ctypes_abi``, each naming its C type in
+- ``tilejit.native.abi`` (every constant Python uses) against the values the C compiler sees;
+- the ctypes structures (``tilejit.native.ctypes_abi``, each naming its C type in
   ``_c_name_``) against the compiler's sizes and field offsets;
 - the Cython declarations (``wrapper/*.pxd``) against the headers they mirror: the same
   functions with the same number of parameters, the same enum members, and the same
@@ -87,7 +87,7 @@ def test_python_constants_equal_the_compilers(c_facts):
     assert len(abi.NAMES) > 80  # the parser found the headers' constants
     wrong = {name: (getattr(abi, name), c_facts[name]) for name in abi.NAMES
              if str(getattr(abi, name)) != c_facts[name]}
-    assert not wrong, f"tilejit.abi differs from the C compiler: {wrong}"
+    assert not wrong, f"tilejit.native.abi differs from the C compiler: {wrong}"
 
 
 def test_status_exceptions_are_the_core_table():

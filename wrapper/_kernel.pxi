@@ -22,7 +22,7 @@ def _enable_vectorcall(type cls):
 
 
 cdef class Kernel:
-    """A core kernel's call plan (``tj_host_plan``, made by tilejit.backends.binding):
+    """A core kernel's call plan (``tj_host_plan``, made by tilejit.runtime.binding):
     calling the kernel runs ``tj_host_call`` on it with the arguments in place."""
     cdef const tj_host_plan *_plan
     cdef object _plan_owner  # keeps the plan (and through it the core kernel) alive
@@ -35,14 +35,14 @@ cdef class Kernel:
         self._vectorcall = <void *>_kernel_vectorcall
 
     def _attach_plan(self, object plan):
-        """Attaches a plan (tilejit.backends.binding.Plan); once."""
+        """Attaches a plan (tilejit.runtime.binding.Plan); once."""
         if self._plan != NULL:
             raise RuntimeError("kernel already bound")
         self._plan_owner = plan
         self._plan = <const tj_host_plan *><uintptr_t>plan.address
 
     def __call__(self, /, *args, **keywords):
-        # The call slot (tilejit.backends' kernel classes call it from their
+        # The call slot (tilejit.runtime.backends' kernel classes call it from their
         # __call__); with the vectorcall fast path Python's calls arrive through
         # _kernel_vectorcall instead, the arguments in place.
         if not keywords:

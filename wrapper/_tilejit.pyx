@@ -10,7 +10,7 @@ views (``from_dlpack``) and the keys of ``jit(layout=...)`` calls.
 
 Layering: this module imports nothing from ``tilejit``. The host table and the Python
 functions it needs (``__dlpack__`` capsules, the formatting of producer errors) are
-handed over once by ``configure`` (tilejit.backends.cython_backend).
+handed over once by ``configure`` (tilejit.runtime.cython_backend).
 
 Files, by concern: ``_errors.pxi`` (status codes to exceptions, for the functions
 here), ``_producers.pxi`` (the host table's use here), ``_array.pxi``
@@ -39,7 +39,7 @@ class _Hooks:
 
 
 cdef object _hooks = _Hooks
-cdef const tj_host *_host = NULL  # the process's host table (tilejit.backends.binding)
+cdef const tj_host *_host = NULL  # the process's host table (tilejit.runtime.binding)
 
 
 def configure(*, host_address, dlpack_capsule, producer_error):

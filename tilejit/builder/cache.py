@@ -251,7 +251,7 @@ def verify(fix: bool = False) -> list[tuple[dict, str]]:
 def prune(max_size: int | None = None, older_than: float | None = None) -> list[dict]:
     """Removes entries not used for ``older_than`` seconds, then the least recently used
     until the cache holds at most ``max_size`` bytes; returns what was removed. Safe while
-    other processes use the cache (see ``tilejit._build.disk_cache.remove``)."""
+    other processes use the cache (see ``tilejit.native._build.disk_cache.remove``)."""
     root = cache_dir()
     if not root.is_dir():
         return []

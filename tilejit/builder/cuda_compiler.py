@@ -428,7 +428,7 @@ def compile_program(program, signature, flags: list[str], arch=None, compiler=No
     source = cuda_source(program, signature)
     name = program.name
     # The key without the compiler's identity and paths: how a machine without the CUDA
-    # compiler finds the images one with it cached (see tilejit.cache.find_portable).
+    # compiler finds the images one with it cached (see tilejit.builder.cache.find_portable).
     portable = _cache.artifact_key(kind="portable", source=source, target="cuda",
                                    arch=list(archs), compiler=compiler, flags=flags,
                                    tilejit=VERSION)

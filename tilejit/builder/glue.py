@@ -2,7 +2,7 @@
 signature, and the packed entry the core calls.
 
 A kernel is defined the way its author (or code generator) writes it. tilejit reads that
-definition (`tilejit.cdecl`) and accepts it when every parameter is ABI-compatible with
+definition (`tilejit.builder.cdecl`) and accepts it when every parameter is ABI-compatible with
 the one declared: the same kind (pointer, integer, floating, bool) and width. Qualifiers,
 ``restrict`` and spellings of one type are free; a non-const pointer where ``const=True``
 is declared is not (unless ``Program.readonly_params`` says a code generator proved it).

@@ -3,7 +3,7 @@
 One pass produces, consistently: the parameter names, the order of the
 symbols, the core's signature description (``spec``), the arguments the
 kernel function receives (``kernel_args``) and the C prototype tilejit
-declares for it; `tilejit.glue` checks the kernel's own definition against
+declares for it; `tilejit.builder.glue` checks the kernel's own definition against
 that and writes the packed entry.
 """
 
@@ -123,7 +123,7 @@ class KernelFunction(NamedTuple):
 
 class CoreSpec(NamedTuple):
     """The lowered signature: everything ``tj_kernel_create`` .. ``tj_kernel_finalize`` take.
-    Built here only (`lower`); read only by ``tilejit.backends.core.CoreKernel``."""
+    Built here only (`lower`); read only by ``tilejit.native.library.CoreKernel``."""
 
     name: str
     target: int                              # abi.TJ_TARGET_*

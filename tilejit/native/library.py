@@ -111,7 +111,7 @@ def _abi_array(entries):
 
 class CoreKernel:
     """A finalized, loaded ``tj_kernel`` built from a lowered signature (``spec``: see
-    ``tilejit.signature``); freed when the last backend kernel using it goes."""
+    ``tilejit.builder.signature``); freed when the last backend kernel using it goes."""
 
     def __init__(self, spec, library: str, entry: str, prebuilt=None):
         core = core_library()

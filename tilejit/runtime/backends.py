@@ -129,8 +129,8 @@ def kernel_class(base: type, name: str) -> type:
 
 
 def bind(kernel, name: str, core_kernel, out_order: tuple) -> None:
-    """Attaches the built core kernel (``tilejit.backends.core.CoreKernel``) to the
-    backend's side of ``kernel``, as a call plan (``tilejit.backends.binding.Plan``).
+    """Attaches the built core kernel (``tilejit.native.library.CoreKernel``) to the
+    backend's side of ``kernel``, as a call plan (``tilejit.runtime.binding.Plan``).
     ``out_order[j]`` is the core's number (declaration order) of the j-th returned
     output."""
     from . import binding

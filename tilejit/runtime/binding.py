@@ -7,7 +7,7 @@ given to it here, once per process:
 
 - the host table (``tj_host``): CPython's C API functions by address, the objects
   ``None``/``True``/``int``/``float``/``bool``, an exception class per status code, and
-  tilejit's host functions (``tilejit.host``, and ``describe`` below);
+  tilejit's host functions (``tilejit.runtime.host``, and ``describe`` below);
 - ``describe(type, exchange)``: how objects of a Python type are read (a tensor through
   its producer, a ``tilejit.Pointer``, a NumPy-style scalar, anything else), asked once
   per type by the core's registry;
@@ -72,7 +72,7 @@ def _exchange_header(cls) -> int:
 def _producer(cls, exchange: bool):
     """A new ``TjProducer`` for objects of ``cls`` (None: they are no tensors): the
     core's adapter over the type's exchange-API table (unless ``exchange`` is false),
-    else the core's ``__dlpack__`` producer over tilejit.host; with the framework's
+    else the core's ``__dlpack__`` producer over tilejit.runtime.host; with the framework's
     lazy-view check and claim."""
     core = core_library()
     producer = None
@@ -180,7 +180,7 @@ _fallbacks: dict = {}  # (exchange, tilejit.Array or None) -> (address, what kee
 def fallback_producer(exchange: bool) -> int:
     """The producer that allocates the outputs of a call with no tensor argument: with
     the exchange API, tilejit.Array's own (when the wrapper is loaded); else the
-    ``__dlpack__`` producer of "no framework" (tilejit.host.allocate for ``NoneType``)."""
+    ``__dlpack__`` producer of "no framework" (tilejit.runtime.host.allocate for ``NoneType``)."""
     array = host.array_type()
     key = (bool(exchange), array)
     with _lock:

@@ -76,7 +76,7 @@ def compile(program: Program, out_idx=None, target=None, execution_backend=None,
 
     ``arch`` and ``compiler`` ("nvcc" or "nvrtc") are for ``target="cuda"``; left None
     they come from TILEJIT_CUDA_ARCH / TILEJIT_CUDA_COMPILER, the GPU and what is
-    installed (see `tilejit.cuda_compiler`).
+    installed (see `tilejit.builder.cuda_compiler`).
 
     >>> kernel = tilejit.compile(prog, out_idx=-1, target="cpu")
     >>> c = kernel(a, b)

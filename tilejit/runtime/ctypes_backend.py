@@ -3,7 +3,7 @@ wrapper (only the core, built with the C compiler), so it works where Cython is
 unavailable; ``execution_backend="auto"`` falls back to it.
 
 A call is one call of a builtin function that CPython calls directly, made here with
-``PyCFunction_NewEx`` over the core's ``tj_host_method`` (``tilejit.backends.binding``):
+``PyCFunction_NewEx`` over the core's ``tj_host_method`` (``tilejit.runtime.binding``):
 no argument conversion, no libffi. From there the call is the one every backend makes
 (``tj_host_call``), so results, exception types and messages are those of the others.
 """
@@ -14,7 +14,7 @@ from . import binding
 
 
 class CtypesKernel:
-    """Mixin giving ``JITKernel`` a ctypes ``__call__`` (see ``tilejit.backends``)."""
+    """Mixin giving ``JITKernel`` a ctypes ``__call__`` (see ``tilejit.runtime.backends``)."""
 
     _entry = None
 

@@ -7,7 +7,7 @@ _module = None
 
 def wrapper_module():
     """The wrapper extension for this interpreter, built and cached on first use, and
-    handed the Python functions it calls back (``tilejit.host``)."""
+    handed the Python functions it calls back (``tilejit.runtime.host``)."""
     global _module
     if _module is None:
         from ..native._build import build_tools

@@ -6,7 +6,7 @@ The C core reads tensors through producers: the DLPack C exchange API of a type
 served by a producer the binding builds around the functions below: asking for
 the capsule, allocating an output with the object's framework, asking that
 framework for its current stream. Both bindings (the Cython wrapper, which is
-handed this module by ``tilejit.backends.cython_backend``, and the ctypes
+handed this module by ``tilejit.runtime.cython_backend``, and the ctypes
 backend) use these same functions, so the rules are written once.
 """
 

@@ -1,6 +1,6 @@
 """``@tilejit.jit``: kernels compiled lazily from a program factory, once per argument set
 (``JITFunction``), or specialised from the tensors of each call with ``layout=``
-(``tilejit.implicit.LayoutJITFunction``). Both keep one ``CompileOptions`` record."""
+(``tilejit.runtime.implicit.LayoutJITFunction``). Both keep one ``CompileOptions`` record."""
 
 from __future__ import annotations
 
@@ -137,7 +137,7 @@ def jit(func=None, *, out_idx=None, target=None, execution_backend=None, compile
     tensors, receives each as a ``T.Buffer`` with a fully dynamic layout except the
     leading-dimension stride, and the call compiles (once per leading dimension, dtype
     and constant arguments) and runs the kernel; ``layout="static"`` specialises on exact
-    layouts. See ``tilejit.implicit``.
+    layouts. See ``tilejit.runtime.implicit``.
 
     >>> @tilejit.jit(layout="dynamic")
     ... def copy(A, B):

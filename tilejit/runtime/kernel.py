@@ -35,7 +35,7 @@ class JITKernel:
         return super(JITKernel, impl).__new__(impl)
 
     # Every kernel alive in the process: torch.compile registers all their ops before it
-    # compiles a graph (tilejit.torch_op), so that a graph loaded from torch's caches finds
+    # compiles a graph (tilejit.frameworks.torch.op), so that a graph loaded from torch's caches finds
     # the op of a kernel that only a registered backward calls.
     _alive: ClassVar[weakref.WeakSet] = weakref.WeakSet()
 

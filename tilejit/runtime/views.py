@@ -2,10 +2,10 @@
 
 ``from_dlpack`` makes a zero-copy view of any DLPack producer with a static layout that
 ``mark_layout_dynamic`` / ``mark_compact_shape_dynamic`` make (partly) dynamic;
-``T.Buffer.like(view)`` (``tilejit.lang.buffer_like``) turns the marked layout into a
+``T.Buffer.like(view)`` (``tilejit.language.lang.buffer_like``) turns the marked layout into a
 kernel parameter, and the view
 itself can be passed to kernels without being imported again. (``make_ptr``, the raw
-address for ``T.Pointer`` parameters, is ``tilejit.pointer``.) The layout algebra is the C core's
+address for ``T.Pointer`` parameters, is ``tilejit.language.pointer``.) The layout algebra is the C core's
 (``core/src/layout.c``); the view's storage is the Cython wrapper's ``TensorView``.
 
 >>> x = torch.empty(16, 4, 8, 2).permute(2, 1, 0, 3)

@@ -104,7 +104,7 @@ def refuse_tangents(kernel_name: str, names: list, args: tuple) -> None:
     """Forward-mode AD (``torch.autograd.forward_ad``, ``torch.func.jvp``): refused for
     an input carrying a tangent, naming the kernel and the argument."""
     # The fast path: forward_ad's own record of the current level, -1 outside any
-    # (checked once per process by tilejit.host); else every input is asked.
+    # (checked once per process by tilejit.runtime.host); else every input is asked.
     if FAST_PATHS and getattr(forward_ad, FORWARD_LEVEL, None) == IDLE_LEVEL:
         return
     for position, value in enumerate(args):

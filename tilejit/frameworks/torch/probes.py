@@ -91,7 +91,7 @@ def _autograd_meta_offset(torch) -> int:
     tensor that neither requires grad nor carries a forward-mode tangent (nor is a view
     autograd tracks): the one word of the TensorImpl that is NULL on fresh tensors and
     set on every tensor requiring grad or carrying a tangent, read as
-    ``tilejit.torch_views`` reads the lazy-view bits. -1 when it cannot be told apart:
+    ``tilejit.frameworks.torch.views`` reads the lazy-view bits. -1 when it cannot be told apart:
     every tensor is then asked libc10."""
     from torch.autograd import forward_ad
 
