@@ -8,6 +8,8 @@ beside these, and one ``register`` line below.
 
 from __future__ import annotations
 
+import sys
+
 from ..runtime import frameworks as _registry
 
 
@@ -23,5 +25,35 @@ def _numpy():
     return numpy.ADAPTER
 
 
-_registry.register("torch", _torch, traces=True)
+# What Dynamo inlines for a call while torch's wing is not loaded yet (a kernel made
+# before torch was imported): the wing loads through an import statement (Dynamo runs
+# imports, it does not trace them), and its entry for the kind of call runs.
+
+
+def _traced_kernel_call(kernel, /, *args, **keywords):
+    from .torch import dynamo
+
+    return dynamo.traced_call(kernel, *args, **keywords)
+
+
+def _traced_jit_call(function, /, *args, **kwargs):
+    from .torch import dynamo
+
+    return dynamo.traced_jit_call(function, *args, **kwargs)
+
+
+def _traced_layout_call(function, /, *args, **kwargs):
+    from .torch import dynamo
+
+    return dynamo.traced_layout_call(function, *args, **kwargs)
+
+
+def _torch_compiling() -> bool:
+    return sys.modules["torch"].compiler.is_compiling()
+
+
+_registry.register("torch", _torch,
+                   traces={"kernel": _traced_kernel_call, "jit": _traced_jit_call,
+                           "layout": _traced_layout_call},
+                   compiling=_torch_compiling)
 _registry.register("numpy", _numpy, default=True)

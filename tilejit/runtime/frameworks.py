@@ -20,7 +20,7 @@ with none of these features) registered under the top-level module its types com
 seen, so an optional framework is imported only by a process that uses it. Built-in
 adapters are registered by ``tilejit.frameworks``; a new framework is one module there.
 
-A framework may also trace calls (``torch.compile``): ``register(..., traces=True)``. The
+A framework may also trace calls (``torch.compile``): ``register(..., traces=...)``. The
 runtime's callables (kernels, ``@jit`` functions) register their ``__call__`` with
 ``traceable``; when a tracing adapter loads, it installs what its tracer inlines for each
 kind of call (``install_tracer``).
@@ -94,15 +94,25 @@ _by_type: dict = {}  # type -> its adapter, decided once
 
 
 def register(root: str, loader: Callable[[], Adapter], *, default: bool = False,
-             traces: bool = False) -> None:
+             traces: dict | None = None, compiling: Callable[[], bool] | None = None) -> None:
     """Makes ``loader()`` the adapter of types defined under module ``root``; ``default``:
-    also of types of no registered framework; ``traces``: the framework traces calls."""
+    also of types of no registered framework.
+
+    A framework that traces calls gives ``traces``: for each kind of call, the entry its
+    tracer inlines before the adapter is loaded (it loads the adapter with an import
+    statement, which Dynamo runs rather than traces), and ``compiling``, whether it is
+    tracing, asked without loading the adapter."""
     with _lock:
         _loaders[root] = loader
         if default:
             _default[:] = [root]
-        if traces and root not in _tracing:
-            _tracing.append(root)
+        if traces is not None:
+            _tracing[:] = [root]
+            _deferred.update(traces)
+            _compiling_before[:] = [compiling]
+            for call, kind in _traceable:
+                if kind not in _inlined:
+                    call._torchdynamo_inline = traces[kind]
         _by_type.clear()
 
 
@@ -114,13 +124,12 @@ def register_own(adapter: Adapter) -> None:
 
 
 def adapter_named(root: str) -> Adapter:
-    """The adapter registered for ``root``, loaded on first use."""
+    """The adapter registered for ``root``, loaded on first use. No lock: a loader returns
+    its module's one adapter (the import system serialises the import), and the first
+    load may happen while Dynamo traces a call, which cannot trace a lock."""
     adapter = _adapters.get(root)
     if adapter is None:
-        with _lock:
-            adapter = _adapters.get(root)
-            if adapter is None:
-                adapter = _adapters[root] = _loaders[root]()
+        adapter = _adapters.setdefault(root, _loaders[root]())
     return adapter
 
 
@@ -187,6 +196,8 @@ def traced_object(key: str):
 
 _traceable: list = []  # (function, kind): the __call__ functions a tracer inlines around
 _inlined: dict = {}  # kind -> what the loaded tracer inlines for it
+_deferred: dict = {}  # kind -> what it inlines before its adapter is loaded
+_compiling_before: list = []  # [whether it traces, asked before its adapter is loaded]
 _tracer: list = []  # the tracing adapter, once loaded
 
 
@@ -200,19 +211,10 @@ def load_present() -> None:
                 adapter_named(root)
 
 
-def tracer():
-    """The tracing framework's adapter, loaded (None when none is registered)."""
-    if not _tracer:
-        for root in _tracing:
-            adapter_named(root)
-    return _tracer[0] if _tracer else None
-
-
 def _compiling_before_tracer() -> bool:
     """Whether a tracer runs the call, asked before a tracing adapter is loaded: only a
     framework already imported can be tracing."""
-    load_present()
-    return bool(_tracer) and _tracer[0].is_compiling()
+    return bool(_tracing) and _tracing[0] in sys.modules and _compiling_before[0]()
 
 
 compiling = _compiling_before_tracer
@@ -220,33 +222,24 @@ compiling = _compiling_before_tracer
 ``is_compiling`` once it is loaded (``install_tracer``)."""
 
 
-def _deferred(kind: str):
-    def traced(obj, /, *args, **keywords):
-        """What a tracer inlines for a call before the tracing adapter was loaded: it loads
-        it, and runs its entry for this kind of call."""
-        tracer()
-        return _inlined[kind](obj, *args, **keywords)
-
-    traced.__name__ = f"traced_{kind}_call"
-    return traced
-
-
 def traceable(call, kind: str, fast_paths: bool) -> None:
     """Registers ``call`` (a class's ``__call__``) as a call of ``kind`` ("kernel", "jit",
     "layout") that a tracer inlines around: with the fast paths, ``call.
     _torchdynamo_inline`` names the entry Dynamo traces in its place (the loaded
-    tracer's, else one that loads it)."""
+    tracer's, else the one the tracing framework registered to load it)."""
     if not fast_paths:
         return
     with _lock:
         _traceable.append((call, kind))
-        call._torchdynamo_inline = _inlined.get(kind) or _deferred(kind)
+        entry = _inlined.get(kind) or _deferred.get(kind)
+        if entry is not None:
+            call._torchdynamo_inline = entry
 
 
 def deferred_entry(kind: str):
     """The entry a tracer runs for a call of ``kind`` when the call's ``__call__`` takes
     the traced branch itself (``compiling()``, without the fast paths)."""
-    return _inlined.get(kind) or _deferred(kind)
+    return _inlined.get(kind) or _deferred[kind]
 
 
 def install_tracer(adapter, inlined: dict, is_compiling: Callable[[], bool]) -> None:

@@ -135,6 +135,4 @@ class TorchAdapter(frameworks.Adapter):
 
 ADAPTER = TorchAdapter()
 
-frameworks.install_tracer(ADAPTER, {"kernel": dynamo.traced_call, "jit": dynamo.traced_jit_call,
-                                    "layout": dynamo.traced_layout_call},
-                          torch.compiler.is_compiling)
+frameworks.install_tracer(ADAPTER, dynamo.ENTRIES, torch.compiler.is_compiling)

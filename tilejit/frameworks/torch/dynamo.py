@@ -95,3 +95,5 @@ def traced_layout_call(function, /, *args, **kwargs):
     return call_op(name, *[tensors[j] for j in order], stream=stream)
 
 
+# What Dynamo inlines for each kind of call (``frameworks.traceable``).
+ENTRIES = {"kernel": traced_call, "jit": traced_jit_call, "layout": traced_layout_call}
