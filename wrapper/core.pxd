@@ -86,20 +86,11 @@ cdef extern from "tilejit/core.h" nogil:
         TJ_EVALUE
         TJ_ERUNTIME
         TJ_ENOMEM
-        TJ_EPYERR
-        TJ_ECLAIMED
 
     const char *tj_last_error()
     int tj_set_error(int code, const char *fmt, ...)
     const char *tj_status_name(int code)
     const char *tj_status_exception(int code)
-
-    ctypedef enum tj_producer_step:
-        TJ_PRODUCER_NONE
-        TJ_PRODUCER_IMPORT
-        TJ_PRODUCER_ALLOCATE
-        TJ_PRODUCER_STREAM
-        TJ_PRODUCER_CONVERT
 
     ctypedef struct tj_error_info:
         int32_t code
@@ -136,7 +127,6 @@ cdef extern from "tilejit/core.h" nogil:
         TJ_ARG_FLOAT
         TJ_ARG_ADDRESS
         TJ_ARG_OTHER
-        TJ_ARG_OBJECT
 
     uint32_t TJ_ARG_READ_ONLY
     uint32_t TJ_ARG_OUT_OF_RANGE
@@ -290,15 +280,26 @@ cdef extern from "tilejit/core.h" nogil:
         int32_t nargs
         int32_t has_stream
         void *stream
-        const tj_producer *fallback
-        const tj_host *host
         void **outputs
-        int32_t unclaimed
 
     int tj_call_run(const tj_kernel *kernel, tj_call *call)
 
 
 cdef extern from "tilejit/producer.h" nogil:
+    ctypedef enum tj_binding_status:
+        TJ_EPYERR
+        TJ_ECLAIMED
+
+    ctypedef enum tj_producer_step:
+        TJ_PRODUCER_NONE
+        TJ_PRODUCER_IMPORT
+        TJ_PRODUCER_ALLOCATE
+        TJ_PRODUCER_STREAM
+        TJ_PRODUCER_CONVERT
+
+    enum:
+        TJ_ARG_OBJECT
+
     uint32_t TJ_VIEW_CONJUGATE
     uint32_t TJ_VIEW_NEGATIVE
 
@@ -344,6 +345,14 @@ cdef extern from "tilejit/producer.h" nogil:
     int tj_producer_from_exchange(tj_producer *producer, const DLPackExchangeAPIHeader *header,
                                   void *type)
     int tj_arg_from_capsule(tj_arg *arg, void *capsule, const tj_host *host)
+
+    ctypedef struct tj_call_binding:
+        const tj_producer *fallback
+        const tj_host *host
+        int32_t unclaimed
+
+    int tj_call_run_binding(const tj_kernel *kernel, tj_call *call,
+                            const tj_call_binding *binding)
 
 
 cdef extern from "tilejit/host.h":

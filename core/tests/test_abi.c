@@ -155,6 +155,7 @@ TEST(names_status) {
   CHECK_EQ_STR(tj_status_name(TJ_ERUNTIME), "TJ_ERUNTIME");
   CHECK_EQ_STR(tj_status_name(TJ_ENOMEM), "TJ_ENOMEM");
   CHECK_EQ_STR(tj_status_name(TJ_EPYERR), "TJ_EPYERR");
+  CHECK_EQ_STR(tj_status_name(TJ_ECLAIMED), "TJ_ECLAIMED");
   CHECK_EQ_STR(tj_status_name(-99), "TJ_EUNKNOWN");
   CHECK_EQ_STR(tj_status_exception(TJ_OK), "");
   CHECK_EQ_STR(tj_status_exception(TJ_ETYPE), "TypeError");
@@ -162,6 +163,7 @@ TEST(names_status) {
   CHECK_EQ_STR(tj_status_exception(TJ_ERUNTIME), "RuntimeError");
   CHECK_EQ_STR(tj_status_exception(TJ_ENOMEM), "MemoryError");
   CHECK_EQ_STR(tj_status_exception(TJ_EPYERR), "");
+  CHECK_EQ_STR(tj_status_exception(TJ_ECLAIMED), "");
   CHECK_EQ_STR(tj_status_exception(-99), "RuntimeError");
 
   /* tj_set_error returns its code and formats into the thread's message. */

@@ -172,7 +172,7 @@ typedef struct tj_host_plan {
   void *keywords;
   void *claimed;
   /* 1: no framework claims a call of this plan (the framework's own
-   * implementation of the kernel, tj_call.unclaimed). */
+   * implementation of the kernel, tj_call_binding.unclaimed). */
   int32_t unclaimed;
   /* 1: the kernel has an input named `stream`, which stream= passes; the
    * launch stream is then the framework's current one. 0: stream= is the
