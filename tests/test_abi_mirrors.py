@@ -227,3 +227,20 @@ def test_one_version():
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert 'dynamic = ["version"]' in pyproject
     assert 'version = {attr = "tilejit.version.VERSION"}' in pyproject
+
+
+def test_the_library_states_its_version():
+    # tj_version and tj_version_string, read through ctypes from the core the package
+    # loads: the same version as the package's, number and string.
+    from tilejit._build import build_tools
+    from tilejit.version import VERSION
+
+    path, _ = build_tools.load_core_library()
+    lib = ctypes.CDLL(str(path))  # a handle of its own: the package's prototypes stay
+    lib.tj_version.restype, lib.tj_version.argtypes = ctypes.c_int32, []
+    lib.tj_version_string.restype, lib.tj_version_string.argtypes = ctypes.c_char_p, []
+    major, minor, patch = (int(part) for part in VERSION.split("."))
+    assert lib.tj_version() == major * 10000 + minor * 100 + patch
+    assert lib.tj_version_string().decode() == VERSION
+    assert (abi.TJ_VERSION_MAJOR, abi.TJ_VERSION_MINOR, abi.TJ_VERSION_PATCH) == (
+        major, minor, patch)

@@ -148,6 +148,16 @@ TEST(abi_reference) {
 #endif
 }
 
+TEST(version) {
+  /* One version: the number, the string and the header's parts agree. */
+  char parts[32];
+  snprintf(parts, sizeof(parts), "%d.%d.%d", TJ_VERSION_MAJOR, TJ_VERSION_MINOR, TJ_VERSION_PATCH);
+  CHECK_EQ_STR(tj_version_string(), TJ_VERSION);
+  CHECK_EQ_STR(parts, TJ_VERSION);
+  CHECK_EQ_INT(tj_version(), TJ_VERSION_MAJOR * 10000 + TJ_VERSION_MINOR * 100 + TJ_VERSION_PATCH);
+  CHECK(TJ_VERSION_MINOR < 100 && TJ_VERSION_PATCH < 100);
+}
+
 TEST(names_status) {
   CHECK_EQ_STR(tj_status_name(TJ_OK), "TJ_OK");
   CHECK_EQ_STR(tj_status_name(TJ_ETYPE), "TJ_ETYPE");

@@ -41,7 +41,12 @@
 extern "C" {
 #endif
 
+/* The version of these headers, as a string and in parts; tj_version and
+ * tj_version_string give the library's. */
 #define TJ_VERSION "0.1.0"
+#define TJ_VERSION_MAJOR 0
+#define TJ_VERSION_MINOR 1
+#define TJ_VERSION_PATCH 0
 
 /* The DLPack version the core speaks, in the tensors and tables it reads and
  * makes. A producer whose major version differs is not read past the version
@@ -67,6 +72,15 @@ extern "C" {
 #define TJ_MAX_TENSORMAP_RANK 5
 /* Bytes of a CUtensorMap (passed by value as a __grid_constant__ parameter). */
 #define TJ_TENSORMAP_BYTES 128
+
+/* ---- Version -------------------------------------------------------------- */
+
+/* The version of the core library the program runs with, which may differ from
+ * the headers it was built with: MAJOR * 10000 + MINOR * 100 + PATCH (0.1.0 is
+ * 100; compare with TJ_VERSION_MAJOR, ...), and as a string ("0.1.0", static,
+ * TJ_VERSION of the library's build). Never fail. */
+TJ_API int32_t tj_version(void);
+TJ_API const char *tj_version_string(void);
 
 /* ---- Status codes --------------------------------------------------------- */
 
