@@ -18,8 +18,9 @@
  *   shared library exports.
  * - "borrows" means the callee keeps no reference past the call unless said;
  *   "takes ownership" means the callee frees or releases it.
- * - Structs the caller fills say how they may change ("Compatibility"):
- *   append-only structs only ever gain fields at their end.
+ * - Structs shared across the library's boundary by pointer say how they may
+ *   change ("Compatibility"): append-only ones only ever gain fields at their
+ *   end, so that the fields a caller knows keep their offsets.
  *
  * The per-call flow lives in one function, tj_call_run ("The call" below):
  * the caller makes a tj_arg of each argument (a tensor, a scalar, an address,
@@ -122,7 +123,7 @@ TJ_API const char *tj_status_exception(int code);
 
 /* Where the last failure on this thread happened, beside its message.
  * Compatibility: append-only (fields are added at the end only, never
- * reordered or removed). */
+ * reordered, resized or removed). */
 typedef struct tj_error_info {
   int32_t code;     /* the status returned */
   int32_t argument; /* the caller argument at fault, or -1 */
@@ -541,8 +542,8 @@ TJ_API int tj_cuda_device_capability(int32_t device_id, int32_t *major, int32_t 
 /* ---- The call ----------------------------------------------------------------- */
 
 /* One kernel call. Caller-owned, usually on the stack; everything in it is
- * borrowed. Compatibility: append-only (fields are added at the end only,
- * never reordered or removed). */
+ * borrowed. Compatibility: append-only (fields are added at the end only, never
+ * reordered, resized or removed). */
 typedef struct tj_call {
   /* The caller's arguments, `nargs` of them: tensors (tj_arg_from_*), scalars,
    * addresses and None. tj_call_run releases every owning import before it

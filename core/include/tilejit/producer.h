@@ -85,7 +85,9 @@ typedef enum {
  * whose address is stored at byte `block_offset` of the object (for torch: the
  * dispatch key set of the TensorImpl a torch.Tensor points to), with the masks
  * of the two bits in it. The binding finds and verifies the offsets and vouches
- * for them for every object of the producer's type; the core only reads. */
+ * for them for every object of the producer's type; the core only reads.
+ * Compatibility: append-only (fields are added at the end only, never
+ * reordered, resized or removed). */
 typedef struct tj_view_bits {
   int64_t block_offset;
   int64_t word_offset;
@@ -97,36 +99,34 @@ typedef struct tj_view_bits {
  * core but handed back to the binding, which runs it through the framework
  * (torch: the kernel's custom op, so that autograd records it and traced
  * tensors reach its fake implementation). Before importing an object whose
- * producer has a claim, the core asks, cheapest first:
- *   - `always` 1: every call is claimed, before anything is imported (tensors
- *     a framework traces, which hold no data);
- *   - requires_grad (optional, a fast path): the object requires grad when
- *     requires_grad(state) is true, `state` being the pointer the object holds
- *     at byte `offset` (NULL: it does not); the call is then claimed if
- *     grad_enabled() (asked at most once per call) says the framework records
- *     gradients now. With `meta_offset` >= 0, a state whose pointer at that
- *     byte is NULL has no autograd record at all (torch: TensorImpl's
- *     autograd_meta_): nothing is asked for it, it is not claimed;
- *   - ask (optional): the framework's own answer for the object, a
- *     tj_claim_kind or TJ_EPYERR; when `active` is set, only while active()
- *     says the framework is in a mode in which it may claim a call the fast
- *     path did not (asked at most once per call). It is also asked, with
- *     `failed` 1, when the import of an object fails: a framework may still
- *     run the call on tensors DLPack cannot describe (torch's functorch
- *     wrappers).
- * A call claimed for an object whose data can be read (TJ_CLAIM_VALIDATED:
- * autograd's calls) is first imported and validated like any call, so that
- * it is refused with the same messages; it then fails with TJ_ECLAIMED before
- * anything is allocated or launched, and the record names the argument.
- *
- * For torch the fast path reads a tensor's TensorImpl pointer from its Python
- * object and asks libc10's exported c10::TensorImpl::requires_grad() const
- * and c10::GradMode::is_enabled(): a few nanoseconds, where the public
- * answers (Tensor.requires_grad, torch.is_grad_enabled()) cost a call into
- * Python each; tilejit.host checks all three against torch's own answers
- * before use, and asks the public way (ask alone) when they do not match or
- * TILEJIT_FAST_PATHS=0. Caller-owned; borrowed by the producers that point to
- * it, for as long as they live. */
+ * producer has a claim, the core asks, cheapest first: - `always` 1: every call
+ * is claimed, before anything is imported (tensors a framework traces, which
+ * hold no data); - requires_grad (optional, a fast path): the object requires
+ * grad when requires_grad(state) is true, `state` being the pointer the object
+ * holds at byte `offset` (NULL: it does not); the call is then claimed if
+ * grad_enabled() (asked at most once per call) says the framework records
+ * gradients now. With `meta_offset` >= 0, a state whose pointer at that byte is
+ * NULL has no autograd record at all (torch: TensorImpl's autograd_meta_):
+ * nothing is asked for it, it is not claimed; - ask (optional): the framework's
+ * own answer for the object, a tj_claim_kind or TJ_EPYERR; when `active` is
+ * set, only while active() says the framework is in a mode in which it may
+ * claim a call the fast path did not (asked at most once per call). It is also
+ * asked, with `failed` 1, when the import of an object fails: a framework may
+ * still run the call on tensors DLPack cannot describe (torch's functorch
+ * wrappers). A call claimed for an object whose data can be read
+ * (TJ_CLAIM_VALIDATED: autograd's calls) is first imported and validated like
+ * any call, so that it is refused with the same messages; it then fails with
+ * TJ_ECLAIMED before anything is allocated or launched, and the record names
+ * the argument.  For torch the fast path reads a tensor's TensorImpl pointer
+ * from its Python object and asks libc10's exported
+ * c10::TensorImpl::requires_grad() const and c10::GradMode::is_enabled(): a few
+ * nanoseconds, where the public answers (Tensor.requires_grad,
+ * torch.is_grad_enabled()) cost a call into Python each; tilejit.host checks
+ * all three against torch's own answers before use, and asks the public way
+ * (ask alone) when they do not match or TILEJIT_FAST_PATHS=0. Caller-owned;
+ * borrowed by the producers that point to it, for as long as they live.
+ * tj_claim's compatibility: append-only (fields are added at the end only,
+ * never reordered, resized or removed). */
 typedef enum {
   TJ_CLAIM_NONE = 0,      /* the core runs the call */
   TJ_CLAIM_VALIDATED = 1, /* claimed once the call is validated */
@@ -157,6 +157,11 @@ static inline void tj_arg_object(tj_arg *arg, void *object, const tj_producer *p
   arg->owner = NULL;
   arg->producer = producer;
 }
+
+/* A producer: made by the binding (or tj_producer_from_exchange,
+ * tj_host_dlpack_producer), alive as long as any argument or type points to it.
+ * Compatibility: append-only (fields are added at the end only, never
+ * reordered, resized or removed). */
 struct tj_producer {
   /* Makes `arg` (initialised by the caller) a TENSOR from `object`: a borrowed
    * view valid while the object lives (nothing to release) or an owning import
@@ -221,7 +226,7 @@ TJ_API int tj_arg_from_capsule(tj_arg *arg, void *capsule, const tj_host *host);
  * when no argument is a tensor, the host whose lock is dropped around the
  * kernel, and whether frameworks may claim it. Caller-owned, usually on the
  * stack; everything in it is borrowed. Compatibility: append-only (fields are
- * added at the end only, never reordered or removed). */
+ * added at the end only, never reordered, resized or removed). */
 typedef struct tj_call_binding {
   /* Allocates outputs when no argument is a tensor; NULL: such a kernel's
    * outputs cannot be allocated (TJ_ETYPE). */
