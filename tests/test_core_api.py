@@ -112,6 +112,26 @@ def test_each_public_header_compiles_alone(tmp_path, header):
     _compile(tmp_path, "alone.c", f'#include "tilejit/{header}"\n', "cc", "gnu11")
 
 
+# Names of the language bindings (producer.h, host.h) an embedder of core.h never sees.
+_BINDING_NAMES = ("TJ_EPYERR", "TJ_ECLAIMED", "TJ_ARG_OBJECT", "TJ_PRODUCER_IMPORT",
+                  "tj_producer_step", "tj_binding_status", "tj_call_binding",
+                  "tj_call_run_binding", "tj_host", "tj_producer", "tj_claim",
+                  "tj_arg_object")
+
+
+def test_core_h_declares_no_binding_concept(tmp_path):
+    # Each name is free to declare again after core.h alone, and declared by tilejit.h.
+    free = "\n".join(f"int {name} = 0;" for name in _BINDING_NAMES)
+    _compile(tmp_path, "embedder.c", f'#include "tilejit/core.h"\n{free}\n', "cc", "gnu11")
+    for name in _BINDING_NAMES:
+        taken = f'#include "tilejit/tilejit.h"\nint {name} = 0;\n'
+        path = tmp_path / "binding.c"
+        path.write_text(taken)
+        done = subprocess.run(["cc", "-std=gnu11", "-fsyntax-only", f"-I{INCLUDE}", str(path)],
+                              capture_output=True, text=True, check=False)
+        assert done.returncode != 0, f"{name} is not declared by tilejit/tilejit.h"
+
+
 # ---- The core's sources are layered ---------------------------------------------------
 
 SRC = CORE / "src"

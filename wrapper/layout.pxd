@@ -1,5 +1,5 @@
-# Mirrors core/include/tilejit/layout.h. Keep the two in step: a declaration
-# added there is added here, in the same order.
+# The declarations of core/include/tilejit/layout.h that the wrapper uses, nothing more
+# (tests/test_abi_mirrors.py compiles them against the header).
 from libc.stdint cimport int32_t, int64_t, uint64_t
 
 from core cimport TJ_MAX_NDIM
@@ -23,18 +23,15 @@ cdef extern from "tilejit/layout.h" nogil:
     int tj_layout_init(tj_layout *layout, int32_t ndim, const int64_t *shape,
                        const int64_t *strides)
 
-    ctypedef enum tj_leading_dim_rule:
+    enum:
         TJ_LEADING_DIM_GIVEN
         TJ_LEADING_DIM_DEDUCE
         TJ_LEADING_DIM_IMPLICIT
 
-    int tj_layout_deduce_leading_dim(const tj_layout *layout, int32_t rule, int32_t *out)
     int tj_layout_mark_dynamic(tj_layout *layout, int32_t rule, int64_t leading_dim)
-    int tj_layout_deduce_stride_order(const tj_layout *layout, int32_t *order)
     int tj_layout_mark_compact_shape_dynamic(tj_layout *layout, int64_t mode,
                                              const int64_t *stride_order, int32_t order_len,
                                              int64_t divisibility)
-    int tj_layout_is_static(const tj_layout *layout)
     int tj_layout_format(const tj_layout *layout, char *buf, int32_t size)
     void tj_element_type_format(DLDataType dtype, char *buf, int32_t size)
     const char *tj_memspace_name(int32_t device_type)

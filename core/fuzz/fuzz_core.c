@@ -581,9 +581,9 @@ static void fuzz_call_run(input *in, tj_kernel *k) {
     }
   }
   void *outputs[TJ_MAX_OUTPUTS];
-  tj_call call = {
-      args, nargs, next_u8(in) > 240, NULL, next_u8(in) < 128 ? &producer : NULL, NULL, outputs, 0};
-  if (k->target == TJ_TARGET_CPU) check_status(tj_call_run(k, &call));
+  tj_call call = {args, nargs, next_u8(in) > 240, NULL, outputs};
+  const tj_call_binding binding = {next_u8(in) < 128 ? &producer : NULL, NULL, 0};
+  if (k->target == TJ_TARGET_CPU) check_status(tj_call_run_binding(k, &call, &binding));
   for (int32_t i = 0; i < nargs; ++i) tj_arg_release(&args[i]);
   free(pl);
 }

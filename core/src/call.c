@@ -89,7 +89,7 @@ static int claim_of(const tj_claim *claim, void *object, claim_state *state) {
 /* Imports the OBJECT arguments; each names its producer. Sets *owned to 0
  * when it saw every argument and none owes a deleter call, and *claimed to the
  * first argument for which the framework claims the call once it is validated
- * (-1: none). `unclaimed`: claims are not asked (tj_call.unclaimed). */
+ * (-1: none). `unclaimed`: claims are not asked (tj_call_binding.unclaimed). */
 static int import_args(const tj_kernel *k, tj_arg *args, int32_t nargs, int32_t unclaimed,
                        int32_t *owned, int32_t *claimed) {
   claim_state state = {-1, -1};
@@ -201,10 +201,10 @@ static void *unlock(const tj_host *host) {
   return host->unlock();
 }
 
-static int launch(const tj_call *call, tj_frame *frame) {
-  void *token = unlock(call->host);
+static int launch(const tj_host *host, tj_frame *frame) {
+  void *token = unlock(host);
   int rc = tj_call_launch(frame);
-  if (token != NULL) call->host->lock(token);
+  if (token != NULL) host->lock(token);
   return rc;
 }
 
@@ -230,24 +230,28 @@ static int workspaces_wait(const tj_kernel *k, const tj_call *call, const tj_pro
 /* Launches a kernel with workspaces: when they were allocated in another stream's
  * order than the launch's (workspaces_wait), the call waits for the kernel, so
  * that releasing them hands out no memory it still uses. */
-static int launch_with_workspaces(const tj_kernel *k, const tj_call *call, const tj_producer *like,
-                                  tj_frame *frame) {
+static int launch_with_workspaces(const tj_kernel *k, const tj_call *call, const tj_host *host,
+                                  const tj_producer *like, tj_frame *frame) {
   int wait = 0, rc = workspaces_wait(k, call, like, frame, &wait);
-  if (rc == TJ_OK) rc = launch(call, frame);
+  if (rc == TJ_OK) rc = launch(host, frame);
   if (rc == TJ_OK && wait) rc = tj__cuda_wait(frame);
   return rc;
 }
 
-/* Releases the workspaces' objects with the host's release (the call's, else
- * the producer's). */
-static void release_kept(const tj_kernel *k, const tj_call *call, const tj_producer *like,
+/* Releases the workspaces' objects with the host's release (the binding's,
+ * else the producer's). */
+static void release_kept(const tj_kernel *k, const tj_host *host, const tj_producer *like,
                          void **kept) {
-  const tj_host *host = call->host != NULL ? call->host : like != NULL ? like->host : NULL;
+  if (host == NULL && like != NULL) host = like->host;
   for (int32_t w = 0; w < k->nworkspaces; ++w)
     if (kept[w] != NULL && host != NULL && host->release != NULL) host->release(kept[w]);
 }
 
-int tj_call_run(const tj_kernel *k, tj_call *call) {
+int tj_call_run(const tj_kernel *k, tj_call *call) { return tj_call_run_binding(k, call, NULL); }
+
+int tj_call_run_binding(const tj_kernel *k, tj_call *call, const tj_call_binding *binding) {
+  static const tj_call_binding none = {NULL, NULL, 0};
+  const tj_call_binding *b = binding != NULL ? binding : &none;
   tj_arg outs[TJ_MAX_OUTPUTS];
   void *kept[TJ_MAX_OUTPUTS];
   const tj_producer *like = NULL;
@@ -267,17 +271,17 @@ int tj_call_run(const tj_kernel *k, tj_call *call) {
   }
   if (nargs != k->ninputs) {
     rc = tj__bind(k, NULL, nargs, &frame); /* reports the count */
-  } else if ((rc = import_args(k, call->args, nargs, call->unclaimed, &owned, &claimed)) == TJ_OK &&
+  } else if ((rc = import_args(k, call->args, nargs, b->unclaimed, &owned, &claimed)) == TJ_OK &&
              (rc = tj__bind(k, call->args, nargs, &frame)) == TJ_OK) {
     if (claimed >= 0) { /* validated; the framework runs it */
       rc = claimed_by(k, claimed, "requires grad");
       goto release;
     }
-    like = frame.first_tensor >= 0 ? call->args[frame.first_tensor].producer : call->fallback;
+    like = frame.first_tensor >= 0 ? call->args[frame.first_tensor].producer : b->fallback;
     if ((rc = choose_stream(k, call, like, &frame)) == TJ_OK &&
         (rc = allocate_outputs(k, call, like, &frame, outs, kept)) == TJ_OK)
-      rc = k->nworkspaces == 0 ? launch(call, &frame)
-                               : launch_with_workspaces(k, call, like, &frame);
+      rc = k->nworkspaces == 0 ? launch(b->host, &frame)
+                               : launch_with_workspaces(k, call, b->host, like, &frame);
   }
 release:
   /* Only owning imports owe a deleter call; views and scalars have none. */
@@ -286,6 +290,6 @@ release:
       if (call->args[i].owner_kind != TJ_OWNER_NONE) tj_arg_release(&call->args[i]);
   for (int32_t o = 0; o < k->nallocs; ++o)
     if (outs[o].owner_kind != TJ_OWNER_NONE) tj_arg_release(&outs[o]);
-  if (k->nworkspaces > 0) release_kept(k, call, like, kept);
+  if (k->nworkspaces > 0) release_kept(k, b->host, like, kept);
   return rc;
 }

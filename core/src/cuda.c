@@ -600,6 +600,68 @@ static int eval_fields(const tj_frame *f, const char *who, const char *name, con
   return TJ_OK;
 }
 
+/* A tensor map's fields evaluated for one call (tiled: box; im2col: the pixel
+ * box corners, channels per pixel and pixels per column in pixel[0..1]). */
+typedef struct {
+  int64_t dims[TJ_MAX_TENSORMAP_RANK], strides[TJ_MAX_TENSORMAP_RANK];
+  int64_t box[TJ_MAX_TENSORMAP_RANK], elements[TJ_MAX_TENSORMAP_RANK];
+  int64_t lower[3], upper[3], pixel[2];
+} map_values;
+
+/* Evaluates the fields of tensor map `t` over the bound symbols, each within
+ * the driver's range, and checks an im2col map's limits. */
+static int eval_tensormap(const tj_frame *f, const char *who, const tj_tensormap *t,
+                          map_values *v) {
+  const int32_t r = t->rank;
+  int rc;
+  if ((rc = eval_fields(f, who, "dims", t->dims, r, 1, UINT32_MAX, v->dims)) ||
+      (rc = eval_fields(f, who, "strides", t->strides, r - 1, 1, INT64_MAX, v->strides)) ||
+      (rc = eval_fields(f, who, "element_strides", t->element_strides, r, 1, UINT32_MAX,
+                        v->elements)))
+    return rc;
+  if (!t->im2col) return eval_fields(f, who, "box", t->box, r, 1, UINT32_MAX, v->box);
+  if ((rc = eval_fields(f, who, "lower_corner", t->lower_corner, r - 2, INT32_MIN, INT32_MAX,
+                        v->lower)) ||
+      (rc = eval_fields(f, who, "upper_corner", t->upper_corner, r - 2, INT32_MIN, INT32_MAX,
+                        v->upper)) ||
+      (rc = eval_fields(f, who, "channels_per_pixel", &t->channels_per_pixel, 1, 1, UINT32_MAX,
+                        &v->pixel[0])) ||
+      (rc = eval_fields(f, who, "pixels_per_column", &t->pixels_per_column, 1, 1, UINT32_MAX,
+                        &v->pixel[1])))
+    return rc;
+  return check_im2col(who, t, v->lower, v->upper, v->pixel[0], v->pixel[1], v->elements);
+}
+
+/* A failed encoding: the driver's error with the call as it was made. */
+static int encode_failed(const driver *d, const char *who, const char *encoder,
+                         const tj_tensormap *t, const void *address, const map_values *v,
+                         CUresult result) {
+  const int32_t r = t->rank;
+  char a[120], b[120], c[300], e[120], call[1200];
+  tj__format_tuple(v->dims, r, a, sizeof(a));
+  tj__format_tuple(v->strides, r - 1, b, sizeof(b));
+  tj__format_tuple(v->elements, r, e, sizeof(e));
+  if (t->im2col) {
+    char lo[60], up[60];
+    tj__format_tuple(v->lower, r - 2, lo, sizeof(lo));
+    tj__format_tuple(v->upper, r - 2, up, sizeof(up));
+    snprintf(c, sizeof(c),
+             "pixel box lower corner %s, upper corner %s, channels per pixel %lld, pixels per "
+             "column %lld",
+             lo, up, (long long)v->pixel[0], (long long)v->pixel[1]);
+  } else {
+    char bx[120];
+    tj__format_tuple(v->box, r, bx, sizeof(bx));
+    snprintf(c, sizeof(c), "box %s", bx);
+  }
+  snprintf(call, sizeof(call),
+           "%s(data type %d, rank %d, address %p, dims %s, strides %s, %s, element strides %s, "
+           "interleave %d, swizzle %d, L2 promotion %d, OOB fill %d)",
+           encoder, t->data_type, r, address, a, b, c, e, t->interleave, t->swizzle,
+           t->l2_promotion, t->oob_fill);
+  return driver_error(d, who, call, result);
+}
+
 /* Encodes tensor map `m` for this call into *out. */
 static int encode_tensormap(const driver *d, const tj_frame *f, int32_t m, CUtensorMap *out) {
   const tj_kernel *k = f->kernel;
@@ -617,69 +679,32 @@ static int encode_tensormap(const driver *d, const tj_frame *f, int32_t m, CUten
   if (address == NULL)
     return tj_set_error(TJ_EVALUE, "%s: '%s' is None; a tensor map needs its tensor", who, param);
   const int32_t r = t->rank;
-  int64_t dims[TJ_MAX_TENSORMAP_RANK], strides[TJ_MAX_TENSORMAP_RANK], box[TJ_MAX_TENSORMAP_RANK];
-  int64_t elements[TJ_MAX_TENSORMAP_RANK], lower[3], upper[3], pixel[2];
-  int rc;
-  if ((rc = eval_fields(f, who, "dims", t->dims, r, 1, UINT32_MAX, dims)) ||
-      (rc = eval_fields(f, who, "strides", t->strides, r - 1, 1, INT64_MAX, strides)) ||
-      (rc = eval_fields(f, who, "element_strides", t->element_strides, r, 1, UINT32_MAX, elements)))
-    return rc;
-  if (!t->im2col && (rc = eval_fields(f, who, "box", t->box, r, 1, UINT32_MAX, box))) return rc;
-  if (t->im2col && ((rc = eval_fields(f, who, "lower_corner", t->lower_corner, r - 2, INT32_MIN,
-                                      INT32_MAX, lower)) ||
-                    (rc = eval_fields(f, who, "upper_corner", t->upper_corner, r - 2, INT32_MIN,
-                                      INT32_MAX, upper)) ||
-                    (rc = eval_fields(f, who, "channels_per_pixel", &t->channels_per_pixel, 1, 1,
-                                      UINT32_MAX, &pixel[0])) ||
-                    (rc = eval_fields(f, who, "pixels_per_column", &t->pixels_per_column, 1, 1,
-                                      UINT32_MAX, &pixel[1])) ||
-                    (rc = check_im2col(who, t, lower, upper, pixel[0], pixel[1], elements))))
-    return rc;
+  map_values v;
+  int rc = eval_tensormap(f, who, t, &v);
+  if (rc) return rc;
   uint64_t udims[TJ_MAX_TENSORMAP_RANK], ustrides[TJ_MAX_TENSORMAP_RANK];
   uint32_t ubox[TJ_MAX_TENSORMAP_RANK], uelements[TJ_MAX_TENSORMAP_RANK];
   int ilower[3], iupper[3];
   for (int32_t i = 0; i < r; ++i) {
-    udims[i] = (uint64_t)dims[i];
-    uelements[i] = (uint32_t)elements[i];
-    if (!t->im2col) ubox[i] = (uint32_t)box[i];
-    if (i + 1 < r) ustrides[i] = (uint64_t)strides[i];
+    udims[i] = (uint64_t)v.dims[i];
+    uelements[i] = (uint32_t)v.elements[i];
+    if (!t->im2col) ubox[i] = (uint32_t)v.box[i];
+    if (i + 1 < r) ustrides[i] = (uint64_t)v.strides[i];
     if (t->im2col && i < r - 2) {
-      ilower[i] = (int)lower[i];
-      iupper[i] = (int)upper[i];
+      ilower[i] = (int)v.lower[i];
+      iupper[i] = (int)v.upper[i];
     }
   }
   CUresult result = t->im2col
                         ? d->cuTensorMapEncodeIm2col(out, t->data_type, (uint32_t)r, address, udims,
-                                                     ustrides, ilower, iupper, (uint32_t)pixel[0],
-                                                     (uint32_t)pixel[1], uelements, t->interleave,
+                                                     ustrides, ilower, iupper, (uint32_t)v.pixel[0],
+                                                     (uint32_t)v.pixel[1], uelements, t->interleave,
                                                      t->swizzle, t->l2_promotion, t->oob_fill)
                         : d->cuTensorMapEncodeTiled(out, t->data_type, (uint32_t)r, address, udims,
                                                     ustrides, ubox, uelements, t->interleave,
                                                     t->swizzle, t->l2_promotion, t->oob_fill);
   if (result == 0) return TJ_OK;
-  char a[120], b[120], c[300], e[120], call[1200];
-  tj__format_tuple(dims, r, a, sizeof(a));
-  tj__format_tuple(strides, r - 1, b, sizeof(b));
-  tj__format_tuple(elements, r, e, sizeof(e));
-  if (t->im2col) {
-    char lo[60], up[60];
-    tj__format_tuple(lower, r - 2, lo, sizeof(lo));
-    tj__format_tuple(upper, r - 2, up, sizeof(up));
-    snprintf(c, sizeof(c),
-             "pixel box lower corner %s, upper corner %s, channels per pixel %lld, pixels per "
-             "column %lld",
-             lo, up, (long long)pixel[0], (long long)pixel[1]);
-  } else {
-    char bx[120];
-    tj__format_tuple(box, r, bx, sizeof(bx));
-    snprintf(c, sizeof(c), "box %s", bx);
-  }
-  snprintf(call, sizeof(call),
-           "%s(data type %d, rank %d, address %p, dims %s, strides %s, %s, element strides %s, "
-           "interleave %d, swizzle %d, L2 promotion %d, OOB fill %d)",
-           encoder, t->data_type, r, address, a, b, c, e, t->interleave, t->swizzle,
-           t->l2_promotion, t->oob_fill);
-  return driver_error(d, who, call, result);
+  return encode_failed(d, who, encoder, t, address, &v, result);
 }
 
 /* Zero-fills the workspaces that ask for it (TJ_BUF_ZERO), on the launch

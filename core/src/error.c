@@ -1,4 +1,5 @@
-/* Thread-local error record (message and where) and the status-code table. */
+/* Thread-local error record (message and where) and the lookups over the
+ * status tables (core.h's and producer.h's). */
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -53,6 +54,7 @@ const char *tj_status_name(int code) {
 #define TJ__STATUS_NAME(name, value, exc) \
   case value: return #name;
     TJ_STATUS_MAP(TJ__STATUS_NAME)
+    TJ_BINDING_STATUS_MAP(TJ__STATUS_NAME)
 #undef TJ__STATUS_NAME
   }
   return "TJ_EUNKNOWN";
@@ -63,6 +65,7 @@ const char *tj_status_exception(int code) {
 #define TJ__STATUS_EXC(name, value, exc) \
   case value: return exc;
     TJ_STATUS_MAP(TJ__STATUS_EXC)
+    TJ_BINDING_STATUS_MAP(TJ__STATUS_EXC)
 #undef TJ__STATUS_EXC
   }
   return "RuntimeError";

@@ -504,14 +504,8 @@ void *tj_host_call(const tj_host_plan *plan, void *const *args, size_t nargsf, v
   }
   tj_arg argv[TJ_MAX_PARAMS];
   void *made[TJ_MAX_OUTPUTS];
-  tj_call call = {argv,
-                  count < 0x7fffffff ? (int32_t)count : 0x7fffffff,
-                  0,
-                  NULL,
-                  plan->fallback,
-                  h,
-                  made,
-                  plan->unclaimed};
+  tj_call call = {argv, count < 0x7fffffff ? (int32_t)count : 0x7fffffff, 0, NULL, made};
+  const tj_call_binding binding = {plan->fallback, h, plan->unclaimed};
   const tj_kernel *k = plan->kernel;
   if (count <= (size_t)k->ninputs) { /* else the core reports the count, reading none */
     for (int32_t i = 0; i < call.nargs; ++i)
@@ -521,7 +515,7 @@ void *tj_host_call(const tj_host_plan *plan, void *const *args, size_t nargsf, v
     if (stream_handle(plan, stream, &call.stream) != TJ_OK) return NULL;
     call.has_stream = 1;
   }
-  int rc = tj_call_run(k, &call);
+  int rc = tj_call_run_binding(k, &call, &binding);
   if (rc == TJ_OK) return result_of(plan, made);
   for (int32_t o = 0; o < k->noutputs; ++o)
     if (made[o] != NULL) h->release(made[o]);

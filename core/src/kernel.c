@@ -312,12 +312,9 @@ int tj_kernel_set_pointer(tj_kernel *k, int32_t index, const char *name, DLDataT
   return TJ_OK;
 }
 
-int tj_kernel_finalize(tj_kernel *k) {
-  int rc = check_mutable(k);
-  if (rc) return rc;
-  int32_t bound[TJ_MAX_SYMBOLS] = {0};
-  k->ninputs = k->nrequired = k->noutputs = k->nworkspaces = k->zero_fill = 0;
-  /* Outputs, then workspaces (in declaration order each): out_* indices. */
+/* Numbers the outputs, then the workspaces (in declaration order each): their
+ * out_* indices. */
+static int number_outputs(tj_kernel *k) {
   for (int32_t pass = 0; pass < 2; ++pass)
     for (int32_t i = 0; i < k->nparams; ++i) {
       tj__param *p = &k->params[i];
@@ -344,6 +341,13 @@ int tj_kernel_finalize(tj_kernel *k) {
       k->zero_fill |= pass == 1 && (p->flags & TJ_BUF_ZERO) != 0;
     }
   k->nallocs = k->noutputs + k->nworkspaces;
+  return TJ_OK;
+}
+
+/* Numbers the inputs (caller positions) and checks that every symbol is bound
+ * by a direct occurrence in a required input, or by an integer scalar. */
+static int number_inputs(tj_kernel *k) {
+  int32_t bound[TJ_MAX_SYMBOLS] = {0};
   for (int32_t i = 0; i < k->nparams; ++i) {
     tj__param *p = &k->params[i];
     if (p->output >= 0) continue;
@@ -366,17 +370,29 @@ int tj_kernel_finalize(tj_kernel *k) {
                           "dimension or stride of a required input buffer, or be an integer "
                           "scalar's",
                           k->name, k->symbol_names[s]);
-  if (!k->has_abi) {
-    k->nabi = 0;
-    for (int32_t i = 0; i < k->nparams; ++i)
-      k->abi[k->nabi++] = (tj_abi_arg){TJ_ABI_PARAM, i, {kDLInt, 64, 1}};
-    /* A symbol an integer scalar binds reaches the kernel as that scalar. */
-    int32_t by_scalar[TJ_MAX_SYMBOLS] = {0};
-    for (int32_t i = 0; i < k->nparams; ++i)
-      if (k->params[i].binds >= 0) by_scalar[k->params[i].binds] = 1;
-    for (int32_t s = 0; s < k->nsymbols; ++s)
-      if (!by_scalar[s]) k->abi[k->nabi++] = (tj_abi_arg){TJ_ABI_SYMBOL, s, {kDLInt, 64, 1}};
-  }
+  return TJ_OK;
+}
+
+/* Without tj_kernel_set_abi: every parameter in declaration order, then every
+ * symbol no integer scalar binds (such a symbol reaches the kernel as that
+ * scalar). */
+static void default_abi(tj_kernel *k) {
+  k->nabi = 0;
+  for (int32_t i = 0; i < k->nparams; ++i)
+    k->abi[k->nabi++] = (tj_abi_arg){TJ_ABI_PARAM, i, {kDLInt, 64, 1}};
+  int32_t by_scalar[TJ_MAX_SYMBOLS] = {0};
+  for (int32_t i = 0; i < k->nparams; ++i)
+    if (k->params[i].binds >= 0) by_scalar[k->params[i].binds] = 1;
+  for (int32_t s = 0; s < k->nsymbols; ++s)
+    if (!by_scalar[s]) k->abi[k->nabi++] = (tj_abi_arg){TJ_ABI_SYMBOL, s, {kDLInt, 64, 1}};
+}
+
+int tj_kernel_finalize(tj_kernel *k) {
+  int rc = check_mutable(k);
+  if (rc) return rc;
+  k->ninputs = k->nrequired = k->noutputs = k->nworkspaces = k->zero_fill = 0;
+  if ((rc = number_outputs(k)) || (rc = number_inputs(k))) return rc;
+  if (!k->has_abi) default_abi(k);
   tj__launch *first = &k->launches[0];
   memcpy(first->config, k->launch, sizeof(first->config));
   first->nabi = k->nabi;

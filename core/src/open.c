@@ -406,145 +406,189 @@ static int load_line(replay *r, const line_tokens *t) {
   return built(r, rc);
 }
 
-static int replay_line(replay *r, line_tokens *t) {
-  const char *key = t->tok[0];
+/* kernel NAME TARGET NPARAMS: the first entry. */
+static int kernel_line(replay *r, const line_tokens *t) {
+  int rc;
+  int64_t nparams;
+  if ((rc = expect_tokens(r, t, 4)) ||
+      (rc = int_at(r, t, 3, 0, TJ_MAX_PARAMS, "parameter count", &nparams)))
+    return rc;
+  int32_t target = strcmp(t->tok[2], "cpu") == 0    ? TJ_TARGET_CPU
+                   : strcmp(t->tok[2], "cuda") == 0 ? TJ_TARGET_CUDA
+                                                    : 0;
+  if (target == 0 || strcmp(t->tok[2], r->m->target) != 0)
+    return bad(r, "target '%s', but MANIFEST says '%s'", t->tok[2], r->m->target);
+  return built(r, tj_kernel_create(t->tok[1], (int32_t)nparams, target, &r->k));
+}
+
+/* symbol NAME DIVISIBILITY DTYPE */
+static int symbol_line(replay *r, const line_tokens *t) {
   int rc;
   int64_t v;
+  DLDataType dtype;
+  if ((rc = expect_tokens(r, t, 4)) || (rc = int_at(r, t, 2, 1, INT64_MAX, "divisibility", &v)) ||
+      (rc = dtype_at(r, t, 3, &dtype)))
+    return rc;
+  if ((rc = built(r, tj_kernel_add_symbol(r->k, t->tok[1], v)))) return rc;
+  if (dtype.code == kDLInt && dtype.bits == 64 && dtype.lanes == 1) return TJ_OK;
+  return built(r, tj_kernel_set_symbol_dtype(r->k, tj_kernel_num_symbols(r->k) - 1, dtype));
+}
+
+/* expr PAIRS OP OPERAND ... TEXT */
+static int expr_line(replay *r, const line_tokens *t) {
+  int rc;
+  int64_t pairs, code[2 * 256];
+  if ((rc = int_at(r, t, 1, 1, 256, "operation count", &pairs))) return rc;
+  for (int32_t j = 0; j < 2 * (int32_t)pairs; ++j)
+    if ((rc = int_at(r, t, 2 + j, INT64_MIN, INT64_MAX, "operation", &code[j]))) return rc;
+  int32_t text_at = 2 + 2 * (int32_t)pairs, id;
+  const char *text = text_at < t->n ? t->rest[text_at] : "";
+  return built(r, tj_kernel_add_expr(r->k, code, (int32_t)pairs, text, &id));
+}
+
+/* scalar INDEX NAME DTYPE [SYMBOL IT BINDS] */
+static int scalar_line(replay *r, const line_tokens *t, int32_t index, DLDataType dtype) {
+  int rc;
+  int32_t symbol = -1;
+  if (t->n != 5 && (rc = expect_tokens(r, t, 4))) return rc;
+  if (t->n == 5 && (rc = i32_at(r, t, 4, "symbol", &symbol))) return rc;
+  if ((rc = built(r, tj_kernel_set_scalar(r->k, index, t->tok[2], dtype))) || symbol < 0) return rc;
+  return built(r, tj_kernel_set_scalar_symbol(r->k, index, symbol));
+}
+
+/* buffer, scalar or pointer INDEX NAME DTYPE ...: a parameter. */
+static int param_line(replay *r, const line_tokens *t) {
+  const char *key = t->tok[0];
+  int rc;
+  int32_t index, ndim = 0, shape[TJ_MAX_NDIM], strides[TJ_MAX_NDIM];
+  int64_t align = 0, flags = 0;
+  DLDataType dtype;
+  if ((rc = i32_at(r, t, 1, "parameter index", &index)) || (rc = dtype_at(r, t, 3, &dtype)))
+    return rc;
+  if (key[0] == 's') return scalar_line(r, t, index, dtype);
+  if ((rc = int_at(r, t, 4, 0, INT64_MAX, "align", &align)) ||
+      (rc = int_at(r, t, 5, 0, UINT32_MAX, "flags", &flags)))
+    return rc;
+  if (key[0] == 'p') {
+    if ((rc = expect_tokens(r, t, 6))) return rc;
+    return built(r, tj_kernel_set_pointer(r->k, index, t->tok[2], dtype, align, (uint32_t)flags));
+  }
+  int64_t n;
+  if ((rc = int_at(r, t, 6, 0, TJ_MAX_NDIM, "dimension count", &n))) return rc;
+  ndim = (int32_t)n;
+  if ((rc = ids_at(r, t, 7, ndim, "shape expression", shape))) return rc;
+  int32_t at = 7 + ndim, has_strides = !(at < t->n && strcmp(t->tok[at], "-") == 0);
+  if ((rc = expect_tokens(r, t, has_strides ? at + ndim : at + 1))) return rc;
+  if (has_strides && (rc = ids_at(r, t, at, ndim, "stride expression", strides))) return rc;
+  return built(r, tj_kernel_set_buffer(r->k, index, t->tok[2], dtype, ndim, shape,
+                                       has_strides ? strides : NULL, align, (uint32_t)flags));
+}
+
+/* The fields of a tensor map after its rank, from token `at`: dims, strides,
+ * then box (tiled) or the im2col fields, element strides and the four flags. */
+static int tensormap_fields(replay *r, const line_tokens *t, int32_t at, tj_tensormap *map) {
+  int rc;
+  int32_t n = map->rank;
+  const int32_t fields = map->im2col ? 3 * n - 1 + 2 * (n - 2) + 2 : 4 * n - 1;
+  if ((rc = expect_tokens(r, t, at + fields + 4)) ||
+      (rc = ids_at(r, t, at, n, "dimension", map->dims)) ||
+      (rc = ids_at(r, t, at + n, n - 1, "stride", map->strides)))
+    return rc;
+  at += 2 * n - 1;
+  if (!map->im2col) {
+    if ((rc = ids_at(r, t, at, n, "box", map->box))) return rc;
+    at += n;
+  }
+  if ((rc = ids_at(r, t, at, n, "element stride", map->element_strides))) return rc;
+  at += n;
+  if (map->im2col) {
+    if ((rc = ids_at(r, t, at, n - 2, "lower corner", map->lower_corner)) ||
+        (rc = ids_at(r, t, at + n - 2, n - 2, "upper corner", map->upper_corner)) ||
+        (rc = i32_at(r, t, at + 2 * (n - 2), "channels per pixel", &map->channels_per_pixel)) ||
+        (rc = i32_at(r, t, at + 2 * (n - 2) + 1, "pixels per column", &map->pixels_per_column)))
+      return rc;
+    at += 2 * (n - 2) + 2;
+  }
+  if ((rc = i32_at(r, t, at, "interleave", &map->interleave)) ||
+      (rc = i32_at(r, t, at + 1, "swizzle", &map->swizzle)) ||
+      (rc = i32_at(r, t, at + 2, "l2 promotion", &map->l2_promotion)) ||
+      (rc = i32_at(r, t, at + 3, "oob fill", &map->oob_fill)))
+    return rc;
+  return TJ_OK;
+}
+
+/* tensormap NAME PARAM TYPE RANK dims strides box element_strides FLAGS4;
+ * tensormap_im2col NAME PARAM TYPE RANK dims strides element_strides lower upper
+ * channels pixels FLAGS4 */
+static int tensormap_line(replay *r, const line_tokens *t) {
+  tj_tensormap map;
+  memset(&map, 0, sizeof(map));
+  map.name = t->tok[1];
+  map.im2col = t->tok[0][9] == '_';
+  int64_t rank;
+  int rc;
+  if ((rc = i32_at(r, t, 2, "parameter", &map.param)) ||
+      (rc = i32_at(r, t, 3, "data type", &map.data_type)) ||
+      (rc = int_at(r, t, 4, map.im2col ? 3 : 1, TJ_MAX_TENSORMAP_RANK, "rank", &rank)))
+    return rc;
+  map.rank = (int32_t)rank;
+  if ((rc = tensormap_fields(r, t, 5, &map))) return rc;
+  int32_t id;
+  return built(r, tj_kernel_add_tensormap(r->k, &map, &id));
+}
+
+/* abi ARGS..., or launch SYMBOL GRID3 BLOCK3 SHARED ARGS...: the kernel
+ * function's arguments, and each CUDA launch. */
+static int launch_line(replay *r, const line_tokens *t) {
+  static _Thread_local tj_abi_arg args[TJ_MAX_PARAMS + TJ_MAX_SYMBOLS + 64];
+  int32_t n, next, grid[3], block[3], shared;
+  int rc;
+  if (t->tok[0][0] == 'a') {
+    if ((rc = abi_at(r, t, 1, args, &n, &next)) || (rc = expect_tokens(r, t, next))) return rc;
+    return built(r, tj_kernel_set_abi(r->k, n, args));
+  }
+  if ((rc = ids_at(r, t, 2, 3, "grid expression", grid)) ||
+      (rc = ids_at(r, t, 5, 3, "block expression", block)) ||
+      (rc = i32_at(r, t, 8, "shared memory expression", &shared)) ||
+      (rc = abi_at(r, t, 9, args, &n, &next)) || (rc = expect_tokens(r, t, next)))
+    return rc;
+  if (r->launches++ == 0) return built(r, tj_kernel_set_launch(r->k, grid, block, shared));
+  int32_t id;
+  return built(r, tj_kernel_add_launch(r->k, t->tok[1], grid, block, shared, n, args, &id));
+}
+
+/* launch_attrs INDEX (CLUSTER3 | -) FLAGS */
+static int launch_attrs_line(replay *r, const line_tokens *t) {
+  int32_t index, cluster[3];
+  int64_t v;
+  int rc;
+  int has_cluster = t->n > 2 && strcmp(t->tok[2], "-") != 0;
+  if ((rc = expect_tokens(r, t, has_cluster ? 6 : 4)) ||
+      (rc = i32_at(r, t, 1, "launch index", &index)) ||
+      (has_cluster && (rc = ids_at(r, t, 2, 3, "cluster expression", cluster))) ||
+      (rc = int_at(r, t, has_cluster ? 5 : 3, 0, UINT32_MAX, "flags", &v)))
+    return rc;
+  return built(r,
+               tj_kernel_set_launch_attrs(r->k, index, has_cluster ? cluster : NULL, (uint32_t)v));
+}
+
+static int replay_line(replay *r, line_tokens *t) {
+  const char *key = t->tok[0];
   if (strcmp(key, "function") == 0 || strcmp(key, "arg") == 0 || strcmp(key, "out_idx") == 0)
     return TJ_OK; /* what kernel.h and the Python binding show; the core needs none */
   if (r->k == NULL) {
     if (strcmp(key, "kernel") != 0) return bad(r, "expected the 'kernel' line first");
-    int64_t nparams;
-    if ((rc = expect_tokens(r, t, 4)) ||
-        (rc = int_at(r, t, 3, 0, TJ_MAX_PARAMS, "parameter count", &nparams)))
-      return rc;
-    int32_t target = strcmp(t->tok[2], "cpu") == 0    ? TJ_TARGET_CPU
-                     : strcmp(t->tok[2], "cuda") == 0 ? TJ_TARGET_CUDA
-                                                      : 0;
-    if (target == 0 || strcmp(t->tok[2], r->m->target) != 0)
-      return bad(r, "target '%s', but MANIFEST says '%s'", t->tok[2], r->m->target);
-    return built(r, tj_kernel_create(t->tok[1], (int32_t)nparams, target, &r->k));
+    return kernel_line(r, t);
   }
   if (r->finalized) return bad(r, "'%s' after the load line", key);
-  if (strcmp(key, "symbol") == 0) {
-    DLDataType dtype;
-    if ((rc = expect_tokens(r, t, 4)) || (rc = int_at(r, t, 2, 1, INT64_MAX, "divisibility", &v)) ||
-        (rc = dtype_at(r, t, 3, &dtype)))
-      return rc;
-    if ((rc = built(r, tj_kernel_add_symbol(r->k, t->tok[1], v)))) return rc;
-    if (dtype.code == kDLInt && dtype.bits == 64 && dtype.lanes == 1) return TJ_OK;
-    return built(r, tj_kernel_set_symbol_dtype(r->k, tj_kernel_num_symbols(r->k) - 1, dtype));
-  }
-  if (strcmp(key, "expr") == 0) {
-    int64_t pairs, code[2 * 256];
-    if ((rc = int_at(r, t, 1, 1, 256, "operation count", &pairs))) return rc;
-    for (int32_t j = 0; j < 2 * (int32_t)pairs; ++j)
-      if ((rc = int_at(r, t, 2 + j, INT64_MIN, INT64_MAX, "operation", &code[j]))) return rc;
-    int32_t text_at = 2 + 2 * (int32_t)pairs, id;
-    const char *text = text_at < t->n ? t->rest[text_at] : "";
-    return built(r, tj_kernel_add_expr(r->k, code, (int32_t)pairs, text, &id));
-  }
-  if (strcmp(key, "buffer") == 0 || strcmp(key, "scalar") == 0 || strcmp(key, "pointer") == 0) {
-    int32_t index, ndim = 0, shape[TJ_MAX_NDIM], strides[TJ_MAX_NDIM];
-    int64_t align = 0, flags = 0;
-    DLDataType dtype;
-    if ((rc = i32_at(r, t, 1, "parameter index", &index)) || (rc = dtype_at(r, t, 3, &dtype)))
-      return rc;
-    if (key[0] == 's') { /* scalar INDEX NAME DTYPE [SYMBOL IT BINDS] */
-      int32_t symbol = -1;
-      if (t->n != 5 && (rc = expect_tokens(r, t, 4))) return rc;
-      if (t->n == 5 && (rc = i32_at(r, t, 4, "symbol", &symbol))) return rc;
-      if ((rc = built(r, tj_kernel_set_scalar(r->k, index, t->tok[2], dtype))) || symbol < 0)
-        return rc;
-      return built(r, tj_kernel_set_scalar_symbol(r->k, index, symbol));
-    }
-    if ((rc = int_at(r, t, 4, 0, INT64_MAX, "align", &align)) ||
-        (rc = int_at(r, t, 5, 0, UINT32_MAX, "flags", &flags)))
-      return rc;
-    if (key[0] == 'p') {
-      if ((rc = expect_tokens(r, t, 6))) return rc;
-      return built(r, tj_kernel_set_pointer(r->k, index, t->tok[2], dtype, align, (uint32_t)flags));
-    }
-    int64_t n;
-    if ((rc = int_at(r, t, 6, 0, TJ_MAX_NDIM, "dimension count", &n))) return rc;
-    ndim = (int32_t)n;
-    if ((rc = ids_at(r, t, 7, ndim, "shape expression", shape))) return rc;
-    int32_t at = 7 + ndim, has_strides = !(at < t->n && strcmp(t->tok[at], "-") == 0);
-    if ((rc = expect_tokens(r, t, has_strides ? at + ndim : at + 1))) return rc;
-    if (has_strides && (rc = ids_at(r, t, at, ndim, "stride expression", strides))) return rc;
-    return built(r, tj_kernel_set_buffer(r->k, index, t->tok[2], dtype, ndim, shape,
-                                         has_strides ? strides : NULL, align, (uint32_t)flags));
-  }
-  if (strcmp(key, "tensormap") == 0 || strcmp(key, "tensormap_im2col") == 0) {
-    /* tensormap NAME PARAM TYPE RANK dims strides box element_strides FLAGS4;
-     * tensormap_im2col NAME PARAM TYPE RANK dims strides element_strides lower upper
-     * channels pixels FLAGS4 */
-    tj_tensormap map;
-    memset(&map, 0, sizeof(map));
-    map.name = t->tok[1];
-    map.im2col = key[9] == '_';
-    int64_t rank;
-    if ((rc = i32_at(r, t, 2, "parameter", &map.param)) ||
-        (rc = i32_at(r, t, 3, "data type", &map.data_type)) ||
-        (rc = int_at(r, t, 4, map.im2col ? 3 : 1, TJ_MAX_TENSORMAP_RANK, "rank", &rank)))
-      return rc;
-    int32_t n = (int32_t)rank, at = 5;
-    map.rank = n;
-    const int32_t fields = map.im2col ? 3 * n - 1 + 2 * (n - 2) + 2 : 4 * n - 1;
-    if ((rc = expect_tokens(r, t, at + fields + 4)) ||
-        (rc = ids_at(r, t, at, n, "dimension", map.dims)) ||
-        (rc = ids_at(r, t, at + n, n - 1, "stride", map.strides)))
-      return rc;
-    at += 2 * n - 1;
-    if (!map.im2col) {
-      if ((rc = ids_at(r, t, at, n, "box", map.box))) return rc;
-      at += n;
-    }
-    if ((rc = ids_at(r, t, at, n, "element stride", map.element_strides))) return rc;
-    at += n;
-    if (map.im2col) {
-      if ((rc = ids_at(r, t, at, n - 2, "lower corner", map.lower_corner)) ||
-          (rc = ids_at(r, t, at + n - 2, n - 2, "upper corner", map.upper_corner)) ||
-          (rc = i32_at(r, t, at + 2 * (n - 2), "channels per pixel", &map.channels_per_pixel)) ||
-          (rc = i32_at(r, t, at + 2 * (n - 2) + 1, "pixels per column", &map.pixels_per_column)))
-        return rc;
-      at += 2 * (n - 2) + 2;
-    }
-    if ((rc = i32_at(r, t, at, "interleave", &map.interleave)) ||
-        (rc = i32_at(r, t, at + 1, "swizzle", &map.swizzle)) ||
-        (rc = i32_at(r, t, at + 2, "l2 promotion", &map.l2_promotion)) ||
-        (rc = i32_at(r, t, at + 3, "oob fill", &map.oob_fill)))
-      return rc;
-    int32_t id;
-    return built(r, tj_kernel_add_tensormap(r->k, &map, &id));
-  }
-  if (strcmp(key, "abi") == 0 || strcmp(key, "launch") == 0) {
-    static _Thread_local tj_abi_arg args[TJ_MAX_PARAMS + TJ_MAX_SYMBOLS + 64];
-    int32_t n, next, grid[3], block[3], shared;
-    if (key[0] == 'a') {
-      if ((rc = abi_at(r, t, 1, args, &n, &next)) || (rc = expect_tokens(r, t, next))) return rc;
-      return built(r, tj_kernel_set_abi(r->k, n, args));
-    }
-    if ((rc = ids_at(r, t, 2, 3, "grid expression", grid)) ||
-        (rc = ids_at(r, t, 5, 3, "block expression", block)) ||
-        (rc = i32_at(r, t, 8, "shared memory expression", &shared)) ||
-        (rc = abi_at(r, t, 9, args, &n, &next)) || (rc = expect_tokens(r, t, next)))
-      return rc;
-    if (r->launches++ == 0) return built(r, tj_kernel_set_launch(r->k, grid, block, shared));
-    int32_t id;
-    return built(r, tj_kernel_add_launch(r->k, t->tok[1], grid, block, shared, n, args, &id));
-  }
-  if (strcmp(key, "launch_attrs") == 0) {
-    int32_t index, cluster[3];
-    int has_cluster = t->n > 2 && strcmp(t->tok[2], "-") != 0;
-    if ((rc = expect_tokens(r, t, has_cluster ? 6 : 4)) ||
-        (rc = i32_at(r, t, 1, "launch index", &index)) ||
-        (has_cluster && (rc = ids_at(r, t, 2, 3, "cluster expression", cluster))) ||
-        (rc = int_at(r, t, has_cluster ? 5 : 3, 0, UINT32_MAX, "flags", &v)))
-      return rc;
-    return built(
-        r, tj_kernel_set_launch_attrs(r->k, index, has_cluster ? cluster : NULL, (uint32_t)v));
-  }
+  if (strcmp(key, "symbol") == 0) return symbol_line(r, t);
+  if (strcmp(key, "expr") == 0) return expr_line(r, t);
+  if (strcmp(key, "buffer") == 0 || strcmp(key, "scalar") == 0 || strcmp(key, "pointer") == 0)
+    return param_line(r, t);
+  if (strcmp(key, "tensormap") == 0 || strcmp(key, "tensormap_im2col") == 0)
+    return tensormap_line(r, t);
+  if (strcmp(key, "abi") == 0 || strcmp(key, "launch") == 0) return launch_line(r, t);
+  if (strcmp(key, "launch_attrs") == 0) return launch_attrs_line(r, t);
   if (strcmp(key, "load") == 0 || strcmp(key, "load_prebuilt") == 0) return load_line(r, t);
   return bad(r, "unknown entry '%s'", key);
 }

@@ -650,30 +650,27 @@ static void binder_init(binder *b, const tj_kernel *k, tj_frame *frame) {
   for (int32_t s = 0; s < k->nsymbols; ++s) b->bound_by[s] = -1;
 }
 
-static int bind_checked(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *frame) {
-  frame->kernel = k;
-  frame->has_device = 0;
-  frame->first_tensor = -1;
-  frame->stream = NULL;
-  frame->device.device_type = kDLCPU;
-  frame->device.device_id = 0;
-  if (!k->finalized) return tj_set_error(TJ_ERUNTIME, "%s: the kernel is not finalized", k->name);
-  if (nargs != k->ninputs) {
-    /* Python's way: the trailing optional buffers, which a call may leave
-     * out (tj_call_run), are written `name=None`. */
-    char names[512], fewest[32] = "";
-    int32_t used = 0;
-    names[0] = 0;
-    for (int32_t i = 0; i < k->nparams && used < (int32_t)sizeof(names); ++i)
-      if (k->params[i].output < 0)
-        used += snprintf(names + used, sizeof(names) - (size_t)used, "%s%s%s", used ? ", " : "",
-                         k->params[i].name, k->params[i].position >= k->nrequired ? "=None" : "");
-    if (k->nrequired < k->ninputs) snprintf(fewest, sizeof(fewest), "%d to ", k->nrequired);
-    return tj_set_error(TJ_ETYPE, "%s: expected %s%d argument%s (%s), got %d", k->name, fewest,
-                        k->ninputs, k->ninputs == 1 ? "" : "s", names, nargs);
-  }
-  binder b;
-  binder_init(&b, k, frame);
+/* A call with `nargs` arguments where the kernel takes k->ninputs, in Python's
+ * way: the trailing optional buffers, which a call may leave out
+ * (tj_call_run), are written `name=None`. */
+static int count_refused(const tj_kernel *k, int32_t nargs) {
+  char names[512], fewest[32] = "";
+  int32_t used = 0;
+  names[0] = 0;
+  for (int32_t i = 0; i < k->nparams && used < (int32_t)sizeof(names); ++i)
+    if (k->params[i].output < 0)
+      used += snprintf(names + used, sizeof(names) - (size_t)used, "%s%s%s", used ? ", " : "",
+                       k->params[i].name, k->params[i].position >= k->nrequired ? "=None" : "");
+  if (k->nrequired < k->ninputs) snprintf(fewest, sizeof(fewest), "%d to ", k->nrequired);
+  return tj_set_error(TJ_ETYPE, "%s: expected %s%d argument%s (%s), got %d", k->name, fewest,
+                      k->ninputs, k->ninputs == 1 ? "" : "s", names, nargs);
+}
+
+/* Checks every input in declaration order, binding the symbols, then the
+ * complex tensors and the symbols' integer ranges. */
+static int check_inputs(binder *b, tj_arg *args) {
+  const tj_kernel *k = b->k;
+  tj_frame *frame = b->frame;
   int32_t any_complex = 0, rc;
   for (int32_t i = 0; i < k->nparams; ++i) {
     const tj__param *p = &k->params[i];
@@ -684,58 +681,78 @@ static int bind_checked(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_fram
     tj_arg *arg = &args[p->position];
     frame->params[i] = arg;
     if (arg->kind == TJ_ARG_TENSOR && frame->first_tensor < 0) frame->first_tensor = p->position;
-    if ((rc = check_kind(&b, i, arg))) return rc;
-    if (p->binds >= 0 && (rc = bind_scalar(&b, i, arg))) return rc;
+    if ((rc = check_kind(b, i, arg))) return rc;
+    if (p->binds >= 0 && (rc = bind_scalar(b, i, arg))) return rc;
     any_complex |= p->has_complex && arg->kind == TJ_ARG_TENSOR;
   }
   if (any_complex)
     for (int32_t i = 0; i < k->nparams; ++i) {
       const tj__param *p = &k->params[i];
       if (p->output < 0 && p->has_complex && frame->params[i]->kind == TJ_ARG_TENSOR &&
-          (rc = check_complex(&b, i, frame->params[i])))
+          (rc = check_complex(b, i, frame->params[i])))
         return rc;
     }
-  if (k->check_integers && (rc = check_integers(&b))) return rc;
-  /* Output and workspace shapes, now that every symbol is bound. */
-  for (int32_t o = 0; o < k->nallocs; ++o) {
-    const tj__param *p = &k->params[k->output_params[o]];
-    frame->out_ndim[o] = p->ndim;
-    frame->out_dtype[o] = p->dtype;
-    for (int32_t d = 0; d < p->ndim; ++d) {
-      const tj__expr *e = &k->exprs[p->shape[d]];
-      int64_t v;
-      if (tj_expr_eval(e->code, e->n, frame->symbols, &v) != TJ_OK) {
-        char msg[400];
-        snprintf(msg, sizeof(msg), "cannot evaluate shape[%d] == %s: %s", d, e->text,
-                 tj_last_error());
-        return fail(&b, TJ_EVALUE, k->output_params[o], msg);
-      }
-      if (v < 0) {
-        char msg[300];
-        snprintf(msg, sizeof(msg), "shape[%d] == %s evaluates to %lld, which is negative", d,
-                 e->text, (long long)v);
-        return fail(&b, TJ_EVALUE, k->output_params[o], msg);
-      }
-      frame->out_shape[o][d] = v;
+  if (k->check_integers && (rc = check_integers(b))) return rc;
+  return TJ_OK;
+}
+
+/* The shape of output (or workspace) `o`, now that every symbol is bound. */
+static int output_shape(binder *b, int32_t o) {
+  const tj_kernel *k = b->k;
+  tj_frame *frame = b->frame;
+  const tj__param *p = &k->params[k->output_params[o]];
+  frame->out_ndim[o] = p->ndim;
+  frame->out_dtype[o] = p->dtype;
+  for (int32_t d = 0; d < p->ndim; ++d) {
+    const tj__expr *e = &k->exprs[p->shape[d]];
+    int64_t v;
+    if (tj_expr_eval(e->code, e->n, frame->symbols, &v) != TJ_OK) {
+      char msg[400];
+      snprintf(msg, sizeof(msg), "cannot evaluate shape[%d] == %s: %s", d, e->text,
+               tj_last_error());
+      return fail(b, TJ_EVALUE, k->output_params[o], msg);
     }
-    /* An output no allocator could make is refused here, the same way for every
-     * framework, rather than with each allocator's own words. */
-    int64_t bytes = tj__dtype_bytes(p->dtype);
-    int empty = 0, fits = 1;
-    for (int32_t d = 0; d < p->ndim; ++d) {
-      empty |= frame->out_shape[o][d] == 0;
-      fits = fits && !__builtin_mul_overflow(bytes, frame->out_shape[o][d], &bytes);
+    if (v < 0) {
+      char msg[300];
+      snprintf(msg, sizeof(msg), "shape[%d] == %s evaluates to %lld, which is negative", d, e->text,
+               (long long)v);
+      return fail(b, TJ_EVALUE, k->output_params[o], msg);
     }
-    if (!fits && !empty) {
-      char shape[200], dtype[48], msg[400];
-      tj__format_tuple(frame->out_shape[o], p->ndim, shape, sizeof(shape));
-      tj_dtype_format(p->dtype, dtype, sizeof(dtype));
-      snprintf(msg, sizeof(msg), "expected at most 2**63 - 1 bytes, got shape %s of %s", shape,
-               dtype);
-      return fail(&b, TJ_EVALUE, k->output_params[o], msg);
-    }
+    frame->out_shape[o][d] = v;
+  }
+  /* An output no allocator could make is refused here, the same way for every
+   * framework, rather than with each allocator's own words. */
+  int64_t bytes = tj__dtype_bytes(p->dtype);
+  int empty = 0, fits = 1;
+  for (int32_t d = 0; d < p->ndim; ++d) {
+    empty |= frame->out_shape[o][d] == 0;
+    fits = fits && !__builtin_mul_overflow(bytes, frame->out_shape[o][d], &bytes);
+  }
+  if (!fits && !empty) {
+    char shape[200], dtype[48], msg[400];
+    tj__format_tuple(frame->out_shape[o], p->ndim, shape, sizeof(shape));
+    tj_dtype_format(p->dtype, dtype, sizeof(dtype));
+    snprintf(msg, sizeof(msg), "expected at most 2**63 - 1 bytes, got shape %s of %s", shape,
+             dtype);
+    return fail(b, TJ_EVALUE, k->output_params[o], msg);
   }
   return TJ_OK;
+}
+
+static int bind_checked(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *frame) {
+  frame->kernel = k;
+  frame->has_device = 0;
+  frame->first_tensor = -1;
+  frame->stream = NULL;
+  frame->device.device_type = kDLCPU;
+  frame->device.device_id = 0;
+  if (!k->finalized) return tj_set_error(TJ_ERUNTIME, "%s: the kernel is not finalized", k->name);
+  if (nargs != k->ninputs) return count_refused(k, nargs);
+  binder b;
+  binder_init(&b, k, frame);
+  int rc = check_inputs(&b, args);
+  for (int32_t o = 0; rc == TJ_OK && o < k->nallocs; ++o) rc = output_shape(&b, o);
+  return rc;
 }
 
 int tj__bind_checked(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *frame) {

@@ -148,6 +148,16 @@ TEST(abi_reference) {
 #endif
 }
 
+TEST(version) {
+  /* One version: the number, the string and the header's parts agree. */
+  char parts[32];
+  snprintf(parts, sizeof(parts), "%d.%d.%d", TJ_VERSION_MAJOR, TJ_VERSION_MINOR, TJ_VERSION_PATCH);
+  CHECK_EQ_STR(tj_version_string(), TJ_VERSION);
+  CHECK_EQ_STR(parts, TJ_VERSION);
+  CHECK_EQ_INT(tj_version(), TJ_VERSION_MAJOR * 10000 + TJ_VERSION_MINOR * 100 + TJ_VERSION_PATCH);
+  CHECK(TJ_VERSION_MINOR < 100 && TJ_VERSION_PATCH < 100);
+}
+
 TEST(names_status) {
   CHECK_EQ_STR(tj_status_name(TJ_OK), "TJ_OK");
   CHECK_EQ_STR(tj_status_name(TJ_ETYPE), "TJ_ETYPE");
@@ -155,6 +165,7 @@ TEST(names_status) {
   CHECK_EQ_STR(tj_status_name(TJ_ERUNTIME), "TJ_ERUNTIME");
   CHECK_EQ_STR(tj_status_name(TJ_ENOMEM), "TJ_ENOMEM");
   CHECK_EQ_STR(tj_status_name(TJ_EPYERR), "TJ_EPYERR");
+  CHECK_EQ_STR(tj_status_name(TJ_ECLAIMED), "TJ_ECLAIMED");
   CHECK_EQ_STR(tj_status_name(-99), "TJ_EUNKNOWN");
   CHECK_EQ_STR(tj_status_exception(TJ_OK), "");
   CHECK_EQ_STR(tj_status_exception(TJ_ETYPE), "TypeError");
@@ -162,6 +173,7 @@ TEST(names_status) {
   CHECK_EQ_STR(tj_status_exception(TJ_ERUNTIME), "RuntimeError");
   CHECK_EQ_STR(tj_status_exception(TJ_ENOMEM), "MemoryError");
   CHECK_EQ_STR(tj_status_exception(TJ_EPYERR), "");
+  CHECK_EQ_STR(tj_status_exception(TJ_ECLAIMED), "");
   CHECK_EQ_STR(tj_status_exception(-99), "RuntimeError");
 
   /* tj_set_error returns its code and formats into the thread's message. */

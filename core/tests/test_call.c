@@ -128,7 +128,7 @@ TEST(call_run_imports_binds_allocates) {
   object_arg(&args[0], &a);
   object_arg(&args[1], &b);
   void *outputs[1] = {(void *)1};
-  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs, 0};
+  tj_call call = {args, 2, 0, NULL, outputs};
   CHECK_OK(tj_call_run(k, &call));
   CHECK_EQ_INT(rec.imports, 2);
   CHECK_EQ_INT(rec.allocations, 1);
@@ -148,7 +148,7 @@ TEST(call_run_count_first) {
   tj_arg args[3];
   for (int i = 0; i < 3; ++i) object_arg(&args[i], &a);
   void *outputs[1];
-  tj_call call = {args, 3, 0, NULL, NULL, NULL, outputs, 0};
+  tj_call call = {args, 3, 0, NULL, outputs};
   CHECK_STATUS(tj_call_run(k, &call), TJ_ETYPE);
   CHECK_EQ_STR(tj_last_error(), "vec_add: expected 2 arguments (A, B), got 3");
   CHECK_EQ_INT(rec.imports, 0); /* nothing is imported before the count is right */
@@ -173,7 +173,7 @@ TEST(call_run_optional_left_out) {
   memset(args, 0xff, sizeof(args)); /* the record left out is the core's to set */
   object_arg(&args[0], &a);
   object_arg(&args[1], &a);
-  tj_call call = {args, 2, 0, NULL, NULL, NULL, NULL, 0};
+  tj_call call = {args, 2, 0, NULL, NULL};
   CHECK_OK(tj_call_run(k, &call));
   CHECK(seen_c == NULL);
   CHECK_EQ_INT(args[2].kind, TJ_ARG_NONE);
@@ -205,7 +205,7 @@ TEST(call_run_import_failure) {
   object_arg(&args[0], &a);
   object_arg(&args[1], &b);
   void *outputs[1];
-  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs, 0};
+  tj_call call = {args, 2, 0, NULL, outputs};
   CHECK_STATUS(tj_call_run(k, &call), TJ_EVALUE);
   CHECK_EQ_STR(tj_last_error(),
                "vec_add: argument 1 'B': cannot import the tensor through DLPack: refused");
@@ -268,7 +268,7 @@ TEST(call_run_refuses_lazy_views) {
     args[1].producer = &viewed;
     block[2] = cases[i].word;
     void *outputs[1];
-    tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs, 0};
+    tj_call call = {args, 2, 0, NULL, outputs};
     int imports = rec.imports;
     if (cases[i].error == NULL) {
       CHECK_OK(tj_call_run(k, &call));
@@ -299,7 +299,7 @@ TEST(call_run_validation_failure) {
   object_arg(&args[0], &a);
   object_arg(&args[1], &b);
   void *outputs[1];
-  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs, 0};
+  tj_call call = {args, 2, 0, NULL, outputs};
   CHECK_STATUS(tj_call_run(k, &call), TJ_EVALUE);
   CHECK_EQ_STR(tj_last_error(),
                "vec_add: argument 1 'B': expected shape[0] == n (= 8, bound by "
@@ -321,7 +321,7 @@ TEST(call_run_allocation_failure) {
   object_arg(&args[0], &a);
   object_arg(&args[1], &b);
   void *outputs[1];
-  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs, 0};
+  tj_call call = {args, 2, 0, NULL, outputs};
   CHECK_STATUS(tj_call_run(k, &call), TJ_ERUNTIME);
   CHECK_EQ_STR(tj_last_error(),
                "vec_add: output 'C': cannot allocate the output: out of fake memory");
@@ -343,7 +343,7 @@ TEST(call_run_producer_error_pending) {
   object_arg(&args[0], &a);
   object_arg(&args[1], &b);
   void *outputs[1];
-  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs, 0};
+  tj_call call = {args, 2, 0, NULL, outputs};
   CHECK_STATUS(tj_call_run(k, &call), TJ_EPYERR);
   CHECK_EQ_STR(tj_last_error(), "vec_add: argument 0 'A': cannot import the tensor through DLPack");
   CHECK_EQ_INT(tj_last_error_info()->producer, TJ_PRODUCER_IMPORT);
@@ -371,7 +371,7 @@ TEST(call_run_streams) {
   object_arg(&args[0], &a);
   object_arg(&args[1], &b);
   object_arg(&args[2], &c);
-  tj_call call = {args, 3, 1, (void *)0x1234, NULL, NULL, NULL, 0};
+  tj_call call = {args, 3, 1, (void *)0x1234, NULL};
   /* An explicit stream wins, and a CPU kernel refuses a non-zero one. */
   CHECK_STATUS(tj_call_run(k, &call), TJ_EVALUE);
   CHECK_ERROR_CONTAINS("a stream was given to a cpu kernel");
@@ -391,7 +391,7 @@ TEST(call_run_releases_owned_imports) {
   object_tensor(&b, b_data, 8);
   tj_arg args[2];
   void *outputs[1];
-  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs, 0};
+  tj_call call = {args, 2, 0, NULL, outputs};
   for (int round = 0; round < 3; ++round) {
     object_arg(&args[0], &a);
     object_arg(&args[1], &b);
@@ -418,7 +418,7 @@ TEST(call_run_no_tensor_fallback) {
   tj_arg_init(&args[0]);
   args[0].kind = TJ_ARG_FLOAT;
   void *outputs[1];
-  tj_call call = {args, 1, 0, NULL, NULL, NULL, outputs, 0};
+  tj_call call = {args, 1, 0, NULL, outputs};
   CHECK_STATUS(tj_call_run(k, &call), TJ_ETYPE);
   CHECK_EQ_STR(tj_last_error(),
                "fill: output 'out': no tensor argument to allocate it like, and "
@@ -445,6 +445,7 @@ typedef struct {
   tj_arg args[2];
   void *outputs[1];
   tj_call call;
+  tj_call_binding binding;
 } claim_fixture;
 
 static void claim_fixture_init(claim_fixture *f, const tj_claim *claim) {
@@ -454,8 +455,9 @@ static void claim_fixture_init(claim_fixture *f, const tj_claim *claim) {
   f->k = adder(TJ_BUF_OUTPUT);
   object_tensor(&f->a, a_data, 8);
   object_tensor(&f->b, b_data, 8);
-  tj_call call = {f->args, 2, 0, NULL, NULL, NULL, f->outputs, 0};
+  tj_call call = {f->args, 2, 0, NULL, f->outputs};
   f->call = call;
+  memset(&f->binding, 0, sizeof(f->binding));
 }
 
 /* Imports A and B afresh through the claiming producer and runs the call. */
@@ -463,7 +465,7 @@ static int claim_run(claim_fixture *f) {
   object_arg(&f->args[0], &f->a);
   object_arg(&f->args[1], &f->b);
   f->args[0].producer = f->args[1].producer = &f->producer;
-  return tj_call_run(f->k, &f->call);
+  return tj_call_run_binding(f->k, &f->call, &f->binding);
 }
 
 TEST(call_run_claims) {
@@ -508,10 +510,10 @@ TEST(call_run_claims) {
 
   /* The framework's own implementation of the call is never claimed. */
   memset(&rec, 0, sizeof(rec));
-  f.call.unclaimed = 1;
+  f.binding.unclaimed = 1;
   RUN_CLAIMED(&yes, &yes, TJ_OK);
   CHECK(rec.out_data[0][0] == 11.0f);
-  f.call.unclaimed = 0;
+  f.binding.unclaimed = 0;
 
   /* Both require grad with grad mode off: grad mode asked once, the call runs. */
   memset(&rec, 0, sizeof(rec));
@@ -811,6 +813,7 @@ TEST(call_run_scalar_binds_symbols) {
   CHECK_OK(tj_kernel_create("fill", 2, TJ_TARGET_CPU, &k));
   CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
   int32_t twice = tjt_binop_const(k, "n * 2", 0, TJ_OP_MUL, 2);
+  const tj_call_binding fallback = {&fake_producer, NULL, 0};
   CHECK_OK(tj_kernel_set_scalar(k, 0, "n", TJT_DTYPE(kDLInt, 32)));
   CHECK_OK(tj_kernel_set_scalar_symbol(k, 0, 0));
   tjt_buffer(k, 1, "C", TJT_F32, 1, &twice, NULL, 0, TJ_BUF_OUTPUT);
@@ -823,21 +826,21 @@ TEST(call_run_scalar_binds_symbols) {
     tj_arg args[1];
     scalar_value(&args[0], values[i]);
     void *outputs[1];
-    tj_call call = {args, 1, 0, NULL, &fake_producer, NULL, outputs, 0};
-    CHECK_OK(tj_call_run(k, &call));
+    tj_call call = {args, 1, 0, NULL, outputs};
+    CHECK_OK(tj_call_run_binding(k, &call, &fallback));
     CHECK_EQ_INT(seen_n, values[i]);
     CHECK_EQ_INT(((tjt_object *)outputs[0])->tensor.t.shape[0], 2 * values[i]);
   }
   tj_arg args[1];
   scalar_value(&args[0], -1);
   void *outputs[1];
-  tj_call call = {args, 1, 0, NULL, &fake_producer, NULL, outputs, 0};
+  tj_call call = {args, 1, 0, NULL, outputs};
   rec.allocations = 0;
-  CHECK_STATUS(tj_call_run(k, &call), TJ_EVALUE);
+  CHECK_STATUS(tj_call_run_binding(k, &call, &fallback), TJ_EVALUE);
   CHECK_EQ_STR(tj_last_error(),
                "fill: output 'C': shape[0] == n * 2 evaluates to -2, which is negative");
   scalar_value(&args[0], (int64_t)1 << 40); /* the scalar's own range first */
-  CHECK_STATUS(tj_call_run(k, &call), TJ_EVALUE);
+  CHECK_STATUS(tj_call_run_binding(k, &call, &fallback), TJ_EVALUE);
   CHECK_EQ_STR(tj_last_error(),
                "fill: argument 0 'n': value 1099511627776 is out of range for "
                "int32");
@@ -946,14 +949,15 @@ TEST(call_run_workspaces) {
   tj_host host;
   memset(&host, 0, sizeof(host));
   host.release = count_release;
+  const tj_call_binding binding = {NULL, &host, 0};
   released = 0;
   for (int call_number = 0; call_number < 2; ++call_number) {
     tjt_object a;
     object_tensor(&a, a_data, 8);
     tj_arg args[1];
     object_arg(&args[0], &a);
-    tj_call call = {args, 1, 0, NULL, NULL, &host, NULL, 0};
-    CHECK_OK(tj_call_run(k, &call));
+    tj_call call = {args, 1, 0, NULL, NULL};
+    CHECK_OK(tj_call_run_binding(k, &call, &binding));
     CHECK(seen_w == rec.out_data[call_number]);
     CHECK_EQ_INT(seen_w[0], 7); /* the kernel wrote it */
     CHECK_EQ_INT(released, call_number + 1);
@@ -964,8 +968,8 @@ TEST(call_run_workspaces) {
   tjt_tensor_1d(&t, a_data, TJT_F32, 8);
   tj_arg args[1];
   tjt_arg_tensor(&args[0], &t, 0);
-  tj_call call = {args, 1, 0, NULL, NULL, &host, NULL, 0};
-  CHECK_STATUS(tj_call_run(k, &call), TJ_ETYPE);
+  tj_call call = {args, 1, 0, NULL, NULL};
+  CHECK_STATUS(tj_call_run_binding(k, &call, &binding), TJ_ETYPE);
   CHECK_EQ_STR(tj_last_error(),
                "ws: workspace 'W': no tensor argument to allocate it like, and "
                "no default allocator");

@@ -35,7 +35,7 @@ TEST(fuzz_object_without_producer) {
   args[0].value.p = &b;
   tjt_arg_tensor(&args[1], &b, 0);
   void *outputs[1];
-  tj_call call = {args, 2, 0, NULL, NULL, NULL, outputs, 0};
+  tj_call call = {args, 2, 0, NULL, outputs};
   CHECK_STATUS(tj_call_run(k, &call), TJ_ETYPE);
   CHECK_EQ_STR(tj_last_error(),
                "vec_add: argument 0 'A': cannot import the tensor through DLPack: the binding gave "

@@ -83,7 +83,7 @@ static tj_kernel *mix_kernel(int32_t noutputs) {
   return k;
 }
 
-/* ---- The host functions tilejit would give (tilejit.backends.binding) ------------ */
+/* ---- The host functions tilejit would give (tilejit.runtime.binding) ------------- */
 
 static int describes, stream_asks, keyword_calls, claimed_calls, producer_errors;
 

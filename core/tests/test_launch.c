@@ -434,8 +434,9 @@ static int run_objects(const tj_kernel *k, const tj_producer *producer, const tj
     args[i].value.p = objects[i];
     args[i].producer = producer;
   }
-  tj_call call = {args, 2, 0, NULL, NULL, host, outputs, 0};
-  return tj_call_run(k, &call);
+  tj_call call = {args, 2, 0, NULL, outputs};
+  const tj_call_binding binding = {NULL, host, 0};
+  return tj_call_run_binding(k, &call, &binding);
 }
 
 TEST(call_run_exchange_vec_add) {

@@ -11,6 +11,7 @@
   X(abi_published_layout)                          \
   X(abi_enum_values)                               \
   X(abi_reference)                                 \
+  X(version)                                       \
   X(names_status)                                  \
   X(names_device)                                  \
   X(names_dtype)                                   \

@@ -1,7 +1,9 @@
-"""ctypes mirrors of the core's public C structures (core/include/tilejit/*.h).
+"""ctypes mirrors of the core's public C structures (core/include/tilejit/*.h) that
+Python uses: tilejit's bindings and the tests' fakes, nothing more.
 
-Each class names its C type in ``_c_name_``; a test compiles the headers and checks
-every size and field offset here against the C compiler's, so a mirror cannot drift.
+Each class names its C type in ``_c_name_`` and lists every field of it, in order; a test
+(tests/test_abi_mirrors.py) compiles the headers and checks each field's name, offset and
+size and the struct's size against the C compiler's, and that each class is used.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from ctypes import (
     c_ssize_t,
     c_uint8,
     c_uint16,
-    c_uint32,
     c_uint64,
     c_void_p,
 )
@@ -40,32 +41,6 @@ class DLTensor(Structure):
     _fields_ = [("data", c_void_p), ("device", DLDevice), ("ndim", c_int32),
                 ("dtype", DLDataType), ("shape", POINTER(c_int64)),
                 ("strides", POINTER(c_int64)), ("byte_offset", c_uint64)]
-
-
-class DLPackVersion(Structure):
-    _c_name_ = "DLPackVersion"
-    _fields_ = [("major", c_uint32), ("minor", c_uint32)]
-
-
-class DLManagedTensorVersioned(Structure):
-    _c_name_ = "DLManagedTensorVersioned"
-    _fields_ = [("version", DLPackVersion), ("manager_ctx", c_void_p), ("deleter", c_void_p),
-                ("flags", c_uint64), ("dl_tensor", DLTensor)]
-
-
-class DLPackExchangeAPIHeader(Structure):
-    _c_name_ = "DLPackExchangeAPIHeader"
-    _fields_ = [("version", DLPackVersion), ("prev_api", c_void_p)]
-
-
-class DLPackExchangeAPI(Structure):
-    _c_name_ = "DLPackExchangeAPI"
-    _fields_ = [("header", DLPackExchangeAPIHeader),
-                ("managed_tensor_allocator", c_void_p),
-                ("managed_tensor_from_py_object_no_sync", c_void_p),
-                ("managed_tensor_to_py_object_no_sync", c_void_p),
-                ("dltensor_from_py_object_no_sync", c_void_p),
-                ("current_work_stream", c_void_p)]
 
 
 # ---- tilejit/core.h, producer.h, host.h ---------------------------------------------

@@ -63,7 +63,6 @@ _PROTOTYPES = {
     "tj_kernel_num_outputs": (c_int32, [c_void_p]),
     "tj_kernel_num_workspaces": (c_int32, [c_void_p]),
     "tj_kernel_num_params": (c_int32, [c_void_p]),
-    "tj_kernel_param_kind": (c_int32, [c_void_p, c_int32]),
     "tj_kernel_param_name": (c_char_p, [c_void_p, c_int32]),
     "tj_kernel_output_param": (c_int32, [c_void_p, c_int32]),
     "tj_kernel_name": (c_char_p, [c_void_p]),

@@ -1,27 +1,32 @@
 /*
  * tilejit's embedding API: what a program needs to declare a kernel and call
  * it from C. Kernel signatures, call arguments, validation and symbol binding,
- * expression evaluation, launch, and the call itself. Pure C, no Python.
+ * expression evaluation, launch, and the call itself. Pure C, no Python, and
+ * nothing of the language bindings: an embedder includes this header alone.
  * tilejit/tilejit.h includes it with the rest: the producer interface
- * (tilejit/producer.h), the host ABI of language bindings (tilejit/host.h)
- * and the layout algebra (tilejit/layout.h).
+ * (tilejit/producer.h, for programs that hand the core objects rather than
+ * tensors), the host ABI of language bindings (tilejit/host.h) and the layout
+ * algebra (tilejit/layout.h).
  *
  * Conventions:
  * - Every fallible function returns a tj_status: TJ_OK (0) or a negative code.
  *   On failure the message is in thread-local storage, read with
- *   tj_last_error(); the binding maps codes to exception classes in one place.
+ *   tj_last_error(); tj_status_exception maps codes to exception classes in
+ *   one place.
  * - Public names are tj_ / TJ_, internal non-static names tj__. Public
  *   functions are marked TJ_API (tilejit/export.h): the only names the core's
  *   shared library exports.
  * - "borrows" means the callee keeps no reference past the call unless said;
  *   "takes ownership" means the callee frees or releases it.
+ * - Structs shared across the library's boundary by pointer say how they may
+ *   change ("Compatibility"): append-only ones only ever gain fields at their
+ *   end, so that the fields a caller knows keep their offsets.
  *
  * The per-call flow lives in one function, tj_call_run ("The call" below):
- * the binding classifies each host object into a tj_arg (a scalar, or an
- * object with the producer that can import it) and hands the call over; the
- * core imports, validates and binds (tj_call_bind), picks the stream,
- * allocates and checks outputs (tj_call_set_output), launches
- * (tj_call_launch) and releases. The step functions stay public for
+ * the caller makes a tj_arg of each argument (a tensor, a scalar, an address,
+ * None) and hands the call over; the core validates and binds (tj_call_bind),
+ * picks the stream, allocates and checks outputs (tj_call_set_output),
+ * launches (tj_call_launch) and releases. The step functions stay public for
  * embedders and tests.
  */
 #ifndef TILEJIT_CORE_H_
@@ -37,7 +42,12 @@
 extern "C" {
 #endif
 
+/* The version of these headers, as a string and in parts; tj_version and
+ * tj_version_string give the library's. */
 #define TJ_VERSION "0.1.0"
+#define TJ_VERSION_MAJOR 0
+#define TJ_VERSION_MINOR 1
+#define TJ_VERSION_PATCH 0
 
 /* The DLPack version the core speaks, in the tensors and tables it reads and
  * makes. A producer whose major version differs is not read past the version
@@ -64,18 +74,27 @@ extern "C" {
 /* Bytes of a CUtensorMap (passed by value as a __grid_constant__ parameter). */
 #define TJ_TENSORMAP_BYTES 128
 
+/* ---- Version -------------------------------------------------------------- */
+
+/* The version of the core library the program runs with, which may differ from
+ * the headers it was built with: MAJOR * 10000 + MINOR * 100 + PATCH (0.1.0 is
+ * 100; compare with TJ_VERSION_MAJOR, ...), and as a string ("0.1.0", static,
+ * TJ_VERSION of the library's build). Never fail. */
+TJ_API int32_t tj_version(void);
+TJ_API const char *tj_version_string(void);
+
 /* ---- Status codes --------------------------------------------------------- */
 
-/* X(name, value, python exception class). -6 is retired (it never comes back
- * as another code). */
-#define TJ_STATUS_MAP(X)                                              \
-  X(TJ_OK, 0, "")                                                     \
-  X(TJ_ETYPE, -1, "TypeError")       /* wrong kind of argument */     \
-  X(TJ_EVALUE, -2, "ValueError")     /* right kind, bad value */      \
-  X(TJ_ERUNTIME, -3, "RuntimeError") /* loader, driver, launch */     \
-  X(TJ_ENOMEM, -4, "MemoryError")                                     \
-  X(TJ_EPYERR, -5, "")   /* a producer's (Python) error is pending */ \
-  X(TJ_ECLAIMED, -7, "") /* a framework takes the call over (tj_claim) */
+/* X(name, value, python exception class). The statuses of producers and
+ * language bindings (-5, -7) are tilejit/producer.h's, in a table of their own
+ * (TJ_BINDING_STATUS_MAP) that tj_status_name and tj_status_exception cover
+ * too. -6 is retired (it never comes back as another code). */
+#define TJ_STATUS_MAP(X)                                          \
+  X(TJ_OK, 0, "")                                                 \
+  X(TJ_ETYPE, -1, "TypeError")       /* wrong kind of argument */ \
+  X(TJ_EVALUE, -2, "ValueError")     /* right kind, bad value */  \
+  X(TJ_ERUNTIME, -3, "RuntimeError") /* loader, driver, launch */ \
+  X(TJ_ENOMEM, -4, "MemoryError")
 
 typedef enum {
 #define TJ__STATUS_ENUM(name, value, exc) name = value,
@@ -96,30 +115,20 @@ TJ_API int tj_set_error(int code, const char *fmt, ...)
     ;
 
 /* Name of a status code ("TJ_EVALUE"), and the Python exception class name it
- * maps to ("ValueError"; "" for codes that raise nothing of their own: TJ_OK,
- * TJ_EPYERR, TJ_ECLAIMED). Static strings. The one map from codes to
- * exception classes: bindings raise what this names. */
+ * maps to ("ValueError"; "" for codes that raise nothing of their own, such as
+ * TJ_OK). Static strings. The one map from codes to exception classes, over
+ * every status table: bindings raise what this names. */
 TJ_API const char *tj_status_name(int code);
 TJ_API const char *tj_status_exception(int code);
 
-/* Which step of a producer failed with TJ_EPYERR (tj_error_info.producer). */
-typedef enum {
-  TJ_PRODUCER_NONE = 0,
-  TJ_PRODUCER_IMPORT = 1,   /* turning an argument into a tensor */
-  TJ_PRODUCER_ALLOCATE = 2, /* making an output (allocator or to-object) */
-  TJ_PRODUCER_STREAM = 3,   /* asking for the current work stream */
-  TJ_PRODUCER_CONVERT = 4,  /* reading a scalar argument (the host's conversion) */
-} tj_producer_step;
-
-/* Where the last failure on this thread happened, beside its message. With
- * TJ_EPYERR the message is the prefix ("vec_add: argument 1 'B': cannot import
- * the tensor through DLPack") that the binding joins to the producer's own
- * error. */
+/* Where the last failure on this thread happened, beside its message.
+ * Compatibility: append-only (fields are added at the end only, never
+ * reordered, resized or removed). */
 typedef struct tj_error_info {
   int32_t code;     /* the status returned */
   int32_t argument; /* the caller argument at fault, or -1 */
   int32_t output;   /* the output at fault (output order), or -1 */
-  int32_t producer; /* tj_producer_step with TJ_EPYERR, else TJ_PRODUCER_NONE */
+  int32_t producer; /* the failed producer step (tilejit/producer.h), else 0 */
 } tj_error_info;
 
 /* This thread's record of its last failure (thread-local, like the message;
@@ -127,7 +136,8 @@ typedef struct tj_error_info {
 TJ_API const tj_error_info *tj_last_error_info(void);
 
 /* Marks the last failure as caused by caller argument `argument` and/or output
- * `output` (-1: keep) and a producer step; returns the code unchanged. */
+ * `output` (-1: keep); `producer` is 0 outside producers (tilejit/producer.h).
+ * Returns the code unchanged. */
 TJ_API int tj_error_at(int code, int32_t argument, int32_t output, int32_t producer);
 
 /* ---- Expressions ---------------------------------------------------------- */
@@ -177,8 +187,7 @@ typedef enum {
                        * tensor.dtype.bits != 0, tensor.dtype and
                        * tensor.device.device_type say what it points to */
   TJ_ARG_OTHER = 6,   /* anything else; type_name says what, for messages */
-  TJ_ARG_OBJECT = 7,  /* a host object in value.p that `producer` imports
-                       * (tj_call_run makes it a TENSOR) */
+  /* Kinds from 7 on are reserved to tilejit/producer.h. */
 } tj_arg_kind;
 
 /* tj_arg.flags. TJ_ARG_OUT_OF_RANGE: a kind INT whose Python int fits neither
@@ -211,8 +220,9 @@ typedef struct tj_arg {
                           * borrowed, for messages; may be NULL */
   int32_t owner_kind;    /* tj_owner_kind */
   void *owner;           /* the managed tensor whose deleter is owed */
-  /* Kind OBJECT: imports it. Kind TENSOR: allocates outputs like it and gives
-   * its stream; NULL for tensors no producer stands behind. Borrowed. */
+  /* Kind TENSOR: the producer that allocates outputs like it and gives its
+   * stream (tilejit/producer.h); NULL for tensors no producer stands behind,
+   * as every tensor of tj_arg_from_* is. Borrowed. */
   const struct tj_producer *producer;
 } tj_arg;
 
@@ -492,7 +502,7 @@ typedef struct tj_frame {
   int64_t out_shape[TJ_MAX_OUTPUTS][TJ_MAX_NDIM];
   DLDataType out_dtype[TJ_MAX_OUTPUTS];
   /* The stream to launch on (CUstream for CUDA). tj_call_bind sets it to NULL;
-   * the binding then sets it: an explicit stream first, else the producer's
+   * the caller then sets it: an explicit stream first, else the producer's
    * current work stream. A CPU kernel given a non-NULL stream is an error. */
   void *stream;
 } tj_frame;
@@ -529,54 +539,39 @@ TJ_API int tj_call_launch(tj_frame *frame);
  * Loads the driver if needed. */
 TJ_API int tj_cuda_device_capability(int32_t device_id, int32_t *major, int32_t *minor);
 
-/* How one kind of host object becomes a tensor (tilejit/producer.h), and the
- * host's object operations (tilejit/host.h). An embedder that passes tensors
- * (tj_arg_from_dltensor) and no objects never fills either. */
-typedef struct tj_producer tj_producer;
-typedef struct tj_host tj_host;
-
 /* ---- The call ----------------------------------------------------------------- */
 
-/* Everything a binding hands over for one kernel call. Caller-owned, usually on
- * the stack; everything in it is borrowed. */
+/* One kernel call. Caller-owned, usually on the stack; everything in it is
+ * borrowed. Compatibility: append-only (fields are added at the end only, never
+ * reordered, resized or removed). */
 typedef struct tj_call {
-  /* The caller's arguments, `nargs` of them, each classified by the binding:
-   * TJ_ARG_OBJECT entries (made by tj_arg_object) are imported by the core
-   * through their producer; the rest (scalars, addresses, None, tensors the
-   * binding already holds) are used as they are. tj_call_run releases every
-   * owning import before it returns. A call may leave out trailing optional
-   * buffers, as a Python function its trailing `=None` parameters: the array
-   * then has room for the kernel's inputs (TJ_MAX_PARAMS always does), and
-   * tj_call_run sets the records left out to None. */
+  /* The caller's arguments, `nargs` of them: tensors (tj_arg_from_*), scalars,
+   * addresses and None. tj_call_run releases every owning import before it
+   * returns. A call may leave out trailing optional buffers, as a Python
+   * function its trailing `=None` parameters: the array then has room for the
+   * kernel's inputs (TJ_MAX_PARAMS always does), and tj_call_run sets the
+   * records left out to None. */
   tj_arg *args;
   int32_t nargs;
   int32_t has_stream; /* 1: `stream` was given explicitly and wins */
   void *stream;
-  /* Allocates outputs when no argument is a tensor; NULL: such a kernel's
-   * outputs cannot be allocated (TJ_ETYPE). */
-  const tj_producer *fallback;
-  const tj_host *host; /* its unlock/lock run around the kernel; may be NULL */
   /* One slot per output, in declaration order: new references the caller owns,
    * also when the call fails (NULL where no object was made). */
   void **outputs;
-  /* 1: no framework claims the call (tj_claim): it is the framework's own
-   * implementation of the call it handed back. */
-  int32_t unclaimed;
 } tj_call;
 
 /* Runs one call, each step here and nowhere else:
  *   1. the argument count;
- *   2. imports each TJ_ARG_OBJECT argument with its producer, unless the
- *      producer's framework claims the call at once (tj_claim: TJ_ECLAIMED);
- *   3. validates every argument and binds the symbols (tj_call_bind); a call
- *      claimed after validation stops here with TJ_ECLAIMED;
- *   4. the stream: explicit > the current work stream of the first tensor's
+ *   2. validates every argument and binds the symbols (tj_call_bind);
+ *   3. the stream: explicit > the current work stream of the first tensor's
  *      producer (devices other than the CPU) > none;
- *   5. allocates each output with the first tensor's producer (or `fallback`)
- *      and validates it (tj_call_set_output);
- *   6. launches (tj_call_launch) with the host lock dropped;
- *   7. releases every owning import, inputs and outputs, success or not.
- * On failure the record (tj_last_error_info) says which argument or output. */
+ *   4. allocates each output with the first tensor's producer and validates
+ *      it (tj_call_set_output); a kernel with outputs needs one (TJ_ETYPE);
+ *   5. launches (tj_call_launch);
+ *   6. releases every owning import, inputs and outputs, success or not.
+ * On failure the record (tj_last_error_info) says which argument or output.
+ * Language bindings run the same sequence through tj_call_run_binding
+ * (tilejit/producer.h). */
 TJ_API int tj_call_run(const tj_kernel *kernel, tj_call *call);
 
 #ifdef __cplusplus

@@ -3,7 +3,7 @@
  * the core, written once in C (core/src/host.c) for every binding shipped
  * with tilejit. A binding fills one tj_host with the host's object operations
  * (for CPython: the C API functions named beside each field) and the host
- * functions tilejit calls back (tilejit.backends.binding), makes one
+ * functions tilejit calls back (tilejit.runtime.binding), makes one
  * tj_host_plan per kernel, and calls tj_host_call. Everything a call does to
  * host objects happens here:
  *   - classifying each argument (None, bool, int, float, tensors of the types
@@ -31,13 +31,16 @@ extern "C" {
 #endif
 
 /* The status codes a binding maps to exception classes (tj_host.exceptions
- * is indexed by -code). */
+ * is indexed by -code). Fixed, as tj_host is append-only: a status added later
+ * raises tj_host.exceptions[-TJ_ERUNTIME]. */
 #define TJ_HOST_NUM_STATUS 8
 
-/* The host's object operations and tilejit's host functions. One per process
- * is enough; caller-owned, alive for as long as any plan or producer points to
- * it. "New" results are new references the core releases; NULL results mean
- * a host error is pending. */
+/* The host's object operations and tilejit's host functions. One per process is
+ * enough; caller-owned, alive for as long as any plan or producer points to it.
+ * "New" results are new references the core releases; NULL results mean a host
+ * error is pending. Compatibility: append-only (fields are added at the end
+ * only, never reordered, resized or removed); a field added later is optional,
+ * NULL or -1 keeping the behaviour before it. */
 struct tj_host {
   /* PyCapsule_IsValid / PyCapsule_GetPointer / PyCapsule_SetName. */
   int (*capsule_is_valid)(void *capsule, const char *name);
@@ -113,7 +116,7 @@ struct tj_host {
    * TypeError, ...; tj_status_exception names them). */
   void *exceptions[TJ_HOST_NUM_STATUS];
 
-  /* tilejit's host functions (tilejit.backends.binding), each a callable:
+  /* tilejit's host functions (tilejit.runtime.binding), each a callable:
    * describe(type, exchange) -> the address of the type's tj_host_type,
    *   asked once per type and mode;
    * dlpack_capsule(obj) -> a DLPack capsule of obj;
@@ -148,7 +151,9 @@ typedef enum {
 
 /* What tj_host.describe answers for a type: how its objects are read, and the
  * name messages give it ("numpy.float32"). Made by the binding, alive for the
- * process (the registry keeps the address); borrowed by the core. */
+ * process (the registry keeps the address); borrowed by the core.
+ * Compatibility: append-only (fields are added at the end only, never
+ * reordered, resized or removed). */
 typedef struct tj_host_type {
   int32_t kind; /* tj_host_kind */
   const tj_producer *producer;
@@ -156,7 +161,8 @@ typedef struct tj_host_type {
 } tj_host_type;
 
 /* One kernel's call, prepared once by the binding. Caller-owned, alive as long
- * as the kernel object; borrowed by tj_host_call. */
+ * as the kernel object; borrowed by tj_host_call. Compatibility: append-only
+ * (fields are added at the end only, never reordered, resized or removed). */
 typedef struct tj_host_plan {
   const tj_kernel *kernel;
   const tj_host *host;
@@ -172,7 +178,7 @@ typedef struct tj_host_plan {
   void *keywords;
   void *claimed;
   /* 1: no framework claims a call of this plan (the framework's own
-   * implementation of the kernel, tj_call.unclaimed). */
+   * implementation of the kernel, tj_call_binding.unclaimed). */
   int32_t unclaimed;
   /* 1: the kernel has an input named `stream`, which stream= passes; the
    * launch stream is then the framework's current one. 0: stream= is the
@@ -189,15 +195,16 @@ TJ_API void tj_host_dlpack_producer(tj_producer *producer, const tj_host *host, 
  * a framework whose view bits cannot be read in place). */
 TJ_API void tj_host_ask_view(tj_producer *producer);
 
-/* A framework's claim asked through the host (tj_claim.ask =
- * tj_host_claim_ask, tj_claim.context = a tj_host_claim_mode): the core asks
- * tj_host.claims(object, failed). With tj_claim.active =
- * tj_host_claim_active, it is asked only while the framework is in a mode in
- * which it may claim a call that the claim's fast path did not: while
- * `scope` (a host dict) holds at `key` (a host string) an object other than
- * `idle` (torch: forward-mode AD's current level, the int -1 outside any,
- * one object in CPython). All three alive for the process; scope is unused
- * without tj_host_claim_active. */
+/* A framework's claim asked through the host (tj_claim.ask = tj_host_claim_ask,
+ * tj_claim.context = a tj_host_claim_mode): the core asks
+ * tj_host.claims(object, failed). With tj_claim.active = tj_host_claim_active,
+ * it is asked only while the framework is in a mode in which it may claim a
+ * call that the claim's fast path did not: while `scope` (a host dict) holds at
+ * `key` (a host string) an object other than `idle` (torch: forward-mode AD's
+ * current level, the int -1 outside any, one object in CPython). All three
+ * alive for the process; scope is unused without tj_host_claim_active.
+ * Compatibility: append-only (fields are added at the end only, never
+ * reordered, resized or removed). */
 typedef struct tj_host_claim_mode {
   const tj_host *host;
   void *scope;

@@ -20,6 +20,43 @@
 extern "C" {
 #endif
 
+/* How one kind of host object becomes a tensor (below), and the host's object
+ * operations (tilejit/host.h). */
+typedef struct tj_producer tj_producer;
+typedef struct tj_host tj_host;
+
+/* ---- Statuses and errors of producers and bindings ------------------------- */
+
+/* The statuses only producers and bindings return, beside core.h's
+ * TJ_STATUS_MAP (same columns; the codes of the two tables never overlap).
+ * tj_status_name and tj_status_exception cover both tables: neither raises an
+ * exception class of its own. */
+#define TJ_BINDING_STATUS_MAP(X)                                      \
+  X(TJ_EPYERR, -5, "")   /* a producer's (Python) error is pending */ \
+  X(TJ_ECLAIMED, -7, "") /* a framework takes the call over (tj_claim) */
+
+typedef enum {
+#define TJ__BINDING_STATUS_ENUM(name, value, exc) name = value,
+  TJ_BINDING_STATUS_MAP(TJ__BINDING_STATUS_ENUM)
+#undef TJ__BINDING_STATUS_ENUM
+} tj_binding_status;
+
+/* Which step of a producer failed with TJ_EPYERR (tj_error_info.producer). With
+ * TJ_EPYERR the message is the prefix ("vec_add: argument 1 'B': cannot import
+ * the tensor through DLPack") that the binding joins to the producer's own
+ * error. */
+typedef enum {
+  TJ_PRODUCER_NONE = 0,
+  TJ_PRODUCER_IMPORT = 1,   /* turning an argument into a tensor */
+  TJ_PRODUCER_ALLOCATE = 2, /* making an output (allocator or to-object) */
+  TJ_PRODUCER_STREAM = 3,   /* asking for the current work stream */
+  TJ_PRODUCER_CONVERT = 4,  /* reading a scalar argument (the host's conversion) */
+} tj_producer_step;
+
+/* A host object in tj_arg.value.p that tj_arg.producer imports (tj_arg_object);
+ * tj_call_run_binding makes it a TJ_ARG_TENSOR. A tj_arg_kind beside core.h's. */
+#define TJ_ARG_OBJECT 7
+
 /* ---- Producers: how the core reads objects it cannot see into -------------- */
 
 /* The core never looks inside a host object (a Python object, for the bindings
@@ -48,7 +85,9 @@ extern "C" {
  * whose address is stored at byte `block_offset` of the object (for torch: the
  * dispatch key set of the TensorImpl a torch.Tensor points to), with the masks
  * of the two bits in it. The binding finds and verifies the offsets and vouches
- * for them for every object of the producer's type; the core only reads. */
+ * for them for every object of the producer's type; the core only reads.
+ * Compatibility: append-only (fields are added at the end only, never
+ * reordered, resized or removed). */
 typedef struct tj_view_bits {
   int64_t block_offset;
   int64_t word_offset;
@@ -60,36 +99,35 @@ typedef struct tj_view_bits {
  * core but handed back to the binding, which runs it through the framework
  * (torch: the kernel's custom op, so that autograd records it and traced
  * tensors reach its fake implementation). Before importing an object whose
- * producer has a claim, the core asks, cheapest first:
- *   - `always` 1: every call is claimed, before anything is imported (tensors
- *     a framework traces, which hold no data);
- *   - requires_grad (optional, a fast path): the object requires grad when
- *     requires_grad(state) is true, `state` being the pointer the object holds
- *     at byte `offset` (NULL: it does not); the call is then claimed if
- *     grad_enabled() (asked at most once per call) says the framework records
- *     gradients now. With `meta_offset` >= 0, a state whose pointer at that
- *     byte is NULL has no autograd record at all (torch: TensorImpl's
- *     autograd_meta_): nothing is asked for it, it is not claimed;
- *   - ask (optional): the framework's own answer for the object, a
- *     tj_claim_kind or TJ_EPYERR; when `active` is set, only while active()
- *     says the framework is in a mode in which it may claim a call the fast
- *     path did not (asked at most once per call). It is also asked, with
- *     `failed` 1, when the import of an object fails: a framework may still
- *     run the call on tensors DLPack cannot describe (torch's functorch
- *     wrappers).
- * A call claimed for an object whose data can be read (TJ_CLAIM_VALIDATED:
- * autograd's calls) is first imported and validated like any call, so that
- * it is refused with the same messages; it then fails with TJ_ECLAIMED before
- * anything is allocated or launched, and the record names the argument.
- *
- * For torch the fast path reads a tensor's TensorImpl pointer from its Python
- * object and asks libc10's exported c10::TensorImpl::requires_grad() const
- * and c10::GradMode::is_enabled(): a few nanoseconds, where the public
- * answers (Tensor.requires_grad, torch.is_grad_enabled()) cost a call into
- * Python each; tilejit.host checks all three against torch's own answers
- * before use, and asks the public way (ask alone) when they do not match or
- * TILEJIT_FAST_PATHS=0. Caller-owned; borrowed by the producers that point to
- * it, for as long as they live. */
+ * producer has a claim, the core asks, cheapest first: - `always` 1: every call
+ * is claimed, before anything is imported (tensors a framework traces, which
+ * hold no data); - requires_grad (optional, a fast path): the object requires
+ * grad when requires_grad(state) is true, `state` being the pointer the object
+ * holds at byte `offset` (NULL: it does not); the call is then claimed if
+ * grad_enabled() (asked at most once per call) says the framework records
+ * gradients now. With `meta_offset` >= 0, a state whose pointer at that byte is
+ * NULL has no autograd record at all (torch: TensorImpl's autograd_meta_):
+ * nothing is asked for it, it is not claimed; - ask (optional): the framework's
+ * own answer for the object, a tj_claim_kind or TJ_EPYERR; when `active` is
+ * set, only while active() says the framework is in a mode in which it may
+ * claim a call the fast path did not (asked at most once per call). It is also
+ * asked, with `failed` 1, when the import of an object fails: a framework may
+ * still run the call on tensors DLPack cannot describe (torch's functorch
+ * wrappers). A call claimed for an object whose data can be read
+ * (TJ_CLAIM_VALIDATED: autograd's calls) is first imported and validated like
+ * any call, so that it is refused with the same messages; it then fails with
+ * TJ_ECLAIMED before anything is allocated or launched, and the record names
+ * the argument.  For torch the fast path reads a tensor's TensorImpl pointer
+ * from its Python object and asks libc10's exported
+ * c10::TensorImpl::requires_grad() const and c10::GradMode::is_enabled(): a few
+ * nanoseconds, where the public answers (Tensor.requires_grad,
+ * torch.is_grad_enabled()) cost a call into Python each; tilejit's torch
+ * adapter checks all three against torch's own answers before use, and asks
+ * the public way (ask alone) when they do not match or TILEJIT_FAST_PATHS=0.
+ * Caller-owned; borrowed by the producers that point to it, for as long as
+ * they live.
+ * tj_claim's compatibility: append-only (fields are added at the end only,
+ * never reordered, resized or removed). */
 typedef enum {
   TJ_CLAIM_NONE = 0,      /* the core runs the call */
   TJ_CLAIM_VALIDATED = 1, /* claimed once the call is validated */
@@ -120,6 +158,11 @@ static inline void tj_arg_object(tj_arg *arg, void *object, const tj_producer *p
   arg->owner = NULL;
   arg->producer = producer;
 }
+
+/* A producer: made by the binding (or tj_producer_from_exchange,
+ * tj_host_dlpack_producer), alive as long as any argument or type points to it.
+ * Compatibility: append-only (fields are added at the end only, never
+ * reordered, resized or removed). */
 struct tj_producer {
   /* Makes `arg` (initialised by the caller) a TENSOR from `object`: a borrowed
    * view valid while the object lives (nothing to release) or an owning import
@@ -177,6 +220,41 @@ TJ_API int tj_producer_from_exchange(tj_producer *producer, const DLPackExchange
  * Borrows the capsule. TJ_ETYPE when it is no such capsule, TJ_EVALUE for an
  * unsupported DLPack major version (the tensor is deleted at once). */
 TJ_API int tj_arg_from_capsule(tj_arg *arg, void *capsule, const tj_host *host);
+
+/* ---- Calls through producers ---------------------------------------------- */
+
+/* What a binding adds to a call (tj_call_run_binding): the producer of outputs
+ * when no argument is a tensor, the host whose lock is dropped around the
+ * kernel, and whether frameworks may claim it. Caller-owned, usually on the
+ * stack; everything in it is borrowed. Compatibility: append-only (fields are
+ * added at the end only, never reordered, resized or removed). */
+typedef struct tj_call_binding {
+  /* Allocates outputs when no argument is a tensor; NULL: such a kernel's
+   * outputs cannot be allocated (TJ_ETYPE). */
+  const tj_producer *fallback;
+  const tj_host *host; /* its unlock/lock run around the kernel; may be NULL */
+  /* 1: no framework claims the call (tj_claim): it is the framework's own
+   * implementation of the call it handed back. */
+  int32_t unclaimed;
+} tj_call_binding;
+
+/* tj_call_run (tilejit/core.h) with host objects: `call`'s arguments may also
+ * be TJ_ARG_OBJECT entries (made by tj_arg_object), imported by the core
+ * through their producer; the rest are used as they are. The steps:
+ *   1. the argument count;
+ *   2. imports each TJ_ARG_OBJECT argument with its producer, unless the
+ *      producer's framework claims the call at once (tj_claim: TJ_ECLAIMED);
+ *   3. validates every argument and binds the symbols (tj_call_bind); a call
+ *      claimed after validation stops here with TJ_ECLAIMED;
+ *   4. the stream: explicit > the current work stream of the first tensor's
+ *      producer (devices other than the CPU) > none;
+ *   5. allocates each output with the first tensor's producer (or
+ *      binding->fallback) and validates it (tj_call_set_output);
+ *   6. launches (tj_call_launch) with binding->host's lock dropped;
+ *   7. releases every owning import, inputs and outputs, success or not.
+ * `binding` NULL is tj_call_run. */
+TJ_API int tj_call_run_binding(const tj_kernel *kernel, tj_call *call,
+                               const tj_call_binding *binding);
 
 #ifdef __cplusplus
 }
