@@ -240,28 +240,19 @@ def from_dlpack(object tensor, assumed_align=None):
     """
     cdef TensorView view = TensorView.__new__(TensorView)
     cdef const tj_producer *producer = _producer_of(type(tensor), True)
-    cdef DLManagedTensorVersioned *managed = NULL
     cdef int rc
     if producer == NULL or type(tensor) is TensorView:
         raise TypeError(f"from_dlpack: expected a tensor supporting DLPack (__dlpack__), got "
                         f"{type(tensor).__name__}")
-    rc = tj_producer_check_view(producer, <void *>tensor)  # torch's conjugate views...
-    if rc == TJ_EVALUE:
-        raise ValueError("from_dlpack: " + tj_last_error().decode("utf-8", "replace"))
-    try:
-        if rc == TJ_EPYERR:
+    # The producer a call imports this type with, its lazy-view check included; owning,
+    # since the view outlives this call.
+    rc = tj_producer_import_owned(producer, <void *>tensor, &view._owner)
+    if rc == TJ_EPYERR and PyErr_Occurred() != NULL:
+        try:
             _pending()
-        if producer.api != NULL:  # an owning export: the view outlives this call
-            if producer.api.managed_tensor_from_py_object_no_sync(<void *>tensor,
-                                                                  &managed) != 0:
-                _pending()
-            rc = tj_arg_from_versioned(&view._owner, managed, NULL)
-        else:
-            capsule = _hooks.dlpack_capsule(tensor)
-            rc = tj_arg_from_capsule(&view._owner, <void *>capsule, _host)
-    except Exception as exc:  # the producer's own error, labelled as a kernel's would be
-        raise _hooks.producer_error("from_dlpack: cannot import the tensor through DLPack",
-                                    TJ_PRODUCER_IMPORT, exc) from exc
+        except Exception as exc:  # the producer's own error, labelled as a kernel's would be
+            raise _hooks.producer_error("from_dlpack: cannot import the tensor through DLPack",
+                                        TJ_PRODUCER_IMPORT, exc) from exc
     if rc != TJ_OK:
         raise _exception_class(rc)("from_dlpack: " + tj_last_error().decode("utf-8", "replace"))
     view._sources[0] = _producer_of(type(tensor), False)

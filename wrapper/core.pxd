@@ -37,7 +37,6 @@ cdef extern from "tilejit/core.h" nogil:
         const tj_producer *producer
 
     void tj_arg_init(tj_arg *arg)
-    int tj_arg_from_versioned(tj_arg *arg, DLManagedTensorVersioned *managed, const char *what)
     void tj_arg_from_dltensor(tj_arg *arg, const DLTensor *tensor, uint32_t flags)
     void tj_arg_release(tj_arg *arg)
 
@@ -50,8 +49,11 @@ cdef extern from "tilejit/producer.h" nogil:
     enum:
         TJ_PRODUCER_IMPORT
 
+    enum:
+        TJ_HOST_NUM_STATUS  # host.h's, declared here for tj_host
+
     ctypedef struct tj_host:
-        pass
+        void *exceptions[TJ_HOST_NUM_STATUS]  # the exception class of each status
 
     ctypedef struct tj_producer:
         int (*import_ "import")(const tj_producer *self, void *object, tj_arg *arg) noexcept
@@ -60,8 +62,7 @@ cdef extern from "tilejit/producer.h" nogil:
         void *context
         const tj_host *host
 
-    int tj_producer_check_view(const tj_producer *producer, void *object)
-    int tj_arg_from_capsule(tj_arg *arg, void *capsule, const tj_host *host)
+    int tj_producer_import_owned(const tj_producer *producer, void *object, tj_arg *arg)
 
 
 cdef extern from "tilejit/host.h":

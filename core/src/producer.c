@@ -121,3 +121,21 @@ int tj_producer_check_view(const tj_producer *producer, void *object) {
                       conjugate && negative ? "s are" : " is", conjugate ? ".resolve_conj()" : "",
                       negative ? ".resolve_neg()" : "");
 }
+
+static int owned_import(const tj_producer *producer, void *object, tj_arg *arg) {
+  int rc = tj_producer_check_view(producer, object);
+  if (rc != TJ_OK) return rc;
+  if (producer->api == NULL) return producer->import(producer, object, arg);
+  DLManagedTensorVersioned *managed = NULL;
+  if (producer->api->managed_tensor_from_py_object_no_sync(object, &managed) != 0) {
+    return TJ_EPYERR;
+  }
+  return tj_arg_from_versioned(arg, managed, NULL);
+}
+
+int tj_producer_import_owned(const tj_producer *producer, void *object, tj_arg *arg) {
+  int rc = owned_import(producer, object, arg);
+  if (rc != TJ_EPYERR) return rc;
+  tj_set_error(rc, "cannot import the tensor through DLPack");
+  return tj_error_at(rc, -1, -1, TJ_PRODUCER_IMPORT);
+}

@@ -744,6 +744,70 @@ TEST(producer_exchange_view_or_export) {
   CHECK_EQ_STR(tj_last_error(), "the allocator returned no tensor");
 }
 
+static int x_export_fails(void *obj, DLManagedTensorVersioned **out) {
+  (void)obj, (void)out;
+  return -1;
+}
+static int conjugate_view(const tj_producer *self, void *object, uint32_t *view) {
+  (void)self, (void)object;
+  *view = TJ_VIEW_CONJUGATE;
+  return TJ_OK;
+}
+static int owned_import_calls;
+static int own_import(const tj_producer *self, void *object, tj_arg *arg) {
+  (void)self;
+  ++owned_import_calls;
+  arg->kind = TJ_ARG_TENSOR;
+  arg->tensor = ((tjt_object *)object)->tensor.t;
+  return TJ_OK;
+}
+
+/* An import that outlives the call (a layout view's): the exchange API's owning
+ * export even where the producer imports calls' arguments as views, the
+ * producer's own import otherwise, and the lazy-view check before either. */
+TEST(producer_import_owned) {
+  memset(&rec, 0, sizeof(rec));
+  DLPackExchangeAPI api;
+  memset(&api, 0, sizeof(api));
+  api.header.version.major = TJ_DLPACK_MAJOR;
+  api.managed_tensor_allocator = x_alloc;
+  api.managed_tensor_from_py_object_no_sync = x_export;
+  api.managed_tensor_to_py_object_no_sync = x_to_object;
+  api.current_work_stream = x_stream;
+  api.dltensor_from_py_object_no_sync = x_view;
+  tj_producer p;
+  CHECK_OK(tj_producer_from_exchange(&p, &api.header, NULL));
+  tjt_object a;
+  object_tensor(&a, a_data, 8);
+  tj_arg arg;
+  tj_arg_init(&arg);
+  CHECK_OK(tj_producer_import_owned(&p, &a, &arg));
+  CHECK_EQ_INT(arg.owner_kind, TJ_OWNER_VERSIONED);
+  CHECK(arg.tensor.data == a_data);
+  tj_arg_release(&arg);
+  CHECK_EQ_INT(rec.deletes, 1);
+
+  api.managed_tensor_from_py_object_no_sync = x_export_fails;
+  tj_arg_init(&arg);
+  CHECK_STATUS(tj_producer_import_owned(&p, &a, &arg), TJ_EPYERR);
+  CHECK_EQ_STR(tj_last_error(), "cannot import the tensor through DLPack");
+  CHECK_EQ_INT(tj_last_error_info()->producer, TJ_PRODUCER_IMPORT);
+  CHECK_EQ_INT(arg.owner_kind, TJ_OWNER_NONE);
+
+  p.view = conjugate_view; /* refused before anything is exported */
+  CHECK_STATUS(tj_producer_import_owned(&p, &a, &arg), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("got a conjugate view");
+
+  tj_producer own;
+  memset(&own, 0, sizeof(own));
+  own.import = own_import;
+  owned_import_calls = 0;
+  tj_arg_init(&arg);
+  CHECK_OK(tj_producer_import_owned(&own, &a, &arg));
+  CHECK_EQ_INT(owned_import_calls, 1);
+  CHECK(arg.tensor.data == a_data);
+}
+
 /* ---- Capsules ----------------------------------------------------------------- */
 
 typedef struct {

@@ -62,6 +62,7 @@
   X(call_run_workspaces)                           \
   X(producer_from_exchange_versions)               \
   X(producer_exchange_view_or_export)              \
+  X(producer_import_owned)                         \
   X(arg_from_capsule)                              \
   /* test_memo.c */                                \
   X(memo_matches_full_checks)                      \

@@ -12,7 +12,8 @@ For a type of tensor it asks the type's adapter (``adapter_for``):
 - ``claim(cls)`` / ``claims(obj, failed)`` / ``claimed_call(kernel, args, stream)``: calls
   the framework must run itself (autograd, tracers), handed back by the core
   (``tj_claim``);
-- ``import_refusal(obj)``: why an object cannot be imported, said plainly.
+- ``import_refusal(obj)``: why an object cannot be imported, said plainly;
+  ``exportable(obj)``: an alias ``__dlpack__`` exports when the object is refused.
 
 An adapter is a subclass of ``Adapter`` (whose methods are the answers of a framework
 with none of these features) registered under the top-level module its types come from
@@ -81,6 +82,11 @@ class Adapter:
 
     def import_refusal(self, obj) -> str | None:
         """Why ``obj`` cannot be imported, when the adapter can say it plainly."""
+        return None
+
+    def exportable(self, obj) -> object | None:
+        """An alias of ``obj`` over the same memory that ``__dlpack__`` exports, when
+        ``obj`` itself is refused (BufferError); None: there is none."""
         return None
 
 

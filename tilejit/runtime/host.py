@@ -23,18 +23,21 @@ MAX_VERSION = (abi.TJ_DLPACK_MAJOR, abi.TJ_DLPACK_MINOR)
 def dlpack_capsule(obj):
     """``obj.__dlpack__()`` as a DLPack 1.3 consumer asks for it.
 
-    A producer older than DLPack 1.0 takes no ``max_version``. A torch tensor that
-    requires grad refuses to export, but a kernel reads and writes its storage as it
-    would through the exchange API, so its detached alias (same storage) is exported.
+    A producer older than DLPack 1.0 takes no ``max_version``. An object its producer
+    refuses to export (BufferError) may have an exportable alias over the same memory,
+    which its framework's adapter gives (``Adapter.exportable``: torch's detached alias
+    of a tensor that requires grad, whose storage a kernel reads and writes as it would
+    through the exchange API).
     """
     try:
         return obj.__dlpack__(max_version=MAX_VERSION)
     except TypeError:
         return obj.__dlpack__()
     except BufferError:
-        if getattr(obj, "requires_grad", False) and hasattr(obj, "detach"):
-            return dlpack_capsule(obj.detach())
-        raise
+        alias = frameworks.adapter_for(type(obj)).exportable(obj)
+        if alias is None:
+            raise
+        return dlpack_capsule(alias)
 
 
 PRODUCER_IMPORT = abi.TJ_PRODUCER_IMPORT  # tj_producer_step: which producer step failed

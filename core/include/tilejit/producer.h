@@ -200,6 +200,17 @@ struct tj_producer {
  * it with .resolve_conj()"); TJ_EPYERR from the producer. Borrows both. */
 TJ_API int tj_producer_check_view(const tj_producer *producer, void *object);
 
+/* Makes `arg` (initialised by the caller) a TENSOR from `object` that owns what
+ * it describes, so that it may outlive the call (a layout view keeps it): the
+ * lazy-view check first (tj_producer_check_view), then the exchange API's
+ * owning export when the producer has one, else the producer's own import
+ * (the core's __dlpack__ producer: the capsule's tensor, owned). The same
+ * producer, checks and messages as a call's import. Returns TJ_OK, the view
+ * check's status, the import's, or TJ_EPYERR (the producer's error pending;
+ * the record says "cannot import the tensor through DLPack", step
+ * TJ_PRODUCER_IMPORT). Borrows `object`. */
+TJ_API int tj_producer_import_owned(const tj_producer *producer, void *object, tj_arg *arg);
+
 /* How many tables of a prev_api chain tj_producer_from_exchange looks at. */
 #define TJ_MAX_EXCHANGE_CHAIN 16
 

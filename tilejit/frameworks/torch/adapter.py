@@ -127,6 +127,11 @@ class TorchAdapter(frameworks.Adapter):
         return (f"expected a strided tensor, got layout {layout}, which DLPack cannot "
                 "describe; convert it with .to_dense()")
 
+    def exportable(self, obj) -> object | None:
+        """A tensor that requires grad refuses ``__dlpack__``; its detached alias (the
+        same storage) exports."""
+        return obj.detach() if getattr(obj, "requires_grad", False) else None
+
     # What the kernel's torch-named methods run (JITKernel.torch_op, register_autograd).
     op = staticmethod(_op.torch_op)
     register_autograd = staticmethod(_op.register_autograd)
