@@ -12,10 +12,12 @@
 
 from . import frameworks  # noqa: F401  (registers the framework adapters)
 from .builder.compiler import CompileError
+from .language.dtypes import canonical
 from .language.lang import T
 from .language.pointer import Pointer, make_ptr
 from .language.program import Launch, Program
 from .runtime.compilation import CompileErrors, compile, compile_many, load
+from .runtime.cython_backend import wrapper_module
 from .runtime.jit import JITFunction, jit
 from .runtime.kernel import JITKernel
 from .runtime.views import from_dlpack
@@ -29,9 +31,6 @@ def empty(shape, dtype="float32", device="cpu"):
 
     >>> a = tilejit.empty((2, 3), "float32")
     """
-    from .language.dtypes import canonical
-    from .runtime.cython_backend import wrapper_module
-
     return wrapper_module().empty(shape, canonical(dtype), device)
 
 
@@ -42,8 +41,6 @@ def __getattr__(name):
     compiler) the access raises ImportError saying why."""
     if name != "Array":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from .runtime.cython_backend import wrapper_module
-
     try:
         array = wrapper_module().Array
     except Exception as exc:  # whatever stopped the build or the load

@@ -5,6 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import __version__
+from .builder.cache import main as cache_main
+from .builder.export import config_flags
+from .native._build import build_tools
+from .tools import bench as _bench
+from .tools import demo as _demo
+from .tools import doctor as _doctor
+
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tilejit")
@@ -57,40 +65,24 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "build":
-        from .native._build import build_tools as tools
-
-        print(f"wrapper: {tools.build_wrapper(force=args.force, verbose=True)}")
-        print(f"core:    {tools.build_core_library(force=args.force)}")
+        print(f"wrapper: {build_tools.build_wrapper(force=args.force, verbose=True)}")
+        print(f"core:    {build_tools.build_core_library(force=args.force)}")
         return 0
     if args.command == "bench":
-        from .tools.bench import main as bench
-
-        return bench(args)
+        return _bench.main(args)
     if args.command == "doctor":
-        from .tools.doctor import main as doctor
-
-        return doctor(as_json=args.json)
+        return _doctor.main(as_json=args.json)
     if args.command == "cache":
-        from .builder.cache import main as cache_main
-
         return cache_main(args)
     if args.command == "config":
         if not (args.cflags or args.libs or args.includedir or args.libdir):
             config.error("give --cflags, --libs, --includedir or --libdir")
-        from .builder.export import config_flags
-
         print(config_flags(args.cflags, args.libs, args.includedir, args.libdir))
         return 0
     if args.command == "demo":
         if args.tilelang:
-            from .tools.demo import run_tilelang
-
-            return 0 if run_tilelang() else 1
-        from .tools.demo import run
-
-        return 0 if run(target=args.target) else 1
-    from . import __version__
-
+            return 0 if _demo.run_tilelang() else 1
+        return 0 if _demo.run(target=args.target) else 1
     print(__version__)
     return 0
 

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 from ..native._build import toolchain
+from ..native.library import cuda_device_capability as _capability
 from ..version import VERSION
 from . import cache as _cache
 from .compiler import CompileError, _safe_file_stem
@@ -120,10 +121,8 @@ def _normalize_arch(item) -> str:
 def _device_capability() -> tuple[int, int] | None:
     """The current GPU's compute capability through the core's driver loader, or None when
     there is no driver or no device."""
-    from ..native.library import cuda_device_capability as capability
-
     try:
-        return capability(-1)
+        return _capability(-1)
     except RuntimeError:
         return None
 

@@ -35,7 +35,7 @@ from ..language.lang import (
 )
 from ..language.program import Program
 from ..native import abi
-from ..native._build import disk_cache
+from ..native._build import build_tools, disk_cache
 from ..version import VERSION
 from .signature import (
     AbiSpec,
@@ -451,8 +451,6 @@ def embedding_dirs() -> tuple[Path, Path]:
     """``(include directory, library directory)`` for a C or C++ program using the core:
     ``#include <tilejit/tilejit.h>`` and ``-ltilejit``. The core is built into the cache
     first if the cache has none; its directory gets a ``libtilejit.so`` link to it."""
-    from ..native._build import build_tools
-
     library = build_tools.build_core_library()
     include = build_tools.source_dirs()[0] / "include"
     link = library.parent / "libtilejit.so"  # a prebuilt core ships it as a copy

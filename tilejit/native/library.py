@@ -14,6 +14,7 @@ import threading
 from ctypes import POINTER, byref, c_char_p, c_int, c_int32, c_int64, c_uint32, c_void_p
 
 from . import abi
+from ._build import build_tools
 from .ctypes_abi import DLDataType, TjAbiArg, TjTensorMap
 
 _lock = threading.Lock()
@@ -25,8 +26,6 @@ def core_library() -> ctypes.CDLL:
     global _core
     with _lock:
         if _core is None:
-            from ._build import build_tools
-
             # Rebuilt once if the loader rejects the cached file (build_tools.core_build).
             _, lib = build_tools.load_core_library()
             for name, (restype, argtypes) in _PROTOTYPES.items():

@@ -18,7 +18,11 @@ from __future__ import annotations
 
 import warnings
 
-from . import frameworks
+from . import binding, frameworks
+from .ctypes_backend import CtypesKernel
+from .cython_backend import wrapper_module
+from .fast_paths import FAST_PATHS
+from .fast_paths import decided as _decided
 
 BACKENDS = ("cython", "dlpack", "ctypes")
 
@@ -41,8 +45,6 @@ _wrapper_state: list = []
 def _wrapper_available() -> bool:
     """Whether the Cython wrapper loads (building it if needed); decided once per process."""
     if not _wrapper_state:
-        from .cython_backend import wrapper_module
-
         try:
             wrapper_module()
             _wrapper_state.append(True)
@@ -99,18 +101,12 @@ def kernel_class(base: type, name: str) -> type:
     ``_torchdynamo_inline`` naming the traced call it inlines in its place
     (``frameworks.traceable``).
     """
-    from .fast_paths import FAST_PATHS
-    from .fast_paths import decided as _decided
-
     cls = _classes.get(name)
     if cls is None:
         if name == "ctypes":
-            from .ctypes_backend import CtypesKernel as impl
-
+            impl = CtypesKernel
             call = impl.__call__ if FAST_PATHS else _python_call(_ctypes_entry)
         else:
-            from .cython_backend import wrapper_module
-
             impl = wrapper_module().Kernel
             call = (_direct_call if FAST_PATHS else _python_call)(impl.__call__)
         frameworks.traceable(call, "kernel", FAST_PATHS)
@@ -133,8 +129,6 @@ def bind(kernel, name: str, core_kernel, out_order: tuple) -> None:
     backend's side of ``kernel``, as a call plan (``tilejit.runtime.binding.Plan``).
     ``out_order[j]`` is the core's number (declaration order) of the j-th returned
     output."""
-    from . import binding
-
     kernel._attach_plan(binding.Plan(kernel, core_kernel, name != "dlpack", out_order))
 
 
@@ -142,7 +136,5 @@ def unclaimed_entry(kernel, name: str, core_kernel, out_order: tuple):
     """A builtin function calling ``kernel`` through a plan whose calls no framework
     claims (``tj_host_plan.unclaimed``): the implementation of the kernel's torch op.
     The caller keeps the returned ``(function, plan)`` alive together."""
-    from . import binding
-
     plan = binding.Plan(kernel, core_kernel, name != "dlpack", out_order, unclaimed=True)
     return binding.entry(plan), plan

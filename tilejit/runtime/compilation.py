@@ -19,10 +19,13 @@ from ..builder import compiler as _compiler
 from ..builder import export as _export
 from ..builder import glue as _glue
 from ..builder.compiler import CompileError
+from ..builder.cuda_compiler import compile_program, load_binary, resolve_arch
 from ..builder.signature import lower
 from ..language.program import Program
 from ..native._build import elf as _elf
+from ..native.library import CoreKernel
 from ..version import VERSION
+from . import backends as _backends
 from .kernel import JITKernel
 
 __all__ = ["CompileErrors", "CompileOptions", "compile", "compile_many", "load"]
@@ -90,16 +93,12 @@ def compile(program: Program, out_idx=None, target=None, execution_backend=None,
     sig = lower(program, out_idx, target)
     if target == "cuda":
         # Imported here: a process that only compiles CPU kernels never pays for it.
-        from ..builder.cuda_compiler import compile_program, load_binary
-
         if program.binary is not None:
             if arch is not None or compiler is not None:
                 raise ValueError(f"{program.name}: arch= and compiler= compile a source; "
                                  "a prebuilt binary= is loaded as it is")
             path = load_binary(program, sig)
             return JITKernel(program, sig, str(path), "", execution_backend)
-        from ..builder.cuda_compiler import resolve_arch
-
         source = None
 
         def cuda_image():
@@ -197,8 +196,6 @@ def load(path, execution_backend: str = "auto"):
     kernel is not imported. The core opens the directory first (``tj_kernel_open``):
     a damaged, foreign or unrunnable export is a ValueError naming the directory, the
     file and what is wrong."""
-    from ..native.library import CoreKernel
-
     directory = Path(os.fspath(path)).absolute()
     core_kernel = CoreKernel.open(directory)
     loaded = _export.Loaded(directory)
@@ -293,8 +290,6 @@ def compile_many(programs, *, workers=None, progress=None, **compile_options) ->
     >>> kernels = tilejit.compile_many([prog_a, prog_b], out_idx=-1, workers=2)
     """
     from concurrent.futures import ThreadPoolExecutor, as_completed
-
-    from . import backends as _backends
 
     programs = list(programs)
     if workers is None:

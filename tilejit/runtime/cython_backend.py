@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from ..native._build import build_tools
+from . import binding, host
+
 _module = None
 
 
@@ -10,9 +13,6 @@ def wrapper_module():
     handed the Python functions it calls back (``tilejit.runtime.host``)."""
     global _module
     if _module is None:
-        from ..native._build import build_tools
-        from . import binding, host
-
         module = build_tools.load_wrapper()
         module.configure(host_address=binding.host_address(),
                          dlpack_capsule=host.dlpack_capsule, producer_error=host.producer_error)

@@ -36,7 +36,7 @@ from ..language.program import Program
 from . import frameworks, host
 from .compilation import CompileOptions, compile
 from .fast_paths import FAST_PATHS
-from .views import from_dlpack, is_view
+from .views import _wrapper, from_dlpack, is_view
 
 LAYOUTS = ("dynamic", "static")
 _NO_NAMES = itertools.repeat(None)
@@ -71,8 +71,6 @@ class LayoutJITFunction:
         call (the wrapper's ``_jit_arguments``)."""
         classify = self._classify
         if classify is None:
-            from .views import _wrapper
-
             classify = self._classify = _wrapper()._jit_arguments
         items = zip(_NO_NAMES, args)
         if kwargs:

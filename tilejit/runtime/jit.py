@@ -9,7 +9,7 @@ import inspect
 import threading
 
 from . import frameworks
-from .compilation import CompileOptions, compile
+from .compilation import CompileOptions, compile, compile_many
 from .fast_paths import FAST_PATHS
 from .implicit import LayoutJITFunction
 from .kernel import JITKernel
@@ -92,8 +92,6 @@ class JITFunction:
 
         >>> gemm.warmup([(64,), (128,), (256,)], workers=4)
         """
-        from .compilation import compile_many
-
         items = []
         for call in calls:
             if isinstance(call, dict):

@@ -6,6 +6,7 @@ import os
 import weakref
 from typing import ClassVar
 
+from ..builder.export import export as _export
 from ..builder.signature import Signature
 from ..language.program import Program
 from ..native import abi
@@ -237,9 +238,7 @@ class JITKernel:
         >>> kernel.export("kernels/vec_add")
         >>> same = tilejit.load("kernels/vec_add")
         """
-        from ..builder.export import export
-
-        return export(self, path, overwrite=overwrite)
+        return _export(self, path, overwrite=overwrite)
 
     def __repr__(self) -> str:
         return (f"<JITKernel {self.c_prototype} target={self.target} "

@@ -49,6 +49,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import tilejit
+
+from .. import T, __version__
+from ..builder import compiler
 from ..native._build import build_tools, disk_cache, elf, toolchain
 
 N = 16
@@ -80,8 +84,6 @@ def _noop_source(name: str, count: int, declare: Callable[[str], str]) -> str:
 
 def _tilejit_program(count: int):
     """``tj_bench_noop<count>``: every tensor an input but the last (``out_idx=-1``)."""
-    import tilejit
-    from tilejit import T
 
     last = _names(count)[-1]
     source = _noop_source(f"tj_bench_noop{count}", count,
@@ -106,8 +108,6 @@ def _scalar_source(name: str, nscalars: int, pointer: Callable[[str], str]) -> s
 
 def _tilejit_scalar_program(nscalars: int):
     """``tj_bench_scalars<nscalars>``: three input tensors and ``nscalars`` scalars."""
-    import tilejit
-    from tilejit import T
 
     name = f"tj_bench_scalars{nscalars}"
     params = [T.Buffer((N,), "float32", name=p, const=True) for p in _names(3)]
@@ -259,7 +259,6 @@ def _cached_so(stem: str, source: str, flags: list[str], suffix: str = ".so") ->
     interpreter; returns its path. Cached like kernels (`build_tools/disk_cache.py`):
     locked, published atomically and checked against its recorded hash and as a whole
     library."""
-    from ..builder import compiler
 
     cc = compiler.find_cc()
     key = _key(source, *flags, *cc, compiler.compiler_identity(cc), build_tools.abi_tag())
@@ -316,7 +315,6 @@ def _tilejit_rows(tensors: tuple, backends=BACKENDS, alloc: bool = True
     each backend; also the no-allocation kernels by backend (those that could be made)."""
     import warnings
 
-    import tilejit
 
     count = len(tensors)
     plain_name = [f"tilejit {backend}{_per_tensors(count)}" for backend in backends]
@@ -363,7 +361,6 @@ def _view_rows(kernels: dict, tensors: tuple) -> list[tuple[str, Row]]:
     """Case D, (backend, row) pairs: each backend's no-op given arguments converted once,
     up front: layout views of ``tensors`` (``tilejit.from_dlpack``), and as many
     ``tilejit.empty`` Arrays."""
-    import tilejit
 
     # Views of copies: a view holds the tensor's storage through DLPack, and torch reads a
     # tensor that something else co-owns about 40 ns faster through the exchange API, so
@@ -449,7 +446,6 @@ def _scalar_rows(tensors: tuple) -> list[list[Row]]:
     scalars: tilejit's backends, TileLang-style ctypes, and the two floors."""
     import warnings
 
-    import tilejit
 
     cases = []
     for nscalars in (1, 2):
@@ -725,7 +721,6 @@ def _table(title: str, ratio_names: tuple[str, ...],
 def _header(calls: int, repeats: int, quick: bool, elapsed_build: float) -> list[str]:
     import torch
 
-    from .. import __version__
 
     fewer = f" (fewer than the {REPORT_MIN_CALLS:,} a reportable run uses)" if calls < REPORT_MIN_CALLS \
         else ""
@@ -897,8 +892,6 @@ def run_torch_compile(calls: int = REPORT_MIN_CALLS, repeats: int = 11) -> tuple
     """
     import torch
 
-    import tilejit
-    from tilejit import T
 
     start = time.perf_counter()
     n = T.symbol("n")

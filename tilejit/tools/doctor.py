@@ -18,6 +18,13 @@ import shutil
 import subprocess
 import sys
 
+from .. import __version__
+from ..builder.cuda_compiler import _Nvrtc, find_nvcc
+from ..native._build import build_tools
+from ..native.library import cuda_device_capability
+from ..runtime import backends, binding, fast_paths
+from ..runtime.kernel import JITKernel
+
 
 def _version(distribution: str) -> str | None:
     try:
@@ -44,16 +51,12 @@ def _compiler(name: str | None) -> dict:
 def _compilers() -> dict:
     import importlib
 
-    from ..native._build import build_tools
-
     try:
         toolchain = importlib.import_module(build_tools.__name__ + ".toolchain")
         cc = toolchain.c_compiler()[0]
     except Exception:  # noqa: BLE001 - reported as missing
         cc = None
     cxx = os.environ.get("CXX") or "c++"
-    from ..builder.cuda_compiler import find_nvcc
-
     nvcc = find_nvcc()
     return {"cc": _compiler(cc), "c++": _compiler(cxx),
             "nvcc": {"path": nvcc, "version": _first_line([nvcc, "--version"]) if nvcc else None},
@@ -61,8 +64,6 @@ def _compilers() -> dict:
 
 
 def _nvrtc() -> dict:
-    from ..builder.cuda_compiler import _Nvrtc
-
     try:
         found = _Nvrtc.get()
     except Exception as exc:  # noqa: BLE001 - not found is an answer
@@ -72,8 +73,6 @@ def _nvrtc() -> dict:
 
 
 def _builds() -> dict:
-    from ..native._build import build_tools
-
     out = {"python": f"{sys.implementation.name} {platform.python_version()}",
            "abi": build_tools.abi_tag()}
     for name, where in (("core", build_tools.core_library_path),
@@ -88,8 +87,6 @@ def _builds() -> dict:
 
 def _cuda() -> dict:
     """The driver and its devices, asked through the core (no toolkit needed)."""
-    from ..native.library import cuda_device_capability
-
     devices = []
     why = None
     for device in range(64):
@@ -106,9 +103,6 @@ def _cuda() -> dict:
 def _fast_paths() -> dict:
     """Each fast path, decided as a kernel call would decide it (torch's are asked only
     when torch is installed)."""
-    from ..runtime import backends, fast_paths
-    from ..runtime.kernel import JITKernel
-
     for name in ("ctypes", "cython"):
         try:
             backends.kernel_class(JITKernel, name)
@@ -117,8 +111,6 @@ def _fast_paths() -> dict:
     if _version("torch") is not None:
         try:
             import torch
-
-            from ..runtime import binding
 
             binding.describe(torch.Tensor, True)
             from ..frameworks.torch import dynamo  # noqa: F401 - decides the Dynamo constant
@@ -133,9 +125,6 @@ def _fast_paths() -> dict:
 
 
 def report() -> dict:
-    from .. import __version__
-    from ..runtime import fast_paths
-
     packages = {name: _version(dist) for name, dist in (
         ("torch", "torch"), ("numpy", "numpy"), ("tilelang", "tilelang"),
         ("tvm-ffi", "apache-tvm-ffi"), ("cython", "Cython"))}
