@@ -12,12 +12,12 @@
 
 from . import frameworks  # noqa: F401  (registers the framework adapters)
 from .builder.compiler import CompileError
-from .language.dtypes import canonical
+from .language.dtypes import canonical as _canonical
 from .language.lang import T
 from .language.pointer import Pointer, make_ptr
 from .language.program import Launch, Program
 from .runtime.compilation import CompileErrors, compile, compile_many, load
-from .runtime.cython_backend import wrapper_module
+from .runtime.cython_backend import wrapper_module as _wrapper_module
 from .runtime.jit import JITFunction, jit
 from .runtime.kernel import JITKernel
 from .runtime.views import from_dlpack
@@ -31,7 +31,7 @@ def empty(shape, dtype="float32", device="cpu"):
 
     >>> a = tilejit.empty((2, 3), "float32")
     """
-    return wrapper_module().empty(shape, canonical(dtype), device)
+    return _wrapper_module().empty(shape, _canonical(dtype), device)
 
 
 def __getattr__(name):
@@ -42,7 +42,7 @@ def __getattr__(name):
     if name != "Array":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     try:
-        array = wrapper_module().Array
+        array = _wrapper_module().Array
     except Exception as exc:  # whatever stopped the build or the load
         raise ImportError(f"tilejit.Array is defined by the compiled Cython wrapper, which "
                           f"cannot be loaded: {exc}", name=__name__) from exc
