@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch", reason="these tests run kernels on torch tensors")
 
 import tilejit
 import tilejit.runtime.fast_paths

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch", reason="these tests run kernels on torch tensors")
 from conftest import REPO_ROOT, load_fakes
 
 import tilejit

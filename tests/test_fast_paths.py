@@ -26,6 +26,7 @@ FAST_PATHS = {"autograd claim (libc10)", "forward-AD level", "lazy-view bits (Te
 
 
 def test_doctor_reports_every_fast_path(child_python):
+    pytest.importorskip("torch", reason="half of the fast paths are torch's")
     on = json.loads(child_python("-m", "tilejit", "doctor", "--json"))
     assert on["fast_paths_switch"] == "on"
     assert set(on["fast_paths"]) >= FAST_PATHS

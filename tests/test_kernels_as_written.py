@@ -8,7 +8,8 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-import torch
+
+torch = pytest.importorskip("torch", reason="these tests run kernels on torch tensors")
 
 import tilejit
 from tilejit import T

@@ -16,7 +16,8 @@ import weakref
 
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch", reason="these tests run kernels on torch tensors")
 from fake_dlpack import FakeTensor
 
 import tilejit

@@ -12,7 +12,8 @@ import gc
 
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch", reason="these tests run kernels on torch tensors")
 from conftest import load_fakes
 
 import tilejit

@@ -12,8 +12,9 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-import torch
-import torch._dynamo.testing
+
+torch = pytest.importorskip("torch", reason="these tests run kernels on torch tensors")
+pytest.importorskip("torch._dynamo.testing")
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
