@@ -701,15 +701,20 @@ TEST(producer_from_exchange_versions) {
   CHECK_ERROR_CONTAINS("lacks a function the API requires");
 }
 
+/* A table with every function the API requires (the owning export, no view). */
+static void exchange_table(DLPackExchangeAPI *api) {
+  memset(api, 0, sizeof(*api));
+  api->header.version.major = TJ_DLPACK_MAJOR;
+  api->managed_tensor_allocator = x_alloc;
+  api->managed_tensor_from_py_object_no_sync = x_export;
+  api->managed_tensor_to_py_object_no_sync = x_to_object;
+  api->current_work_stream = x_stream;
+}
+
 TEST(producer_exchange_view_or_export) {
   memset(&rec, 0, sizeof(rec));
   DLPackExchangeAPI api;
-  memset(&api, 0, sizeof(api));
-  api.header.version.major = TJ_DLPACK_MAJOR;
-  api.managed_tensor_allocator = x_alloc;
-  api.managed_tensor_from_py_object_no_sync = x_export;
-  api.managed_tensor_to_py_object_no_sync = x_to_object;
-  api.current_work_stream = x_stream;
+  exchange_table(&api);
   tj_producer p;
   CHECK_OK(tj_producer_from_exchange(&p, &api.header, NULL));
   tjt_object a;
@@ -768,12 +773,7 @@ static int own_import(const tj_producer *self, void *object, tj_arg *arg) {
 TEST(producer_import_owned) {
   memset(&rec, 0, sizeof(rec));
   DLPackExchangeAPI api;
-  memset(&api, 0, sizeof(api));
-  api.header.version.major = TJ_DLPACK_MAJOR;
-  api.managed_tensor_allocator = x_alloc;
-  api.managed_tensor_from_py_object_no_sync = x_export;
-  api.managed_tensor_to_py_object_no_sync = x_to_object;
-  api.current_work_stream = x_stream;
+  exchange_table(&api);
   api.dltensor_from_py_object_no_sync = x_view;
   tj_producer p;
   CHECK_OK(tj_producer_from_exchange(&p, &api.header, NULL));
