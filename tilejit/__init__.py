@@ -16,8 +16,8 @@ from .language.dtypes import canonical as _canonical
 from .language.lang import T
 from .language.pointer import Pointer, make_ptr
 from .language.program import Launch, Program
+from .runtime import cython_backend as _cython_backend
 from .runtime.compilation import CompileErrors, compile, compile_many, load
-from .runtime.cython_backend import wrapper_module as _wrapper_module
 from .runtime.jit import JITFunction, jit
 from .runtime.kernel import JITKernel
 from .runtime.views import from_dlpack
@@ -31,7 +31,7 @@ def empty(shape, dtype="float32", device="cpu"):
 
     >>> a = tilejit.empty((2, 3), "float32")
     """
-    return _wrapper_module().empty(shape, _canonical(dtype), device)
+    return _cython_backend.wrapper_module().empty(shape, _canonical(dtype), device)
 
 
 def __getattr__(name):
@@ -42,7 +42,7 @@ def __getattr__(name):
     if name != "Array":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     try:
-        array = _wrapper_module().Array
+        array = _cython_backend.wrapper_module().Array
     except Exception as exc:  # whatever stopped the build or the load
         raise ImportError(f"tilejit.Array is defined by the compiled Cython wrapper, which "
                           f"cannot be loaded: {exc}", name=__name__) from exc

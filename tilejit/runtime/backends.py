@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import warnings
 
-from . import binding, frameworks
+from . import binding, cython_backend, frameworks
 from .ctypes_backend import CtypesKernel
-from .cython_backend import wrapper_module
 from .fast_paths import FAST_PATHS
 from .fast_paths import decided as _decided
 
@@ -46,7 +45,7 @@ def _wrapper_available() -> bool:
     """Whether the Cython wrapper loads (building it if needed); decided once per process."""
     if not _wrapper_state:
         try:
-            wrapper_module()
+            cython_backend.wrapper_module()
             _wrapper_state.append(True)
         except Exception as exc:  # noqa: BLE001 - any build failure means: fall back
             warnings.warn(f"tilejit: the Cython wrapper is unavailable ({exc}); "
@@ -107,14 +106,14 @@ def kernel_class(base: type, name: str) -> type:
             impl = CtypesKernel
             call = impl.__call__ if FAST_PATHS else _python_call(_ctypes_entry)
         else:
-            impl = wrapper_module().Kernel
+            impl = cython_backend.wrapper_module().Kernel
             call = (_direct_call if FAST_PATHS else _python_call)(impl.__call__)
         frameworks.traceable(call, "kernel", FAST_PATHS)
         cls = type(f"{name.capitalize()}JITKernel", (base, impl),
                    {"__module__": base.__module__, "__doc__": base.__doc__, "__call__": call})
         if name != "ctypes" and FAST_PATHS:
             # Calls straight into the wrapper's vectorcall entry (no argument tuple).
-            wrapper_module()._enable_vectorcall(cls)
+            cython_backend.wrapper_module()._enable_vectorcall(cls)
         _decided("vectorcall (CPython type flags)", FAST_PATHS,
                  "set on the wrapper's kernel classes" if FAST_PATHS else "TILEJIT_FAST_PATHS=0")
         _decided("Dynamo inline (_torchdynamo_inline)", FAST_PATHS,

@@ -19,7 +19,7 @@ Buffer((A_shape0, 4, 16, 2), float32, strides=(2, A_stride1, A_stride2, 1), name
 from __future__ import annotations
 
 from ..language.lang import is_view
-from .cython_backend import wrapper_module
+from . import cython_backend
 
 __all__ = ["from_dlpack", "is_view"]
 
@@ -27,7 +27,7 @@ __all__ = ["from_dlpack", "is_view"]
 def _wrapper():
     """The compiled wrapper, or a RuntimeError saying views need it."""
     try:
-        return wrapper_module()
+        return cython_backend.wrapper_module()
     except Exception as exc:  # any build or load failure means: no views
         raise RuntimeError(
             f"tilejit.from_dlpack needs the compiled Cython wrapper, which is unavailable "
