@@ -630,15 +630,16 @@ def test_demo_says_plainly_there_is_no_gpu(child_env):
 # ---- On a GPU (marked `cuda`; each in a child process, with the real driver) ---------------
 
 
-def _gpu_available() -> bool:
+def _no_gpu() -> str | None:
+    """Why the GPU tests cannot run here, or None."""
     try:
         import torch
     except ImportError:
-        return False
-    return torch.cuda.is_available()
+        return "torch is not installed (the GPU tests run kernels on torch CUDA tensors)"
+    return None if torch.cuda.is_available() else "no CUDA GPU (torch.cuda.is_available())"
 
 
-gpu = pytest.mark.skipif(not _gpu_available(), reason="no CUDA GPU (torch.cuda.is_available())")
+gpu = pytest.mark.skipif(_no_gpu() is not None, reason=_no_gpu() or "")
 
 _GPU_PRELUDE = f"""
 import sys, torch, tilejit
