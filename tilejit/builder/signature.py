@@ -177,23 +177,79 @@ def normalize_out_idx(out_idx, nparams: int, kernel: str) -> tuple[int, ...]:
 
 
 def lower(program: Program, out_idx, target: str) -> Signature:
-    """Checks the program against the kernel ABI and derives everything from it once."""
+    """Checks the program against the kernel ABI and derives everything from it once:
+    the parameter names, the outputs, the symbols in order, the core's spec and each
+    kernel function's arguments and prototype."""
     kname = program.name
     if target not in TARGETS:
         raise ValueError(f"{kname}: unknown target {target!r}; expected 'cpu' or 'cuda'")
     params = program.params
     outs = normalize_out_idx(out_idx, len(params), kname)
+    names = _param_names(program)
+    # Workspaces follow the parameters in the core's list (the caller never sees them).
+    everything = params + program.workspaces
+    all_names = names + [w.name or f"workspace{j}" for j, w in enumerate(program.workspaces)]
+    _check_outputs(kname, params, names, outs)
+    _name_anonymous_symbols(params, names)
+    symbols = _symbols(program, target, names, all_names)
+    _check_bound(kname, params, names, outs, symbols)
 
+    table = _ExprTable(symbols)
+    spec_params = (_param_specs(params, names, outs, symbols, table)
+                   + _workspace_specs(program, all_names[len(params):], symbols, table))
+    returns = "int32_t" if _returns_status(program, target) else "void"
+    if target != "cuda":
+        if program.launches is not None:
+            raise ValueError(f"{kname}: launches= is for CUDA programs")
+        kargs = _kernel_args(kname, program.kernel_args, params, everything, all_names, symbols,
+                             table.id, None)
+        abi_spec = None if program.kernel_args is None else _abi(kargs)
+        prototype = f"{returns} {kname}({', '.join(a.c_decl for a in kargs) or 'void'})"
+        spec = _core_spec(kname, TARGETS[target], symbols, table.exprs, spec_params, abi_spec)
+        return Signature(kname, target, tuple(names), outs, tuple(symbols), spec,
+                         (KernelFunction(kname, kargs, prototype),))
+
+    maps: dict[TensorMap, int] = {}
+    map_specs: list[TensorMapSpec] = []
+
+    def tensormap_id(m: TensorMap, where: str) -> int:
+        if m not in maps:
+            maps[m] = len(map_specs)
+            map_specs.append(_lower_tensormap(m, where, everything, all_names, symbols,
+                                              table.id))
+        return maps[m]
+
+    functions, launch_specs = [], []
+    for launch in program.kernel_launches():
+        where = kname if program.launches is None else f"{kname}: {launch.name}"
+        kargs = _kernel_args(where, launch.kernel_args, params, everything, all_names, symbols,
+                             table.id, tensormap_id)
+        prototype = (f'extern "C" __global__ {returns} {launch.name}('
+                     f"{', '.join(a.c_decl for a in kargs) or 'void'})")
+        functions.append(KernelFunction(launch.name, kargs, prototype))
+        launch_specs.append(_lower_launch(where, launch, symbols, table.id, _abi(kargs)))
+    first = program.kernel_launches()[0]
+    abi_spec = None if first.kernel_args is None else launch_specs[0].abi
+    spec = _core_spec(kname, TARGETS[target], symbols, table.exprs, spec_params, abi_spec,
+                      tuple(launch_specs), tuple(map_specs))
+    return Signature(kname, target, tuple(names), outs, tuple(symbols), spec,
+                     tuple(functions), first.name)
+
+
+def _param_names(program: Program) -> list[str]:
+    """Each parameter's name (declared, or its position's), a C identifier."""
     names = []
-    for i, p in enumerate(params):
+    for i, p in enumerate(program.params):
         name = param_name(p, i)
         if not isinstance(name, str) or not name.isidentifier():
-            raise ValueError(f"{kname}: parameter {i} name must be a C identifier, got {name!r}")
+            raise ValueError(f"{program.name}: parameter {i} name must be a C identifier, "
+                             f"got {name!r}")
         names.append(name)
-    # Workspaces follow the parameters in the core's list (the caller never sees them).
-    workspaces = program.workspaces
-    everything = params + workspaces
-    all_names = names + [w.name or f"workspace{j}" for j, w in enumerate(workspaces)]
+    return names
+
+
+def _check_outputs(kname: str, params, names: list[str], outs: tuple[int, ...]) -> None:
+    """An output is a required T.Buffer."""
     for i in outs:
         if not isinstance(params[i], Buffer):
             raise TypeError(f"{kname}: out_idx names parameter {i} '{names[i]}', which is a "
@@ -201,25 +257,30 @@ def lower(program: Program, out_idx, target: str) -> Signature:
         if params[i].optional:
             raise ValueError(f"{kname}: output '{names[i]}' cannot be optional")
 
-    # Symbols T.Buffer.like made without a name take the parameter's: deterministic
-    # names, so the same program gets the same prototype and cache key in any process.
+
+def _name_anonymous_symbols(params, names: list[str]) -> None:
+    """Symbols T.Buffer.like made without a name take the parameter's (deterministic
+    names: the same program gets the same prototype and cache key in any process); an
+    integer scalar used in an expression binds a symbol named after it."""
     for i, p in enumerate(params):
         if isinstance(p, Buffer):
             for role, dims in (("shape", p.shape), ("stride", p.strides or ())):
                 for d, e in enumerate(dims):
                     if isinstance(e, Symbol) and e.anonymous:
                         e.name = f"{names[i]}_{role}{d}"
-
-    # An integer scalar used in an expression binds a symbol named after it.
-    scalar_index = {p: i for i, p in enumerate(params) if isinstance(p, Scalar)}
-    for p, i in scalar_index.items():
-        if p._symbol is not None:
+        elif isinstance(p, Scalar) and p._symbol is not None:
             p._symbol.name = names[i]
 
-    # Symbols in order of first appearance: param by param, shape before strides; then
-    # the scalars' that only launch shapes, kernel arguments and tensor maps use.
+
+def _symbols(program: Program, target: str, names: list[str],
+             all_names: list[str]) -> dict[Symbol, int]:
+    """The symbols in order of first appearance: param by param, shape before strides;
+    then the scalars' that only launch shapes, kernel arguments and tensor maps use. Each
+    scalar's is a parameter's, and no two share a name, nor with a parameter."""
+    kname = program.name
+    scalars = {p for p in program.params if isinstance(p, Scalar)}
     symbols: dict[Symbol, int] = {}
-    for p in params:
+    for p in program.params:
         if isinstance(p, Buffer):
             for e in p.shape + (p.strides or ()):
                 if isinstance(e, Expr):
@@ -228,7 +289,7 @@ def lower(program: Program, out_idx, target: str) -> Signature:
     for s in _scalar_symbols(program, target):
         symbols.setdefault(s, len(symbols))
     for s in symbols:
-        if s.scalar is not None and s.scalar not in scalar_index:
+        if s.scalar is not None and s.scalar not in scalars:
             raise ValueError(f"{kname}: an expression uses scalar '{s.name}', which is not "
                              "a parameter of this program")
     by_name: dict[str, Symbol] = {}
@@ -239,9 +300,13 @@ def lower(program: Program, out_idx, target: str) -> Signature:
     if len(set(all_names)) != len(all_names) or clash:
         dup = sorted(clash or {n for n in all_names if all_names.count(n) > 1})
         raise ValueError(f"{kname}: duplicate parameter/symbol name(s) {', '.join(dup)}")
+    return symbols
 
-    # A symbol reaches the kernel only if some required input carries it alone, or it
-    # is an integer scalar's.
+
+def _check_bound(kname: str, params, names: list[str], outs: tuple[int, ...],
+                 symbols: dict[Symbol, int]) -> None:
+    """A symbol reaches the kernel only if some required input carries it alone, or it
+    is an integer scalar's."""
     bindable = {s for s in symbols if s.scalar is not None}
     for i, p in enumerate(params):
         if isinstance(p, Buffer) and i not in outs and not p.optional:
@@ -254,80 +319,58 @@ def lower(program: Program, out_idx, target: str) -> Signature:
                 + (f" (used by output {', '.join(where)})" if where else "")
                 + ": it must appear alone as a dimension or stride of a required input buffer")
 
-    exprs: list[tuple[tuple[int, ...], str]] = []
-    expr_ids: dict[object, int] = {}
 
-    def expr_id(e) -> int:
+class _ExprTable:
+    """The program's expressions as the core numbers them: each distinct expression (or
+    constant) once, in order of first use."""
+
+    def __init__(self, symbols: dict[Symbol, int]):
+        self.symbols = symbols
+        self.exprs: list[tuple[tuple[int, ...], str]] = []
+        self._ids: dict[object, int] = {}
+
+    def id(self, e) -> int:
         key = e if isinstance(e, Expr) else ("const", e)
-        if key not in expr_ids:
-            expr_ids[key] = len(exprs)
-            exprs.append((lower_expr(e, symbols), str(e)))
-        return expr_ids[key]
+        if key not in self._ids:
+            self._ids[key] = len(self.exprs)
+            self.exprs.append((lower_expr(e, self.symbols), str(e)))
+        return self._ids[key]
 
-    spec_params = []
+
+def _param_specs(params, names: list[str], outs: tuple[int, ...], symbols: dict[Symbol, int],
+                 table: _ExprTable) -> list[ParamSpec]:
+    """The core's description of each parameter."""
+    specs = []
     for i, p in enumerate(params):
         dt = _dtypes.DTYPES[p.dtype]
         if isinstance(p, Buffer):
             flags = ((BUF_OPTIONAL if p.optional else 0) | (BUF_CONST if p.const else 0)
                      | (BUF_OUTPUT if i in outs else 0))
-            shape_ids = tuple(expr_id(e) for e in p.shape)
-            stride_ids = None if p.strides is None else tuple(expr_id(e) for e in p.strides)
-            spec_params.append(ParamSpec(abi.TJ_PARAM_BUFFER, names[i], dt.dlpack, shape_ids,
-                                         stride_ids, p.align or 0, flags))
+            shape_ids = tuple(table.id(e) for e in p.shape)
+            stride_ids = None if p.strides is None else tuple(table.id(e) for e in p.strides)
+            specs.append(ParamSpec(abi.TJ_PARAM_BUFFER, names[i], dt.dlpack, shape_ids,
+                                   stride_ids, p.align or 0, flags))
         elif isinstance(p, Scalar):
-            spec_params.append(ParamSpec(abi.TJ_PARAM_SCALAR, names[i], dt.dlpack, (), None, 0, 0,
-                                         symbols.get(p._symbol, -1)))
+            specs.append(ParamSpec(abi.TJ_PARAM_SCALAR, names[i], dt.dlpack, (), None, 0, 0,
+                                   symbols.get(p._symbol, -1)))
         elif isinstance(p, PointerParam):
-            spec_params.append(ParamSpec(abi.TJ_PARAM_POINTER, names[i], dt.dlpack, (), None,
-                                         p.align or 0, BUF_CONST if p.const else 0))
+            specs.append(ParamSpec(abi.TJ_PARAM_POINTER, names[i], dt.dlpack, (), None,
+                                   p.align or 0, BUF_CONST if p.const else 0))
+    return specs
 
-    for j, w in enumerate(workspaces):
-        where = f"{kname}: workspace '{all_names[len(params) + j]}'"
+
+def _workspace_specs(program: Program, names: list[str], symbols: dict[Symbol, int],
+                     table: _ExprTable) -> list[ParamSpec]:
+    """The core's description of each global workspace, after the parameters."""
+    specs = []
+    for w, name in zip(program.workspaces, names):
+        where = f"{program.name}: workspace '{name}'"
         for d, e in enumerate(w.shape):
             _check_launch_value(where, f"shape[{d}]", e, 0, symbols)
-        spec_params.append(ParamSpec(abi.TJ_PARAM_BUFFER, all_names[len(params) + j],
-                                     _dtypes.DTYPES[w.dtype].dlpack,
-                                     tuple(expr_id(e) for e in w.shape), None, w.align or 0,
-                                     BUF_WORKSPACE | (BUF_ZERO if w.zero else 0)))
-
-    target_id = TARGETS[target]
-    maps: dict[TensorMap, int] = {}
-    map_specs: list[TensorMapSpec] = []
-
-    def tensormap_id(m: TensorMap, where: str) -> int:
-        if m not in maps:
-            maps[m] = len(map_specs)
-            map_specs.append(_lower_tensormap(m, where, everything, all_names, symbols,
-                                              expr_id))
-        return maps[m]
-
-    returns = "int32_t" if _returns_status(program, target) else "void"
-    if target != "cuda":
-        if program.launches is not None:
-            raise ValueError(f"{kname}: launches= is for CUDA programs")
-        kargs = _kernel_args(kname, program.kernel_args, params, everything, all_names, symbols,
-                             expr_id, None)
-        abi_spec = None if program.kernel_args is None else _abi(kargs)
-        prototype = f"{returns} {kname}({', '.join(a.c_decl for a in kargs) or 'void'})"
-        spec = _core_spec(kname, target_id, symbols, exprs, spec_params, abi_spec)
-        return Signature(kname, target, tuple(names), outs, tuple(symbols), spec,
-                         (KernelFunction(kname, kargs, prototype),))
-
-    functions, launch_specs = [], []
-    for launch in program.kernel_launches():
-        where = kname if program.launches is None else f"{kname}: {launch.name}"
-        kargs = _kernel_args(where, launch.kernel_args, params, everything, all_names, symbols,
-                             expr_id, tensormap_id)
-        prototype = (f'extern "C" __global__ {returns} {launch.name}('
-                     f"{', '.join(a.c_decl for a in kargs) or 'void'})")
-        functions.append(KernelFunction(launch.name, kargs, prototype))
-        launch_specs.append(_lower_launch(where, launch, symbols, expr_id, _abi(kargs)))
-    first = program.kernel_launches()[0]
-    abi_spec = None if first.kernel_args is None else launch_specs[0].abi
-    spec = _core_spec(kname, target_id, symbols, exprs, spec_params, abi_spec,
-                      tuple(launch_specs), tuple(map_specs))
-    return Signature(kname, target, tuple(names), outs, tuple(symbols), spec,
-                     tuple(functions), first.name)
+        specs.append(ParamSpec(abi.TJ_PARAM_BUFFER, name, _dtypes.DTYPES[w.dtype].dlpack,
+                               tuple(table.id(e) for e in w.shape), None, w.align or 0,
+                               BUF_WORKSPACE | (BUF_ZERO if w.zero else 0)))
+    return specs
 
 
 def _scalar_symbols(program: Program, target: str) -> list[Symbol]:
