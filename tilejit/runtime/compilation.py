@@ -92,27 +92,41 @@ def compile(program: Program, out_idx=None, target=None, execution_backend=None,
     start = time.perf_counter()
     sig = lower(program, out_idx, target)
     if target == "cuda":
-        # Imported here: a process that only compiles CPU kernels never pays for it.
-        if program.binary is not None:
-            if arch is not None or compiler is not None:
-                raise ValueError(f"{program.name}: arch= and compiler= compile a source; "
-                                 "a prebuilt binary= is loaded as it is")
-            path = load_binary(program, sig)
-            return JITKernel(program, sig, str(path), "", execution_backend)
-        source = None
-
-        def cuda_image():
-            nonlocal source
-            path, source = compile_program(program, sig, flags, arch, compiler, verbose)
-            return path
-
-        kernel = _load_built(cuda_image, lambda path: JITKernel(program, sig, str(path), source,
-                                                                execution_backend))
-        kernel._cuda_arch = ",".join(resolve_arch(arch))  # what kernel.export records
-        return kernel
+        return _compile_cuda(program, sig, execution_backend, flags, verbose, arch, compiler)
     if arch is not None or compiler is not None:
         raise ValueError(f"{program.name}: arch= and compiler= are for target='cuda', not "
                          f"{target!r}")
+    return _compile_cpu(program, sig, target, execution_backend, flags, verbose, start)
+
+
+def _compile_cuda(program: Program, sig, execution_backend: str, flags: list, verbose: bool,
+                  arch, compiler) -> JITKernel:
+    """A CUDA kernel: its image compiled (or found in the cache), or its prebuilt binary
+    loaded as it is."""
+    if program.binary is not None:
+        if arch is not None or compiler is not None:
+            raise ValueError(f"{program.name}: arch= and compiler= compile a source; "
+                             "a prebuilt binary= is loaded as it is")
+        path = load_binary(program, sig)
+        return JITKernel(program, sig, str(path), "", execution_backend)
+    source = None
+
+    def cuda_image():
+        nonlocal source
+        path, source = compile_program(program, sig, flags, arch, compiler, verbose)
+        return path
+
+    kernel = _load_built(cuda_image, lambda path: JITKernel(program, sig, str(path), source,
+                                                            execution_backend))
+    kernel._cuda_arch = ",".join(resolve_arch(arch))  # what kernel.export records
+    return kernel
+
+
+def _compile_cpu(program: Program, sig, target: str, execution_backend: str, flags: list,
+                 verbose: bool, start: float) -> JITKernel:
+    """A CPU kernel: its source and glue compiled by the system compiler into the cache
+    (or found there; ``verbose`` says which, timed from ``start``); without a compiler,
+    found by its portable key."""
     language = program.language_for(target, flags)
     if language == "cuda":
         raise ValueError(f"{program.name}: language='cuda' is for target='cuda'")
