@@ -62,18 +62,20 @@ def _jit_arguments(object items, bint implicit):
             key = (<TensorView>value)._jit_key(False)
             args.append(value)
         else:
-            producer = _producer_of(cls, True)
-            api = producer.api if producer != NULL else NULL
+            # A tensor is what a kernel call takes as one: a type the core's registry
+            # gives a producer (None, which the registry also serves, is a constant).
+            producer = NULL if value is None else _producer_of(cls, True)
+            if producer == NULL:
+                parts.append((name, cls, value))
+                continue
+            api = producer.api
             if api != NULL and api.dltensor_from_py_object_no_sync != NULL:
                 key = _lent_key(value, api, implicit)
                 args.append(value)
-            elif hasattr(cls, "__dlpack__"):
+            else:
                 view = from_dlpack(value)
                 key = view._jit_key(implicit)
                 args.append(view)
-            else:
-                parts.append((name, cls, value))
-                continue
         keys.append(key)
         parts.append((name, key))
     return args, keys, tuple(parts)
