@@ -124,7 +124,7 @@ def register(root: str, loader: Callable[[], Adapter], *, default: bool = False,
 
 def register_own(adapter: Adapter) -> None:
     """tilejit's own adapter: for ``NoneType`` (a call with no tensor argument) and the
-    types whose ``_tilejit_own`` is True (``tilejit.Array``)."""
+    types tilejit defines (``tilejit.Array``)."""
     _own["own"] = adapter
     _by_type.clear()
 
@@ -140,7 +140,7 @@ def adapter_named(root: str) -> Adapter:
 
 
 def _root_of(cls: type) -> str | None:
-    if cls is type(None) or getattr(cls, "_tilejit_own", False) is True:
+    if cls is type(None):
         return "own"
     for base in getattr(cls, "__mro__", (cls,)):
         root = (getattr(base, "__module__", "") or "").split(".")[0]
