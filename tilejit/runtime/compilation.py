@@ -212,10 +212,18 @@ def load(path, execution_backend: str = "auto"):
     file and what is wrong."""
     directory = Path(os.fspath(path)).absolute()
     core_kernel = CoreKernel.open(directory)
-    loaded = _export.Loaded(directory)
+    return _loaded_kernel(directory, core_kernel, execution_backend)
+
+
+def _loaded_kernel(directory, core_kernel, execution_backend):
+    """The kernel of an opened export: everything from the files as the core read and
+    checked them (``core_kernel.export_files``); nothing is read from ``directory``,
+    which later changes (another export moved there) cannot reach."""
+    loaded = _export.Loaded(directory, core_kernel)
     kernel = JITKernel(loaded.program, loaded.signature, loaded.library, "", execution_backend,
                        loaded.prebuilt, core_kernel=core_kernel, binary_digests=loaded.digests)
     kernel._export_dir = directory
+    kernel._export_images = loaded.images
     kernel._cuda_arch = loaded.cuda_arch
     return kernel
 
