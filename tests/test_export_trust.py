@@ -20,7 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from conftest import REPO_ROOT
-from test_export import _rehash
+from test_export import _rehash, prebuilt_scale
 
 import tilejit
 from tilejit import T
@@ -213,13 +213,7 @@ def test_bytes_that_are_not_utf8_only_in_comments(exported):
 
 
 def test_a_loaded_prebuilt_library_exports_the_bytes_it_loaded(tilejit_cache_dir, tmp_path):
-    source = tmp_path / "triple.c"
-    source.write_text("void triple(float *x, long n) { for (long i = 0; i < n; ++i) x[i] *= 3; }")
-    library = tmp_path / "libtriple.so"
-    subprocess.run(["cc", "-shared", "-fPIC", str(source), "-o", str(library)], check=True)
-    n = T.symbol("n")
-    built = tilejit.compile(tilejit.Program("triple", [T.Buffer((n,), "float32", name="x")],
-                                            binary=library))
+    built, _ = prebuilt_scale(tmp_path)
     path = built.export(tmp_path / "k")
     loaded = tilejit.load(path)
     other = tilejit.load(_add().export(tmp_path / "add"))
