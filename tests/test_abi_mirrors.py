@@ -225,6 +225,8 @@ def _ctypes_for(declaration: str) -> set:
         return {ctypes.POINTER(by_name[base]), ctypes.c_void_p}
     if pointers == 1 and base in _C_SCALARS and base != "void":
         return {ctypes.POINTER(_C_SCALARS[base]), ctypes.c_void_p}
+    if pointers == 2 and base == "char":  # a string handed back
+        return {ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_void_p)}
     if pointers == 2:
         return {ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p}
     return {ctypes.c_void_p}

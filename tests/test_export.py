@@ -344,14 +344,19 @@ def test_a_missing_directory_is_refused(tmp_path):
 # ---- Prebuilt CPU libraries ------------------------------------------------------------------
 
 
-def test_a_prebuilt_library_exports_with_its_glue(tmp_path, tilejit_cache_dir):
+def prebuilt_scale(tmp_path):
+    """``(kernel, library)``: a kernel given as a prebuilt library (``binary=``), x *= 3."""
     source = tmp_path / "scale.c"
     source.write_text("void scale(float *x, long n) { for (long i = 0; i < n; ++i) x[i] *= 3; }")
     library = tmp_path / "libscale.so"
     subprocess.run(["cc", "-shared", "-fPIC", str(source), "-o", str(library)], check=True)
     n = T.symbol("n")
-    k = tilejit.compile(tilejit.Program("scale", [T.Buffer((n,), "float32", name="x")],
-                                        binary=library))
+    return tilejit.compile(tilejit.Program("scale", [T.Buffer((n,), "float32", name="x")],
+                                           binary=library)), library
+
+
+def test_a_prebuilt_library_exports_with_its_glue(tmp_path, tilejit_cache_dir):
+    k, library = prebuilt_scale(tmp_path)
     out = k.export(tmp_path / "scale")
     assert sorted(os.listdir(out)) == ["MANIFEST", "glue.so", "kernel.h", "kernel.so",
                                        "signature.tj"]

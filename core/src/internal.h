@@ -115,6 +115,10 @@ struct tj_kernel {
   int64_t image_size;
   char *image_symbol;
   struct tj__cuda_modules *cuda;
+  /* A kernel tj_kernel_open made: the export's files as they were checked,
+   * owned, and what frees them (open.c's; kernel.c calls it, a layer below). */
+  void *opened;
+  void (*opened_free)(void *opened);
   int32_t nlaunches; /* >= 1 once finalized */
   tj__launch launches[TJ_MAX_LAUNCHES];
   int32_t ntensormaps;

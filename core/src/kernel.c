@@ -49,6 +49,7 @@ void tj_kernel_free(tj_kernel *k) {
   if (k->kernel_library) dlclose(k->kernel_library);
   tj__cuda_free(k);
   tj__memo_free(k);
+  if (k->opened_free) k->opened_free(k->opened);
   free(k->image);
   free(k->image_symbol);
   for (int32_t i = 1; i < k->nlaunches; ++i) {

@@ -3,10 +3,14 @@
  * this machine, the signature file replayed as the builder calls that made the
  * kernel, and its image loaded. docs/export.md describes both files. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -16,20 +20,45 @@
 #define MAX_FILES 16
 #define MAX_TOKENS 512
 #define NAME_SIZE 128
+#define OPEN_ATTEMPTS 20 /* reads of a directory replaced meanwhile, before giving up */
+#define NOT_REGULAR (-1) /* read_at: a FIFO, device, socket or directory */
 
 typedef struct {
   char name[NAME_SIZE];
   char sha256[65];
   int64_t size;
+  char *data; /* the file's bytes as read and checked, owned (NUL-terminated) */
 } listed_file;
 
+/* An export as read: kept by the kernel tj_kernel_open makes (tj_kernel_export_file). */
 typedef struct {
-  const char *dir;
+  char *dir; /* owned */
   char target[16];
   char arch[NAME_SIZE];
   listed_file files[MAX_FILES];
   int32_t nfiles;
+  int dirfd; /* while reading: every file is read from this one directory */
 } manifest;
+
+static void manifest_free(void *opened) {
+  manifest *m = opened;
+  if (m == NULL) return;
+  for (int32_t i = 0; i < m->nfiles; ++i) free(m->files[i].data);
+  if (m->dirfd >= 0) close(m->dirfd);
+  free(m->dir);
+  free(m);
+}
+
+static manifest *manifest_new(const char *dir) {
+  manifest *m = calloc(1, sizeof(*m));
+  if (m == NULL) return NULL;
+  m->dirfd = -1;
+  if ((m->dir = strdup(dir)) == NULL) {
+    free(m);
+    return NULL;
+  }
+  return m;
+}
 
 /* A line split in place into whitespace-separated tokens. */
 typedef struct {
@@ -53,36 +82,66 @@ static int refuse(const manifest *m, const char *file, const char *fmt, ...) {
   return tj_set_error(TJ_EVALUE, "tilejit export %s: %s: %s", m->dir, file, what);
 }
 
-static int read_whole(const char *path, char **out, int64_t *size) {
-  FILE *f = fopen(path, "rb");
-  if (f == NULL) return errno ? errno : ENOENT;
+/* Reads `name` in the directory `dirfd` whole: 0, an errno value (ELOOP: a
+ * symbolic link, never followed), or NOT_REGULAR (a FIFO, device, socket or
+ * directory, refused before any read could block). *out is NUL-terminated. */
+static int read_at(int dirfd, const char *name, char **out, int64_t *size) {
+  int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return errno ? errno : ENOENT;
+  struct stat st;
+  int err = fstat(fd, &st) != 0 ? errno : S_ISREG(st.st_mode) ? 0 : NOT_REGULAR;
+  if (err) {
+    close(fd);
+    return err;
+  }
   char *buf = NULL;
   int64_t used = 0, cap = 0;
   for (;;) {
     if (used == cap) {
-      cap = cap ? 2 * cap : 1 << 16;
+      cap = cap ? 2 * cap : (st.st_size > 0 ? (int64_t)st.st_size + 1 : 1 << 16);
       char *grown = realloc(buf, (size_t)cap + 1);
       if (grown == NULL) {
         free(buf);
-        fclose(f);
+        close(fd);
         return ENOMEM;
       }
       buf = grown;
     }
-    size_t got = fread(buf + used, 1, (size_t)(cap - used), f);
-    used += (int64_t)got;
+    ssize_t got = read(fd, buf + used, (size_t)(cap - used));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      int err = errno;
+      free(buf);
+      close(fd);
+      return err ? err : EIO;
+    }
     if (got == 0) break;
+    used += (int64_t)got;
   }
-  int failed = ferror(f);
-  fclose(f);
-  if (failed) {
-    free(buf);
-    return EIO;
-  }
+  close(fd);
   buf[used] = '\0';
   *out = buf;
   *size = used;
   return 0;
+}
+
+/* Why read_at could not read a file, as a refusal's text. */
+static const char *unreadable(int err) {
+  if (err == NOT_REGULAR)
+    return "it is not a regular file (a FIFO, device, socket or directory): an export's files "
+           "must be regular files";
+  if (err == ELOOP)
+    return "it is a symbolic link: an export's files must be regular files, not links";
+  return strerror(err);
+}
+
+/* A text file (MANIFEST, signature.tj) holding a NUL byte: refused by line. */
+static int nul_line(const char *text, int64_t size) {
+  const char *nul = memchr(text, '\0', (size_t)size);
+  if (nul == NULL) return 0;
+  int line = 1;
+  for (const char *p = text; p < nul; ++p) line += *p == '\n';
+  return line;
 }
 
 /* Splits `line` in place; `whole` is a copy of it made before, which rest[] points into. */
@@ -140,44 +199,40 @@ static const listed_file *listed(const manifest *m, const char *name) {
   return NULL;
 }
 
-static int path_of(const manifest *m, const char *name, char *path, size_t size) {
-  if ((size_t)snprintf(path, size, "%s/%s", m->dir, name) >= size)
-    return refuse(m, name, "the path is too long");
-  return TJ_OK;
-}
-
-/* Reads a listed file whole, checking its size and SHA-256; *out is the caller's to free. */
-static int read_checked(const manifest *m, const char *name, char **out, int64_t *size) {
-  const listed_file *f = listed(m, name);
-  if (f == NULL) return refuse(m, name, "the file is not listed in MANIFEST");
-  char path[4096];
-  int rc = path_of(m, name, path, sizeof(path));
-  if (rc) return rc;
-  int err = read_whole(path, out, size);
-  if (err) return refuse(m, name, "cannot read it (%s)", strerror(err));
+/* Reads listed file `f` whole and checks its size and SHA-256; the bytes stay in f->data. */
+static int read_checked(const manifest *m, listed_file *f) {
+  const char *name = f->name;
+  char *data;
+  int64_t size;
+  int err = read_at(m->dirfd, name, &data, &size);
+  if (err) return refuse(m, name, "cannot read it (%s)", unreadable(err));
   char digest[65];
-  tj__sha256_hex(*out, (size_t)*size, digest);
-  if (*size != f->size || strcmp(digest, f->sha256) != 0) {
-    free(*out);
-    *out = NULL;
-    if (*size != f->size)
+  tj__sha256_hex(data, (size_t)size, digest);
+  if (size != f->size || strcmp(digest, f->sha256) != 0) {
+    free(data);
+    if (size != f->size)
       return refuse(m, name, "%lld bytes, but MANIFEST lists %lld: the file was changed",
-                    (long long)*size, (long long)f->size);
+                    (long long)size, (long long)f->size);
     return refuse(m, name, "its SHA-256 is %s, but MANIFEST lists %s: the file was changed", digest,
                   f->sha256);
   }
+  f->data = data;
   return TJ_OK;
 }
 
 static int read_manifest(manifest *m) {
-  char path[4096], *text;
+  char *text;
   int64_t size;
-  int rc = path_of(m, "MANIFEST", path, sizeof(path));
-  if (rc) return rc;
-  int err = read_whole(path, &text, &size);
+  int err = read_at(m->dirfd, "MANIFEST", &text, &size);
   if (err)
     return refuse(m, "MANIFEST", "cannot read it (%s): is this a tilejit export directory?",
-                  strerror(err));
+                  unreadable(err));
+  int nul = nul_line(text, size);
+  if (nul) {
+    free(text);
+    return refuse(m, "MANIFEST", "line %d: a NUL byte", nul);
+  }
+  int rc;
   char *cursor = text, *line;
   int32_t number = 0;
   line_tokens t;
@@ -199,12 +254,22 @@ static int read_manifest(manifest *m) {
     }
     if (t.n == 0 || t.tok[0][0] == '#') continue;
     const char *key = t.tok[0];
-    if (strcmp(key, "tilejit") == 0 && t.n == 2) continue; /* the exporting version */
-    if (strcmp(key, "target") == 0 && t.n == 2 && strlen(t.tok[1]) < sizeof(m->target)) {
+    int one_value =
+        strcmp(key, "tilejit") == 0 || strcmp(key, "target") == 0 || strcmp(key, "arch") == 0;
+    if ((one_value && t.n != 2) || (strcmp(key, "file") == 0 && t.n != 4)) {
+      rc = refuse(m, "MANIFEST", "line %d: expected '%s'", number,
+                  one_value ? (key[0] == 'a'   ? "arch <architecture>"
+                               : key[1] == 'a' ? "target <cpu or cuda>"
+                                               : "tilejit <version>")
+                            : "file <name> <size> <sha256>");
+      continue;
+    }
+    if (strcmp(key, "tilejit") == 0) continue; /* the exporting version */
+    if (strcmp(key, "target") == 0 && strlen(t.tok[1]) < sizeof(m->target)) {
       strcpy(m->target, t.tok[1]);
-    } else if (strcmp(key, "arch") == 0 && t.n == 2 && strlen(t.tok[1]) < sizeof(m->arch)) {
+    } else if (strcmp(key, "arch") == 0 && strlen(t.tok[1]) < sizeof(m->arch)) {
       strcpy(m->arch, t.tok[1]);
-    } else if (strcmp(key, "file") == 0 && t.n == 4) {
+    } else if (strcmp(key, "file") == 0) {
       if (m->nfiles == MAX_FILES) {
         rc = refuse(m, "MANIFEST", "more than %d files", MAX_FILES);
       } else if (!safe_file_name(t.tok[1])) {
@@ -382,6 +447,57 @@ static int built(replay *r, int rc) {
                           (int)r->line);
 }
 
+/* The checked bytes of listed file `f` written to `dir`/NAME (a private
+ * directory), for dlopen: the library is loaded from the bytes that were
+ * checked, so a later change at the export's path cannot reach the loaded
+ * kernel, and two opens never share one dlopen handle. */
+static int private_copy(replay *r, const char *dir, const listed_file *f, char *path, size_t size) {
+  if ((size_t)snprintf(path, size, "%s/%s", dir, f->name) >= size)
+    return refuse(r->m, f->name, "the temporary path is too long");
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0700);
+  int64_t done = 0;
+  while (fd >= 0 && done < f->size) {
+    ssize_t wrote = write(fd, f->data + done, (size_t)(f->size - done));
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0) break;
+    done += wrote;
+  }
+  int err = errno;
+  if (fd >= 0 && close(fd) != 0 && done == f->size) err = errno, done = -1;
+  if (fd < 0 || done != f->size)
+    return refuse(r->m, f->name, "cannot write its private copy %s (%s)", path,
+                  strerror(err ? err : EIO));
+  return TJ_OK;
+}
+
+/* Loads the image(s) from their checked bytes: a CUDA image as its bytes; a CPU
+ * library through a private copy, removed once it is loaded. */
+static int load_checked(replay *r, const line_tokens *t, int prebuilt) {
+  const listed_file *image = listed(r->m, t->tok[1]);
+  if (r->k->target == TJ_TARGET_CUDA && !prebuilt) {
+    if (image->size == 0) return bad(r, "the image file '%s' is empty", image->name);
+    return built(r, tj_kernel_set_image(r->k, image->data, image->size, t->tok[2]));
+  }
+  const char *tmp = getenv("TMPDIR");
+  char dir[4096], image_path[4096], library_path[4096] = "";
+  if ((size_t)snprintf(dir, sizeof(dir), "%s/tilejit-load-XXXXXX", tmp && *tmp ? tmp : "/tmp") >=
+          sizeof(dir) ||
+      mkdtemp(dir) == NULL)
+    return refuse(r->m, image->name, "cannot make a private directory to load it from (%s)",
+                  strerror(errno));
+  int rc = private_copy(r, dir, image, image_path, sizeof(image_path));
+  if (rc == TJ_OK && prebuilt)
+    rc = private_copy(r, dir, listed(r->m, t->tok[3]), library_path, sizeof(library_path));
+  if (rc == TJ_OK)
+    rc = built(
+        r, prebuilt ? tj_kernel_load_prebuilt(r->k, image_path, t->tok[2], library_path, t->tok[4])
+                    : tj_kernel_load(r->k, image_path, t->tok[2]));
+  unlink(image_path);
+  if (library_path[0]) unlink(library_path);
+  rmdir(dir);
+  return rc;
+}
+
 static int load_line(replay *r, const line_tokens *t) {
   if (r->loaded) return bad(r, "a second load line");
   int rc = built(r, tj_kernel_finalize(r->k));
@@ -389,21 +505,13 @@ static int load_line(replay *r, const line_tokens *t) {
   r->finalized = 1;
   int prebuilt = strcmp(t->tok[0], "load_prebuilt") == 0;
   if ((rc = expect_tokens(r, t, prebuilt ? 5 : 3))) return rc;
-  char image[4096], library[4096];
-  const char *file = t->tok[1];
   for (int32_t i = 1; i < t->n; i += 2) {
     if (!listed(r->m, t->tok[i]))
       return bad(r, "'%s' names file '%s', which MANIFEST does not list", t->tok[0], t->tok[i]);
   }
-  if ((rc = path_of(r->m, file, image, sizeof(image)))) return rc;
-  if (prebuilt) {
-    if ((rc = path_of(r->m, t->tok[3], library, sizeof(library)))) return rc;
-    rc = tj_kernel_load_prebuilt(r->k, image, t->tok[2], library, t->tok[4]);
-  } else {
-    rc = tj_kernel_load(r->k, image, t->tok[2]);
-  }
+  rc = load_checked(r, t, prebuilt);
   r->loaded = rc == TJ_OK;
-  return built(r, rc);
+  return rc;
 }
 
 /* kernel NAME TARGET NPARAMS: the first entry. */
@@ -617,47 +725,134 @@ static int replay_text_line(replay *r, char *line) {
   return rc;
 }
 
-static int replay_signature(const manifest *m, char *text, tj_kernel **out) {
+/* Builds the kernel from the checked signature.tj (replayed from a copy: the
+ * kept bytes stay as read) and keeps `m` with it. */
+static int replay_signature(manifest *m, tj_kernel **out) {
+  const listed_file *f = listed(m, SIGNATURE_FILE);
   replay r = {m, NULL, 0, 0, 0, 0};
+  int nul = nul_line(f->data, f->size);
+  if (nul) return refuse(m, SIGNATURE_FILE, "line %d: a NUL byte", nul);
+  char *text = malloc((size_t)f->size + 1);
+  if (text == NULL) return tj_set_error(TJ_ENOMEM, "tilejit export %s: out of memory", m->dir);
+  memcpy(text, f->data, (size_t)f->size + 1);
   char *cursor = text, *line;
   int rc = TJ_OK;
   while (rc == TJ_OK && (line = next_line(&cursor)) != NULL) {
     ++r.line;
     rc = replay_text_line(&r, line);
   }
+  free(text);
   if (rc == TJ_OK && !r.loaded) rc = bad(&r, "the file ends before its load line");
   if (rc) {
     tj_kernel_free(r.k);
     return rc;
   }
+  r.k->opened = m;
+  r.k->opened_free = manifest_free;
   *out = r.k;
   return TJ_OK;
+}
+
+/* One read of the export: the directory opened once, MANIFEST and every file it
+ * lists read from it and checked. *id: the directory read, once it is open. */
+static int read_export(manifest *m, struct stat *id) {
+  m->dirfd = open(m->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (m->dirfd < 0 || fstat(m->dirfd, id) != 0)
+    return refuse(m, "MANIFEST", "cannot read it (%s): is this a tilejit export directory?",
+                  strerror(errno));
+  int rc = read_manifest(m);
+  /* Every listed file first: nothing is built from an export any file of which is damaged. */
+  for (int32_t i = 0; i < m->nfiles && rc == TJ_OK; ++i) rc = read_checked(m, &m->files[i]);
+  if (rc == TJ_OK && listed(m, SIGNATURE_FILE) == NULL)
+    rc = refuse(m, "MANIFEST", "no %s is listed", SIGNATURE_FILE);
+  close(m->dirfd);
+  m->dirfd = -1;
+  return rc;
+}
+
+/* Whether `dir` no longer names the directory `id` (another export was moved there). */
+static int replaced(const char *dir, const struct stat *id) {
+  struct stat now;
+  if (stat(dir, &now) != 0) {
+    struct timespec pause = {0, 1000000}; /* between the two renames of a replacement */
+    nanosleep(&pause, NULL);
+    return 1;
+  }
+  return now.st_dev != id->st_dev || now.st_ino != id->st_ino;
 }
 
 int tj_kernel_open(const char *dir, tj_kernel **out) {
   if (dir == NULL || out == NULL) return tj_set_error(TJ_EVALUE, "tj_kernel_open: NULL argument");
   *out = NULL;
-  manifest m;
-  memset(&m, 0, sizeof(m));
-  m.dir = dir;
-  int rc = read_manifest(&m);
-  if (rc) return rc;
-  /* Every listed file first: nothing is built from an export any file of which is damaged. */
-  char *signature = NULL;
-  for (int32_t i = 0; i < m.nfiles && rc == TJ_OK; ++i) {
-    char *data;
-    int64_t size;
-    rc = read_checked(&m, m.files[i].name, &data, &size);
-    if (rc) break;
-    if (strcmp(m.files[i].name, SIGNATURE_FILE) == 0)
-      signature = data;
-    else
-      free(data);
+  /* A directory replaced whole while it is read (kernel.export(path, overwrite=True)
+   * in another process) is read again: the kernel is the old export or the new one. */
+  for (int attempt = 1;; ++attempt) {
+    manifest *m = manifest_new(dir);
+    if (m == NULL) return tj_set_error(TJ_ENOMEM, "tilejit export %s: out of memory", dir);
+    struct stat id;
+    memset(&id, 0, sizeof(id));
+    int rc = read_export(m, &id);
+    if (rc != TJ_OK && id.st_ino != 0 && replaced(dir, &id)) {
+      manifest_free(m);
+      if (attempt < OPEN_ATTEMPTS) continue;
+      return tj__prefix_error(TJ_EVALUE,
+                              "tilejit export %s: the directory was replaced while it was read, "
+                              "%d times; try again. The last read: ",
+                              dir, OPEN_ATTEMPTS);
+    }
+    if (rc == TJ_OK) rc = check_machine(m);
+    if (rc == TJ_OK) rc = replay_signature(m, out); /* m is the kernel's from here */
+    if (rc != TJ_OK) manifest_free(m);
+    return rc;
   }
-  if (rc == TJ_OK && signature == NULL)
-    rc = refuse(&m, "MANIFEST", "no %s is listed", SIGNATURE_FILE);
-  if (rc == TJ_OK) rc = check_machine(&m);
-  if (rc == TJ_OK) rc = replay_signature(&m, signature, out);
-  free(signature);
+}
+
+int tj_kernel_reopen(const tj_kernel *kernel, tj_kernel **out) {
+  if (kernel == NULL || out == NULL)
+    return tj_set_error(TJ_EVALUE, "tj_kernel_reopen: NULL argument");
+  *out = NULL;
+  const manifest *kept = kernel->opened;
+  if (kept == NULL)
+    return tj_set_error(TJ_EVALUE, "%s: tj_kernel_reopen: the kernel was not opened from an export",
+                        kernel->name);
+  manifest *m = manifest_new(kept->dir);
+  if (m == NULL) return tj_set_error(TJ_ENOMEM, "out of memory");
+  memcpy(m->target, kept->target, sizeof(m->target));
+  memcpy(m->arch, kept->arch, sizeof(m->arch));
+  for (int32_t i = 0; i < kept->nfiles; ++i) {
+    m->files[i] = kept->files[i];
+    m->files[i].data = malloc((size_t)kept->files[i].size + 1);
+    m->nfiles = i + 1;
+    if (m->files[i].data == NULL) {
+      manifest_free(m);
+      return tj_set_error(TJ_ENOMEM, "out of memory");
+    }
+    memcpy(m->files[i].data, kept->files[i].data, (size_t)kept->files[i].size + 1);
+  }
+  int rc = replay_signature(m, out);
+  if (rc != TJ_OK) manifest_free(m);
   return rc;
+}
+
+int32_t tj_kernel_export_num_files(const tj_kernel *kernel) {
+  const manifest *m = kernel ? kernel->opened : NULL;
+  return m ? m->nfiles : 0;
+}
+
+int tj_kernel_export_file(const tj_kernel *kernel, int32_t i, const char **name, const void **data,
+                          int64_t *size, const char **sha256) {
+  const manifest *m = kernel ? kernel->opened : NULL;
+  if (m == NULL || i < 0 || i >= m->nfiles)
+    return tj_set_error(TJ_EVALUE, "tj_kernel_export_file: no file %d", (int)i);
+  const listed_file *f = &m->files[i];
+  if (name) *name = f->name;
+  if (data) *data = f->data;
+  if (size) *size = f->size;
+  if (sha256) *sha256 = f->sha256;
+  return TJ_OK;
+}
+
+const char *tj_kernel_export_arch(const tj_kernel *kernel) {
+  const manifest *m = kernel ? kernel->opened : NULL;
+  return m ? m->arch : NULL;
 }

@@ -165,6 +165,8 @@
   /* test_open.c */                                \
   X(open_sha256)                                   \
   X(open_calls_an_export)                          \
-  X(open_refuses_damaged_exports)
+  X(open_refuses_damaged_exports)                  \
+  X(open_keeps_what_it_checked)                    \
+  X(open_refuses_links_fifos_and_nul)
 
 #endif /* TILEJIT_TESTS_TEST_LIST_H_ */

@@ -5,6 +5,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "builders.h"
@@ -99,12 +100,8 @@ static void remove_export(void) {
   rmdir(export_dir);
 }
 
-TEST(open_calls_an_export) {
-  write_export("tilejit-export 1", SIGNATURE);
-  tj_kernel *k;
-  CHECK_OK(tj_kernel_open(export_dir, &k));
-  CHECK_EQ_STR(tj_kernel_name(k), "vec_add");
-  CHECK_EQ_INT(tj_kernel_num_outputs(k), 1);
+/* Calls an opened vec_add export: C = A + B over five elements. */
+static void call_vec_add(tj_kernel *k) {
   const int64_t n = 5;
   float a[5] = {1, 2, 3, 4, 5}, b[5] = {10, 20, 30, 40, 50}, c[5] = {0};
   tjt_tensor ta, tb, tc;
@@ -121,9 +118,26 @@ TEST(open_calls_an_export) {
   CHECK_OK(tj_call_set_output(&f, 0, &out));
   CHECK_OK(tj_call_launch(&f));
   CHECK(c[4] == 55.0f);
+}
+
+TEST(open_calls_an_export) {
+  write_export("tilejit-export 1", SIGNATURE);
+  tj_kernel *k;
+  CHECK_OK(tj_kernel_open(export_dir, &k));
+  CHECK_EQ_STR(tj_kernel_name(k), "vec_add");
+  CHECK_EQ_INT(tj_kernel_num_outputs(k), 1);
+  call_vec_add(k);
   /* A refused call: the message the Python binding gives. */
+  const int64_t n = 5;
+  float a[5] = {0};
+  int32_t b[5] = {0};
+  tjt_tensor ta, tb;
+  tjt_tensor_init(&ta, a, TJT_F32, 1, &n, NULL);
   tjt_tensor_init(&tb, b, TJT_DTYPE(kDLInt, 32), 1, &n, NULL);
+  tj_arg args[2];
+  tjt_arg_tensor(&args[0], &ta, 0);
   tjt_arg_tensor(&args[1], &tb, 0);
+  tj_frame f;
   CHECK_STATUS(tj_call_bind(k, args, 2, &f), TJ_EVALUE);
   CHECK_ERROR_CONTAINS("vec_add: argument 1 'B': expected dtype float32, got int32");
   tj_kernel_free(k);
@@ -191,4 +205,78 @@ TEST(open_refuses_damaged_exports) {
   remove_export();
   CHECK_STATUS(tj_kernel_open("/nonexistent/export", &k), TJ_EVALUE);
   CHECK_ERROR_CONTAINS("tilejit export /nonexistent/export: MANIFEST: cannot read it");
+}
+
+/* The kernel is what was checked: its library is a private copy (two opens of
+ * one path never share a dlopen handle), it keeps the checked files, and
+ * neither it nor tj_kernel_reopen reads the directory again. */
+TEST(open_keeps_what_it_checked) {
+  write_export("tilejit-export 1", SIGNATURE);
+  tj_kernel *a, *b, *c;
+  CHECK_OK(tj_kernel_open(export_dir, &a));
+  CHECK_OK(tj_kernel_open(export_dir, &b));
+  CHECK(a->library != NULL && b->library != NULL && a->library != b->library);
+  CHECK_EQ_INT(tj_kernel_export_num_files(a), 2);
+  CHECK_EQ_STR(tj_kernel_export_arch(a), "");
+  int found = 0;
+  for (int32_t i = 0; i < 2; ++i) {
+    const char *name, *sha;
+    const void *data;
+    int64_t size;
+    CHECK_OK(tj_kernel_export_file(a, i, &name, &data, &size, &sha));
+    char digest[65];
+    tj__sha256_hex(data, (size_t)size, digest);
+    CHECK_EQ_STR(digest, sha);
+    if (strcmp(name, "signature.tj") == 0) {
+      CHECK_EQ_INT(size, (int64_t)strlen(SIGNATURE));
+      CHECK(memcmp(data, SIGNATURE, strlen(SIGNATURE)) == 0);
+      found = 1;
+    }
+  }
+  CHECK(found);
+  CHECK_STATUS(tj_kernel_export_file(a, 2, NULL, NULL, NULL, NULL), TJ_EVALUE);
+  remove_export(); /* nothing is read from the directory after the open */
+  CHECK_OK(tj_kernel_reopen(a, &c));
+  CHECK(c->library != NULL && c->library != a->library);
+  CHECK_EQ_INT(tj_kernel_export_num_files(c), 2);
+  call_vec_add(c);
+  call_vec_add(a);
+  tj_kernel *built;
+  CHECK_OK(tj_kernel_create("plain", 0, TJ_TARGET_CPU, &built));
+  CHECK_EQ_INT(tj_kernel_export_num_files(built), 0);
+  CHECK(tj_kernel_export_arch(built) == NULL);
+  tj_kernel *none = (tj_kernel *)1;
+  CHECK_STATUS(tj_kernel_reopen(built, &none), TJ_EVALUE);
+  CHECK(none == NULL);
+  CHECK_ERROR_CONTAINS("plain: tj_kernel_reopen: the kernel was not opened from an export");
+  tj_kernel_free(built);
+  tj_kernel_free(a);
+  tj_kernel_free(b);
+  tj_kernel_free(c);
+}
+
+/* A listed file that is a symbolic link or a FIFO is refused by name, never
+ * followed or waited on; a NUL byte in MANIFEST is refused by line. */
+TEST(open_refuses_links_fifos_and_nul) {
+  char path[512], outside[512];
+  write_export("tilejit-export 1", SIGNATURE);
+  snprintf(path, sizeof(path), "%s/kernel.so", export_dir);
+  snprintf(outside, sizeof(outside), "%s.outside.so", export_dir);
+  CHECK(rename(path, outside) == 0);
+  CHECK(symlink(outside, path) == 0);
+  tj_kernel *k;
+  CHECK_STATUS(tj_kernel_open(export_dir, &k), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("kernel.so: cannot read it (it is a symbolic link");
+  unlink(path);
+  CHECK(mkfifo(path, 0600) == 0);
+  CHECK_STATUS(tj_kernel_open(export_dir, &k), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("kernel.so: cannot read it (it is not a regular file");
+  unlink(path);
+  unlink(outside);
+  remove_export();
+  write_export("tilejit-export 1", SIGNATURE);
+  write_file("MANIFEST", "tilejit-export 1\ntarget cpu\n# a\0b\n", 34);
+  CHECK_STATUS(tj_kernel_open(export_dir, &k), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("MANIFEST: line 3: a NUL byte");
+  remove_export();
 }

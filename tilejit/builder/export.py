@@ -4,9 +4,10 @@
 An export holds the compiled image, ``signature.tj`` (everything the core builds the
 kernel from, one builder call per line), ``kernel.h`` (the prototype and the signature
 for C readers) and ``MANIFEST`` (versions, target, architecture, each file's size and
-SHA-256). The core reads and checks both text files (``core/src/open.c``); this module
-writes them and reads ``signature.tj`` back into the Python objects a kernel carries
-(its parameters, symbols and prototypes). docs/export.md describes the format.
+SHA-256). The core reads and checks both text files (``core/src/open.c``), and is the
+only reader of MANIFEST; this module writes them and reads the core's checked bytes of
+``signature.tj`` back, split as the core splits them, into the Python objects a kernel
+carries (its parameters, symbols and prototypes). docs/export.md describes the format.
 
 >>> kernel.export("out/vec_add")
 >>> k = tilejit.load("out/vec_add")
@@ -14,6 +15,8 @@ writes them and reads ``signature.tj`` back into the Python objects a kernel car
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
 import os
 import platform
 import shutil
@@ -205,12 +208,10 @@ def export(kernel, path, *, overwrite: bool = False) -> Path:
     try:
         if kernel._prebuilt is not None:
             files = {"glue": "glue.so", "library": "kernel.so"}
-            shutil.copyfile(kernel.library_path, staging / files["glue"])
-            shutil.copyfile(kernel._prebuilt, staging / files["library"])
         else:
-            suffix = Path(kernel.library_path).suffix or ".so"
-            files = {"image": f"kernel{suffix}"}
-            shutil.copyfile(kernel.library_path, staging / files["image"])
+            files = {"image": f"kernel{Path(kernel.library_path).suffix or '.so'}"}
+        for role, data in _vouched_images(kernel).items():
+            (staging / files[role]).write_bytes(data)
         (staging / SIGNATURE_FILE).write_text(signature_text(kernel, files))
         (staging / "kernel.h").write_text(header_text(kernel))
         listed = sorted({SIGNATURE_FILE, "kernel.h", *files.values()})
@@ -229,10 +230,63 @@ def export(kernel, path, *, overwrite: bool = False) -> Path:
     return target
 
 
+def _vouched_images(kernel) -> dict:
+    """The bytes of the kernel's images ({"image"} or {"glue", "library"}) that an export
+    may vouch for: those it was built and loaded from. A loaded kernel's are the bytes
+    the core checked when it opened the export (the directory may hold another export by
+    now); a compiled kernel's files are read again and must still have the SHA-256 they
+    had when the kernel loaded them (``_binary_digests``): a file changed or replaced
+    since is refused, naming it."""
+    loaded = kernel._export_images
+    paths = [kernel.library_path] + ([kernel._prebuilt] if kernel._prebuilt is not None else [])
+    roles = ["glue", "library"] if kernel._prebuilt is not None else ["image"]
+    if loaded is not None:
+        return dict(zip(roles, [loaded["library"]] + ([loaded["prebuilt"]]
+                                                      if "prebuilt" in loaded else [])))
+    images = {}
+    for role, path, want in zip(roles, paths, kernel._binary_digests):
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise ValueError(f"{kernel.name}: cannot export: its library {path} cannot be read "
+                             f"({exc.strerror}); compile the kernel again") from None
+        got = hashlib.sha256(data).hexdigest()
+        if got != want:
+            raise ValueError(f"{kernel.name}: cannot export: {path} is not the library the "
+                             f"kernel was built and loaded from (SHA-256 {want}); it was "
+                             f"changed or replaced since (now {got}). Compile the kernel again")
+        images[role] = data
+    return images
+
+
+def _exchange(staging: Path, target: Path) -> bool:
+    """Swaps ``staging`` and ``target`` in one step (Linux ``renameat2`` with
+    ``RENAME_EXCHANGE``); False where the system or file system cannot."""
+    renameat2 = getattr(_libc(), "renameat2", None)
+    if renameat2 is None:
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                          ctypes.c_uint]
+    return renameat2(at_fdcwd, os.fsencode(staging), at_fdcwd, os.fsencode(target),
+                     rename_exchange) == 0
+
+
+def _libc():
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
 def _move_into_place(staging: Path, target: Path) -> None:
-    """Renames ``staging`` to ``target``; an existing ``target`` is first renamed aside
-    and removed after, so a reader finds the old export whole, the new one whole, or
-    (between the two renames) none."""
+    """Moves ``staging`` to ``target``. An existing ``target`` is swapped with it in one
+    step where the system can (a reader finds the old export whole or the new one whole),
+    else renamed aside first (for an instant, between the two renames, there is none);
+    the old export is removed after."""
+    if target.exists() and _exchange(staging, target):
+        shutil.rmtree(staging, ignore_errors=True)
+        return
     old = None
     if target.exists():
         old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
@@ -278,43 +332,86 @@ def _decode(code: tuple, symbols: list):
     return expr
 
 
+def split_line(line: str) -> tuple[list, list]:
+    """``(fields, rests)`` of a line as the core splits it (open.c): fields separated by
+    runs of spaces and tabs, and for each field the line from it on (a text field)."""
+    fields, rests, at = [], [], 0
+    while True:
+        while at < len(line) and line[at] in " \t":
+            at += 1
+        if at == len(line):
+            return fields, rests
+        end = at
+        while end < len(line) and line[end] not in " \t":
+            end += 1
+        fields.append(line[at:end])
+        rests.append(line[at:])
+        at = end
+
+
+def text_lines(data: bytes, directory, file: str) -> list:
+    """The lines of a checked text file as the core reads them: split at newlines (a
+    trailing CR dropped), comment lines (``#``) kept as None, whatever their bytes; any
+    other line not UTF-8 is a ValueError naming the file and the line."""
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    out = []
+    for number, raw in enumerate(lines, start=1):
+        raw = raw[:-1] if raw.endswith(b"\r") else raw
+        if raw.lstrip(b" \t").startswith(b"#"):
+            out.append(None)
+            continue
+        try:
+            out.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"tilejit export {directory}: {file}: line {number}: byte "
+                             f"{raw[exc.start]:#04x} at column {exc.start + 1} is not UTF-8 "
+                             "(only comment lines may hold other bytes)") from None
+    return out
+
+
 class Loaded:
     """What ``signature.tj`` says, as the Python objects of a kernel: ``program``,
-    ``signature``, and the image files (``library``, ``prebuilt``) in the export. The
-    core has checked the file and built the kernel from it (``tj_kernel_open``); this
-    reads it again for what only Python needs, and refuses what the core skips but
-    Python cannot use (``out_idx``, ``function`` and ``arg`` lines) by line."""
+    ``signature``, and the image files (``library``, ``prebuilt``: names in the export;
+    ``files``: role -> name). The core has read and checked every file and built the
+    kernel (``tj_kernel_open``); this reads the same checked bytes (``core_kernel``'s
+    ``export_files``), never the directory, for what only Python needs, and refuses what
+    the core skips but Python cannot use (``out_idx``, ``function`` and ``arg`` lines) by
+    line. MANIFEST is the core's alone: the digests and the architecture come from it."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, core_kernel):
         self.directory = directory
         self.symbols, self.exprs, self.params, self.maps, self.launches = [], [], [], [], []
         self.functions, self.abi, self.out_idx, self.files = [], None, None, {}
         self.name = self.target = self.entry = None
-        lines = (directory / SIGNATURE_FILE).read_text().splitlines()
+        checked = core_kernel.export_files
+        lines = text_lines(checked[SIGNATURE_FILE][0], directory, SIGNATURE_FILE)
         for number, line in enumerate(lines[1:], start=2):
-            fields = line.split()
-            if not fields or fields[0].startswith("#"):
+            if line is None:
+                continue
+            fields, rests = split_line(line)
+            if not fields:
                 continue
             try:
-                self._read(fields, line)
+                self._read(fields, rests)
             except (ValueError, IndexError, KeyError, TypeError) as exc:
                 raise self._refuse(number, f"cannot read '{fields[0]}' ({exc})") from None
-        self._build(len(lines))
-        manifest = (directory / "MANIFEST").read_text().splitlines()
-        archs = [line.split()[1] for line in manifest if line.startswith("arch ")]
-        # The images' SHA-256, which the core has just checked the files against.
-        listed = dict(line.split()[1::2] for line in manifest if line.startswith("file "))
-        self.digests = [listed[self.files[role]] for role in ("library", "prebuilt")
+        self._build(len(lines), checked)
+        # The images' SHA-256, as the core checked them.
+        self.digests = [checked[self.files[role]][1] for role in ("library", "prebuilt")
                         if role in self.files]
+        # The images' bytes, as the core checked them: what an export of the kernel writes.
+        self.images = {role: checked[name][0] for role, name in self.files.items()}
         # What a CUDA kernel was built for, kept for a later export of the loaded kernel.
-        self.cuda_arch = archs[0] if archs and self.target == "cuda" and archs[0] != "unknown" \
-            else None
+        arch = core_kernel.export_arch
+        self.cuda_arch = arch if arch and self.target == "cuda" and arch != "unknown" else None
 
     def _refuse(self, number: int, what: str) -> ValueError:
         return ValueError(f"tilejit export {self.directory}: {SIGNATURE_FILE}: line {number}: "
                           f"{what}")
 
-    def _read(self, fields: list, line: str) -> None:
+    def _read(self, fields: list, rests: list) -> None:
         key = fields[0]
         if key == "kernel":
             self.name, self.target = fields[1], fields[2]
@@ -323,7 +420,7 @@ class Loaded:
         elif key == "expr":
             pairs = int(fields[1])
             code = tuple(int(x) for x in fields[2:2 + 2 * pairs])
-            text = line.split(None, 2 + 2 * pairs)[-1] if len(fields) > 2 + 2 * pairs else ""
+            text = rests[2 + 2 * pairs] if len(fields) > 2 + 2 * pairs else ""
             self.exprs.append((code, text))
         elif key in ("buffer", "scalar", "pointer"):
             self.params.append(self._param(key, fields))
@@ -363,7 +460,7 @@ class Loaded:
             if len(self.out_idx) != int(fields[1]):
                 raise ValueError(f"{fields[1]} outputs announced, {len(self.out_idx)} listed")
         elif key == "function":
-            self.functions.append((fields[1], line.split(None, 2)[2], []))
+            self.functions.append((fields[1], rests[2], []))
         elif key == "arg":
             param = int(fields[7])
             self.functions[-1][2].append(KernelArg(
@@ -374,7 +471,7 @@ class Loaded:
         elif key == "load_prebuilt":
             self.files, self.entry = {"library": fields[1], "prebuilt": fields[3]}, fields[2]
 
-    def _build(self, end: int) -> None:
+    def _build(self, end: int, checked: dict) -> None:
         params = self.params
         outputs = {i for i, p in enumerate(params)
                    if p.kind == abi.TJ_PARAM_BUFFER and p.flags & abi.TJ_BUF_OUTPUT}
@@ -395,7 +492,8 @@ class Loaded:
                              if "prebuilt" in self.files else None)
             objects = [self._lang_param(p, decoded, symbols) for p in params]
             callers = [o for o in objects if not isinstance(o, Workspace)]
-            self.program = Program(self.name, callers, binary=self.prebuilt or self.library,
+            binary = checked[self.files["prebuilt" if self.prebuilt else "library"]][0]
+            self.program = Program(self.name, callers, binary=binary,
                                    workspaces=[o for o in objects if isinstance(o, Workspace)])
         except (ValueError, IndexError, KeyError, TypeError) as exc:
             raise self._refuse(end, f"the parameters do not make a kernel ({exc})") from None

@@ -11,7 +11,17 @@ from __future__ import annotations
 import builtins
 import ctypes
 import threading
-from ctypes import POINTER, byref, c_char_p, c_int, c_int32, c_int64, c_uint32, c_void_p
+from ctypes import (
+    POINTER,
+    byref,
+    c_char_p,
+    c_int,
+    c_int32,
+    c_int64,
+    c_uint32,
+    c_void_p,
+    string_at,
+)
 
 from . import abi
 from ._build import build_tools
@@ -66,6 +76,11 @@ _PROTOTYPES = {
     "tj_kernel_output_param": (c_int32, [c_void_p, c_int32]),
     "tj_kernel_name": (c_char_p, [c_void_p]),
     "tj_kernel_open": (c_int, [c_char_p, POINTER(c_void_p)]),
+    "tj_kernel_reopen": (c_int, [c_void_p, POINTER(c_void_p)]),
+    "tj_kernel_export_num_files": (c_int32, [c_void_p]),
+    "tj_kernel_export_file": (c_int, [c_void_p, c_int32, POINTER(c_char_p), POINTER(c_void_p),
+                                      POINTER(c_int64), POINTER(c_char_p)]),
+    "tj_kernel_export_arch": (c_char_p, [c_void_p]),
     "tj_cuda_device_capability": (c_int, [c_int32, POINTER(c_int32), POINTER(c_int32)]),
     "tj_producer_from_exchange": (c_int, [c_void_p, c_void_p, c_void_p]),
     "tj_host_method_install": (None, [c_void_p]),
@@ -110,6 +125,9 @@ def _abi_array(entries):
 class CoreKernel:
     """A finalized, loaded ``tj_kernel`` built from a lowered signature (``spec``: see
     ``tilejit.builder.signature``); freed when the last backend kernel using it goes."""
+
+    export_files = None  # opened from an export (open): {name: (bytes, sha256)} as checked
+    export_arch = None
 
     def __init__(self, spec, library: str, entry: str, prebuilt=None):
         core = core_library()
@@ -181,10 +199,31 @@ class CoreKernel:
         core = core_library()
         handle = c_void_p()
         check(core.tj_kernel_open(str(directory).encode(), byref(handle)))
+        return cls._opened(handle)
+
+    def reopen(self) -> CoreKernel:
+        """Another core kernel built from the files this one was opened from, as they were
+        checked then (``tj_kernel_reopen``): nothing is read from the directory again."""
+        handle = c_void_p()
+        check(_core.tj_kernel_reopen(self.address, byref(handle)))
+        return CoreKernel._opened(handle)
+
+    @classmethod
+    def _opened(cls, handle: c_void_p) -> CoreKernel:
+        core = _core
         self = cls.__new__(cls)
         self.address = handle.value
         self.name = core.tj_kernel_name(handle).decode()
         self._read_params()
+        # The export's files as the core read and checked them: {name: (bytes, sha256)}.
+        self.export_files = {}
+        name, data, size, digest = c_char_p(), c_void_p(), c_int64(), c_char_p()
+        for i in range(core.tj_kernel_export_num_files(handle)):
+            check(core.tj_kernel_export_file(handle, i, byref(name), byref(data), byref(size),
+                                             byref(digest)))
+            self.export_files[name.value.decode()] = (string_at(data.value, size.value),
+                                                      digest.value.decode())
+        self.export_arch = core.tj_kernel_export_arch(handle).decode()
         return self
 
     def _read_params(self) -> None:

@@ -207,15 +207,19 @@ def load(path, execution_backend: str = "auto"):
     """The kernel exported to ``path``, behind ``execution_backend``: it behaves as the
     kernel that was exported (results, checks and messages, outputs, streams,
     ``with_backend``, ``torch_op``). Nothing is compiled and the module that built the
-    kernel is not imported. The core opens the directory first (``tj_kernel_open``):
-    a damaged, foreign or unrunnable export is a ValueError naming the directory, the
-    file and what is wrong."""
+    kernel is not imported. The core opens the directory first (``tj_kernel_open``),
+    reading each file once: a damaged, foreign or unrunnable export is a ValueError
+    naming the directory, the file and what is wrong. An export replaced meanwhile by
+    another process loads old or new, whole (docs/export.md)."""
     directory = Path(os.fspath(path)).absolute()
     core_kernel = CoreKernel.open(directory)
-    loaded = _export.Loaded(directory)
+    # Everything from here comes from the files as the core read and checked them
+    # (core_kernel.export_files); later changes at the path cannot reach the kernel.
+    loaded = _export.Loaded(directory, core_kernel)
     kernel = JITKernel(loaded.program, loaded.signature, loaded.library, "", execution_backend,
                        loaded.prebuilt, core_kernel=core_kernel, binary_digests=loaded.digests)
     kernel._export_dir = directory
+    kernel._export_images = loaded.images
     kernel._cuda_arch = loaded.cuda_arch
     return kernel
 

@@ -41,6 +41,9 @@ class JITKernel:
     _alive: ClassVar[weakref.WeakSet] = weakref.WeakSet()
 
     _export_dir = None  # the directory a kernel made by tilejit.load was opened from
+    # A loaded kernel's images as the core checked them when it opened the export
+    # ({"library": bytes, "prebuilt": bytes}): what an export of it writes.
+    _export_images = None
 
     def __init__(self, program: Program, signature: Signature, library_path: str,
                  host_source: str, execution_backend: str = "auto", prebuilt=None,
@@ -218,11 +221,14 @@ class JITKernel:
     def with_backend(self, name: str) -> JITKernel:
         """The same compiled library behind another execution backend; no recompilation.
         It is the same kernel: the same torch op, the same registered backward."""
-        core_kernel = None if self._export_dir is None else CoreKernel.open(self._export_dir)
+        # A loaded kernel's core kernel is rebuilt from the bytes it was opened from, never
+        # from the directory, which may hold another export by now.
+        core_kernel = None if self._export_images is None else self._core_kernel.reopen()
         kernel = JITKernel(self.program, self._sig, self.library_path, self._host_source, name,
                            self._prebuilt, core_kernel=core_kernel,
                            binary_digests=self._binary_digests)
         kernel._export_dir = self._export_dir
+        kernel._export_images = self._export_images
         kernel._cuda_arch = self._cuda_arch
         return kernel
 

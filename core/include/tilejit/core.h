@@ -485,6 +485,32 @@ TJ_API const char *tj_kernel_param_name(const tj_kernel *kernel, int32_t index);
  * any failure is TJ_EVALUE naming the directory, the file and what is wrong,
  * and nothing is kept. */
 TJ_API int tj_kernel_open(const char *dir, tj_kernel **out);
+/*
+ * How tj_kernel_open reads: the directory is opened once and MANIFEST and every
+ * file it lists are read from it, each once; a listed file that is a symbolic
+ * link (any link, wherever it points) or not a regular file (a FIFO, a device)
+ * is refused, naming it, and never waited on. The image is loaded from the
+ * bytes that were checked (a CPU library through a private copy in $TMPDIR,
+ * removed once loaded), so later changes at the path never reach the kernel
+ * and two opens of one path never share a library. A directory replaced whole
+ * while it is read (another process exporting there with overwrite) is read
+ * again, up to 20 times: the kernel is the old export whole or the new one
+ * whole; after that the refusal says to try again.
+ *
+ * The kernel keeps the files as they were checked, until tj_kernel_free:
+ * tj_kernel_export_num_files counts them (0 for a kernel not made by
+ * tj_kernel_open), tj_kernel_export_file gives file i's name, bytes (size
+ * bytes, then a NUL), size and SHA-256 (64 lowercase hex digits), each
+ * pointer optional and borrowed from the kernel, and TJ_EVALUE for an i out
+ * of range. tj_kernel_export_arch is MANIFEST's arch ("" if none; NULL for a
+ * kernel not opened). tj_kernel_reopen builds another kernel from the kept
+ * bytes, reading nothing from disk (TJ_EVALUE for a kernel not opened).
+ */
+TJ_API int tj_kernel_reopen(const tj_kernel *kernel, tj_kernel **out);
+TJ_API int32_t tj_kernel_export_num_files(const tj_kernel *kernel);
+TJ_API int tj_kernel_export_file(const tj_kernel *kernel, int32_t i, const char **name,
+                                 const void **data, int64_t *size, const char **sha256);
+TJ_API const char *tj_kernel_export_arch(const tj_kernel *kernel);
 
 /* ---- Calls ---------------------------------------------------------------- */
 
