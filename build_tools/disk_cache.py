@@ -444,65 +444,145 @@ def _rmtree(path: str) -> None:
 # ---- Managing the cache: entries, checks, removal, the size bound --------------------------
 
 
+# The directories under a cache root that tilejit writes entries into, and how deep an
+# entry lies below each: kernels/<key[:2]>/<key>, core/<hash>, wrapper/<abi>/<hash>,
+# bench/<stem>-<hash>. Nothing else under the root is tilejit's: a cache directory set to
+# a shared directory by mistake keeps its other files.
+_AREAS = {"kernels": 2, "core": 1, "wrapper": 2, "bench": 1}
+_KERNEL_SUFFIXES = (".so", ".cubin", ".ptx", ".fatbin")
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
+# meta.json's fields and the types they must have; a meta.json that breaks these (a hand
+# edit, another program's file) marks a damaged entry.
+_META_TYPES = {"format": int, "key": str, "size": int, "sha256": str, "artifact": str,
+               "created": (int, float), "kind": str, "name": str, "target": str, "arch": str,
+               "portable_key": str}
+
+
+def _plain_name(name: object) -> bool:
+    return (isinstance(name, str) and name not in ("", ".", "..") and set(name) <= _NAME_CHARS)
+
+
+def _artifact_shape(parts: tuple[str, ...], name: str) -> bool:
+    """Whether `name` is the file name tilejit gives the artifact of an entry at `parts`
+    (its path below the root)."""
+    area, key = parts[0], parts[-1]
+    if area == "kernels":
+        return name.startswith("kernel.") and name[len("kernel"):] in _KERNEL_SUFFIXES
+    if area == "core":
+        return name == f"libtilejit_core-{key}.so"
+    if area == "wrapper":
+        return name.startswith("_tilejit") and name.endswith(".so")
+    return name.startswith(key.rsplit("-", 1)[0]) and name.endswith(".so")  # bench
+
+
+def _owned(parts: tuple[str, ...], dirnames: list[str], filenames: list[str]) -> bool:
+    """Whether the directory at `parts` below the root is provably a tilejit entry: at an
+    entry's place in one of tilejit's areas, with a key-shaped name, no subdirectory, and
+    no file but meta.json and one artifact named as tilejit names it."""
+    if not parts or parts[0] not in _AREAS or len(parts) != 1 + _AREAS[parts[0]]:
+        return False
+    if not all(_plain_name(p) for p in parts) or dirnames:
+        return False
+    if parts[0] == "kernels" and (len(parts[1]) != 2 or not parts[2].startswith(parts[1])):
+        return False
+    artifacts = [name for name in filenames if name != _META_NAME]
+    return len(artifacts) <= 1 and all(_artifact_shape(parts, name) for name in artifacts) \
+        and bool(filenames)
+
+
 class Entry:
     """One cache entry: its directory, what its meta.json says, its size on disk (bytes),
-    when it was created and when a process last used it (Unix seconds)."""
+    when it was created and when a process last used it (Unix seconds). `damage` is why
+    its meta.json cannot be trusted (missing, not JSON, fields of the wrong type), or
+    None; `meta` then holds only the fields of the right type."""
 
-    __slots__ = ("created", "last_used", "meta", "path", "size")
+    __slots__ = ("created", "damage", "last_used", "meta", "path", "size")
 
-    def __init__(self, path: Path, meta: dict, size: int, created: float, last_used: float):
+    def __init__(self, path: Path, meta: dict, size: int, created: float, last_used: float,
+                 damage: str | None = None):
         self.path, self.meta, self.size = path, meta, size
-        self.created, self.last_used = created, last_used
+        self.created, self.last_used, self.damage = created, last_used, damage
 
     @property
     def artifact(self) -> str | None:
         """The artifact's file name: meta.json's, else the one regular file beside it."""
         name = self.meta.get("artifact")
-        if isinstance(name, str):
+        if _plain_name(name):
             return name
         files = [p.name for p in self.path.iterdir()
                  if p.name != _META_NAME and p.is_file() and not p.is_symlink()]
         return files[0] if len(files) == 1 else None
 
 
-def entries(root: Path) -> list[Entry]:
-    """Every entry under `root`: each directory holding files and no directories, except
-    build directories in progress. An entry whose meta.json is missing or unreadable is
-    listed with an empty `meta` (`verify` says why it is damaged)."""
-    found = []
+def _read_meta(meta_path: Path) -> tuple[dict, str | None]:
+    """meta.json's fields of the right type, and why the file cannot be trusted (or None)."""
+    try:
+        loaded = json.loads(meta_path.read_bytes())
+    except FileNotFoundError:
+        return {}, "meta.json is missing"
+    except (OSError, ValueError) as exc:
+        return {}, f"meta.json is unreadable ({exc})"
+    if not isinstance(loaded, dict):
+        return {}, f"meta.json holds a {type(loaded).__name__}, not an object"
+    meta, wrong = {}, []
+    for field, value in loaded.items():
+        wanted = _META_TYPES.get(field)
+        if wanted is not None and (not isinstance(value, wanted) or isinstance(value, bool)):
+            wrong.append(f"{field} = {json.dumps(value)[:40]}")
+        else:
+            meta[field] = value
+    if wrong:
+        return meta, "meta.json has fields of the wrong type: " + ", ".join(wrong)
+    return meta, None
+
+
+def walk(root: Path) -> tuple[list[Entry], int]:
+    """Every tilejit entry under `root` (see `_owned`), and how many files under `root`
+    are not tilejit's (neither in an entry, nor a lock file, nor a build directory in
+    progress in one of tilejit's areas): those are never listed, changed or removed. An
+    entry whose meta.json is missing, unreadable or of the wrong shape is listed with its
+    `damage` said (`verify` reports it)."""
+    root = Path(root)
+    found, foreign = [], 0
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not d.startswith(TMP_PREFIX)]
-        # Lock files live beside the entries they lock, never in them.
-        if dirnames or Path(dirpath) == Path(root) or all(
-                name.endswith(".lock") for name in filenames):
+        parts = Path(dirpath).relative_to(root).parts
+        in_area = bool(parts) and parts[0] in _AREAS and len(parts) <= _AREAS[parts[0]]
+        if in_area or not parts:
+            # Build directories in progress are skipped; lock files live beside entries.
+            dirnames[:] = [d for d in dirnames if not d.startswith(TMP_PREFIX)]
+            foreign += sum(not (name.endswith(".lock") and (parts or name == "prune.lock"))
+                           for name in filenames)
+            continue
+        if not _owned(parts, dirnames, filenames):
+            foreign += len(filenames)
             continue
         entry = Path(dirpath)
         size = 0
         for name in filenames:
             with contextlib.suppress(OSError):
                 size += os.lstat(entry / name).st_size
-        meta: dict = {}
-        last_used = 0.0
+        meta, damage = _read_meta(entry / _META_NAME)
         try:
-            meta_path = entry / _META_NAME
-            info = os.stat(meta_path)
-            loaded = json.loads(meta_path.read_bytes())
-            meta = loaded if isinstance(loaded, dict) else {}
-            last_used = info.st_mtime
-        except (OSError, ValueError):
+            last_used = os.stat(entry / _META_NAME).st_mtime
+        except OSError:
+            last_used = 0.0
             with contextlib.suppress(OSError):
                 last_used = os.stat(entry).st_mtime
-        created = meta.get("created") if isinstance(meta.get("created"), (int, float)) \
-            else last_used
-        found.append(Entry(entry, meta, size, float(created), float(last_used)))
-    return found
+        created = meta.get("created", last_used)
+        found.append(Entry(entry, meta, size, float(created), float(last_used), damage))
+    return found, foreign
+
+
+def entries(root: Path) -> list[Entry]:
+    """Every tilejit entry under `root` (`walk`)."""
+    return walk(root)[0]
 
 
 def verify(entry: Entry, check: Check | None = None) -> str | None:
     """Why `entry` is damaged, or None: its meta.json, its artifact's size and SHA-256,
     and `check` (for a shared library: `elf.problem`)."""
-    if not entry.meta:
-        return "meta.json is missing or unreadable"
+    if entry.damage is not None:
+        return entry.damage
     if entry.meta.get("format") != _FORMAT or entry.meta.get("key") != entry.path.name:
         return "meta.json is of another format or another entry"
     name = entry.artifact
@@ -539,8 +619,8 @@ def prune(root: Path, max_size: int | None = None, older_than: float | None = No
     removed = []
     with _prune_lock(root):
         now = time.time()
-        listed = sorted(entries(root), key=lambda e: (e.meta.get("kind") in ("core", "wrapper"),
-                                                      e.last_used))
+        listed = sorted(entries(root), key=lambda e: (
+            e.path.relative_to(root).parts[0] in ("core", "wrapper"), e.last_used))
         total = sum(e.size for e in listed)
         for e in listed:
             if keep is not None and e.path == Path(keep):

@@ -147,9 +147,9 @@ def find_portable(portable: str) -> Path | None:
     built from, leaving out the compiler: see ``compilation.compile``), the most recently
     used one if several; None if there is none. For a machine without the compiler that
     made the cache: its kernels still run."""
-    root = cache_dir() / "kernels"
+    root = cache_dir()
     found = []
-    for entry in disk_cache.entries(root) if root.is_dir() else []:
+    for entry in disk_cache.entries(root) if (root / "kernels").is_dir() else []:
         if entry.meta.get("portable_key") != portable or entry.artifact is None:
             continue
         artifact = entry.path / entry.artifact
@@ -217,17 +217,18 @@ def _record(entry: disk_cache.Entry, root: Path) -> dict:
     """What ``cache ls --json`` says of an entry."""
     meta = entry.meta
     top = entry.path.relative_to(root).parts[0]
-    return {"key": entry.path.name, "kind": meta.get("kind") or _KINDS.get(top, top),
+    return {"key": entry.path.name, "kind": _KINDS.get(top, top),
             "name": meta.get("name", "-"), "target": meta.get("target", "-"),
             "arch": meta.get("arch", "-"), "size": entry.size,
             "created": round(entry.created, 3), "last_used": round(entry.last_used, 3),
-            "path": str(entry.path)}
+            "path": str(entry.path), "damaged": entry.damage}
 
 
 def entries() -> list[dict]:
     """Every entry of the cache (kernels, the core, wrappers), least recently used first:
     ``key``, ``kind``, ``name``, ``target``, ``arch``, ``size`` (bytes), ``created`` and
-    ``last_used`` (Unix seconds: the last time a process loaded it) and ``path``."""
+    ``last_used`` (Unix seconds: the last time a process loaded it), ``path``, and
+    ``damaged``: why its meta.json cannot be trusted, or None."""
     root = cache_dir()
     found = sorted(disk_cache.entries(root), key=lambda e: e.last_used) if root.is_dir() else []
     return [_record(e, root) for e in found]
@@ -263,6 +264,18 @@ def clear() -> list[dict]:
     return prune(older_than=-1.0)
 
 
+def foreign_files() -> int:
+    """How many files under the cache root are not tilejit's (``disk_cache.walk``): never
+    listed, changed or removed."""
+    root = cache_dir()
+    return disk_cache.walk(root)[1] if root.is_dir() else 0
+
+
+def _left_alone() -> str:
+    count = foreign_files()
+    return f"; left alone: {count} files not tilejit's" if count else ""
+
+
 def _when(seconds: float) -> str:
     import time
 
@@ -292,7 +305,8 @@ def main(args) -> int:
         for e in listed:
             print(f"{e['key']}  {e['kind']:<7}  {e['name']:<24}  {e['target']:<8}  "
                   f"{e['arch']:<10}  {_human(e['size']):>7}  created {_when(e['created'])}  "
-                  f"used {_when(e['last_used'])}")
+                  f"used {_when(e['last_used'])}"
+                  + (f"  DAMAGED: {e['damaged']}" if e["damaged"] else ""))
         return 0
     if args.cache_command == "size":
         listed = entries()
@@ -306,7 +320,8 @@ def main(args) -> int:
                   + (" -- removed" if args.fix else ""))
         count = len(entries()) + (len(damaged) if args.fix else 0)
         print(f"{len(damaged)} of {count} entries damaged" + (", removed" if args.fix and
-                                                               damaged else ""))
+                                                               damaged else "")
+              + _left_alone())
         return 1 if damaged and not args.fix else 0
     if args.cache_command == "prune":
         try:
@@ -321,9 +336,9 @@ def main(args) -> int:
             return 2
         removed = prune(size, age)
         print(f"removed {len(removed)} entries ({_human(sum(e['size'] for e in removed))}); "
-              f"{sum(e['size'] for e in entries())} bytes left")
+              f"{sum(e['size'] for e in entries())} bytes left{_left_alone()}")
         return 0
     removed = clear()
     print(f"removed {len(removed)} entries ({_human(sum(e['size'] for e in removed))}) from "
-          f"{cache_dir()}")
+          f"{cache_dir()}{_left_alone()}")
     return 0
