@@ -41,6 +41,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from . import env
+
 __all__ = [
     "CacheUnusableError",
     "cache_root",
@@ -78,8 +80,7 @@ _fallbacks: dict[Path, Path] = {}
 
 def configured_root() -> Path:
     """Return the configured cache root: `$TILEJIT_CACHE_DIR`, else `~/.cache/tilejit`."""
-    configured = os.environ.get("TILEJIT_CACHE_DIR", "").strip()
-    return Path(configured or "~/.cache/tilejit").expanduser()
+    return Path(env.text("TILEJIT_CACHE_DIR") or "~/.cache/tilejit").expanduser()
 
 
 def cache_root() -> Path:
@@ -220,6 +221,7 @@ def _valid(artifact: str, meta_path: str, name: str, check: Check | None,
     if valid:
         with _verified_lock:
             _verified[artifact] = (fingerprint, meta["sha256"])
+        note_used(os.path.dirname(artifact))
         if record_use:
             _record_use(meta_path)
     return valid
@@ -249,6 +251,19 @@ def known_sha256(artifact) -> str | None:
     return None if known is None else known[1]
 
 
+# Entries this process has built or found valid: the size bound never removes them, so
+# that TILEJIT_CACHE_MAX_SIZE below what one process needs (0 included) means "keep nothing
+# beyond what this process uses" rather than removing the core a moment after building it.
+_used_lock = threading.Lock()
+_used: set[Path] = set()
+
+
+def note_used(entry) -> None:
+    """Marks `entry` as used by this process: the size bound keeps it."""
+    with _used_lock:
+        _used.add(Path(entry))
+
+
 def _forget(artifact: str) -> None:
     with _verified_lock:
         _verified.pop(artifact, None)
@@ -258,6 +273,8 @@ def reset_memo() -> None:
     """Forget every verified artifact, as a new process would (for tests)."""
     with _verified_lock:
         _verified.clear()
+    with _used_lock:
+        _used.clear()
 
 
 @contextlib.contextmanager
@@ -310,6 +327,7 @@ def get_or_build(
         >>> so = get_or_build(cache_root() / "core" / key, "libtilejit_core.so", compile_core)
     """
     entry = Path(entry)
+    max_size()  # a bad TILEJIT_CACHE_MAX_SIZE is refused before anything is written
     artifact = os.path.join(entry, artifact_name)
     meta_path = os.path.join(entry, _META_NAME)
     if not force and _valid(artifact, meta_path, entry.name, check, record_use=True):
@@ -328,6 +346,7 @@ def get_or_build(
         scratch = Path(tmp_dir) if tmp_dir is not None else entry.parent
         _remove_stale_tmp_dirs(scratch)
         _build_and_publish(scratch, entry, artifact_name, build, check, info)
+    note_used(str(entry))
     enforce_max_size(keep=entry)
     return Path(artifact)
 
@@ -610,20 +629,21 @@ def remove(entry: Path) -> None:
 
 
 def prune(root: Path, max_size: int | None = None, older_than: float | None = None,
-          keep: Path | None = None) -> list[Entry]:
+          keep: Path | set[Path] | None = None) -> list[Entry]:
     """Removes entries not used for `older_than` seconds, then least recently used ones
     until the total is at most `max_size` bytes: kernels first, tilejit's own core and
     wrappers (which every process needs, and which take seconds to build) only when
-    removing every kernel is not enough. Never `keep`. Returns what it removed. One process
-    prunes a root at a time (`<root>/prune.lock`)."""
+    removing every kernel is not enough. Never `keep` (an entry or a set of them). Returns
+    what it removed. One process prunes a root at a time (`<root>/prune.lock`)."""
     removed = []
+    keep = {Path(keep)} if isinstance(keep, (str, Path)) else set(keep or ())
     with _prune_lock(root):
         now = time.time()
         listed = sorted(entries(root), key=lambda e: (
             e.path.relative_to(root).parts[0] in ("core", "wrapper"), e.last_used))
         total = sum(e.size for e in listed)
         for e in listed:
-            if keep is not None and e.path == Path(keep):
+            if e.path in keep:
                 continue
             stale = older_than is not None and now - e.last_used > older_than
             over = max_size is not None and total > max_size
@@ -673,14 +693,9 @@ def parse_duration(text: str) -> float:
 
 
 def max_size() -> int | None:
-    """`$TILEJIT_CACHE_MAX_SIZE` in bytes, or None when unset."""
-    text = os.environ.get("TILEJIT_CACHE_MAX_SIZE", "").strip()
-    if not text:
-        return None
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise ValueError(f"TILEJIT_CACHE_MAX_SIZE: {exc}") from None
+    """`$TILEJIT_CACHE_MAX_SIZE` in bytes, or None when unset; `env.BadValue` for a value
+    that is not a size (`abc`, `-1`)."""
+    return env.size("TILEJIT_CACHE_MAX_SIZE", parse_size)
 
 
 def enforce_max_size(keep: Path | None = None) -> None:
@@ -692,5 +707,7 @@ def enforce_max_size(keep: Path | None = None) -> None:
     root = cache_root()
     if keep is not None and not Path(keep).is_relative_to(root):
         return  # a private build, outside the shared cache
+    with _used_lock:
+        kept = set(_used) | ({Path(keep)} if keep is not None else set())
     with contextlib.suppress(OSError):
-        prune(root, max_size=limit, keep=keep)
+        prune(root, max_size=limit, keep=kept)

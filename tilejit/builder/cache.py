@@ -22,15 +22,13 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from ..native._build import disk_cache, elf
+from ..native._build import build_tools, disk_cache, elf, env
 
 __all__ = ["artifact_key", "cache_dir", "cache_disabled", "get_or_build"]
 
 # Bumped whenever the layout or the meaning of a key changes, so that an old cache is
 # ignored rather than misread.
 _CACHE_FORMAT = 1
-
-_TRUE_WORDS = ("1", "true", "yes", "on")
 
 # Private build directories made while the cache is disabled; removed at exit.
 _private_dirs: list[str] = []
@@ -49,13 +47,14 @@ def cache_dir() -> Path:
 
 
 def cache_disabled() -> bool:
-    """Return True when `TILEJIT_DISABLE_CACHE` is 1/true/yes/on (any case).
+    """Return True when `TILEJIT_DISABLE_CACHE` is 1/true/yes/on (any case); False for
+    0/false/no/off or unset; `env.BadValue` for anything else.
 
     Example:
         >>> os.environ["TILEJIT_DISABLE_CACHE"] = "Yes"; cache_disabled()
         True
     """
-    return os.environ.get("TILEJIT_DISABLE_CACHE", "").strip().lower() in _TRUE_WORDS
+    return env.flag("TILEJIT_DISABLE_CACHE")
 
 
 def _json_default(value: object) -> object:
@@ -135,11 +134,25 @@ def get_or_build(key: str, build: Callable[[Path], None], suffix: str = ".so",
 
     def find_or_build() -> Path:
         kernels = cache_dir() / "kernels"
+        if disk_cache.max_size() is not None:
+            _note_core_and_wrapper()
         return disk_cache.get_or_build(kernels / key[:2] / key, "kernel" + suffix, build,
                                        tmp_dir=kernels, check=check,
                                        info={"kind": "kernel", **(info or {})})
 
     return disk_cache.with_fallback(find_or_build)
+
+
+def _note_core_and_wrapper() -> None:
+    """The core and the wrapper this process runs kernels with are in use, even before it
+    loads them: the size bound keeps them (`TILEJIT_CACHE_MAX_SIZE=0` would otherwise
+    remove them after the first kernel is written, for the process to build them again)."""
+    import contextlib
+
+    for where in (build_tools.core_library_path, build_tools.wrapper_path):
+        # Nothing to note without sources to hash (an installed package's prebuilt ones).
+        with contextlib.suppress(Exception):
+            disk_cache.note_used(where().parent)
 
 
 def find_portable(portable: str) -> Path | None:

@@ -34,6 +34,7 @@ import threading
 import time
 from pathlib import Path
 
+from ..native._build import env as _env
 from ..native._build import toolchain
 from ..native.library import cuda_device_capability as _capability
 from ..version import VERSION
@@ -135,7 +136,13 @@ def resolve_arch(arch=None) -> tuple[str, ...]:
     (('sm_90',), ('sm_80', 'compute_90'), ('sm_80', 'sm_90'))
     """
     if arch is None:
-        arch = os.environ.get("TILEJIT_CUDA_ARCH", "").strip() or None
+        arch = _env.text("TILEJIT_CUDA_ARCH") or None
+        if arch is not None:
+            try:
+                return resolve_arch(arch)
+            except ValueError as exc:
+                raise _env.BadValue("TILEJIT_CUDA_ARCH", arch, f"CUDA architectures such as "
+                                    f"sm_90, 90, 9.0 or 80,90 ({exc})") from None
     if arch is None:
         capability = _device_capability()
         arch = f"sm_{capability[0]}{capability[1]}" if capability else DEFAULT_ARCH
@@ -356,7 +363,7 @@ def _nvrtc_include_dirs() -> list[str]:
 def resolve_compiler(compiler=None) -> str:
     """`compiler`, else TILEJIT_CUDA_COMPILER, else nvcc when found, else NVRTC."""
     if compiler is None:
-        compiler = os.environ.get("TILEJIT_CUDA_COMPILER", "").strip() or None
+        compiler = _env.choice("TILEJIT_CUDA_COMPILER", ("nvcc", "nvrtc"))
     if compiler is None:
         return "nvcc" if find_nvcc() is not None else "nvrtc"
     if compiler not in ("nvcc", "nvrtc"):
