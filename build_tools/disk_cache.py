@@ -76,6 +76,7 @@ class CacheUnusableError(OSError):
 # Configured roots this process found unusable -> the private root used instead.
 _fallback_lock = threading.Lock()
 _fallbacks: dict[Path, Path] = {}
+_fallback_reasons: dict[Path, str] = {}  # private root -> why the configured one failed
 
 
 def configured_root() -> Path:
@@ -116,6 +117,14 @@ def with_fallback(make: Callable[[], Path]) -> Path:
     return make()
 
 
+def private_root() -> tuple[Path, str] | None:
+    """The private directory this process caches in instead of the configured root, and
+    why the configured root is unusable; None when the configured root is in use."""
+    with _fallback_lock:
+        private = _fallbacks.get(configured_root())
+        return None if private is None else (private, _fallback_reasons.get(private, ""))
+
+
 def _fall_back(reason: OSError) -> bool:
     """Switch to a private root for the configured one; False if this process already
     uses a private root (which then is what failed)."""
@@ -128,6 +137,7 @@ def _fall_back(reason: OSError) -> bool:
             return False
         private = Path(tempfile.mkdtemp(prefix="tilejit-cache-"))
         _fallbacks[configured] = private
+        _fallback_reasons[private] = str(reason.strerror or reason)
         if len(_fallbacks) == 1:
             import atexit
 

@@ -319,3 +319,19 @@ def test_garbage_meta_json_is_a_damaged_entry_never_a_traceback(cache):
     assert done.returncode == 1 and done.stdout.splitlines()[-1] == "3 of 5 entries damaged"
     assert cli(cache, "verify", "--fix").returncode == 0
     assert kernels(cache) == {} and cli(cache, "verify").returncode == 0
+
+
+def test_config_fails_when_the_cache_directory_cannot_be_used(tmp_path):
+    root = tmp_path / "not-a-directory"
+    root.write_text("a file where the cache directory should be")
+    for option in ("--libdir", "--libs"):
+        done = subprocess.run([sys.executable, "-m", "tilejit", "config", option],
+                              env=_env(root), capture_output=True, text=True, timeout=300,
+                              check=False)
+        if done.returncode == 0:  # an install's prebuilt core needs no cache
+            assert str(tmp_path) not in done.stdout and Path(done.stdout.split()[-1].removeprefix(
+                "-Wl,-rpath,")).is_dir()
+            continue
+        assert done.returncode == 1 and done.stdout == ""
+        assert f"cache directory {root}" in done.stderr, done.stderr
+        assert "Set TILEJIT_CACHE_DIR to a writable directory" in done.stderr
