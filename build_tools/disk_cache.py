@@ -93,7 +93,47 @@ def cache_root() -> Path:
         PosixPath('/tmp/tj')
     """
     configured = configured_root()
+    if configured not in _trust_checked:
+        _check_trust(configured)
     return _fallbacks.get(configured, configured)
+
+
+# Roots whose ownership and permissions this process has checked (once per root).
+_trust_checked: set[Path] = set()
+
+
+def _check_trust(root: Path) -> None:
+    """Warns once (a `RuntimeWarning` on stderr) when others can write to the cache: the
+    root, or one of tilejit's areas in it, owned by another user, or writable by every
+    user without the sticky bit (an area, even with it). Another user could then put a
+    library there that this process loads. The cache is still used: the warning says
+    which directory and why, so the user can fix it or set TILEJIT_CACHE_DIR."""
+    import stat
+    import warnings
+
+    with _fallback_lock:
+        if root in _trust_checked:
+            return
+        _trust_checked.add(root)
+    uid = os.geteuid()
+    problems = []
+    for path in (root, *(root / area for area in _AREAS)):
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue  # made by this process when needed, with its own owner and umask
+        if info.st_uid != uid:
+            problems.append(f"{path} is owned by uid {info.st_uid}, not by this user "
+                            f"(uid {uid})")
+        elif info.st_mode & stat.S_IWOTH and not (path == root and info.st_mode & stat.S_ISVTX):
+            problems.append(f"{path} is writable by every user (mode "
+                            f"{stat.filemode(info.st_mode)})")
+    if problems:
+        warnings.warn(f"tilejit: the cache directory {root} can be written by other users: "
+                      + "; ".join(problems) + ". Another user could place a library there "
+                      "that tilejit loads; make it yours and not writable by others (chmod "
+                      "o-w), or set TILEJIT_CACHE_DIR to a private directory",
+                      RuntimeWarning, stacklevel=3)
 
 
 def with_fallback(make: Callable[[], Path]) -> Path:

@@ -335,3 +335,26 @@ def test_config_fails_when_the_cache_directory_cannot_be_used(tmp_path):
         assert done.returncode == 1 and done.stdout == ""
         assert f"cache directory {root}" in done.stderr, done.stderr
         assert "Set TILEJIT_CACHE_DIR to a writable directory" in done.stderr
+
+
+# --- A cache others can write to -----------------------------------------------------------
+
+
+def test_a_cache_others_can_write_to_is_warned_about_once(cache):
+    cache.chmod(0o777)  # world-writable, no sticky bit
+    done = subprocess.run([sys.executable, "-c", CHILD, "71", "72"], env=_env(cache),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("can be written by other users") == 1, done.stderr
+    assert f"{cache} is writable by every user (mode drwxrwxrwx)" in done.stderr
+    cache.chmod(0o1777)  # sticky: others cannot replace this user's entries
+    (cache / "kernels").chmod(0o755)
+    assert "other users" not in subprocess.run(
+        [sys.executable, "-c", CHILD, "71"], env=_env(cache), capture_output=True, text=True,
+        timeout=300, check=True).stderr
+    if os.geteuid() == 0:  # another user's directory in it
+        os.chown(cache / "kernels", 65534, 65534)
+        done = subprocess.run([sys.executable, "-c", CHILD, "71"], env=_env(cache),
+                              capture_output=True, text=True, timeout=300, check=True)
+        assert f"{cache / 'kernels'} is owned by uid 65534, not by this user" in done.stderr
+    cache.chmod(0o755)
