@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from . import env
+from . import scratch as _scratch
 
 __all__ = [
     "CacheUnusableError",
@@ -168,14 +169,13 @@ def private_root() -> tuple[Path, str] | None:
 def _fall_back(reason: OSError) -> bool:
     """Switch to a private root for the configured one; False if this process already
     uses a private root (which then is what failed)."""
-    import tempfile
     import warnings
 
     configured = configured_root()
     with _fallback_lock:
         if configured in _fallbacks:
             return False
-        private = Path(tempfile.mkdtemp(prefix="tilejit-cache-"))
+        private = Path(_scratch.make("cache"))
         _fallbacks[configured] = private
         _fallback_reasons[private] = str(reason.strerror or reason)
         if len(_fallbacks) == 1:

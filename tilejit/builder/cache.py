@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from ..native._build import build_tools, disk_cache, elf, env
+from ..native._build import build_tools, disk_cache, elf, env, scratch
 
 __all__ = ["artifact_key", "cache_dir", "cache_disabled", "get_or_build"]
 
@@ -186,9 +186,7 @@ def store_bytes(data: bytes, suffix: str = ".so", info: dict | None = None,
 
 def _build_private(build: Callable[[Path], None], suffix: str,
                    check: Callable[[str], str | None] | None) -> Path:
-    import tempfile
-
-    workdir = tempfile.mkdtemp(prefix="tilejit-")
+    workdir = scratch.make("private")
     target = Path(workdir) / ("kernel" + suffix)
     try:
         build(target)

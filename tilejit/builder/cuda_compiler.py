@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from ..native._build import env as _env
-from ..native._build import toolchain
+from ..native._build import scratch, toolchain
 from ..native.library import cuda_device_capability as _capability
 from ..version import VERSION
 from . import cache as _cache
@@ -374,7 +374,6 @@ def resolve_compiler(compiler=None) -> str:
 def _run_nvcc(nvcc: str, source: str, name: str, archs: tuple[str, ...], flags: list[str],
               out_path: Path) -> None:
     import subprocess
-    import tempfile
 
     kind = _image_kind(archs)
     if kind == "cubin":
@@ -388,7 +387,7 @@ def _run_nvcc(nvcc: str, source: str, name: str, archs: tuple[str, ...], flags: 
         for arch in archs:
             number = arch.split("_", 1)[1]
             target += ["-gencode", f"arch=compute_{number},code={arch}"]
-    with tempfile.TemporaryDirectory(prefix="tilejit-nvcc-") as workdir:
+    with scratch.workdir("nvcc") as workdir:
         src_path = os.path.join(workdir, _safe_file_stem(name) + ".cu")
         with open(src_path, "w", encoding="utf-8") as handle:
             handle.write(source)
