@@ -174,10 +174,11 @@ def _cuda_homes() -> list[Path]:
 
 def find_nvcc() -> str | None:
     """TILEJIT_NVCC, else nvcc on PATH, else the toolkit's; None when there is none."""
-    configured = os.environ.get("TILEJIT_NVCC", "").strip()
+    configured = _env.text("TILEJIT_NVCC")
     if configured:
         if toolchain.find_executable(configured) is None:
-            raise CompileError(reason=f"TILEJIT_NVCC={configured!r} is not an executable file")
+            raise CompileError(reason=f"TILEJIT_NVCC={configured!r} is not an executable file; "
+                               "expected the path (or the name on PATH) of nvcc")
         return configured
     found = toolchain.find_executable("nvcc")
     if found is not None:
@@ -261,7 +262,7 @@ class _Nvrtc:
 
     @staticmethod
     def _candidates() -> list[str]:
-        configured = os.environ.get("TILEJIT_LIBNVRTC", "").strip()
+        configured = _env.text("TILEJIT_LIBNVRTC")
         if configured:
             return [configured]
         found = []
