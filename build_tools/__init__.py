@@ -6,6 +6,8 @@ Nothing here imports `tilejit`.
 - `disk_cache`: the one on-disk cache (locking, atomic publish, validation, the fallback
   to a private root), also used by tilejit for kernels and the benchmark;
 - `elf`: whether a shared library is whole before it is loaded;
+- `env`: the `TILEJIT_*` environment variables, read and checked in one place;
+- `scratch`: temporary directories, and the sweep of killed processes' leftovers;
 - `toolchain`: finding and running the C compiler (`find_executable`, `c_compiler`);
 - `prebuilt_lookup`: the core and wrapper a package build made, found by the keys its
   callers pass in;
@@ -18,7 +20,8 @@ The modules form layers, each importing only modules of the layers above it, at 
 level: no function imports a module of this package (the imports deferred to a function
 are of the standard library and of Cython, an optional dependency)::
 
-    disk_cache, elf, toolchain      the standard library only
+    env, scratch                    the standard library only
+    disk_cache, elf, toolchain      env, scratch and the standard library
     prebuilt_lookup                 disk_cache, elf
     core_build                      disk_cache, elf, prebuilt_lookup, toolchain
     wrapper_build                   core_build and everything core_build uses

@@ -41,6 +41,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from . import env
+from . import scratch as _scratch
+
 __all__ = [
     "CacheUnusableError",
     "cache_root",
@@ -74,12 +77,12 @@ class CacheUnusableError(OSError):
 # Configured roots this process found unusable -> the private root used instead.
 _fallback_lock = threading.Lock()
 _fallbacks: dict[Path, Path] = {}
+_fallback_reasons: dict[Path, str] = {}  # private root -> why the configured one failed
 
 
 def configured_root() -> Path:
     """Return the configured cache root: `$TILEJIT_CACHE_DIR`, else `~/.cache/tilejit`."""
-    configured = os.environ.get("TILEJIT_CACHE_DIR", "").strip()
-    return Path(configured or "~/.cache/tilejit").expanduser()
+    return Path(env.text("TILEJIT_CACHE_DIR") or "~/.cache/tilejit").expanduser()
 
 
 def cache_root() -> Path:
@@ -91,7 +94,47 @@ def cache_root() -> Path:
         PosixPath('/tmp/tj')
     """
     configured = configured_root()
+    if configured not in _trust_checked:
+        _check_trust(configured)
     return _fallbacks.get(configured, configured)
+
+
+# Roots whose ownership and permissions this process has checked (once per root).
+_trust_checked: set[Path] = set()
+
+
+def _check_trust(root: Path) -> None:
+    """Warns once (a `RuntimeWarning` on stderr) when others can write to the cache: the
+    root, or one of tilejit's areas in it, owned by another user, or writable by every
+    user without the sticky bit (an area, even with it). Another user could then put a
+    library there that this process loads. The cache is still used: the warning says
+    which directory and why, so the user can fix it or set TILEJIT_CACHE_DIR."""
+    import stat
+    import warnings
+
+    with _fallback_lock:
+        if root in _trust_checked:
+            return
+        _trust_checked.add(root)
+    uid = os.geteuid()
+    problems = []
+    for path in (root, *(root / area for area in _AREAS)):
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue  # made by this process when needed, with its own owner and umask
+        if info.st_uid != uid:
+            problems.append(f"{path} is owned by uid {info.st_uid}, not by this user "
+                            f"(uid {uid})")
+        elif info.st_mode & stat.S_IWOTH and not (path == root and info.st_mode & stat.S_ISVTX):
+            problems.append(f"{path} is writable by every user (mode "
+                            f"{stat.filemode(info.st_mode)})")
+    if problems:
+        warnings.warn(f"tilejit: the cache directory {root} can be written by other users: "
+                      + "; ".join(problems) + ". Another user could place a library there "
+                      "that tilejit loads; make it yours and not writable by others (chmod "
+                      "o-w), or set TILEJIT_CACHE_DIR to a private directory",
+                      RuntimeWarning, stacklevel=3)
 
 
 def with_fallback(make: Callable[[], Path]) -> Path:
@@ -115,18 +158,26 @@ def with_fallback(make: Callable[[], Path]) -> Path:
     return make()
 
 
+def private_root() -> tuple[Path, str] | None:
+    """The private directory this process caches in instead of the configured root, and
+    why the configured root is unusable; None when the configured root is in use."""
+    with _fallback_lock:
+        private = _fallbacks.get(configured_root())
+        return None if private is None else (private, _fallback_reasons.get(private, ""))
+
+
 def _fall_back(reason: OSError) -> bool:
     """Switch to a private root for the configured one; False if this process already
     uses a private root (which then is what failed)."""
-    import tempfile
     import warnings
 
     configured = configured_root()
     with _fallback_lock:
         if configured in _fallbacks:
             return False
-        private = Path(tempfile.mkdtemp(prefix="tilejit-cache-"))
+        private = Path(_scratch.make("cache"))
         _fallbacks[configured] = private
+        _fallback_reasons[private] = str(reason.strerror or reason)
         if len(_fallbacks) == 1:
             import atexit
 
@@ -220,6 +271,7 @@ def _valid(artifact: str, meta_path: str, name: str, check: Check | None,
     if valid:
         with _verified_lock:
             _verified[artifact] = (fingerprint, meta["sha256"])
+        note_used(os.path.dirname(artifact))
         if record_use:
             _record_use(meta_path)
     return valid
@@ -249,6 +301,19 @@ def known_sha256(artifact) -> str | None:
     return None if known is None else known[1]
 
 
+# Entries this process has built or found valid: the size bound never removes them, so
+# that TILEJIT_CACHE_MAX_SIZE below what one process needs (0 included) means "keep nothing
+# beyond what this process uses" rather than removing the core a moment after building it.
+_used_lock = threading.Lock()
+_used: set[Path] = set()
+
+
+def note_used(entry) -> None:
+    """Marks `entry` as used by this process: the size bound keeps it."""
+    with _used_lock:
+        _used.add(Path(entry))
+
+
 def _forget(artifact: str) -> None:
     with _verified_lock:
         _verified.pop(artifact, None)
@@ -258,6 +323,8 @@ def reset_memo() -> None:
     """Forget every verified artifact, as a new process would (for tests)."""
     with _verified_lock:
         _verified.clear()
+    with _used_lock:
+        _used.clear()
 
 
 @contextlib.contextmanager
@@ -310,6 +377,7 @@ def get_or_build(
         >>> so = get_or_build(cache_root() / "core" / key, "libtilejit_core.so", compile_core)
     """
     entry = Path(entry)
+    max_size()  # a bad TILEJIT_CACHE_MAX_SIZE is refused before anything is written
     artifact = os.path.join(entry, artifact_name)
     meta_path = os.path.join(entry, _META_NAME)
     if not force and _valid(artifact, meta_path, entry.name, check, record_use=True):
@@ -328,6 +396,7 @@ def get_or_build(
         scratch = Path(tmp_dir) if tmp_dir is not None else entry.parent
         _remove_stale_tmp_dirs(scratch)
         _build_and_publish(scratch, entry, artifact_name, build, check, info)
+    note_used(str(entry))
     enforce_max_size(keep=entry)
     return Path(artifact)
 
@@ -444,65 +513,145 @@ def _rmtree(path: str) -> None:
 # ---- Managing the cache: entries, checks, removal, the size bound --------------------------
 
 
+# The directories under a cache root that tilejit writes entries into, and how deep an
+# entry lies below each: kernels/<key[:2]>/<key>, core/<hash>, wrapper/<abi>/<hash>,
+# bench/<stem>-<hash>. Nothing else under the root is tilejit's: a cache directory set to
+# a shared directory by mistake keeps its other files.
+_AREAS = {"kernels": 2, "core": 1, "wrapper": 2, "bench": 1}
+_KERNEL_SUFFIXES = (".so", ".cubin", ".ptx", ".fatbin")
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
+# meta.json's fields and the types they must have; a meta.json that breaks these (a hand
+# edit, another program's file) marks a damaged entry.
+_META_TYPES = {"format": int, "key": str, "size": int, "sha256": str, "artifact": str,
+               "created": (int, float), "kind": str, "name": str, "target": str, "arch": str,
+               "portable_key": str}
+
+
+def _plain_name(name: object) -> bool:
+    return (isinstance(name, str) and name not in ("", ".", "..") and set(name) <= _NAME_CHARS)
+
+
+def _artifact_shape(parts: tuple[str, ...], name: str) -> bool:
+    """Whether `name` is the file name tilejit gives the artifact of an entry at `parts`
+    (its path below the root)."""
+    area, key = parts[0], parts[-1]
+    if area == "kernels":
+        return name.startswith("kernel.") and name[len("kernel"):] in _KERNEL_SUFFIXES
+    if area == "core":
+        return name == f"libtilejit_core-{key}.so"
+    if area == "wrapper":
+        return name.startswith("_tilejit") and name.endswith(".so")
+    return name.startswith(key.rsplit("-", 1)[0]) and name.endswith(".so")  # bench
+
+
+def _owned(parts: tuple[str, ...], dirnames: list[str], filenames: list[str]) -> bool:
+    """Whether the directory at `parts` below the root is provably a tilejit entry: at an
+    entry's place in one of tilejit's areas, with a key-shaped name, no subdirectory, and
+    no file but meta.json and one artifact named as tilejit names it."""
+    if not parts or parts[0] not in _AREAS or len(parts) != 1 + _AREAS[parts[0]]:
+        return False
+    if not all(_plain_name(p) for p in parts) or dirnames:
+        return False
+    if parts[0] == "kernels" and (len(parts[1]) != 2 or not parts[2].startswith(parts[1])):
+        return False
+    artifacts = [name for name in filenames if name != _META_NAME]
+    return len(artifacts) <= 1 and all(_artifact_shape(parts, name) for name in artifacts) \
+        and bool(filenames)
+
+
 class Entry:
     """One cache entry: its directory, what its meta.json says, its size on disk (bytes),
-    when it was created and when a process last used it (Unix seconds)."""
+    when it was created and when a process last used it (Unix seconds). `damage` is why
+    its meta.json cannot be trusted (missing, not JSON, fields of the wrong type), or
+    None; `meta` then holds only the fields of the right type."""
 
-    __slots__ = ("created", "last_used", "meta", "path", "size")
+    __slots__ = ("created", "damage", "last_used", "meta", "path", "size")
 
-    def __init__(self, path: Path, meta: dict, size: int, created: float, last_used: float):
+    def __init__(self, path: Path, meta: dict, size: int, created: float, last_used: float,
+                 damage: str | None = None):
         self.path, self.meta, self.size = path, meta, size
-        self.created, self.last_used = created, last_used
+        self.created, self.last_used, self.damage = created, last_used, damage
 
     @property
     def artifact(self) -> str | None:
         """The artifact's file name: meta.json's, else the one regular file beside it."""
         name = self.meta.get("artifact")
-        if isinstance(name, str):
+        if _plain_name(name):
             return name
         files = [p.name for p in self.path.iterdir()
                  if p.name != _META_NAME and p.is_file() and not p.is_symlink()]
         return files[0] if len(files) == 1 else None
 
 
-def entries(root: Path) -> list[Entry]:
-    """Every entry under `root`: each directory holding files and no directories, except
-    build directories in progress. An entry whose meta.json is missing or unreadable is
-    listed with an empty `meta` (`verify` says why it is damaged)."""
-    found = []
+def _read_meta(meta_path: Path) -> tuple[dict, str | None]:
+    """meta.json's fields of the right type, and why the file cannot be trusted (or None)."""
+    try:
+        loaded = json.loads(meta_path.read_bytes())
+    except FileNotFoundError:
+        return {}, "meta.json is missing"
+    except (OSError, ValueError) as exc:
+        return {}, f"meta.json is unreadable ({exc})"
+    if not isinstance(loaded, dict):
+        return {}, f"meta.json holds a {type(loaded).__name__}, not an object"
+    meta, wrong = {}, []
+    for field, value in loaded.items():
+        wanted = _META_TYPES.get(field)
+        if wanted is not None and (not isinstance(value, wanted) or isinstance(value, bool)):
+            wrong.append(f"{field} = {json.dumps(value)[:40]}")
+        else:
+            meta[field] = value
+    if wrong:
+        return meta, "meta.json has fields of the wrong type: " + ", ".join(wrong)
+    return meta, None
+
+
+def walk(root: Path) -> tuple[list[Entry], int]:
+    """Every tilejit entry under `root` (see `_owned`), and how many files under `root`
+    are not tilejit's (neither in an entry, nor a lock file, nor a build directory in
+    progress in one of tilejit's areas): those are never listed, changed or removed. An
+    entry whose meta.json is missing, unreadable or of the wrong shape is listed with its
+    `damage` said (`verify` reports it)."""
+    root = Path(root)
+    found, foreign = [], 0
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not d.startswith(TMP_PREFIX)]
-        # Lock files live beside the entries they lock, never in them.
-        if dirnames or Path(dirpath) == Path(root) or all(
-                name.endswith(".lock") for name in filenames):
+        parts = Path(dirpath).relative_to(root).parts
+        in_area = bool(parts) and parts[0] in _AREAS and len(parts) <= _AREAS[parts[0]]
+        if in_area or not parts:
+            # Build directories in progress are skipped; lock files live beside entries.
+            dirnames[:] = [d for d in dirnames if not d.startswith(TMP_PREFIX)]
+            foreign += sum(not (name.endswith(".lock") and (parts or name == "prune.lock"))
+                           for name in filenames)
+            continue
+        if not _owned(parts, dirnames, filenames):
+            foreign += len(filenames)
             continue
         entry = Path(dirpath)
         size = 0
         for name in filenames:
             with contextlib.suppress(OSError):
                 size += os.lstat(entry / name).st_size
-        meta: dict = {}
-        last_used = 0.0
+        meta, damage = _read_meta(entry / _META_NAME)
         try:
-            meta_path = entry / _META_NAME
-            info = os.stat(meta_path)
-            loaded = json.loads(meta_path.read_bytes())
-            meta = loaded if isinstance(loaded, dict) else {}
-            last_used = info.st_mtime
-        except (OSError, ValueError):
+            last_used = os.stat(entry / _META_NAME).st_mtime
+        except OSError:
+            last_used = 0.0
             with contextlib.suppress(OSError):
                 last_used = os.stat(entry).st_mtime
-        created = meta.get("created") if isinstance(meta.get("created"), (int, float)) \
-            else last_used
-        found.append(Entry(entry, meta, size, float(created), float(last_used)))
-    return found
+        created = meta.get("created", last_used)
+        found.append(Entry(entry, meta, size, float(created), float(last_used), damage))
+    return found, foreign
+
+
+def entries(root: Path) -> list[Entry]:
+    """Every tilejit entry under `root` (`walk`)."""
+    return walk(root)[0]
 
 
 def verify(entry: Entry, check: Check | None = None) -> str | None:
     """Why `entry` is damaged, or None: its meta.json, its artifact's size and SHA-256,
     and `check` (for a shared library: `elf.problem`)."""
-    if not entry.meta:
-        return "meta.json is missing or unreadable"
+    if entry.damage is not None:
+        return entry.damage
     if entry.meta.get("format") != _FORMAT or entry.meta.get("key") != entry.path.name:
         return "meta.json is of another format or another entry"
     name = entry.artifact
@@ -530,20 +679,21 @@ def remove(entry: Path) -> None:
 
 
 def prune(root: Path, max_size: int | None = None, older_than: float | None = None,
-          keep: Path | None = None) -> list[Entry]:
+          keep: Path | set[Path] | None = None) -> list[Entry]:
     """Removes entries not used for `older_than` seconds, then least recently used ones
     until the total is at most `max_size` bytes: kernels first, tilejit's own core and
     wrappers (which every process needs, and which take seconds to build) only when
-    removing every kernel is not enough. Never `keep`. Returns what it removed. One process
-    prunes a root at a time (`<root>/prune.lock`)."""
+    removing every kernel is not enough. Never `keep` (an entry or a set of them). Returns
+    what it removed. One process prunes a root at a time (`<root>/prune.lock`)."""
     removed = []
+    keep = {Path(keep)} if isinstance(keep, (str, Path)) else set(keep or ())
     with _prune_lock(root):
         now = time.time()
-        listed = sorted(entries(root), key=lambda e: (e.meta.get("kind") in ("core", "wrapper"),
-                                                      e.last_used))
+        listed = sorted(entries(root), key=lambda e: (
+            e.path.relative_to(root).parts[0] in ("core", "wrapper"), e.last_used))
         total = sum(e.size for e in listed)
         for e in listed:
-            if keep is not None and e.path == Path(keep):
+            if e.path in keep:
                 continue
             stale = older_than is not None and now - e.last_used > older_than
             over = max_size is not None and total > max_size
@@ -593,14 +743,9 @@ def parse_duration(text: str) -> float:
 
 
 def max_size() -> int | None:
-    """`$TILEJIT_CACHE_MAX_SIZE` in bytes, or None when unset."""
-    text = os.environ.get("TILEJIT_CACHE_MAX_SIZE", "").strip()
-    if not text:
-        return None
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise ValueError(f"TILEJIT_CACHE_MAX_SIZE: {exc}") from None
+    """`$TILEJIT_CACHE_MAX_SIZE` in bytes, or None when unset; `env.BadValue` for a value
+    that is not a size (`abc`, `-1`)."""
+    return env.size("TILEJIT_CACHE_MAX_SIZE", parse_size)
 
 
 def enforce_max_size(keep: Path | None = None) -> None:
@@ -612,5 +757,7 @@ def enforce_max_size(keep: Path | None = None) -> None:
     root = cache_root()
     if keep is not None and not Path(keep).is_relative_to(root):
         return  # a private build, outside the shared cache
+    with _used_lock:
+        kept = set(_used) | ({Path(keep)} if keep is not None else set())
     with contextlib.suppress(OSError):
-        prune(root, max_size=limit, keep=keep)
+        prune(root, max_size=limit, keep=kept)

@@ -16,6 +16,8 @@ import os
 import sys
 from pathlib import Path
 
+from . import env
+
 __all__ = [
     "ToolNotFoundError",
     "c_compiler",
@@ -83,11 +85,11 @@ def cxx_compiler() -> list[str]:
 
 
 def _compiler(variable: str, language: str, defaults: tuple[str, ...]) -> list[str]:
-    configured = os.environ.get(variable, "").strip()
+    configured = env.text(variable)
     if configured:
-        import shlex
-
-        command = shlex.split(configured)
+        command = env.command(variable)
+        if not command:
+            raise env.BadValue(variable, configured, "a compiler command")
         if find_executable(command[0]) is None:
             raise ToolNotFoundError(
                 f"no {language} compiler found: {variable}={configured!r} names {command[0]!r},"

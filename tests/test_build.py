@@ -434,7 +434,7 @@ def test_an_unusable_cache_falls_back_to_one_private_root(cache, tree, unusable)
     lines = done.stdout.splitlines()
     assert lines[0] == "5 2"
     private = Path(lines[1])
-    assert private != cache and private.name.startswith("tilejit-cache-")
+    assert private != cache and private.name.startswith("cache-")
     # The wrapper and the core it links against are both in the private root...
     assert Path(lines[2]).is_relative_to(private) and Path(lines[3]).is_relative_to(private)
     # ...which is removed at exit, after one warning naming the variable.

@@ -234,7 +234,7 @@ def test_disabled_cache_builds_every_time_privately(isolated_cache, monkeypatch)
     assert first != second
     assert first.parent != second.parent
     assert first.read_bytes() == second.read_bytes() == build.payload
-    assert first.parent.name.startswith("tilejit-")
+    assert first.parent.name.startswith("private-")
     assert not isolated_cache.exists()  # Nothing shared, not even the directory.
     with pytest.raises(ZeroDivisionError):
         cache.get_or_build(key, lambda _out: 1 / 0)
@@ -260,7 +260,7 @@ def test_unusable_cache_falls_back_to_a_private_root_once(isolated_cache, unusab
         f"tilejit: TILEJIT_CACHE_DIR={isolated_cache} is unusable (")
     assert "set TILEJIT_CACHE_DIR to a writable directory" in str(caught[0].message)
     private = cache.cache_dir()
-    assert private != isolated_cache and private.name.startswith("tilejit-cache-")
+    assert private != isolated_cache and private.name.startswith("cache-")
     for built in (path, second):
         assert built.read_bytes() == build.payload
         assert built.is_relative_to(private / "kernels")
@@ -539,3 +539,73 @@ def test_compiler_identity_is_memoised():
     assert first
     assert "\n" not in first
     assert compiler.compiler_identity(list(cc)) is first
+
+
+# --- Temporary build directories: removed on every path, a killed build's at the next run ---
+
+SLOW_CC = """#!/bin/sh
+case "$*" in *--version*) echo "slow-cc 1.0"; exit 0;; esac
+echo started > "$(dirname "$0")/started"
+sleep 60
+"""
+
+ONE_COMPILE = """
+import sys, tilejit
+try:
+    tilejit.compile(tilejit.Program(name=sys.argv[1], source=sys.argv[2], params=[]))
+    print("ok")
+except tilejit.CompileError:
+    print("CompileError")
+"""
+
+
+def _child_env(tmp_path, **extra):
+    import os
+
+    from conftest import REPO_ROOT
+
+    paths = [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "PYTHONPATH": os.pathsep.join(paths),
+            "TILEJIT_CACHE_DIR": str(tmp_path / "cache"), **extra}
+
+
+def test_a_killed_compile_leaves_nothing_behind_after_the_next_run(tilejit_cache_dir, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "tmp").mkdir()
+    cc = tmp_path / "slow-cc"
+    cc.write_text(SLOW_CC)
+    cc.chmod(0o755)
+    mine = tmp_path / "tmp" / f"tilejit-{os.getuid()}"
+    child = subprocess.Popen([sys.executable, "-c", ONE_COMPILE, "slow", "void slow(void) {}"],
+                             env=_child_env(tmp_path, TILEJIT_CC=str(cc)),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             start_new_session=True)
+    deadline = time.time() + 120
+    while not (tmp_path / "started").exists():
+        assert child.poll() is None and time.time() < deadline, child.communicate()
+        time.sleep(0.1)
+    leftovers = [p.name for p in mine.iterdir()]
+    assert len(leftovers) == 1 and leftovers[0].startswith(f"cc-{child.pid}-"), leftovers
+    os.killpg(child.pid, signal.SIGKILL)  # the compiler too
+    child.communicate()
+    assert [p.name for p in mine.iterdir()] == leftovers  # killed: nothing removed it
+    # A live process's directory, and one of a process in another pid namespace, are kept.
+    from tilejit.native._build import scratch
+
+    live = mine / f"cc-{os.getpid()}-{scratch._start_time(os.getpid())}-" \
+        f"{scratch._namespace()}-live"
+    live.mkdir()
+    other_ns = mine / f"cc-{child.pid}-1-1-elsewhere"
+    other_ns.mkdir()
+    # The next run removes the killed one's; a failed compile removes its own.
+    done = subprocess.run([sys.executable, "-c", ONE_COMPILE, "bad", "void bad(void) { oops; }"],
+                          env=_child_env(tmp_path), capture_output=True, text=True, timeout=300,
+                          check=True)
+    assert done.stdout.split() == ["CompileError"], done.stderr
+    assert sorted(p.name for p in mine.iterdir()) == sorted([live.name, other_ns.name])
+    assert not list((tmp_path / "tmp").glob("tilejit-cc-*"))

@@ -249,3 +249,112 @@ def test_prune_and_clear_while_another_process_calls_its_kernels(cache, monkeypa
     out, err = child.communicate(timeout=120)
     assert child.returncode == 0, err
     assert out.startswith("calls ") and int(out.split()[1]) > 3 and rounds > 10
+
+
+# --- Only tilejit's own entries are ever touched ------------------------------------------------
+
+# Files a user keeps in a directory that TILEJIT_CACHE_DIR was set to by mistake, some of
+# them where tilejit's entries would be, but not named as tilejit names them.
+FOREIGN = ("notes.txt", "photos/2024/a.jpg", "photos/b.jpg", "kernels/readme.txt",
+           "kernels/ab/abcdef/kernel.py", "kernels/ab/abcdef/data.bin",
+           "kernels/zz/abcdef/kernel.so", "core/mine/libfoo.so", "wrapper/x/y/z/w.so",
+           "bench/project/main.c", "prune.lock.bak")
+
+
+def _plant_foreign(root: Path) -> dict[Path, bytes]:
+    planted = {}
+    for i, name in enumerate(FOREIGN):
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"user data %d" % i)
+        planted[path] = path.read_bytes()
+    return planted
+
+
+def _still_there(planted: dict[Path, bytes]) -> None:
+    for path, data in planted.items():
+        assert path.read_bytes() == data, path
+
+
+def test_clear_prune_and_verify_leave_files_not_tilejits_alone(cache):
+    planted = _plant_foreign(cache)
+    compile_in_child(cache, 51, 52)
+    assert sorted(kernels(cache)) == ["scale_51", "scale_52"]
+    assert len(listed(cache)) == 4  # nothing of the user's is listed as an entry
+    left = f"left alone: {len(FOREIGN)} files not tilejit's"
+    done = cli(cache, "verify", "--fix")
+    assert done.returncode == 0 and left in done.stdout, done.stdout
+    done = cli(cache, "prune", "--max-size", "0")
+    assert done.returncode == 0 and done.stdout.startswith("removed 4 entries"), done.stdout
+    assert left in done.stdout
+    _still_there(planted)
+    compile_in_child(cache, 53)
+    done = cli(cache, "clear")
+    assert done.returncode == 0 and left in done.stdout and listed(cache) == []
+    _still_there(planted)
+    # The automatic bound prunes as `prune` does: the user's files stay.
+    compile_in_child(cache, 54, 55, TILEJIT_CACHE_MAX_SIZE="1")
+    _still_there(planted)
+
+
+def test_garbage_meta_json_is_a_damaged_entry_never_a_traceback(cache):
+    compile_in_child(cache, 61, 62, 63)
+    found = kernels(cache)
+    for name, meta in (("scale_61", {"name": 5, "target": None}), ("scale_62", [1, 2]),
+                       ("scale_63", {"artifact": "../../../etc/passwd", "size": "big"})):
+        path = Path(found[name]["path"]) / "meta.json"
+        if isinstance(meta, dict):
+            meta = {**json.loads(path.read_text()), **meta}
+        path.write_text(json.dumps(meta))
+    for args in (("ls",), ("ls", "--json"), ("size",), ("verify",)):
+        done = cli(cache, *args)
+        assert "Traceback" not in done.stderr and done.returncode in (0, 1), (args, done.stderr)
+    damaged = {e["key"]: e["damaged"] for e in listed(cache) if e["damaged"]}
+    assert len(damaged) == 3
+    assert "name = 5" in damaged[found["scale_61"]["key"]]
+    assert "target = null" in damaged[found["scale_61"]["key"]]
+    assert "holds a list" in damaged[found["scale_62"]["key"]]
+    assert sum("DAMAGED" in line for line in cli(cache, "ls").stdout.splitlines()) == 3
+    done = cli(cache, "verify")
+    assert done.returncode == 1 and done.stdout.splitlines()[-1] == "3 of 5 entries damaged"
+    assert cli(cache, "verify", "--fix").returncode == 0
+    assert kernels(cache) == {} and cli(cache, "verify").returncode == 0
+
+
+def test_config_fails_when_the_cache_directory_cannot_be_used(tmp_path):
+    root = tmp_path / "not-a-directory"
+    root.write_text("a file where the cache directory should be")
+    for option in ("--libdir", "--libs"):
+        done = subprocess.run([sys.executable, "-m", "tilejit", "config", option],
+                              env=_env(root), capture_output=True, text=True, timeout=300,
+                              check=False)
+        if done.returncode == 0:  # an install's prebuilt core needs no cache
+            assert str(tmp_path) not in done.stdout and Path(done.stdout.split()[-1].removeprefix(
+                "-Wl,-rpath,")).is_dir()
+            continue
+        assert done.returncode == 1 and done.stdout == ""
+        assert f"cache directory {root}" in done.stderr, done.stderr
+        assert "Set TILEJIT_CACHE_DIR to a writable directory" in done.stderr
+
+
+# --- A cache others can write to -----------------------------------------------------------
+
+
+def test_a_cache_others_can_write_to_is_warned_about_once(cache):
+    cache.chmod(0o777)  # world-writable, no sticky bit
+    done = subprocess.run([sys.executable, "-c", CHILD, "71", "72"], env=_env(cache),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("can be written by other users") == 1, done.stderr
+    assert f"{cache} is writable by every user (mode drwxrwxrwx)" in done.stderr
+    cache.chmod(0o1777)  # sticky: others cannot replace this user's entries
+    (cache / "kernels").chmod(0o755)
+    assert "other users" not in subprocess.run(
+        [sys.executable, "-c", CHILD, "71"], env=_env(cache), capture_output=True, text=True,
+        timeout=300, check=True).stderr
+    if os.geteuid() == 0:  # another user's directory in it
+        os.chown(cache / "kernels", 65534, 65534)
+        done = subprocess.run([sys.executable, "-c", CHILD, "71"], env=_env(cache),
+                              capture_output=True, text=True, timeout=300, check=True)
+        assert f"{cache / 'kernels'} is owned by uid 65534, not by this user" in done.stderr
+    cache.chmod(0o755)

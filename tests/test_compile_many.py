@@ -80,3 +80,31 @@ def test_warmup_compiles_a_jit_function_for_many_calls(tilejit_cache_dir):
     assert scale.cache_info() == 4
     assert scale(31) is kernels[0] and scale(factor=32) is kernels[1]
     assert scale.warmup([(31,)]) == [kernels[0]]  # nothing left to compile
+
+
+def test_warmup_keeps_what_compiled_and_reports_every_failure(tilejit_cache_dir):
+    made = []
+
+    @tilejit.jit(out_idx=-1)
+    def scale(factor: int = 2):
+        made.append(factor)
+        if factor == 0:
+            raise ValueError("factor must not be 0")
+        return _program(factor, broken=factor > 100)
+
+    with pytest.raises(tilejit.CompileErrors) as info:
+        scale.warmup([(41,), (142,), (0,), (43,), (142,)], workers=2, progress=False)
+    error = info.value
+    text = str(error)
+    assert text.startswith("scale.warmup: 2 of 4 argument sets failed; the others compiled")
+    assert "calls[1] scale(142): CompileError" in text and "undefined_name" in text
+    assert "calls[2] scale(0): ValueError: factor must not be 0" in text
+    assert [type(e) for e in error.exceptions] == [tilejit.CompileError, ValueError]
+    assert error.failed == [(1, "scale"), (2, "scale")]
+    assert [k is None for k in error.kernels] == [False, True, True, False, True]
+    # The kernels that compiled are kept: later calls find them, nothing is compiled again.
+    assert scale.cache_info() == 2
+    before = len(made)
+    assert scale(41) is error.kernels[0] and scale(43) is error.kernels[3]
+    assert scale(43)(X).tolist() == [43.0] * 3 and len(made) == before
+    assert scale.warmup([(41,), (43,)]) == [error.kernels[0], error.kernels[3]]

@@ -58,3 +58,20 @@ def test_the_behaviour_suites_pass_with_every_fast_path_off(child_env):
     tail = "\n".join(done.stdout.splitlines()[-30:])
     assert done.returncode == 0, tail + done.stderr[-3000:]
     assert " passed" in tail and "failed" not in tail
+
+
+def test_doctor_says_what_it_built_to_find_out(tilejit_cache_dir, tmp_path, child_python):
+    """In an empty cache, doctor builds the core and the wrapper (to check CUDA and the
+    fast paths) and says so, rather than reporting them as not built; a second run finds
+    them."""
+    root = tmp_path / "cache"
+    first = json.loads(child_python("-m", "tilejit", "doctor", "--json",
+                                    TILEJIT_CACHE_DIR=str(root)))
+    again = child_python("-m", "tilejit", "doctor", TILEJIT_CACHE_DIR=str(root))
+    for name in ("core", "wrapper"):
+        b = first["builds"][name]
+        assert b["built"] and Path(b["path"]).is_file(), b
+        if not b["prebuilt"]:  # a checkout: built into the empty cache, by doctor
+            assert b["built_now"] and Path(b["path"]).is_relative_to(root), b
+    assert "not built yet" not in again and "built just now" not in again
+    assert "[built, in the cache]" in again or "[prebuilt, from the install]" in again

@@ -403,11 +403,12 @@ def test_backend_target_and_verbose_from_the_environment(monkeypatch, capsys):
     assert k.execution_backend == "dlpack"
     assert "tilejit: flagged: void flagged(int64_t *O) -> " in capsys.readouterr().err
     monkeypatch.setenv("TILEJIT_EXECUTION_BACKEND", "bogus")
-    with pytest.raises(ValueError, match="unknown execution_backend 'bogus'"):
+    with pytest.raises(ValueError, match="TILEJIT_EXECUTION_BACKEND='bogus': expected one of "
+                                         "auto, cython, dlpack, ctypes"):
         tilejit.compile(_flagged(), out_idx=0)
     monkeypatch.delenv("TILEJIT_EXECUTION_BACKEND")
     monkeypatch.setenv("TILEJIT_TARGET", "tpu")
-    with pytest.raises(ValueError, match="unknown target 'tpu'"):
+    with pytest.raises(ValueError, match="TILEJIT_TARGET='tpu': expected one of cpu, cuda"):
         tilejit.compile(_flagged(), out_idx=0)
 
 

@@ -8,7 +8,7 @@ import sys
 from . import __version__
 from .builder.cache import main as cache_main
 from .builder.export import config_flags
-from .native._build import build_tools
+from .native._build import build_tools, disk_cache
 from .tools import bench as _bench
 from .tools import demo as _demo
 from .tools import doctor as _doctor
@@ -77,13 +77,31 @@ def main(argv=None) -> int:
     if args.command == "config":
         if not (args.cflags or args.libs or args.includedir or args.libdir):
             config.error("give --cflags, --libs, --includedir or --libdir")
-        print(config_flags(args.cflags, args.libs, args.includedir, args.libdir))
-        return 0
+        return _config(args)
     if args.command == "demo":
         if args.tilelang:
             return 0 if _demo.run_tilelang() else 1
         return 0 if _demo.run(target=args.target) else 1
     print(__version__)
+    return 0
+
+
+def _config(args) -> int:
+    """``config``: the flags, or exit 1 where they would name a directory that does not
+    outlive this command (a cache directory that cannot be used)."""
+    try:
+        flags = config_flags(args.cflags, args.libs, args.includedir, args.libdir)
+    except Exception as exc:  # noqa: BLE001 - said in one line, exit 1
+        print(f"python -m tilejit config: cannot find or build the core: {exc}", file=sys.stderr)
+        return 1
+    private = disk_cache.private_root()
+    if private is not None and str(private[0]) in flags:
+        print(f"python -m tilejit config: the core library cannot be kept in the cache "
+              f"directory {disk_cache.configured_root()} ({private[1]}); the directory this "
+              f"command would print ({private[0]}) is removed when it exits. Set "
+              f"TILEJIT_CACHE_DIR to a writable directory.", file=sys.stderr)
+        return 1
+    print(flags)
     return 0
 
 

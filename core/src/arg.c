@@ -14,6 +14,8 @@ void tj_arg_from_legacy(tj_arg *arg, DLManagedTensor *managed) {
 }
 
 int tj_arg_from_versioned(tj_arg *arg, DLManagedTensorVersioned *managed, const char *what) {
+  TJ__REFUSE_NULL("tj_arg_from_versioned", arg);
+  TJ__REFUSE_NULL("tj_arg_from_versioned", managed);
   tj_arg_init(arg);
   if (managed->version.major != TJ_DLPACK_MAJOR) {
     /* Only version and deleter may be read from a tensor of another major

@@ -251,6 +251,9 @@ int tj_call_run(const tj_kernel *k, tj_call *call) { return tj_call_run_binding(
 
 int tj_call_run_binding(const tj_kernel *k, tj_call *call, const tj_call_binding *binding) {
   static const tj_call_binding none = {NULL, NULL, 0};
+  TJ__REFUSE_NULL("tj_call_run", k);
+  TJ__REFUSE_NULL("tj_call_run", call);
+  if (call->nargs > 0) TJ__REFUSE_NULL("tj_call_run", call->args);
   const tj_call_binding *b = binding != NULL ? binding : &none;
   tj_arg outs[TJ_MAX_OUTPUTS];
   void *kept[TJ_MAX_OUTPUTS];

@@ -274,6 +274,8 @@ static int primary_context(const driver *d, const char *who, int32_t device, CUc
 }
 
 int tj_cuda_device_capability(int32_t device_id, int32_t *major, int32_t *minor) {
+  TJ__REFUSE_NULL("tj_cuda_device_capability", major);
+  TJ__REFUSE_NULL("tj_cuda_device_capability", minor);
   const char *who = "tilejit";
   const driver *d = get_driver(who);
   if (d == NULL) return TJ_ERUNTIME;

@@ -17,6 +17,8 @@ static int64_t floormod(int64_t a, int64_t b) {
 static int overflow(void) { return tj_set_error(TJ_EVALUE, "integer overflow in expression"); }
 
 int tj_expr_eval(const int64_t *code, int32_t n, const int64_t *symbols, int64_t *out) {
+  TJ__REFUSE_NULL("tj_expr_eval", out);
+  if (n > 0) TJ__REFUSE_NULL("tj_expr_eval", code);
   int64_t stack[TJ_MAX_EXPR_STACK];
   int32_t top = 0;
   for (int32_t pc = 0; pc < n; ++pc) {

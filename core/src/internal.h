@@ -202,4 +202,12 @@ void tj__sha256_hex(const void *data, size_t size, char out[65]);
 /* Formats an int64 array as "(2, 3, 4)". */
 void tj__format_tuple(const int64_t *v, int32_t n, char *buf, int32_t size);
 
+/* A public entry point refuses a NULL pointer argument with TJ_EVALUE and a
+ * message naming the function and the parameter ("tj_call_bind: args is
+ * NULL") instead of dereferencing it. */
+#define TJ__REFUSE_NULL(fn, p)                                                 \
+  do {                                                                         \
+    if ((p) == NULL) return tj_set_error(TJ_EVALUE, "%s: %s is NULL", fn, #p); \
+  } while (0)
+
 #endif /* TILEJIT_INTERNAL_H_ */

@@ -18,6 +18,7 @@ static char *copy_string(const char *s) {
 }
 
 int tj_kernel_create(const char *name, int32_t nparams, int32_t target, tj_kernel **out) {
+  TJ__REFUSE_NULL("tj_kernel_create", out);
   *out = NULL;
   if (nparams < 0 || nparams > TJ_MAX_PARAMS)
     return tj_set_error(TJ_EVALUE, "%s: %d parameters (at most %d supported)", name, nparams,
@@ -62,6 +63,7 @@ void tj_kernel_free(tj_kernel *k) {
 }
 
 static int check_mutable(const tj_kernel *k) {
+  TJ__REFUSE_NULL("tj_kernel", k);
   if (k->finalized)
     return tj_set_error(TJ_EVALUE, "%s: the kernel is finalized and cannot change", k->name);
   return TJ_OK;
@@ -220,6 +222,7 @@ static int check_expr_ids(const tj_kernel *k, const char *what, const int32_t *i
 int tj_kernel_set_buffer(tj_kernel *k, int32_t index, const char *name, DLDataType dtype,
                          int32_t ndim, const int32_t *shape_ids, const int32_t *stride_ids,
                          int64_t align, uint32_t flags) {
+  TJ__REFUSE_NULL("tj_kernel_set_buffer", k);
   if (ndim < 0 || ndim > TJ_MAX_NDIM)
     return tj_set_error(TJ_EVALUE, "%s: parameter '%s': ndim %d out of range [0, %d]", k->name,
                         name, ndim, TJ_MAX_NDIM);
@@ -256,6 +259,7 @@ int tj_kernel_set_buffer(tj_kernel *k, int32_t index, const char *name, DLDataTy
 }
 
 int tj_kernel_set_scalar(tj_kernel *k, int32_t index, const char *name, DLDataType dtype) {
+  TJ__REFUSE_NULL("tj_kernel_set_scalar", k);
   int int_bits = dtype.bits == 8 || dtype.bits == 16 || dtype.bits == 32 || dtype.bits == 64;
   int ok =
       dtype.lanes == 1 && (((dtype.code == kDLInt || dtype.code == kDLUInt) && int_bits) ||
@@ -298,6 +302,7 @@ int tj_kernel_set_scalar_symbol(tj_kernel *k, int32_t index, int32_t symbol) {
 
 int tj_kernel_set_pointer(tj_kernel *k, int32_t index, const char *name, DLDataType dtype,
                           int64_t align, uint32_t flags) {
+  TJ__REFUSE_NULL("tj_kernel_set_pointer", k);
   if (align < 0 || (align & (align - 1)))
     return tj_set_error(TJ_EVALUE, "%s: parameter '%s': align must be a power of two, got %lld",
                         k->name, name, (long long)align);
@@ -420,6 +425,7 @@ int tj_kernel_finalize(tj_kernel *k) {
 /* ---- CUDA module image and launch configuration ----------------------------- */
 
 static int check_cuda_kernel(const tj_kernel *k, const char *what) {
+  TJ__REFUSE_NULL("tj_kernel", k);
   if (k->target != TJ_TARGET_CUDA)
     return tj_set_error(TJ_EVALUE, "%s: %s is only for cuda kernels", k->name, what);
   return TJ_OK;
@@ -611,6 +617,8 @@ static int open_symbol(const tj_kernel *k, const char *path, const char *symbol,
 }
 
 int tj_kernel_load(tj_kernel *k, const char *path, const char *symbol) {
+  TJ__REFUSE_NULL("tj_kernel_load", k);
+  TJ__REFUSE_NULL("tj_kernel_load", path);
   if (k->target == TJ_TARGET_CUDA) return load_image_file(k, path, symbol);
   if (k->library) return tj_set_error(TJ_EVALUE, "%s: a library is already loaded", k->name);
   void *lib, *entry;
@@ -624,6 +632,9 @@ int tj_kernel_load(tj_kernel *k, const char *path, const char *symbol) {
 
 int tj_kernel_load_prebuilt(tj_kernel *k, const char *glue, const char *entry, const char *library,
                             const char *symbol) {
+  TJ__REFUSE_NULL("tj_kernel_load_prebuilt", k);
+  TJ__REFUSE_NULL("tj_kernel_load_prebuilt", glue);
+  TJ__REFUSE_NULL("tj_kernel_load_prebuilt", library);
   if (k->target != TJ_TARGET_CPU)
     return tj_set_error(TJ_EVALUE, "%s: a prebuilt shared library is for cpu kernels", k->name);
   if (k->library) return tj_set_error(TJ_EVALUE, "%s: a library is already loaded", k->name);
@@ -648,21 +659,22 @@ int tj_kernel_load_prebuilt(tj_kernel *k, const char *glue, const char *entry, c
 }
 
 int tj_kernel_set_entry(tj_kernel *k, tj_cpu_entry entry) {
+  TJ__REFUSE_NULL("tj_kernel_set_entry", k);
   k->entry = entry;
   return TJ_OK;
 }
 
-const char *tj_kernel_name(const tj_kernel *k) { return k->name; }
-int32_t tj_kernel_num_params(const tj_kernel *k) { return k->nparams; }
-int32_t tj_kernel_num_symbols(const tj_kernel *k) { return k->nsymbols; }
-int32_t tj_kernel_num_outputs(const tj_kernel *k) { return k->noutputs; }
-int32_t tj_kernel_num_workspaces(const tj_kernel *k) { return k->nworkspaces; }
+const char *tj_kernel_name(const tj_kernel *k) { return k ? k->name : ""; }
+int32_t tj_kernel_num_params(const tj_kernel *k) { return k ? k->nparams : -1; }
+int32_t tj_kernel_num_symbols(const tj_kernel *k) { return k ? k->nsymbols : -1; }
+int32_t tj_kernel_num_outputs(const tj_kernel *k) { return k ? k->noutputs : -1; }
+int32_t tj_kernel_num_workspaces(const tj_kernel *k) { return k ? k->nworkspaces : -1; }
 int32_t tj_kernel_output_param(const tj_kernel *k, int32_t i) {
-  return i >= 0 && i < k->nallocs ? k->output_params[i] : -1;
+  return k != NULL && i >= 0 && i < k->nallocs ? k->output_params[i] : -1;
 }
 int32_t tj_kernel_param_kind(const tj_kernel *k, int32_t index) {
-  return index >= 0 && index < k->nparams ? k->params[index].kind : 0;
+  return k != NULL && index >= 0 && index < k->nparams ? k->params[index].kind : 0;
 }
 const char *tj_kernel_param_name(const tj_kernel *k, int32_t index) {
-  return index >= 0 && index < k->nparams ? k->params[index].name : NULL;
+  return k != NULL && index >= 0 && index < k->nparams ? k->params[index].name : NULL;
 }

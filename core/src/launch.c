@@ -42,6 +42,7 @@ static void zero_workspaces(const tj_frame *f) {
 }
 
 int tj_call_launch(tj_frame *f) {
+  TJ__REFUSE_NULL("tj_call_launch", f);
   const tj_kernel *k = f->kernel;
   for (int32_t o = 0; o < k->nallocs; ++o)
     if (f->params[k->output_params[o]] == NULL)

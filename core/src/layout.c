@@ -12,6 +12,7 @@
 #include "internal.h"
 
 int tj_layout_init(tj_layout *layout, int32_t ndim, const int64_t *shape, const int64_t *strides) {
+  TJ__REFUSE_NULL("tj_layout_init", layout);
   memset(layout, 0, sizeof(*layout));
   if (ndim < 0 || ndim > TJ_MAX_NDIM)
     return tj_set_error(TJ_EVALUE, "a layout has 0 to %d modes, got %d", TJ_MAX_NDIM, ndim);
@@ -59,6 +60,8 @@ int tj_layout_is_static(const tj_layout *layout) {
 }
 
 int tj_layout_format(const tj_layout *l, char *buf, int32_t size) {
+  TJ__REFUSE_NULL("tj_layout_format", l);
+  TJ__REFUSE_NULL("tj_layout_format", buf);
   if (size <= 0) return tj_set_error(TJ_EVALUE, "layout text does not fit in %d bytes", size);
   int is_static = tj_layout_is_static(l);
   int32_t used = format_tuple(buf, size, 0, l->shape, l->shape_div, l->ndim, is_static);
@@ -86,6 +89,8 @@ static int static_stride_is(const tj_layout *l, int32_t d, int64_t value) {
 }
 
 int tj_layout_deduce_leading_dim(const tj_layout *l, int32_t rule, int32_t *out) {
+  TJ__REFUSE_NULL("tj_layout_deduce_leading_dim", l);
+  TJ__REFUSE_NULL("tj_layout_deduce_leading_dim", out);
   int32_t count = 0, last = -1, wide = 0, last_wide = -1;
   for (int32_t d = 0; d < l->ndim; ++d) {
     if (!static_stride_is(l, d, 1)) continue;
@@ -110,6 +115,7 @@ int tj_layout_deduce_leading_dim(const tj_layout *l, int32_t rule, int32_t *out)
 }
 
 int tj_layout_mark_dynamic(tj_layout *layout, int32_t rule, int64_t leading_dim) {
+  TJ__REFUSE_NULL("tj_layout_mark_dynamic", layout);
   tj_layout l = *layout;
   int32_t lead = -1;
   if (rule == TJ_LEADING_DIM_GIVEN) {
@@ -161,6 +167,8 @@ static int outer_than(const tj_layout *l, int32_t a, int32_t b) {
 }
 
 int tj_layout_deduce_stride_order(const tj_layout *l, int32_t *order) {
+  TJ__REFUSE_NULL("tj_layout_deduce_stride_order", l);
+  TJ__REFUSE_NULL("tj_layout_deduce_stride_order", order);
   if (count_unit_strides(l) > 1)
     return tj_set_error(TJ_EVALUE,
                         "The layout could not be deduced, please specify the stride_order "
@@ -295,6 +303,7 @@ overflow:
 int tj_layout_mark_compact_shape_dynamic(tj_layout *layout, int64_t mode,
                                          const int64_t *stride_order, int32_t order_len,
                                          int64_t divisibility) {
+  TJ__REFUSE_NULL("tj_layout_mark_compact_shape_dynamic", layout);
   tj_layout l = *layout;
   if (mode < 0 || mode >= l.ndim)
     return tj_set_error(TJ_EVALUE, "Expected mode value to be in range [0, %d), but got %lld",

@@ -282,5 +282,8 @@ int tj__bind_recorded(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame 
 }
 
 int tj_call_bind(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *frame) {
+  TJ__REFUSE_NULL("tj_call_bind", k);
+  TJ__REFUSE_NULL("tj_call_bind", frame);
+  if (nargs > 0) TJ__REFUSE_NULL("tj_call_bind", args);
   return tj__bind(k, args, nargs, frame);
 }

@@ -788,6 +788,8 @@ static int output_as_asked(const tj_frame *f, int32_t o, const tj__param *p, con
 }
 
 int tj_call_set_output(tj_frame *frame, int32_t i, tj_arg *arg) {
+  TJ__REFUSE_NULL("tj_call_set_output", frame);
+  TJ__REFUSE_NULL("tj_call_set_output", arg);
   const tj_kernel *k = frame->kernel;
   if (i < 0 || i >= k->nallocs)
     return tj_set_error(TJ_EVALUE, "%s: output index %d out of range", k->name, i);

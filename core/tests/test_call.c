@@ -1047,3 +1047,36 @@ TEST(call_run_workspaces) {
   CHECK_EQ_STR(tj_last_error(), "bad: pointer parameter 'P' cannot be an output or a workspace");
   tj_kernel_free(k);
 }
+
+/* NULL pointers through the public API are refused with a status and a
+ * message naming the function and the parameter, never dereferenced. */
+TEST(call_refuses_null_pointers) {
+  tj_kernel *k = tjt_vec_add(TJ_BUF_OUTPUT, 1);
+  tj_frame frame;
+  CHECK_STATUS(tj_call_bind(k, NULL, 2, &frame), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(), "tj_call_bind: args is NULL");
+  CHECK_STATUS(tj_call_bind(NULL, NULL, 0, &frame), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(), "tj_call_bind: k is NULL");
+  tj_arg args[2];
+  CHECK_STATUS(tj_call_bind(k, args, 2, NULL), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(), "tj_call_bind: frame is NULL");
+  CHECK_STATUS(tj_call_set_output(NULL, 0, args), TJ_EVALUE);
+  CHECK_STATUS(tj_call_launch(NULL), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(), "tj_call_launch: f is NULL");
+  CHECK_STATUS(tj_call_run(k, NULL), TJ_EVALUE);
+  tj_call call = {NULL, 2, 0, NULL, NULL};
+  CHECK_STATUS(tj_call_run(k, &call), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(), "tj_call_run: call->args is NULL");
+  CHECK_STATUS(tj_call_run(NULL, &call), TJ_EVALUE);
+  CHECK_STATUS(tj_kernel_add_symbol(NULL, "n", 1), TJ_EVALUE);
+  CHECK_STATUS(tj_kernel_set_scalar(NULL, 0, "x", TJT_F32), TJ_EVALUE);
+  CHECK_STATUS(tj_kernel_set_entry(NULL, NULL), TJ_EVALUE);
+  CHECK_STATUS(tj_kernel_load(k, NULL, "f"), TJ_EVALUE);
+  CHECK_STATUS(tj_kernel_create("k", 0, TJ_TARGET_CPU, NULL), TJ_EVALUE);
+  CHECK_EQ_INT(tj_kernel_num_params(NULL), -1);
+  CHECK(tj_kernel_param_name(NULL, 0) == NULL);
+  CHECK_STATUS(tj_expr_eval(NULL, 1, NULL, NULL), TJ_EVALUE);
+  CHECK_STATUS(tj_layout_init(NULL, 1, NULL, NULL), TJ_EVALUE);
+  CHECK_STATUS(tj_arg_from_versioned(args, NULL, "A"), TJ_EVALUE);
+  tj_kernel_free(k);
+}

@@ -46,6 +46,7 @@
   X(call_run_imports_binds_allocates)              \
   X(call_run_count_first)                          \
   X(call_run_optional_left_out)                    \
+  X(call_refuses_null_pointers)                    \
   X(call_run_import_failure)                       \
   X(call_run_refuses_lazy_views)                   \
   X(call_run_validation_failure)                   \

@@ -22,15 +22,13 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from ..native._build import disk_cache, elf
+from ..native._build import build_tools, disk_cache, elf, env, scratch
 
 __all__ = ["artifact_key", "cache_dir", "cache_disabled", "get_or_build"]
 
 # Bumped whenever the layout or the meaning of a key changes, so that an old cache is
 # ignored rather than misread.
 _CACHE_FORMAT = 1
-
-_TRUE_WORDS = ("1", "true", "yes", "on")
 
 # Private build directories made while the cache is disabled; removed at exit.
 _private_dirs: list[str] = []
@@ -49,13 +47,14 @@ def cache_dir() -> Path:
 
 
 def cache_disabled() -> bool:
-    """Return True when `TILEJIT_DISABLE_CACHE` is 1/true/yes/on (any case).
+    """Return True when `TILEJIT_DISABLE_CACHE` is 1/true/yes/on (any case); False for
+    0/false/no/off or unset; `env.BadValue` for anything else.
 
     Example:
         >>> os.environ["TILEJIT_DISABLE_CACHE"] = "Yes"; cache_disabled()
         True
     """
-    return os.environ.get("TILEJIT_DISABLE_CACHE", "").strip().lower() in _TRUE_WORDS
+    return env.flag("TILEJIT_DISABLE_CACHE")
 
 
 def _json_default(value: object) -> object:
@@ -135,6 +134,8 @@ def get_or_build(key: str, build: Callable[[Path], None], suffix: str = ".so",
 
     def find_or_build() -> Path:
         kernels = cache_dir() / "kernels"
+        if disk_cache.max_size() is not None:
+            _note_core_and_wrapper()
         return disk_cache.get_or_build(kernels / key[:2] / key, "kernel" + suffix, build,
                                        tmp_dir=kernels, check=check,
                                        info={"kind": "kernel", **(info or {})})
@@ -142,14 +143,26 @@ def get_or_build(key: str, build: Callable[[Path], None], suffix: str = ".so",
     return disk_cache.with_fallback(find_or_build)
 
 
+def _note_core_and_wrapper() -> None:
+    """The core and the wrapper this process runs kernels with are in use, even before it
+    loads them: the size bound keeps them (`TILEJIT_CACHE_MAX_SIZE=0` would otherwise
+    remove them after the first kernel is written, for the process to build them again)."""
+    import contextlib
+
+    for where in (build_tools.core_library_path, build_tools.wrapper_path):
+        # Nothing to note without sources to hash (an installed package's prebuilt ones).
+        with contextlib.suppress(Exception):
+            disk_cache.note_used(where().parent)
+
+
 def find_portable(portable: str) -> Path | None:
     """A valid kernel artifact whose entry records ``portable`` (the key of what it was
     built from, leaving out the compiler: see ``compilation.compile``), the most recently
     used one if several; None if there is none. For a machine without the compiler that
     made the cache: its kernels still run."""
-    root = cache_dir() / "kernels"
+    root = cache_dir()
     found = []
-    for entry in disk_cache.entries(root) if root.is_dir() else []:
+    for entry in disk_cache.entries(root) if (root / "kernels").is_dir() else []:
         if entry.meta.get("portable_key") != portable or entry.artifact is None:
             continue
         artifact = entry.path / entry.artifact
@@ -173,9 +186,7 @@ def store_bytes(data: bytes, suffix: str = ".so", info: dict | None = None,
 
 def _build_private(build: Callable[[Path], None], suffix: str,
                    check: Callable[[str], str | None] | None) -> Path:
-    import tempfile
-
-    workdir = tempfile.mkdtemp(prefix="tilejit-")
+    workdir = scratch.make("private")
     target = Path(workdir) / ("kernel" + suffix)
     try:
         build(target)
@@ -217,17 +228,18 @@ def _record(entry: disk_cache.Entry, root: Path) -> dict:
     """What ``cache ls --json`` says of an entry."""
     meta = entry.meta
     top = entry.path.relative_to(root).parts[0]
-    return {"key": entry.path.name, "kind": meta.get("kind") or _KINDS.get(top, top),
+    return {"key": entry.path.name, "kind": _KINDS.get(top, top),
             "name": meta.get("name", "-"), "target": meta.get("target", "-"),
             "arch": meta.get("arch", "-"), "size": entry.size,
             "created": round(entry.created, 3), "last_used": round(entry.last_used, 3),
-            "path": str(entry.path)}
+            "path": str(entry.path), "damaged": entry.damage}
 
 
 def entries() -> list[dict]:
     """Every entry of the cache (kernels, the core, wrappers), least recently used first:
     ``key``, ``kind``, ``name``, ``target``, ``arch``, ``size`` (bytes), ``created`` and
-    ``last_used`` (Unix seconds: the last time a process loaded it) and ``path``."""
+    ``last_used`` (Unix seconds: the last time a process loaded it), ``path``, and
+    ``damaged``: why its meta.json cannot be trusted, or None."""
     root = cache_dir()
     found = sorted(disk_cache.entries(root), key=lambda e: e.last_used) if root.is_dir() else []
     return [_record(e, root) for e in found]
@@ -263,6 +275,18 @@ def clear() -> list[dict]:
     return prune(older_than=-1.0)
 
 
+def foreign_files() -> int:
+    """How many files under the cache root are not tilejit's (``disk_cache.walk``): never
+    listed, changed or removed."""
+    root = cache_dir()
+    return disk_cache.walk(root)[1] if root.is_dir() else 0
+
+
+def _left_alone() -> str:
+    count = foreign_files()
+    return f"; left alone: {count} files not tilejit's" if count else ""
+
+
 def _when(seconds: float) -> str:
     import time
 
@@ -292,7 +316,8 @@ def main(args) -> int:
         for e in listed:
             print(f"{e['key']}  {e['kind']:<7}  {e['name']:<24}  {e['target']:<8}  "
                   f"{e['arch']:<10}  {_human(e['size']):>7}  created {_when(e['created'])}  "
-                  f"used {_when(e['last_used'])}")
+                  f"used {_when(e['last_used'])}"
+                  + (f"  DAMAGED: {e['damaged']}" if e["damaged"] else ""))
         return 0
     if args.cache_command == "size":
         listed = entries()
@@ -306,7 +331,8 @@ def main(args) -> int:
                   + (" -- removed" if args.fix else ""))
         count = len(entries()) + (len(damaged) if args.fix else 0)
         print(f"{len(damaged)} of {count} entries damaged" + (", removed" if args.fix and
-                                                               damaged else ""))
+                                                               damaged else "")
+              + _left_alone())
         return 1 if damaged and not args.fix else 0
     if args.cache_command == "prune":
         try:
@@ -321,9 +347,9 @@ def main(args) -> int:
             return 2
         removed = prune(size, age)
         print(f"removed {len(removed)} entries ({_human(sum(e['size'] for e in removed))}); "
-              f"{sum(e['size'] for e in entries())} bytes left")
+              f"{sum(e['size'] for e in entries())} bytes left{_left_alone()}")
         return 0
     removed = clear()
     print(f"removed {len(removed)} entries ({_human(sum(e['size'] for e in removed))}) from "
-          f"{cache_dir()}")
+          f"{cache_dir()}{_left_alone()}")
     return 0

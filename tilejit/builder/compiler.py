@@ -18,7 +18,7 @@ import re
 import threading
 from pathlib import Path
 
-from ..native._build import toolchain
+from ..native._build import scratch, toolchain
 
 __all__ = ["CompileError", "compile_cpu", "compiler_identity", "default_flags", "find_cc",
            "find_cxx"]
@@ -289,14 +289,13 @@ def compile_cpu(
         42
     """
     import subprocess
-    import tempfile
 
     if cc is not None:
         command_prefix = list(cc)
     else:
         command_prefix = find_cxx() if language == "c++" else find_cc()
     out_path = Path(out_path).absolute()
-    with tempfile.TemporaryDirectory(prefix="tilejit-cc-") as workdir:
+    with scratch.workdir("cc") as workdir:
         suffix = ".cc" if language == "c++" else ".c"
         src_path = os.path.join(workdir, _safe_file_stem(kernel_name) + suffix)
         with open(src_path, "w", encoding="utf-8") as handle:

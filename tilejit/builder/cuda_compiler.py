@@ -34,7 +34,8 @@ import threading
 import time
 from pathlib import Path
 
-from ..native._build import toolchain
+from ..native._build import env as _env
+from ..native._build import scratch, toolchain
 from ..native.library import cuda_device_capability as _capability
 from ..version import VERSION
 from . import cache as _cache
@@ -135,7 +136,13 @@ def resolve_arch(arch=None) -> tuple[str, ...]:
     (('sm_90',), ('sm_80', 'compute_90'), ('sm_80', 'sm_90'))
     """
     if arch is None:
-        arch = os.environ.get("TILEJIT_CUDA_ARCH", "").strip() or None
+        arch = _env.text("TILEJIT_CUDA_ARCH") or None
+        if arch is not None:
+            try:
+                return resolve_arch(arch)
+            except ValueError as exc:
+                raise _env.BadValue("TILEJIT_CUDA_ARCH", arch, f"CUDA architectures such as "
+                                    f"sm_90, 90, 9.0 or 80,90 ({exc})") from None
     if arch is None:
         capability = _device_capability()
         arch = f"sm_{capability[0]}{capability[1]}" if capability else DEFAULT_ARCH
@@ -167,10 +174,11 @@ def _cuda_homes() -> list[Path]:
 
 def find_nvcc() -> str | None:
     """TILEJIT_NVCC, else nvcc on PATH, else the toolkit's; None when there is none."""
-    configured = os.environ.get("TILEJIT_NVCC", "").strip()
+    configured = _env.text("TILEJIT_NVCC")
     if configured:
         if toolchain.find_executable(configured) is None:
-            raise CompileError(reason=f"TILEJIT_NVCC={configured!r} is not an executable file")
+            raise CompileError(reason=f"TILEJIT_NVCC={configured!r} is not an executable file; "
+                               "expected the path (or the name on PATH) of nvcc")
         return configured
     found = toolchain.find_executable("nvcc")
     if found is not None:
@@ -254,7 +262,7 @@ class _Nvrtc:
 
     @staticmethod
     def _candidates() -> list[str]:
-        configured = os.environ.get("TILEJIT_LIBNVRTC", "").strip()
+        configured = _env.text("TILEJIT_LIBNVRTC")
         if configured:
             return [configured]
         found = []
@@ -356,7 +364,7 @@ def _nvrtc_include_dirs() -> list[str]:
 def resolve_compiler(compiler=None) -> str:
     """`compiler`, else TILEJIT_CUDA_COMPILER, else nvcc when found, else NVRTC."""
     if compiler is None:
-        compiler = os.environ.get("TILEJIT_CUDA_COMPILER", "").strip() or None
+        compiler = _env.choice("TILEJIT_CUDA_COMPILER", ("nvcc", "nvrtc"))
     if compiler is None:
         return "nvcc" if find_nvcc() is not None else "nvrtc"
     if compiler not in ("nvcc", "nvrtc"):
@@ -367,7 +375,6 @@ def resolve_compiler(compiler=None) -> str:
 def _run_nvcc(nvcc: str, source: str, name: str, archs: tuple[str, ...], flags: list[str],
               out_path: Path) -> None:
     import subprocess
-    import tempfile
 
     kind = _image_kind(archs)
     if kind == "cubin":
@@ -381,7 +388,7 @@ def _run_nvcc(nvcc: str, source: str, name: str, archs: tuple[str, ...], flags: 
         for arch in archs:
             number = arch.split("_", 1)[1]
             target += ["-gencode", f"arch=compute_{number},code={arch}"]
-    with tempfile.TemporaryDirectory(prefix="tilejit-nvcc-") as workdir:
+    with scratch.workdir("nvcc") as workdir:
         src_path = os.path.join(workdir, _safe_file_stem(name) + ".cu")
         with open(src_path, "w", encoding="utf-8") as handle:
             handle.write(source)

@@ -7,8 +7,9 @@ checkout maps `tilejit._build_tools` elsewhere. Every module of tilejit imports 
 here, so one process never holds two copies of it (two locks, two memos).
 Dependencies run one way: tilejit -> build_tools -> core.
 
-`disk_cache`, `elf` and `toolchain` are imported at once (all cheap); the core and wrapper
-builds load on first use, through `build_tools.build_core_library` / `load_wrapper`.
+`disk_cache`, `elf`, `env`, `scratch` and `toolchain` are imported at once (all cheap); the
+core and wrapper builds load on first use, through `build_tools.build_core_library` /
+`load_wrapper`.
 """
 
 import importlib.util
@@ -36,6 +37,6 @@ def _checkout_build_tools() -> None:
 _checkout_build_tools()
 
 from .. import _build_tools as build_tools
-from .._build_tools import disk_cache, elf, toolchain
+from .._build_tools import disk_cache, elf, env, scratch, toolchain
 
-__all__ = ["build_tools", "disk_cache", "elf", "toolchain"]
+__all__ = ["build_tools", "disk_cache", "elf", "env", "scratch", "toolchain"]

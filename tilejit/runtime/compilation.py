@@ -23,6 +23,7 @@ from ..builder.cuda_compiler import compile_program, load_binary, resolve_arch
 from ..builder.signature import lower
 from ..language.program import Program
 from ..native._build import elf as _elf
+from ..native._build import env as _env
 from ..native.library import CoreKernel
 from ..version import VERSION
 from . import backends as _backends
@@ -54,22 +55,19 @@ class CompileOptions:
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def _options(target, execution_backend, compile_flags, verbose):
     """Options left None fall back to TILEJIT_* environment variables."""
     if target is None:
-        target = os.environ.get("TILEJIT_TARGET", "cpu")
+        target = _env.choice("TILEJIT_TARGET", ("cpu", "cuda")) or "cpu"
     if execution_backend is None:
-        execution_backend = os.environ.get("TILEJIT_EXECUTION_BACKEND", "auto")
+        execution_backend = _env.choice("TILEJIT_EXECUTION_BACKEND",
+                                        ("auto", "cython", "dlpack", "ctypes")) or "auto"
     if compile_flags is None:
-        compile_flags = shlex.split(os.environ.get("TILEJIT_COMPILE_FLAGS", ""))
+        compile_flags = _env.command("TILEJIT_COMPILE_FLAGS")
     elif isinstance(compile_flags, str):
         compile_flags = shlex.split(compile_flags)
     if verbose is None:
-        verbose = _env_flag("TILEJIT_VERBOSE")
+        verbose = _env.flag("TILEJIT_VERBOSE")
     return target, execution_backend, list(compile_flags), bool(verbose)
 
 

@@ -9,13 +9,14 @@ why (``python -m tilejit doctor`` prints them).
 
 from __future__ import annotations
 
-import os
 import threading
 
-FAST_PATHS = os.environ.get("TILEJIT_FAST_PATHS", "1").strip().lower() not in ("0", "false",
-                                                                              "no", "off")
+from ..native._build import env
+
+FAST_PATHS = env.flag("TILEJIT_FAST_PATHS", default=True)
 """Whether tilejit may use its fast paths (``TILEJIT_FAST_PATHS=0`` switches them off);
-read once, when tilejit is imported."""
+read once, when tilejit is imported, which a value other than 1/true/yes/on/0/false/no/off
+makes fail (``env.BadValue``)."""
 
 _state: dict = {}  # fast path name -> (active, why), as decided
 

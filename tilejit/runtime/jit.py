@@ -9,7 +9,7 @@ import inspect
 import threading
 
 from . import frameworks
-from .compilation import CompileOptions, compile, compile_many
+from .compilation import CompileErrors, CompileOptions, compile, compile_many
 from .fast_paths import FAST_PATHS
 from .implicit import LayoutJITFunction
 from .kernel import JITKernel
@@ -90,6 +90,11 @@ class JITFunction:
         of ``calls`` is a tuple of positional arguments, a dict of keyword arguments, or
         a ``(args, kwargs)`` pair; a single non-tuple value is one positional argument.
 
+        A call that fails (its program cannot be made, or does not compile) does not stop
+        the others: the kernels that compiled are kept (later calls find them), and once
+        all have finished ``CompileErrors`` names every failed call, its ``kernels``
+        holding the result of each call in order, ``None`` where it failed.
+
         >>> gemm.warmup([(64,), (128,), (256,)], workers=4)
         """
         items = []
@@ -105,20 +110,50 @@ class JITFunction:
                 items.append(((call,), {}))
         keys = [self._canonical_key(args, kwargs) for args, kwargs in items]
         missing: dict = {}
+        failures: dict = {}  # key -> the exception of the first call with that key
         for key, (args, kwargs) in zip(keys, items):
-            if key not in self._kernels and key not in missing:
-                missing[key] = self.func(*args, **kwargs)
+            if key not in self._kernels and key not in missing and key not in failures:
+                try:
+                    missing[key] = self.func(*args, **kwargs)
+                except Exception as exc:  # noqa: BLE001 - reported with the others below
+                    failures[key] = exc
         if missing:
-            built = compile_many(list(missing.values()), workers=workers, progress=progress,
-                                 **self.options.as_kwargs())
+            try:
+                built = compile_many(list(missing.values()), workers=workers,
+                                     progress=progress, **self.options.as_kwargs())
+            except CompileErrors as exc:
+                built = exc.kernels
+                for (i, _), error in zip(exc.failed, exc.exceptions):
+                    failures[list(missing)[i]] = error
             with self._lock:
                 for key, kernel in zip(missing, built):
-                    self._kernels.setdefault(key, kernel)
-        return [self._kernels[key] for key in keys]
+                    if kernel is not None:
+                        self._kernels.setdefault(key, kernel)
+        kernels = [self._kernels.get(key) for key in keys]
+        if failures:
+            failed = [(i, key) for i, key in enumerate(keys) if key in failures
+                      and keys.index(key) == i]
+            name = self.func.__name__
+            lines = [f"  calls[{i}] {name}{_describe(items[i])}: "
+                     f"{type(failures[key]).__name__}: {str(failures[key]).strip()}"
+                     for i, key in failed]
+            raise CompileErrors(
+                f"{name}.warmup: {len(failed)} of {len(set(keys))} argument sets "
+                "failed; the others compiled and are kept:\n" + "\n".join(lines),
+                [failures[key] for _, key in failed],
+                [(i, name) for i, _ in failed], kernels)
+        return kernels
 
     def cache_info(self) -> int:
         """Number of distinct compiled kernels held."""
         return len({id(k) for k in self._kernels.values()})
+
+
+def _describe(call: tuple) -> str:
+    """A call's arguments as written: ``(64, tile=32)``."""
+    args, kwargs = call
+    words = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+    return "(" + ", ".join(words) + ")"
 
 
 # What torch.compile traces for a call of a ``JITFunction`` (the kernel compiled or found at

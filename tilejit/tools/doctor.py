@@ -72,16 +72,38 @@ def _nvrtc() -> dict:
     return {"found": True, "identity": found.identity}
 
 
-def _builds() -> dict:
+_BUILDS = (("core", build_tools.core_library_path, build_tools.build_core_library),
+           ("wrapper", build_tools.wrapper_path, build_tools.build_wrapper))
+
+
+def _cached_before() -> dict:
+    """Whether the core and the wrapper were in the cache before doctor asked for them:
+    checking CUDA and the fast paths loads both, building what is missing."""
+    found = {}
+    for name, where, _ in _BUILDS:
+        try:
+            found[name] = where().is_file()
+        except Exception:  # noqa: BLE001 - reported by _builds
+            found[name] = False
+    return found
+
+
+def _builds(cached_before: dict) -> dict:
+    """Where the core and the wrapper this process uses are (the prebuilt ones of an
+    install, or the cache's), once the rest of the report has loaded them; `built_now`
+    when doctor had to build one to find out."""
     out = {"python": f"{sys.implementation.name} {platform.python_version()}",
            "abi": build_tools.abi_tag()}
-    for name, where in (("core", build_tools.core_library_path),
-                        ("wrapper", build_tools.wrapper_path)):
+    for name, where, build in _BUILDS:
         try:
-            path = where()
-            out[name] = {"path": str(path), "built": path.is_file()}
+            cached = where()
+            path = build()  # found (prebuilt or cached) by now, or built here
+            prebuilt = path != cached
+            out[name] = {"path": str(path), "built": path.is_file(), "prebuilt": prebuilt,
+                         "built_now": not prebuilt and not cached_before[name]}
         except Exception as exc:  # noqa: BLE001
-            out[name] = {"path": None, "built": False, "why": str(exc)}
+            out[name] = {"path": None, "built": False, "prebuilt": False, "built_now": False,
+                         "why": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
     return out
 
 
@@ -128,13 +150,15 @@ def report() -> dict:
     packages = {name: _version(dist) for name, dist in (
         ("torch", "torch"), ("numpy", "numpy"), ("tilelang", "tilelang"),
         ("tvm-ffi", "apache-tvm-ffi"), ("cython", "Cython"))}
+    cached_before = _cached_before()
+    compilers, cuda, paths = _compilers(), _cuda(), _fast_paths()
     return {
         "tilejit": __version__, "location": os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
         "python": f"{platform.python_version()} ({sys.executable})",
         "platform": platform.platform(), "packages": packages,
-        "compilers": _compilers(), "builds": _builds(), "cuda": _cuda(),
+        "compilers": compilers, "builds": _builds(cached_before), "cuda": cuda,
         "fast_paths_switch": "on" if fast_paths.FAST_PATHS else "off (TILEJIT_FAST_PATHS=0)",
-        "fast_paths": _fast_paths(),
+        "fast_paths": paths,
         "cache_dir": os.environ.get("TILEJIT_CACHE_DIR") or None,
     }
 
@@ -156,7 +180,12 @@ def _text(info: dict) -> str:
     lines += ["", f"builds for {builds['python']} ({builds['abi']})"]
     for name in ("core", "wrapper"):
         b = builds[name]
-        state = "built" if b["built"] else "not built yet (built on first use)"
+        if not b["built"]:
+            state = f"cannot be built: {b.get('why', 'unknown')}"
+        elif b["built_now"]:
+            state = "built just now by doctor, to check CUDA and the fast paths"
+        else:
+            state = "prebuilt, from the install" if b["prebuilt"] else "built, in the cache"
         lines.append(f"  {name:<9} {b['path']}  [{state}]")
     cuda = info["cuda"]
     lines += ["", "cuda"]
