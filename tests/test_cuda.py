@@ -639,7 +639,8 @@ def _no_gpu() -> str | None:
     return None if torch.cuda.is_available() else "no CUDA GPU (torch.cuda.is_available())"
 
 
-gpu = pytest.mark.skipif(_no_gpu() is not None, reason=_no_gpu() or "")
+_NO_GPU = _no_gpu()
+gpu = pytest.mark.skipif(_NO_GPU is not None, reason=_NO_GPU or "")
 
 _GPU_PRELUDE = f"""
 import sys, torch, tilejit

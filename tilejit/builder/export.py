@@ -38,7 +38,7 @@ from ..language.lang import (
 )
 from ..language.program import Program
 from ..native import abi
-from ..native._build import build_tools, disk_cache
+from ..native._build import build_tools
 from ..version import VERSION
 from .signature import (
     AbiSpec,
@@ -210,18 +210,18 @@ def export(kernel, path, *, overwrite: bool = False) -> Path:
             files = {"glue": "glue.so", "library": "kernel.so"}
         else:
             files = {"image": f"kernel{Path(kernel.library_path).suffix or '.so'}"}
-        for role, data in _vouched_images(kernel).items():
-            (staging / files[role]).write_bytes(data)
-        (staging / SIGNATURE_FILE).write_text(signature_text(kernel, files))
-        (staging / "kernel.h").write_text(header_text(kernel))
-        listed = sorted({SIGNATURE_FILE, "kernel.h", *files.values()})
+        # Every listed file's bytes, written and hashed from memory: the MANIFEST vouches
+        # for exactly what was written, with no second read of the files.
+        contents = {files[role]: data for role, data in _vouched_images(kernel).items()}
+        contents[SIGNATURE_FILE] = signature_text(kernel, files).encode()
+        contents["kernel.h"] = header_text(kernel).encode()
         manifest = [f"tilejit-export {EXPORT_FORMAT}", f"tilejit {VERSION}",
                     f"target {kernel.target}", f"arch {_arch(kernel)}"]
-        manifest += [f"file {name} {(staging / name).stat().st_size} {disk_cache.sha256_file(staging / name)}"
-                     for name in listed]
-        (staging / "MANIFEST").write_text("\n".join(manifest) + "\n")
-        for name in listed:
+        for name, data in sorted(contents.items()):
+            (staging / name).write_bytes(data)
             os.chmod(staging / name, 0o644)
+            manifest.append(f"file {name} {len(data)} {hashlib.sha256(data).hexdigest()}")
+        (staging / "MANIFEST").write_text("\n".join(manifest) + "\n")
         os.chmod(staging, 0o755)
         _move_into_place(staging, target)
     except BaseException:

@@ -216,7 +216,6 @@ def load(path, execution_backend: str = "auto"):
     loaded = _export.Loaded(directory, core_kernel)
     kernel = JITKernel(loaded.program, loaded.signature, loaded.library, "", execution_backend,
                        loaded.prebuilt, core_kernel=core_kernel, binary_digests=loaded.digests)
-    kernel._export_dir = directory
     kernel._export_images = loaded.images
     kernel._cuda_arch = loaded.cuda_arch
     return kernel

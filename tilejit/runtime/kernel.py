@@ -40,7 +40,6 @@ class JITKernel:
     # the op of a kernel that only a registered backward calls.
     _alive: ClassVar[weakref.WeakSet] = weakref.WeakSet()
 
-    _export_dir = None  # the directory a kernel made by tilejit.load was opened from
     # A loaded kernel's images as the core checked them when it opened the export
     # ({"library": bytes, "prebuilt": bytes}): what an export of it writes.
     _export_images = None
@@ -227,7 +226,6 @@ class JITKernel:
         kernel = JITKernel(self.program, self._sig, self.library_path, self._host_source, name,
                            self._prebuilt, core_kernel=core_kernel,
                            binary_digests=self._binary_digests)
-        kernel._export_dir = self._export_dir
         kernel._export_images = self._export_images
         kernel._cuda_arch = self._cuda_arch
         return kernel
