@@ -20,6 +20,7 @@ import pytest
 # Tooling, fresh processes rebuilding damaged caches: left out by
 # `pytest -m "not slow"` (CONTRIBUTING.md).
 pytestmark = pytest.mark.slow
+pytest.importorskip("torch", reason="the child processes run kernels on torch tensors")
 
 # Compiles a kernel and runs it on each backend named on the command line, in order.
 SCRIPT = """\
