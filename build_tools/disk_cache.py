@@ -360,8 +360,8 @@ def get_or_build(
     """Return `entry / artifact_name`, a valid artifact, calling `build(path)` on a miss.
 
     `build` must write the artifact to the path it is given (a fresh file in a private
-    directory under `tmp_dir`, default `entry.parent`, on the cache's filesystem). What it
-    writes is published atomically; concurrent callers in any thread or process wait for
+    directory under `tmp_dir`, default `entry.parent`, on the cache's filesystem); a dict
+    it returns is added to the entry's meta.json. What it writes is published atomically; concurrent callers in any thread or process wait for
     one build. If `build` raises, nothing is published and the exception propagates, so a
     failure is retried next time rather than cached. A corrupt entry (missing meta.json,
     size or hash mismatch, or refused by `check`, which returns why an artifact is unusable
@@ -436,7 +436,8 @@ def _build_and_publish(scratch: Path, entry: Path, artifact_name: str,
     workdir = _unusable_on_error(entry, make_workdir)
     try:
         built = os.path.join(workdir, artifact_name)
-        build(Path(built))
+        # A build may say more about what it wrote (a remote cache: where it came from).
+        said = build(Path(built))
         if not os.path.isfile(built):
             raise RuntimeError(f"the build function did not write {built}")
         problem = check(built) if check is not None else None
@@ -451,6 +452,7 @@ def _build_and_publish(scratch: Path, entry: Path, artifact_name: str,
             "created": time.time(),
             "artifact": artifact_name,
             **(info or {}),
+            **(said if isinstance(said, dict) else {}),
         }
         _unusable_on_error(entry, lambda: _publish(workdir, built, entry, artifact_name, meta))
     finally:

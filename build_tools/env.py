@@ -20,7 +20,7 @@ import shlex
 import threading
 from collections.abc import Callable
 
-__all__ = ["BadValue", "choice", "command", "flag", "size", "text"]
+__all__ = ["BadValue", "choice", "command", "flag", "parsed", "seconds", "size", "text"]
 
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off")
@@ -102,6 +102,48 @@ def size(name: str, parse_size: Callable[[str], int]) -> int | None:
                            "unit K, M, G or T (powers of 1024), like 500M or 2G") from None
 
     return _parse(name, parse)  # type: ignore[return-value]
+
+
+def seconds(name: str, default: float) -> float:
+    """A duration in seconds, a number greater than 0 (`0.5`, `2`, `30`); `default` if unset.
+
+    Example:
+        >>> os.environ["TILEJIT_REMOTE_CACHE_TIMEOUT"] = "0.5"
+        >>> seconds("TILEJIT_REMOTE_CACHE_TIMEOUT", 2.0)
+        0.5
+    """
+    def parse(value: str) -> float:
+        if not value:
+            return default
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        if not 0 < number < float("inf"):
+            raise BadValue(name, value, "a number of seconds greater than 0, like 0.5 or 30")
+        return number
+
+    return _parse(name, parse)  # type: ignore[return-value]
+
+
+def parsed(name: str, parse: Callable[[str], object], accepted: str) -> object:
+    """`parse(value)` of a set variable, None when unset; a `ValueError` from `parse` is a
+    `BadValue` saying `accepted` and the error's own words.
+
+    Example:
+        >>> os.environ["TILEJIT_REMOTE_CACHE"] = "http://x"
+        >>> parsed("TILEJIT_REMOTE_CACHE", parse_url, "redis://HOST:PORT or file:///PATH")
+        BadValue: TILEJIT_REMOTE_CACHE='http://x': expected redis://HOST:PORT or ... (...)
+    """
+    def checked(value: str) -> object:
+        if not value:
+            return None
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise BadValue(name, value, f"{accepted} ({exc})") from None
+
+    return _parse(name, checked)
 
 
 def command(name: str) -> list[str]:

@@ -33,6 +33,10 @@ _TILEJIT_ENV = (
     "TILEJIT_VERBOSE",
     "TILEJIT_CUDA_ARCH",
     "TILEJIT_CUDA_COMPILER",
+    "TILEJIT_REMOTE_CACHE",
+    "TILEJIT_REMOTE_CACHE_TIMEOUT",
+    "TILEJIT_REMOTE_CACHE_WAIT",
+    "TILEJIT_REMOTE_CACHE_KEY",
 )
 
 
@@ -166,3 +170,20 @@ def fake(driver):
     driver.reset()
     driver.set_current(-1)
     return driver
+
+
+@pytest.fixture(scope="session")
+def logging_cc(tmp_path_factory):
+    """A C compiler that appends its arguments to $TILEJIT_CC_LOG (and sleeps
+    $TILEJIT_CC_SLEEP seconds, for a slow compile), then runs cc.
+
+    One script for the whole session: its path is part of the core's and the wrapper's
+    cache keys, so the tests and child processes that use it share one build of each.
+    """
+    script = tmp_path_factory.mktemp("cc") / "logging-cc"
+    script.write_text('#!/bin/sh\n'
+                      'if [ -n "$TILEJIT_CC_LOG" ]; then echo "$*" >> "$TILEJIT_CC_LOG"; fi\n'
+                      'if [ -n "$TILEJIT_CC_SLEEP" ]; then sleep "$TILEJIT_CC_SLEEP"; fi\n'
+                      'exec cc "$@"\n')
+    script.chmod(0o755)
+    return script

@@ -108,21 +108,6 @@ def cc_log(tmp_path, monkeypatch, logging_cc):
     return log
 
 
-@pytest.fixture(scope="session")
-def logging_cc(tmp_path_factory):
-    """A C compiler that appends its arguments to $TILEJIT_CC_LOG, then runs cc.
-
-    One script for the whole session: its path is part of the wrapper's cache key, so child
-    processes that use it share one wrapper build.
-    """
-    script = tmp_path_factory.mktemp("cc") / "logging-cc"
-    script.write_text('#!/bin/sh\n'
-                      'if [ -n "$TILEJIT_CC_LOG" ]; then echo "$*" >> "$TILEJIT_CC_LOG"; fi\n'
-                      'exec cc "$@"\n')
-    script.chmod(0o755)
-    return script
-
-
 def _compiles(log: Path, kernel: str) -> list[str]:
     """The logged compiler runs that built `kernel` (not `--version` probes, nor a link
     whose output is named `<kernel>.cpython-...so`)."""

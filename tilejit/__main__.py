@@ -61,6 +61,10 @@ def main(argv=None) -> int:
                        help="remove entries not used for DURATION (30m, 12h, 7d)")
     cache_sub.add_parser("clear", help="remove every entry")
     cache_sub.add_parser("path", help="print the cache directory")
+    remote = cache_sub.add_parser("remote", help="the remote cache (TILEJIT_REMOTE_CACHE): "
+                                                 "address, reachability, entries, this "
+                                                 "process's hits, misses and publishes")
+    remote.add_argument("--json", action="store_true", help="print it as JSON")
     sub.add_parser("version", help="print the version")
     args = parser.parse_args(argv)
 

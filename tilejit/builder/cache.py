@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..native._build import build_tools, disk_cache, elf, env, scratch
+from . import remote_cache as _remote
 
 __all__ = ["artifact_key", "cache_dir", "cache_disabled", "get_or_build"]
 
@@ -108,7 +109,8 @@ def _reset_memo() -> None:
 
 def get_or_build(key: str, build: Callable[[Path], None], suffix: str = ".so",
                  check: Callable[[str], str | None] | None = None,
-                 info: dict | None = None) -> Path:
+                 info: dict | None = None, shared: bool = False,
+                 verbose: bool = False) -> Path:
     """Return the path of a valid artifact for `key`, calling `build(path)` on a miss.
 
     `build` must write the artifact to the path it is given (a fresh file in a private
@@ -122,6 +124,11 @@ def get_or_build(key: str, build: Callable[[Path], None], suffix: str = ".so",
     `TILEJIT_DISABLE_CACHE` set, every call builds into a new private temporary directory
     and nothing is shared.
 
+    ``shared``: a kernel any machine with the same key may run. With `TILEJIT_REMOTE_CACHE`
+    set, a local miss is looked up on the remote before `build` runs, and what `build`
+    writes is published there (`tilejit.builder.remote_cache`); ``verbose`` logs those
+    lookups on stderr.
+
     Example:
         >>> key = artifact_key(source=src, target="cpu", flags=[])
         >>> so = get_or_build(key, lambda out: compile_cpu(src, "vec_add", [], out))
@@ -132,15 +139,27 @@ def get_or_build(key: str, build: Callable[[Path], None], suffix: str = ".so",
     if cache_disabled():
         return _build_private(build, suffix, check)
 
+    info = {"kind": "kernel", **(info or {})}
+    remote = _remote.configured() if shared else None
+    if remote is not None:
+        build = remote.around(key, build, "kernel" + suffix, check, info, verbose)
+
     def find_or_build() -> Path:
         kernels = cache_dir() / "kernels"
         if disk_cache.max_size() is not None:
             _note_core_and_wrapper()
         return disk_cache.get_or_build(kernels / key[:2] / key, "kernel" + suffix, build,
                                        tmp_dir=kernels, check=check,
-                                       info={"kind": "kernel", **(info or {})})
+                                       info=info)
 
     return disk_cache.with_fallback(find_or_build)
+
+
+def host_specific(flags) -> bool:
+    """Whether compiler flags tune the code for the CPU compiling it (``-march=native``,
+    ``-mcpu=native``, ``-mtune=native``): such a kernel is never shared through a remote
+    cache, where a machine with another CPU could fetch it."""
+    return any(flag.startswith("-m") and flag.endswith("=native") for flag in flags)
 
 
 def _note_core_and_wrapper() -> None:
@@ -232,14 +251,16 @@ def _record(entry: disk_cache.Entry, root: Path) -> dict:
             "name": meta.get("name", "-"), "target": meta.get("target", "-"),
             "arch": meta.get("arch", "-"), "size": entry.size,
             "created": round(entry.created, 3), "last_used": round(entry.last_used, 3),
-            "path": str(entry.path), "damaged": entry.damage}
+            "path": str(entry.path), "damaged": entry.damage,
+            "origin": meta.get("remote") if meta.get("origin") == "remote" else "local"}
 
 
 def entries() -> list[dict]:
     """Every entry of the cache (kernels, the core, wrappers), least recently used first:
     ``key``, ``kind``, ``name``, ``target``, ``arch``, ``size`` (bytes), ``created`` and
     ``last_used`` (Unix seconds: the last time a process loaded it), ``path``, and
-    ``damaged``: why its meta.json cannot be trusted, or None."""
+    ``damaged``: why its meta.json cannot be trusted, or None; ``origin``: "local" for what
+    this machine built, else the address of the remote cache it came from."""
     root = cache_dir()
     found = sorted(disk_cache.entries(root), key=lambda e: e.last_used) if root.is_dir() else []
     return [_record(e, root) for e in found]
@@ -317,8 +338,11 @@ def main(args) -> int:
             print(f"{e['key']}  {e['kind']:<7}  {e['name']:<24}  {e['target']:<8}  "
                   f"{e['arch']:<10}  {_human(e['size']):>7}  created {_when(e['created'])}  "
                   f"used {_when(e['last_used'])}"
+                  + (f"  from {e['origin']}" if e["origin"] != "local" else "")
                   + (f"  DAMAGED: {e['damaged']}" if e["damaged"] else ""))
         return 0
+    if args.cache_command == "remote":
+        return _remote_main(args.json)
     if args.cache_command == "size":
         listed = entries()
         total = sum(e["size"] for e in listed)
@@ -353,3 +377,53 @@ def main(args) -> int:
     print(f"removed {len(removed)} entries ({_human(sum(e['size'] for e in removed))}) from "
           f"{cache_dir()}{_left_alone()}")
     return 0
+
+
+def remote_report() -> dict:
+    """What ``python -m tilejit cache remote`` and ``doctor`` say of the remote cache:
+    ``configured`` (False: nothing else), ``address``, ``reachable``, ``reason`` (why not),
+    ``round_trip_ms``, ``entries``, ``signed`` (TILEJIT_REMOTE_CACHE_KEY set),
+    ``timeout_s`` and this process's counts (``remote_cache.stats``). A malformed
+    TILEJIT_REMOTE_CACHE is ``error``."""
+    try:
+        remote = _remote.configured()
+    except env.BadValue as exc:
+        return {"configured": True, "error": str(exc)}
+    if remote is None:
+        return {"configured": False}
+    report = {"configured": True, "address": remote.address, "signed": remote.secret is not None,
+              "timeout_s": remote.timeout, "wait_s": remote.wait, "reachable": False,
+              "reason": None, "round_trip_ms": None, "entries": None, **_remote.stats()}
+    try:
+        report["round_trip_ms"] = round(remote.ping() * 1e3, 3)
+        report["reachable"] = True
+        report["entries"] = remote.count()
+    except _remote.RemoteError as exc:
+        report["reason"] = str(exc)
+    return report
+
+
+def _remote_main(as_json: bool) -> int:
+    report = remote_report()
+    if as_json:
+        print(json.dumps(report, indent=1))
+    elif "error" in report:
+        print(f"remote cache: {report['error']}")
+    elif not report["configured"]:
+        print("remote cache: none (set TILEJIT_REMOTE_CACHE to redis://HOST:PORT[/DB] or "
+              "file:///PATH; docs/caching.md)")
+    else:
+        reach = (f"yes ({report['round_trip_ms']:.1f} ms)" if report["reachable"]
+                 else f"no: {report['reason']}")
+        entries = report["entries"] if report["entries"] is not None else "-"
+        print(f"remote cache: {report['address']}\n"
+              f"reachable:    {reach}\n"
+              f"entries:      {entries}\n"
+              f"signing:      {'on (TILEJIT_REMOTE_CACHE_KEY)' if report['signed'] else 'off'}\n"
+              f"timeout:      {report['timeout_s']:g} s per operation; waits up to "
+              f"{report['wait_s']:g} s for another machine's compile\n"
+              f"this process: {report['hits']} hits, {report['misses']} misses, "
+              f"{report['publishes']} publishes")
+    if "error" in report:
+        return 2
+    return 0 if not report["configured"] or report["reachable"] else 1

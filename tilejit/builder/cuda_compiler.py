@@ -469,17 +469,24 @@ def compile_program(program, signature, flags: list[str], arch=None, compiler=No
         else:
             out_path.write_bytes(_Nvrtc.get().compile(source, name, archs[0],
                                                       [*defaults, *flags]))
-        image = out_path.read_bytes()
+        problem = missing_kernel(out_path)
+        if problem is not None:
+            raise CompileError(name, "", [compiler], source, reason=problem)
+
+    def missing_kernel(path) -> str | None:
+        # Also the cache's check of an image it did not build here (a remote cache's).
+        image = Path(path).read_bytes()
         for function in signature.functions:
             if not _defines_kernel(image, function.name, kind):
-                raise CompileError(name, "", [compiler], source, reason=(
-                    f"the compiled module defines no kernel '{function.name}': the source "
-                    f"must define a __global__ function {function.name} compatible with "
-                    f"{function.c_prototype}"))
+                return (f"the compiled module defines no kernel '{function.name}': the source "
+                        f"must define a __global__ function {function.name} compatible with "
+                        f"{function.c_prototype}")
+        return None
 
-    path = _cache.get_or_build(key, build, suffix=f".{kind}",
+    path = _cache.get_or_build(key, build, suffix=f".{kind}", check=missing_kernel,
                                info={"name": name, "target": "cuda", "arch": ",".join(archs),
-                                     "portable_key": portable})
+                                     "portable_key": portable},
+                               shared=True, verbose=verbose)
     if verbose:
         print(f"tilejit: {name}: {signature.c_prototype} -> {path} ({compiler}, "
               f"{', '.join(archs)}, {(time.perf_counter() - start) * 1e3:.1f} ms)",

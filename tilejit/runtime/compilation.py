@@ -164,7 +164,8 @@ def _compile_cpu(program: Program, sig, target: str, execution_backend: str, fla
     info = {"name": program.name, "target": target, "arch": platform.machine(),
             "portable_key": portable}
     kernel = _load_built(
-        lambda: _cache.get_or_build(key, build, check=_elf.problem, info=info),  # whole
+        lambda: _cache.get_or_build(key, build, check=_elf.problem, info=info,  # whole
+                                    shared=not _cache.host_specific(flags), verbose=verbose),
         lambda path: JITKernel(program, sig, str(path), source, execution_backend,
                                prebuilt=prebuilt))
     if verbose:

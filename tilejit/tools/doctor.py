@@ -19,6 +19,7 @@ import subprocess
 import sys
 
 from .. import __version__
+from ..builder import cache as _cache
 from ..builder.cuda_compiler import _Nvrtc, find_nvcc
 from ..native._build import build_tools
 from ..native.library import cuda_device_capability
@@ -160,6 +161,7 @@ def report() -> dict:
         "fast_paths_switch": "on" if fast_paths.FAST_PATHS else "off (TILEJIT_FAST_PATHS=0)",
         "fast_paths": paths,
         "cache_dir": os.environ.get("TILEJIT_CACHE_DIR") or None,
+        "remote_cache": _cache.remote_report(),
     }
 
 
@@ -199,7 +201,19 @@ def _text(info: dict) -> str:
         mark = "active  " if state["active"] else "inactive"
         lines.append(f"  {mark} {name}: {state['why']}")
     lines += ["", f"cache dir: {info['cache_dir'] or 'default (TILEJIT_CACHE_DIR unset)'}"]
+    lines.append(f"remote cache: {_remote_line(info['remote_cache'])}")
     return "\n".join(lines)
+
+
+def _remote_line(remote: dict) -> str:
+    if "error" in remote:
+        return remote["error"]
+    if not remote["configured"]:
+        return "none (TILEJIT_REMOTE_CACHE unset)"
+    state = (f"reachable ({remote['round_trip_ms']:.1f} ms), {remote['entries']} entries"
+             if remote["reachable"] else f"unreachable: {remote['reason']}")
+    return (f"{remote['address']}  {state}; signing "
+            f"{'on' if remote['signed'] else 'off (TILEJIT_REMOTE_CACHE_KEY unset)'}")
 
 
 def main(as_json: bool = False) -> int:
