@@ -610,3 +610,65 @@ def test_cache_remote_command(server, child_python, tmp_path):
                          env=subprocess_env(TILEJIT_REMOTE_CACHE="ftp://x"),
                          capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and "TILEJIT_REMOTE_CACHE='ftp://x': expected" in bad.stdout
+
+
+# ---- CUDA images -----------------------------------------------------------------------
+
+_SCALE = """
+extern "C" __global__ void %s(const float *X, float *Y, long long n) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) Y[i] = 2.0f * X[i];
+}
+"""
+
+
+def _cuda_compiler() -> str:
+    from conftest import no_nvrtc
+
+    from tilejit.builder import cuda_compiler
+
+    if cuda_compiler.find_nvcc() is not None:
+        return "nvcc"
+    if not no_nvrtc():
+        return "nvrtc"
+    pytest.skip("neither nvcc nor NVRTC is installed")
+
+
+def _cuda_program(name: str) -> tilejit.Program:
+    n = T.symbol("n")
+    return tilejit.Program(name, [T.Buffer((n,), "float32", name="X", const=True),
+                                  T.Buffer((n,), "float32", name="Y")],
+                           _SCALE % name, grid=(T.ceildiv(n, 128),), block=(128,))
+
+
+def test_cuda_images_are_shared_and_checked(remote, machines, capfd):
+    from tilejit.builder import cuda_compiler
+    from tilejit.builder.signature import lower
+
+    compiler, name = _cuda_compiler(), _name()
+    program = _cuda_program(name)
+    signature = lower(program, -1, "cuda")
+    machines.use("a")
+    built, _ = cuda_compiler.compile_program(program, signature, [], "sm_80", compiler)
+    assert remote_cache.stats()["publishes"] == 1
+    image = built.read_bytes()
+    machines.use("b")
+    fetched, _ = cuda_compiler.compile_program(program, signature, [], "sm_80", compiler)
+    assert remote_cache.stats()["hits"] == 1
+    assert fetched.read_bytes() == image and fetched != built
+    # Another architecture is another key: a miss, compiled here.
+    cuda_compiler.compile_program(program, signature, [], "sm_90", compiler)
+    assert remote_cache.stats()["misses"] == 2
+
+    # A whole image that does not define the kernel (well hashed, so only the check can
+    # tell) is refused.
+    (rkey,) = [k for k, b in remote.stored().items()
+               if remote_cache.unpack(b, k, built.name, None) == image]
+    other = _cuda_program(name + "_other")
+    other_image, _ = cuda_compiler.compile_program(other, lower(other, -1, "cuda"), [],
+                                                   "sm_80", compiler)
+    remote.store(rkey, remote_cache.pack(rkey, built.name, other_image.read_bytes(), {}, None))
+    machines.use("c")
+    again, _ = cuda_compiler.compile_program(program, signature, [], "sm_80", compiler)
+    assert again.read_bytes() != other_image.read_bytes()
+    assert f"defines no kernel '{name}'" in capfd.readouterr().err
