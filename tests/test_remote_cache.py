@@ -672,3 +672,17 @@ def test_cuda_images_are_shared_and_checked(remote, machines, capfd):
     again, _ = cuda_compiler.compile_program(program, signature, [], "sm_80", compiler)
     assert again.read_bytes() != other_image.read_bytes()
     assert f"defines no kernel '{name}'" in capfd.readouterr().err
+
+
+def test_without_the_redis_client_kernels_compile_with_one_line_saying_how_to_install_it(
+        machines, monkeypatch, capfd):
+    monkeypatch.setitem(sys.modules, "redis", None)  # `import redis` raises ImportError
+    monkeypatch.setenv("TILEJIT_REMOTE_CACHE", "redis://127.0.0.1:6379/0")
+    machines.use("a")
+    name = _name()
+    _run(name)
+    _run(_name())
+    err = capfd.readouterr().err
+    assert err.count("could not be used") == 1
+    assert 'the redis package is not installed: pip install "tilejit[redis]"' in err
+    assert _compiles(machines.log, name) == 1

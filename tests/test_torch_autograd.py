@@ -184,6 +184,14 @@ def test_grad_mode_combinations_never_recurse(k):
     assert inference.is_inference()
     with torch.inference_mode(False):
         assert sq(x).grad_fn is not None
+    # Inference mode records nothing, even with grad mode turned back on inside it, as
+    # torch's own ops; the kernel still runs.
+    with torch.inference_mode(), torch.enable_grad():
+        assert torch.square(x).grad_fn is None
+        inside = sq(x)
+        assert inside.grad_fn is None and not inside.requires_grad
+        torch.testing.assert_close(inside, x.detach() ** 2)
+        assert k["nograd"](x).grad_fn is None  # not refused: nothing would be recorded
     param = torch.nn.Parameter(_x())
     sq(param).sum().backward()
     torch.testing.assert_close(param.grad, 2 * param.detach())

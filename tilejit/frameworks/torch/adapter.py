@@ -107,7 +107,8 @@ class TorchAdapter(frameworks.Adapter):
         torch); else whether autograd, forward or backward, must record a call with it."""
         if failed:
             return frameworks.CLAIM_NOW if _functorch_wrapped(obj) else frameworks.CLAIM_NONE
-        if obj.requires_grad and torch.is_grad_enabled():
+        if (obj.requires_grad and torch.is_grad_enabled()
+                and not torch.is_inference_mode_enabled()):
             return frameworks.CLAIM_VALIDATED
         if torch.autograd.forward_ad.unpack_dual(obj).tangent is not None:
             return frameworks.CLAIM_VALIDATED

@@ -85,8 +85,9 @@ def autograd_kernel(kernel, op, name: str):
 
 def requiring_grad(args: tuple) -> int | None:
     """The position of the first tensor of ``args`` autograd must record (it requires
-    grad while grad mode is on), or None."""
-    if torch.is_grad_enabled():
+    grad while grad mode is on), or None. Inference mode records nothing, grad mode on or
+    not, as torch's own ops do there."""
+    if torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
         for position, value in enumerate(args):
             if isinstance(value, torch.Tensor) and value.requires_grad:
                 return position
