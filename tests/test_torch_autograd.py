@@ -225,6 +225,22 @@ def test_forward_mode_ad_is_refused_naming_the_kernel(k):
         torch.func.jvp(k["sq"], (_x(),), (torch.ones(6, dtype=torch.float64),))
 
 
+def test_batched_gradients(k):
+    # Batched gradients run the backward under vmap: its kernel sees tensors without
+    # storage, which torch's dispatcher runs through the op, slice by slice.
+    x = _x(4).requires_grad_()
+    expected = torch.diag(2 * x.detach())
+    (rows,) = torch.autograd.grad(k["sq"](x), x, torch.eye(4, dtype=torch.float64),
+                                  is_grads_batched=True)
+    torch.testing.assert_close(rows, expected)
+    torch.testing.assert_close(
+        torch.autograd.functional.jacobian(k["sq"], x.detach(), vectorize=True), expected)
+    assert torch.autograd.gradcheck(k["sq"], (x,), check_batched_grad=True)
+    with torch.no_grad():  # the backward's own kernel, called directly under vmap
+        twice = torch.vmap(lambda g: k["twice"](g, x.detach()))(torch.eye(4, dtype=torch.float64))
+    torch.testing.assert_close(twice, expected)
+
+
 def test_functorch_transforms(k):
     x = _x()
     torch.testing.assert_close(torch.func.grad(lambda t: k["sq"](t).sum())(x), 2 * x)

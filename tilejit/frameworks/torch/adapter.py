@@ -30,9 +30,16 @@ def _static(cls: type, name: str):
 
 
 def _functorch_wrapped(tensor) -> bool:
-    test = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", None)
+    """Whether ``tensor`` is a transform's wrapper with no storage of its own (functorch's,
+    or the batched gradients' vmap: ``is_grads_batched``, ``jacobian(vectorize=True)``),
+    which torch's dispatcher runs through the op, slice by slice."""
+    functorch = getattr(torch._C, "_functorch", None)
+    test = getattr(functorch, "is_functorch_wrapped_tensor", None)
+    has_storage = getattr(torch._C, "_has_storage", None)
     try:
-        return bool(test(tensor)) if test is not None else False
+        if test is not None and test(tensor):
+            return True
+        return has_storage is not None and not has_storage(tensor)
     except Exception:  # noqa: BLE001 - no answer: the import's own error stands
         return False
 
