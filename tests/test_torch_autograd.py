@@ -225,6 +225,28 @@ def test_forward_mode_ad_is_refused_naming_the_kernel(k):
         torch.func.jvp(k["sq"], (_x(),), (torch.ones(6, dtype=torch.float64),))
 
 
+def test_a_recorded_call_binds_no_signature_with_the_fast_paths(k, monkeypatch):
+    # autograd.Function.apply binds its arguments with inspect.signature at every call;
+    # with the fast paths on, a recorded call goes to the C apply it ends in instead.
+    import inspect
+
+    from tilejit.runtime.fast_paths import FAST_PATHS
+
+    bound = []
+    signature = inspect.signature
+    monkeypatch.setattr(inspect, "signature", lambda *a, **kw: bound.append(a) or
+                        signature(*a, **kw))
+    x = _x().requires_grad_()
+    y = k["sq"](x)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, 2 * x.detach())
+    assert (bound == []) == FAST_PATHS
+    # Inside a functorch transform, autograd.Function.apply runs, as torch requires.
+    bound.clear()
+    torch.func.grad(lambda t: k["sq"](t).sum())(_x())
+    assert bound
+
+
 def test_batched_gradients(k):
     # Batched gradients run the backward under vmap: its kernel sees tensors without
     # storage, which torch's dispatcher runs through the op, slice by slice.

@@ -913,6 +913,21 @@ def run_torch_compile(calls: int = REPORT_MIN_CALLS, repeats: int = 11) -> tuple
     def compiled(fn):
         return torch.compile(fn, fullgraph=True, backend="inductor")
 
+    # Calls that autograd records: the kernel with its backward registered, against a
+    # hand-written autograd.Function around the direct call and torch's own add.
+    add.register_autograd(lambda ctx, grad: (grad, grad))
+
+    class HandWritten(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, y):
+            return add(x, y)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad, grad
+
+    a_grad = a.clone().requires_grad_()
+
     rows = [
         Row("eager: torch.add(a, b)", torch.add, (a, b), required=True),
         Row("eager: tilejit add(a, b), direct call", add, (a, b), required=True),
@@ -932,8 +947,20 @@ def run_torch_compile(calls: int = REPORT_MIN_CALLS, repeats: int = 11) -> tuple
             compiled(lambda x, y: torch.add(torch.add(x, y), y)), (a, b), required=True,
             note="inductor fuses the two adds into one loop"),
     ]
+    recorded = [
+        Row("eager, recorded by autograd: torch.add(a, b), a requires grad", torch.add,
+            (a_grad, b), required=True),
+        Row("eager, recorded by autograd: tilejit add(a, b) with its backward", add,
+            (a_grad, b), required=True),
+        Row("eager, recorded by autograd: a hand-written autograd.Function around add",
+            HandWritten.apply, (a_grad, b), required=True,
+            note="what a user would write around the direct call"),
+    ]
     for row in rows[3:]:  # compiled (and checked) before anything is timed
         row.fn(a, b)
+    for row in recorded:
+        assert row.fn(*row.args).grad_fn is not None
+    rows += recorded
     elapsed_build = time.perf_counter() - start
     _measure(rows, calls, repeats)
     base = rows[3].median

@@ -7,11 +7,20 @@ from __future__ import annotations
 import torch
 from torch.autograd import forward_ad
 
+from ...runtime import fast_paths
 from ...runtime.fast_paths import FAST_PATHS
 from .probes import FORWARD_LEVEL, IDLE_LEVEL
+from .results import op_result, outputs_of
 
 _backwards: dict = {}  # op name -> (backward, setup_context), as registered
 _recorded: dict = {}  # op name -> its autograd.Function (_autograd_kernel)
+_appliers: dict = {}  # op name -> how claimed_call records a call (`applier`)
+
+# ``autograd.Function.apply`` binds its arguments to ``forward``'s signature with
+# ``inspect.signature`` at every call (about 15 us): needless for a forward that takes
+# ``*args``. Outside functorch's transforms it then calls the C ``_FunctionBase.apply``,
+# which the fast path calls at once. TILEJIT_FAST_PATHS=0: ``Function.apply``.
+_transforms_active = torch._C._are_functorch_transforms_active
 
 
 def input_names(kernel) -> list[str]:
@@ -43,11 +52,21 @@ def autograd_kernel(kernel, op, name: str):
     # forward and setup_context apart, as torch.func's transforms require; the
     # dispatcher's keyset rides along as a last input that is no input of the kernel.
 
+    # An op that writes its arguments goes through the dispatcher, which bumps their
+    # version counters; one that does not runs the kernel itself, as the op would.
+    direct = not any(arg.alias_info is not None and arg.alias_info.is_write
+                     for arg in op._schema.arguments)
+
     def forward(*args):
         keyset, args = args[-1], args[:-1]
-        # From the op's Autograd kernel: below autograd with its keyset; from Python
-        # (claimed_call, None): the op itself, which grad mode off sends below.
-        return run(keyset, args) if keyset is not None else op(*args)
+        # From the op's Autograd kernel: below autograd with its keyset. From Python
+        # (claimed_call, None): the kernel, unclaimed (grad mode is off in here), outside
+        # functorch's transforms; else the op, which grad mode off sends below.
+        if keyset is not None:
+            return run(keyset, args)
+        if direct and not _transforms_active():
+            return op_result(outputs_of(kernel._unclaimed(*args)))
+        return op(*args)
 
     def setup_context(ctx, inputs, output):
         _, setup = _backwards[name]
@@ -70,6 +89,18 @@ def autograd_kernel(kernel, op, name: str):
         "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
         "backward": staticmethod(backward), "generate_vmap_rule": True})
     _recorded[name] = Recorded
+    base_apply = super(torch.autograd.Function, Recorded).apply
+    if fast_paths.decided("autograd.Function apply without inspect.signature (_FunctionBase)",
+                          FAST_PATHS and callable(base_apply),
+                          "the C apply autograd.Function.apply ends in" if FAST_PATHS
+                          else "TILEJIT_FAST_PATHS=0: autograd.Function.apply"):
+        def apply(*args):
+            if _transforms_active():
+                return Recorded.apply(*args)
+            return base_apply(*args)
+    else:
+        apply = Recorded.apply
+    _appliers[name] = apply
 
     def autograd_kernel(keyset, *args):
         refuse_tangents(label, names, args)
@@ -101,13 +132,16 @@ def _no_backward(kernel_name: str, position: int, name: str) -> str:
             "torch.no_grad() or on detached tensors")
 
 
-def refuse_tangents(kernel_name: str, names: list, args: tuple) -> None:
+def refuse_tangents(kernel_name: str, names, args: tuple) -> None:
     """Forward-mode AD (``torch.autograd.forward_ad``, ``torch.func.jvp``): refused for
-    an input carrying a tangent, naming the kernel and the argument."""
+    an input carrying a tangent, naming the kernel and the argument (``names``: the
+    inputs' names, or a function giving them)."""
     # The fast path: forward_ad's own record of the current level, -1 outside any
     # (checked once per process by tilejit.runtime.host); else every input is asked.
     if FAST_PATHS and getattr(forward_ad, FORWARD_LEVEL, None) == IDLE_LEVEL:
         return
+    if callable(names):
+        names = names()
     for position, value in enumerate(args):
         if isinstance(value, torch.Tensor) and forward_ad.unpack_dual(value).tangent is not None:
             raise RuntimeError(
@@ -130,3 +164,9 @@ def has_backward_named(name: str) -> bool:
 def recorded(name: str):
     """The ``autograd.Function`` that records calls of the op ``name``."""
     return _recorded[name]
+
+
+def applier(name: str):
+    """``apply(*args, None)``: records a call of the op ``name`` from Python, as
+    ``recorded(name).apply`` does (with the fast path, minus its signature binding)."""
+    return _appliers[name]

@@ -228,15 +228,15 @@ def claimed_call(kernel, args: tuple, stream):
         raise ValueError(f"{kernel.name}: stream= cannot be given to a call that torch runs "
                          "as an op (a tensor requires grad, or a tracer made it); make the "
                          "stream current instead: with torch.cuda.stream(s): ...")
-    op = torch_op(kernel)
-    args = _schema_args(kernel, args)
     name = op_name(kernel)
     if autograd.has_backward_named(name) and autograd.requiring_grad(args) is not None:
         # Recorded here, above the dispatcher, where torch.func's transforms see the
         # autograd.Function (they cannot from inside an op's Autograd kernel).
-        autograd.refuse_tangents(kernel.name, autograd.input_names(kernel), args)
-        return kernel_result(autograd.recorded(name).apply(*args, None))
-    return kernel_result(op(*args))
+        autograd.refuse_tangents(kernel.name, lambda: autograd.input_names(kernel), args)
+        # The backward's setup_context sees the inputs as the op's schema takes them.
+        return kernel_result(autograd.applier(name)(*_schema_args(kernel, args), None))
+    op = torch_op(kernel)
+    return kernel_result(op(*_schema_args(kernel, args)))
 
 
 def _schema_args(kernel, args: tuple) -> tuple:
@@ -247,35 +247,51 @@ def _schema_args(kernel, args: tuple) -> tuple:
     kernel and the argument. A tensor of another framework beside torch's (a NumPy
     array, a ``tilejit.Array``) becomes a torch tensor over the same memory
     (``torch.from_dlpack``), so that autograd can take the call."""
-    import operator
-
-    outputs = set(kernel._sig.out_idx)
-    inputs = [(p, n) for i, (p, n) in enumerate(zip(kernel.params, kernel._sig.names))
-              if i not in outputs]
     out = list(args)
-    for position, ((param, name), value) in enumerate(zip(inputs, args)):
-        label = f"{kernel.name}: argument {position} '{name}'"
-        if isinstance(param, Buffer):
+    for position, (kind, name), value in zip(range(len(args)), _schema_inputs(kernel), args):
+        if kind is None:  # a buffer
             if value is not None and not isinstance(value, torch.Tensor):
-                out[position] = _as_torch(label, value)
+                out[position] = _as_torch(f"{kernel.name}: argument {position} '{name}'",
+                                          value)
             continue
         if isinstance(value, torch.SymInt | torch.SymFloat):
             continue
         try:
-            if param.dtype == "bool":
-                out[position] = bool(value)
-            elif param.dtype.startswith("float"):
-                out[position] = float(value)
-            else:
-                out[position] = operator.index(value)
+            out[position] = kind(value)
         except (TypeError, ValueError, OverflowError):
             continue  # left as it is: the kernel refuses it with its own message
         if isinstance(out[position], int) and not -2**63 <= out[position] < 2**63:
             raise ValueError(
-                f"{label}: {out[position]} does not fit int64, the integer type of torch ops, "
-                "so this call cannot run through autograd; pass it under torch.no_grad() or "
-                "with detached tensors")
+                f"{kernel.name}: argument {position} '{name}': {out[position]} does not fit "
+                "int64, the integer type of torch ops, so this call cannot run through "
+                "autograd; pass it under torch.no_grad() or with detached tensors")
     return tuple(out)
+
+
+def _schema_inputs(kernel) -> tuple:
+    """``(conversion, name)`` of each input of ``kernel`` in call order: None for a
+    buffer, else how a scalar becomes the schema's Python type (`_schema_args`). Made
+    once per kernel."""
+    import operator
+
+    found = kernel.__dict__.get("_torch_schema_inputs")
+    if found is None:
+        outputs = set(kernel._sig.out_idx)
+        found = []
+        for i, (param, name) in enumerate(zip(kernel.params, kernel._sig.names)):
+            if i in outputs:
+                continue
+            if isinstance(param, Buffer):
+                kind = None
+            elif param.dtype == "bool":
+                kind = bool
+            elif param.dtype.startswith("float"):
+                kind = float
+            else:
+                kind = operator.index
+            found.append((kind, name))
+        found = kernel.__dict__.setdefault("_torch_schema_inputs", tuple(found))
+    return found
 
 
 def _as_torch(label: str, value):
