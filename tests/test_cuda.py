@@ -395,6 +395,45 @@ def test_launch_reaches_the_driver_exactly(fake, kernels, backend):
     assert fake.launches()[-1]["grid"] == [2, 1, 1]
 
 
+def _calls(fake) -> list[str]:
+    return [record["fn"] for record in fake.records()]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_steady_state_launch_is_one_query_and_the_launch(fake, kernels, backend):
+    # With or without a current context on the thread, no push and pop per call: a thread
+    # with none gets the device's primary context made current once, and left so.
+    import threading
+
+    k = kernels(vec_add_program, "nvcc").with_backend(backend)
+    a, b, c = (FakeCudaTensor((1000,)) for _ in range(3))
+
+    def run(current):
+        fake.set_current(current)
+        k(a, b, c, stream=5)
+        first = _calls(fake)
+        fake.reset()
+        k(a, b, c, stream=5)
+        k(a, b, c, stream=5)
+        return first, _calls(fake)
+
+    for current in (-1, 0):
+        seen = []
+        thread = threading.Thread(target=lambda: seen.append(run(current)))  # noqa: B023
+        thread.start()
+        thread.join()
+        (first, steady), = seen
+        assert steady == ["cuCtxGetCurrent", "cuLaunchKernel"] * 2
+        assert "cuCtxPushCurrent_v2" not in first
+        assert ("cuCtxSetCurrent" in first) == (current == -1)
+        fake.reset()
+    # A thread current on another device keeps it: that launch pushes device 0's context.
+    fake.set_current(1)
+    k(a, b, c, stream=5)
+    assert _calls(fake) == ["cuCtxGetCurrent", "cuCtxGetDevice", "cuCtxPushCurrent_v2",
+                            "cuLaunchKernel", "cuCtxPopCurrent_v2"]
+
+
 def test_matmul_grid_from_the_dynamic_dimension(fake, kernels):
     k = kernels(matmul_program, "nvcc", out_idx=-1)
     for m in (1, 16, 17, 1000):

@@ -90,6 +90,9 @@ typedef struct {
   CUresult (*cuCtxGetDevice)(CUdevice *device);
   CUresult (*cuCtxPushCurrent)(CUcontext ctx);
   CUresult (*cuCtxPopCurrent)(CUcontext *ctx);
+  /* Optional: without it a launch on a thread with no current context pushes
+   * and pops the primary context around each launch. */
+  CUresult (*cuCtxSetCurrent)(CUcontext ctx);
   CUresult (*cuModuleLoadData)(CUmodule *module, const void *image);
   CUresult (*cuModuleUnload)(CUmodule module);
   CUresult (*cuModuleGetFunction)(CUfunction *function, CUmodule module, const char *name);
@@ -207,6 +210,7 @@ static int open_driver(const char *who, driver *d) {
     }
     memcpy((char *)d + driver_entries[i].offset, &fn, sizeof(fn));
   }
+  *(void **)&d->cuCtxSetCurrent = dlsym(d->handle, "cuCtxSetCurrent");
   *(void **)&d->cuFuncGetParamInfo = dlsym(d->handle, "cuFuncGetParamInfo");
   *(void **)&d->cuLaunchKernelEx = dlsym(d->handle, "cuLaunchKernelEx");
   *(void **)&d->cuTensorMapEncodeTiled = dlsym(d->handle, "cuTensorMapEncodeTiled");
@@ -861,6 +865,67 @@ static int launch_one(const driver *d, const tj_frame *f, int32_t l, CUfunction 
   return driver_error(d, who, call, rc);
 }
 
+/* The context a launch runs in, and how it was entered. */
+typedef struct {
+  CUcontext ctx;
+  CUdevice device;
+  ctx_entry *entry; /* the kernel's module there; NULL: not loaded yet */
+  int pushed;       /* 1: pushed for this launch, popped by leave_context */
+} launch_context;
+
+/* Enters the context a launch on device `want` runs in (-1: no tensor says
+ * which): the calling thread's current one when it is on that device (as
+ * torch leaves it), found with one cuCtxGetCurrent. A thread with no current
+ * context gets the device's primary one made current (cuCtxSetCurrent) and
+ * left so, as the CUDA runtime does at its first call on a thread: later
+ * launches then find it with that one query, and never push or pop. A thread
+ * whose current context is another device's keeps it: the primary context is
+ * pushed for this launch only. With no tensor argument, any current context
+ * goes, else device 0. DLPack device ids are device ordinals, which CUdevice
+ * handles equal. */
+static int enter_context(const driver *d, const tj_kernel *k, int32_t want, launch_context *c) {
+  CUcontext current = NULL;
+  c->ctx = NULL;
+  c->device = 0;
+  c->entry = NULL;
+  c->pushed = 0;
+  CUresult rc = d->cuCtxGetCurrent(&current);
+  if (rc != 0) return driver_error(d, k->name, "cuCtxGetCurrent", rc);
+  if (current != NULL) {
+    c->entry = find_entry(k->cuda, current);
+    if (c->entry != NULL) {
+      c->device = c->entry->device;
+    } else if ((rc = d->cuCtxGetDevice(&c->device)) != 0) {
+      return driver_error(d, k->name, "cuCtxGetDevice", rc);
+    }
+    if (want < 0 || c->device == want) {
+      c->ctx = current;
+      return TJ_OK;
+    }
+    c->entry = NULL;
+  }
+  c->device = want < 0 ? 0 : want;
+  int status = primary_context(d, k->name, c->device, &c->ctx);
+  if (status) return status;
+  if (current == NULL && d->cuCtxSetCurrent != NULL) {
+    if ((rc = d->cuCtxSetCurrent(c->ctx)) != 0)
+      return driver_error(d, k->name, "cuCtxSetCurrent", rc);
+  } else if ((rc = d->cuCtxPushCurrent(c->ctx)) != 0) {
+    return driver_error(d, k->name, "cuCtxPushCurrent", rc);
+  } else {
+    c->pushed = 1;
+  }
+  c->entry = find_entry(k->cuda, c->ctx);
+  return TJ_OK;
+}
+
+/* Leaves the context enter_context entered: pops it if it was pushed. */
+static void leave_context(const driver *d, launch_context *c) {
+  CUcontext popped;
+  if (c->pushed) d->cuCtxPopCurrent(&popped);
+  c->pushed = 0;
+}
+
 int tj__cuda_launch(const tj_frame *f) {
   const tj_kernel *k = f->kernel;
   if (k->cuda == NULL)
@@ -879,39 +944,10 @@ int tj__cuda_launch(const tj_frame *f) {
   for (int32_t l = 0; l < k->nlaunches; ++l) any |= cfg[l][0] && cfg[l][1] && cfg[l][2];
   if (!any) return TJ_OK;
 
-  /* The context: the calling thread's current one when it is on the tensors'
-   * device (as with torch, which makes the primary context current), else
-   * that device's primary context, pushed for this launch only. With no
-   * tensor argument, any current context goes, else device 0. DLPack device
-   * ids are device ordinals, which CUdevice handles equal. */
-  int32_t want = f->has_device ? f->device.device_id : -1;
-  CUcontext ctx = NULL, popped;
-  CUdevice device = 0;
-  ctx_entry *e = NULL;
-  int pushed = 0;
-  CUresult rc = d->cuCtxGetCurrent(&ctx);
-  if (rc != 0) return driver_error(d, k->name, "cuCtxGetCurrent", rc);
-  if (ctx != NULL) {
-    e = find_entry(k->cuda, ctx);
-    if (e != NULL) {
-      device = e->device;
-    } else if ((rc = d->cuCtxGetDevice(&device)) != 0) {
-      return driver_error(d, k->name, "cuCtxGetDevice", rc);
-    }
-    if (want >= 0 && device != want) {
-      ctx = NULL;
-      e = NULL;
-    }
-  }
-  if (ctx == NULL) {
-    device = want < 0 ? 0 : want;
-    if ((status = primary_context(d, k->name, device, &ctx))) return status;
-    if ((rc = d->cuCtxPushCurrent(ctx)) != 0)
-      return driver_error(d, k->name, "cuCtxPushCurrent", rc);
-    pushed = 1;
-    e = find_entry(k->cuda, ctx);
-  }
-  if (e == NULL) status = load_entry(d, k, ctx, device, &e);
+  launch_context c;
+  if ((status = enter_context(d, k, f->has_device ? f->device.device_id : -1, &c))) return status;
+  ctx_entry *e = c.entry;
+  if (e == NULL) status = load_entry(d, k, c.ctx, c.device, &e);
   if (!status && k->zero_fill) status = zero_workspaces(d, f);
   /* Tensor maps are encoded once per call; launches share them. */
   CUtensorMap maps[TJ_MAX_TENSORMAPS];
@@ -925,6 +961,6 @@ int tj__cuda_launch(const tj_frame *f) {
     pack(f, &k->launches[l], maps, slots, params);
     status = launch_one(d, f, l, e->functions[l], cfg[l], params);
   }
-  if (pushed) d->cuCtxPopCurrent(&popped);
+  leave_context(d, &c);
   return status;
 }

@@ -260,11 +260,13 @@ TEST(cuda_launch_records_everything) {
   CHECK_RECORDED(
       "\"fn\": \"cuModuleGetFunction\", \"result\": 0, \"context\": 0, \"module\": 1, "
       "\"name\": \"pack\", \"param_sizes\": [8, 4, 8, 4, 1, 1, 2, 8, 8, 8, 8, 8, 8]");
-  /* No context was current: device 0's primary context, pushed and popped. */
+  /* No context was current: device 0's primary context, made current and
+   * left so, never pushed. */
   CHECK_RECORDED(
       "\"fn\": \"cuDevicePrimaryCtxRetain\", \"result\": 0, \"context\": -1, \"device\": 0");
-  CHECK_EQ_INT(fake.count("cuCtxPushCurrent_v2"), 1);
-  CHECK_EQ_INT(fake.count("cuCtxPopCurrent_v2"), 1);
+  CHECK_RECORDED("\"fn\": \"cuCtxSetCurrent\", \"result\": 0, \"context\": 0, \"set\": 0");
+  CHECK_EQ_INT(fake.count("cuCtxPushCurrent_v2"), 0);
+  CHECK_EQ_INT(fake.count("cuCtxPopCurrent_v2"), 0);
   CHECK_EQ_INT(fake.count("cuFuncSetAttribute"), 0); /* 4000 bytes need no opt-in */
   tj_kernel_free(k);
   CHECK_RECORDED("\"fn\": \"cuModuleUnload\", \"result\": 0, \"context\": 0, \"module\": 1");
@@ -286,8 +288,11 @@ TEST(cuda_module_once_per_context) {
       "\"fn\": \"cuLaunchKernel\", \"result\": 0, \"context\": 1, \"function\": "
       "\"scale\", \"module\": 2, \"grid\": [8, 1, 1]");
   CHECK_EQ_INT(fake.count("cuLaunchKernel"), 5);
-  CHECK_EQ_INT(fake.count("cuCtxPushCurrent_v2"), 5);
-  CHECK_EQ_INT(fake.count("cuCtxPopCurrent_v2"), 5);
+  /* Device 0's primary context was made current by the first launch; device
+   * 1's is pushed around each of its launches, leaving device 0's current. */
+  CHECK_EQ_INT(fake.count("cuCtxSetCurrent"), 1);
+  CHECK_EQ_INT(fake.count("cuCtxPushCurrent_v2"), 2);
+  CHECK_EQ_INT(fake.count("cuCtxPopCurrent_v2"), 2);
   /* A device the driver does not have. */
   CHECK_STATUS(launch_scale(k, 1000, 5, NULL), TJ_ERUNTIME);
   CHECK_ERROR_CONTAINS(
@@ -313,6 +318,44 @@ TEST(cuda_current_context_used) {
   CHECK_EQ_INT(fake.count("cuCtxPushCurrent_v2"), 1);
   CHECK_RECORDED("\"fn\": \"cuLaunchKernel\", \"result\": 0, \"context\": 0");
   CHECK_EQ_INT(fake.count("cuModuleLoadData"), 1);
+  fake.set_current(-1);
+  tj_kernel_free(k);
+}
+
+/* The names of the calls recorded since the last reset, space-separated. */
+static const char *recorded_calls(char *buf, size_t size) {
+  const char *all = fake.json(), *p = all;
+  size_t used = 0;
+  buf[0] = 0;
+  while ((p = strstr(p, "{\"fn\": \"")) != NULL) {
+    p += 8;
+    const char *end = strchr(p, '"');
+    int n = snprintf(buf + used, size - used, "%s%.*s", used ? " " : "", (int)(end - p), p);
+    if (n < 0 || (size_t)n >= size - used) break;
+    used += (size_t)n;
+    p = end;
+  }
+  return buf;
+}
+
+TEST(cuda_steady_state_driver_calls) {
+  use_fake();
+  tj_kernel *k = scale_kernel(0);
+  char calls[2048];
+  /* No current context: the first launch retains the primary context and
+   * makes it current; every later one is one query and the launch. */
+  CHECK_OK(launch_scale(k, 100, 0, NULL));
+  CHECK_EQ_INT(fake.count("cuCtxSetCurrent"), 1);
+  fake.reset();
+  CHECK_OK(launch_scale(k, 100, 0, NULL));
+  CHECK_OK(launch_scale(k, 100, 0, NULL));
+  CHECK_EQ_STR(recorded_calls(calls, sizeof(calls)),
+               "cuCtxGetCurrent cuLaunchKernel cuCtxGetCurrent cuLaunchKernel");
+  /* The thread's own current context on the device (torch's): the same two. */
+  fake.set_current(0);
+  fake.reset();
+  CHECK_OK(launch_scale(k, 100, 0, NULL));
+  CHECK_EQ_STR(recorded_calls(calls, sizeof(calls)), "cuCtxGetCurrent cuLaunchKernel");
   fake.set_current(-1);
   tj_kernel_free(k);
 }
@@ -354,8 +397,13 @@ TEST(cuda_launch_error_message) {
       "scale: cuLaunchKernel(grid (8, 1, 1), block (128, 1, 1), shared memory 0 bytes, stream "
       "0x99) failed: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (too many resources requested for "
       "launch)");
-  /* The context pushed for the launch was popped on the error path too. */
-  CHECK_EQ_INT(fake.count("cuCtxPushCurrent_v2"), fake.count("cuCtxPopCurrent_v2"));
+  /* A context pushed for a launch is popped on the error path too. */
+  fake.set_current(1);
+  fake.fail("cuLaunchKernel", 701, 1);
+  CHECK_STATUS(launch_scale(k, 1000, 0, NULL), TJ_ERUNTIME);
+  CHECK_EQ_INT(fake.count("cuCtxPushCurrent_v2"), 1);
+  CHECK_EQ_INT(fake.count("cuCtxPopCurrent_v2"), 1);
+  fake.set_current(-1);
   CHECK_OK(launch_scale(k, 1000, 0, NULL));
   /* An error code the driver cannot name. */
   fake.fail("cuLaunchKernel", 12345, 1);

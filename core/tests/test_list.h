@@ -132,6 +132,7 @@
   X(cuda_launch_records_everything)                \
   X(cuda_module_once_per_context)                  \
   X(cuda_current_context_used)                     \
+  X(cuda_steady_state_driver_calls)                \
   X(cuda_dynamic_shared_memory)                    \
   X(cuda_launch_error_message)                     \
   X(cuda_missing_function)                         \

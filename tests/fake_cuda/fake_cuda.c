@@ -565,6 +565,24 @@ EXPORT CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext *ctx) {
   LEAVE(finish(&t, "cuCtxPopCurrent_v2", rc));
 }
 
+/* Replaces the top of the thread's context stack (pushes onto an empty one);
+ * NULL pops it, as the driver documents. */
+EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
+  ENTER("cuCtxSetCurrent");
+  int device = context_device(ctx);
+  CUresult rc = ctx == NULL || (device >= 0 && device < MAX_DEVICES) ? CUDA_SUCCESS
+                                                                     : CUDA_ERROR_INVALID_CONTEXT;
+  if (rc == CUDA_SUCCESS && ctx == NULL && t_depth > 0) {
+    --t_depth;
+  } else if (rc == CUDA_SUCCESS && ctx != NULL) {
+    if (t_depth == 0) t_depth = 1;
+    t_stack[t_depth - 1] = ctx;
+  }
+  text t = begin("cuCtxSetCurrent", rc);
+  put(&t, ", \"set\": %d", device);
+  LEAVE(finish(&t, "cuCtxSetCurrent", rc));
+}
+
 EXPORT CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image) {
   ENTER("cuModuleLoadData");
   CUresult rc = current() == NULL ? CUDA_ERROR_INVALID_CONTEXT

@@ -547,7 +547,9 @@ TJ_API int tj_call_set_output(tj_frame *frame, int32_t i, tj_arg *arg);
 /* Packs the arguments and runs the kernel: a CPU kernel synchronously on the
  * calling thread; a CUDA kernel is enqueued on frame->stream with
  * cuLaunchKernel (asynchronous), in the calling thread's current context
- * when it is on the tensors' device, else in that device's primary context.
+ * when it is on the tensors' device, else in that device's primary context:
+ * made current (and left so) on a thread with no current context, pushed for
+ * the launch only on a thread current on another device.
  * Touches no Python state: bindings release the GIL around it. Every output
  * must be set. */
 TJ_API int tj_call_launch(tj_frame *frame);
