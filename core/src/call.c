@@ -347,7 +347,7 @@ int tj_bound_create_binding(const tj_kernel *k, tj_call *call, const tj_call_bin
   /* The records move into the bound launch, which owns their imports from here. */
   for (int32_t i = 0; i < TJ_MAX_PARAMS; ++i) tj_arg_init(&b->args[i]);
   for (int32_t o = 0; o < TJ_MAX_OUTPUTS; ++o) tj_arg_init(&b->outs[o]);
-  for (int32_t i = 0; i < nargs && i < TJ_MAX_PARAMS; ++i) {
+  for (int32_t i = 0; nargs <= k->ninputs && i < nargs; ++i) { /* else only counted */
     b->args[i] = call->args[i];
     tj_arg_init(&call->args[i]);
   }

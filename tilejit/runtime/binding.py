@@ -320,3 +320,36 @@ def entry(plan: Plan):
                                           None))
     return _function_new(addressof(_method_def[0]),
                          _capsule_new(plan.address, _PLAN_CAPSULE, None), None)
+
+
+# ---- Bound launches ------------------------------------------------------------------------
+
+_BOUND_CAPSULE = abi.TJ_HOST_BOUND_CAPSULE.encode()
+_bound_defs: dict = {}  # the PyMethodDefs of the bound launches' builtins, alive for the process
+
+
+def _builtin(name: str, self_object):
+    """A builtin function over the core's ``name`` (``tj_host_method``'s shape) with
+    ``self_object`` as its ``self``."""
+    with _lock:
+        if name not in _bound_defs:
+            host_table()
+            address = ctypes.cast(getattr(core_library(), name), c_void_p).value
+            _bound_defs[name] = _MethodDef(name.encode(), address, _METH_FASTCALL_KEYWORDS, None)
+    return _function_new(addressof(_bound_defs[name]), self_object, None)
+
+
+def bind_entry(plan: Plan):
+    """A builtin that binds a call of ``plan`` (``tj_host_bind_method``) with positional
+    arguments, returning ``(address, outputs)``; see `bound_entries`."""
+    return _builtin("tj_host_bind_method", _capsule_new(plan.address, _PLAN_CAPSULE, None))
+
+
+def bound_entries(address: int):
+    """``(launch, update)``: builtins over the host bound launch at ``address`` (made by a
+    `bind_entry` call), whose capsule, released with the last of them, frees it
+    (``tj_host_bound_destroy``): ``launch(stream=None)`` and ``update(position, tensor)``."""
+    destroy = ctypes.cast(core_library().tj_host_bound_destroy, c_void_p).value
+    capsule = _capsule_new(address, _BOUND_CAPSULE, destroy)
+    return (_builtin("tj_host_bound_method", capsule),
+            _builtin("tj_host_bound_update_method", capsule))

@@ -235,6 +235,27 @@ TJ_API void *tj_host_call(const tj_host_plan *plan, void *const *args, size_t na
 TJ_API void tj_host_method_install(const tj_host *host);
 TJ_API void *tj_host_method(void *self, void *const *args, intptr_t nargs, void *kwnames);
 
+/* Bound launches (tj_bound, tilejit/core.h) for bindings: three more
+ * builtins of tj_host_method's shape. tj_host_bind_method, its `self` a plan
+ * capsule (TJ_HOST_PLAN_CAPSULE), binds a call of the plan's kernel with the
+ * positional arguments (no keywords: the binding maps inputs given by name
+ * first) and returns a new tuple (address, result): `result` the outputs as a
+ * call returns them, `address` (an int) that of a new host bound launch,
+ * which retains the arguments and the plan's kernel object; the binding puts
+ * it at once into a capsule named TJ_HOST_BOUND_CAPSULE whose destructor is
+ * tj_host_bound_destroy, which releases it all. On failure: NULL with the
+ * exception a call raises. tj_host_bound_method, `self` that capsule, launches
+ * it again, taking only stream= (None: the producer's current stream, asked
+ * at this launch), and returns its outputs as the call did.
+ * tj_host_bound_update_method(position, tensor), `self` that capsule, swaps
+ * the tensor argument at `position` (tj_bound_update) and returns None. */
+#define TJ_HOST_BOUND_CAPSULE "tilejit.host_bound"
+TJ_API void *tj_host_bind_method(void *self, void *const *args, intptr_t nargs, void *kwnames);
+TJ_API void *tj_host_bound_method(void *self, void *const *args, intptr_t nargs, void *kwnames);
+TJ_API void *tj_host_bound_update_method(void *self, void *const *args, intptr_t nargs,
+                                         void *kwnames);
+TJ_API void tj_host_bound_destroy(void *capsule);
+
 /* The registry's answer for `type` in a mode (asking tj_host.describe on the
  * first sight of the type): borrowed, or NULL with a host error pending. */
 TJ_API const tj_host_type *tj_host_type_of(const tj_host *host, void *type, int32_t exchange);
