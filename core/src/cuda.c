@@ -1059,21 +1059,6 @@ void tj__cuda_packed_free(tj__cuda_packed *p) { free(p); }
 
 /* ---- Loading ahead ------------------------------------------------------------- */
 
-/* Loads the module into context `ctx` of `device` unless it is there, the
- * context made current for the load only when it is not. */
-static int warm_context(const driver *d, const tj_kernel *k, CUcontext ctx, CUdevice device,
-                        CUcontext current) {
-  if (find_entry(k->cuda, ctx) != NULL) return TJ_OK;
-  CUresult rc;
-  CUcontext popped;
-  if (ctx != current && (rc = d->cuCtxPushCurrent(ctx)) != 0)
-    return driver_error(d, k->name, "cuCtxPushCurrent", rc);
-  ctx_entry *e = NULL;
-  int status = load_entry(d, k, ctx, device, &e);
-  if (ctx != current) d->cuCtxPopCurrent(&popped);
-  return status;
-}
-
 int tj_kernel_warmup(const tj_kernel *k, int32_t device) {
   TJ__REFUSE_NULL("tj_kernel_warmup", k);
   if (k->target != TJ_TARGET_CUDA) return TJ_OK;
@@ -1088,21 +1073,15 @@ int tj_kernel_warmup(const tj_kernel *k, int32_t device) {
     leave_context(d, &c);
     return status;
   }
-  /* The devices the process uses: the thread's current context, and every
-   * primary context the core has retained. */
+  /* The device the thread uses: its current context, if it has one. */
   CUcontext current = NULL;
   CUdevice dev = 0;
   CUresult rc = d->cuCtxGetCurrent(&current);
   if (rc != 0) return driver_error(d, k->name, "cuCtxGetCurrent", rc);
-  if (current != NULL && find_entry(k->cuda, current) == NULL) {
-    if ((rc = d->cuCtxGetDevice(&dev)) != 0) return driver_error(d, k->name, "cuCtxGetDevice", rc);
-    if ((status = warm_context(d, k, current, dev, current))) return status;
-  }
-  for (int32_t i = 0; i < MAX_DEVICES; ++i) {
-    CUcontext primary = atomic_load(&g_primary[i]);
-    if (primary != NULL && (status = warm_context(d, k, primary, i, current))) return status;
-  }
-  return TJ_OK;
+  if (current == NULL || find_entry(k->cuda, current) != NULL) return TJ_OK;
+  if ((rc = d->cuCtxGetDevice(&dev)) != 0) return driver_error(d, k->name, "cuCtxGetDevice", rc);
+  ctx_entry *e = NULL;
+  return load_entry(d, k, current, dev, &e);
 }
 
 int tj__cuda_capturing(const tj_kernel *k, void *stream) {

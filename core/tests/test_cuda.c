@@ -468,14 +468,19 @@ TEST(cuda_capture_loads_no_module) {
   CHECK_EQ_INT(forbidden(), 0);
   CHECK_RECORDED("\"captured\": 1");
   tj_kernel_free(k);
-  /* Warm-up with -1: every context the process uses (here both devices'
-   * retained primary contexts); a CPU kernel has nothing to load. */
+  /* Warm-up with -1: the thread's current context, if any; a CPU kernel has
+   * nothing to load. */
   k = scale_kernel(0);
   int before = fake.count("cuModuleLoadData");
+  fake.set_current(-1);
   CHECK_OK(tj_kernel_warmup(k, -1));
-  CHECK_EQ_INT(fake.count("cuModuleLoadData"), before + 2);
+  CHECK_EQ_INT(fake.count("cuModuleLoadData"), before);
+  fake.set_current(1);
   CHECK_OK(tj_kernel_warmup(k, -1));
-  CHECK_EQ_INT(fake.count("cuModuleLoadData"), before + 2);
+  CHECK_OK(tj_kernel_warmup(k, -1));
+  CHECK_EQ_INT(fake.count("cuModuleLoadData"), before + 1);
+  CHECK_RECORDED("\"fn\": \"cuModuleLoadData\", \"result\": 0, \"context\": 1");
+  fake.set_current(-1);
   tj_kernel_free(k);
   tj_kernel *cpu = tjt_vec_add(0, 1);
   CHECK_OK(tj_kernel_warmup(cpu, 0));

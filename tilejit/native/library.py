@@ -240,7 +240,7 @@ class CoreKernel:
 
     def warmup(self, device: int = -1) -> None:
         """Loads a CUDA kernel's module ahead of its first launch (``tj_kernel_warmup``):
-        into device ``device``'s context, or with -1 into every context the process uses;
+        into device ``device``'s context, or with -1 into the thread's current context;
         RuntimeError without a driver. Nothing to do for a CPU kernel."""
         check(_core.tj_kernel_warmup(self.address, device))
 

@@ -23,15 +23,15 @@ class BoundLaunch:
     >>> h.update(A=a2)()            # with another A
     """
 
-    __slots__ = ("kernel", "outputs", "_launch", "_update")
+    __slots__ = ("_launch", "_update", "kernel", "outputs")
 
     def __init__(self, kernel, entry, args: tuple):
+        self.kernel = kernel
         address, self.outputs = entry(*args)
         self._launch, self._update = binding.bound_entries(address)
-        self.kernel = kernel
 
-    def __call__(self, **stream):
-        return self._launch(**stream)
+    def __call__(self, /, *args, **stream):
+        return self._launch(*args, **stream)
 
     def update(self, **tensors) -> BoundLaunch:
         """Swaps tensor arguments, given by their input names; returns the handle."""

@@ -65,11 +65,13 @@ class JITKernel:
         self._out_order = order
         _backends.bind(self, self.execution_backend, self._core_kernel, order)
         if signature.target == "cuda":
-            # Loaded ahead where the process runs CUDA already, so that a first call
-            # inside a graph capture loads nothing; without a driver the call says so.
+            # Loaded ahead on the thread's current device (torch makes its device's
+            # context current), so that a first call inside a graph capture loads
+            # nothing. Any failure (no driver, an image the device refuses) is the
+            # first call's to report.
             try:
                 self._core_kernel.warmup(-1)
-            except RuntimeError:
+            except Exception:  # noqa: BLE001, S110 - reported by the call
                 pass
         JITKernel._alive.add(self)
         frameworks.register_traced(self)
@@ -246,10 +248,14 @@ class JITKernel:
         return BoundLaunch(self, entry[0], args)
 
     def warmup(self, device: int | None = None) -> JITKernel:
-        """Loads a CUDA kernel's module on ``device`` (an ordinal; None: every device
-        the process uses), so that its first launch there may happen during a CUDA graph
-        capture; RuntimeError without a driver. A CPU kernel has nothing to load.
-        Compiling and loading a kernel warm it up on the devices in use already."""
+        """Loads a CUDA kernel's module on ``device`` (an ordinal; None: the thread's
+        current context, torch's current device), so that its first launch there may
+        happen during a CUDA graph capture; RuntimeError without a driver. A CPU kernel
+        has nothing to load. Compiling and loading a kernel warm it up on the thread's
+        current context already.
+
+        >>> kernel.warmup(1)      # before capturing a graph on cuda:1
+        """
         self._core_kernel.warmup(-1 if device is None else device)
         return self
 

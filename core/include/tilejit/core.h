@@ -656,9 +656,9 @@ TJ_API void tj_bound_free(tj_bound *bound);
 /* Loads a CUDA kernel's module ahead of its first launch, so that a launch
  * inside a CUDA graph capture finds it: into device `device`'s context (the
  * thread's current one when it is on that device, else the device's primary
- * context), or with `device` -1 into every context the process uses (the
- * thread's current context and every primary context the core retained). A
- * CPU kernel has nothing to load: TJ_OK. Loads the driver if needed. */
+ * context), or with `device` -1 into the calling thread's current context
+ * (nothing when it has none): the device a framework made current, as torch
+ * does. A CPU kernel has nothing to load: TJ_OK. Loads the driver if needed. */
 TJ_API int tj_kernel_warmup(const tj_kernel *kernel, int32_t device);
 
 #ifdef __cplusplus
