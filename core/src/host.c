@@ -267,7 +267,10 @@ static inline int classify(const tj_host_plan *plan, void *object, tj_arg *arg) 
   if (type == h->int_type) return read_int(h, object, arg);
   if (type == h->float_type) {
     arg->kind = TJ_ARG_FLOAT;
-    arg->value.f = h->double_of(object);
+    if (h->float_value_offset >= 0)
+      memcpy(&arg->value.f, (const char *)object + h->float_value_offset, sizeof(double));
+    else
+      arg->value.f = h->double_of(object);
     return TJ_OK;
   }
   const tj_host_type *info = tj_host_type_of(h, type, plan->exchange);

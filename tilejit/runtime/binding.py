@@ -245,7 +245,7 @@ def host_table() -> TjHost:
         if _host is None:
             table = TjHost(**{field: _c_function(name) for field, name in _FUNCTIONS.items()},
                            **{field: id(fn) for field, fn in _HOOKS.items()},
-                           type_offset=-1, none=id(None), true_object=id(True), int_type=id(int),
+                           type_offset=-1, float_value_offset=-1, none=id(None), true_object=id(True), int_type=id(int),
                            float_type=id(float), bool_type=id(bool))
             table.exceptions[:] = _exception_classes()
             core_library().tj_host_method_install(addressof(table))
@@ -257,11 +257,15 @@ def host_address() -> int:
     return addressof(host_table())
 
 
-def use_type_offset(offset: int) -> None:
+def use_type_offset(offset: int, float_value_offset: int = -1) -> None:
     """Lets the core read an object's type in place, at byte ``offset`` of the object,
-    instead of calling ``PyObject_Type`` and ``Py_DecRef``: the Cython wrapper states
-    ``offsetof(PyObject, ob_type)`` as the interpreter's headers give it."""
-    host_table().type_offset = offset
+    instead of calling ``PyObject_Type`` and ``Py_DecRef``, and an exact float's value at
+    ``float_value_offset`` instead of calling ``PyFloat_AsDouble``: the Cython wrapper
+    states ``offsetof(PyObject, ob_type)`` and ``offsetof(PyFloatObject, ob_fval)`` as
+    the interpreter's headers give them."""
+    table = host_table()
+    table.type_offset = offset
+    table.float_value_offset = float_value_offset
 
 
 # ---- Kernels -----------------------------------------------------------------------------

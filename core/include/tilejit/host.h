@@ -137,6 +137,12 @@ struct tj_host {
   void *lazy_view;
   void *producer_error;
   void *claims;
+
+  /* Optional: the byte offset at which an exact float (float_type) keeps its
+   * double (for CPython, offsetof(PyFloatObject, ob_fval), the field
+   * PyFloat_AS_DOUBLE reads, as a binding compiled against the interpreter's
+   * headers states it), read in place; -1: the core asks double_of. */
+  intptr_t float_value_offset;
 };
 
 /* How arguments of one host type are read (tj_host_type.kind). */
