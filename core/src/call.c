@@ -93,8 +93,9 @@ static int claim_of(const tj_claim *claim, void *object, claim_state *state) {
 /* Imports one OBJECT argument, caller argument `i`; *claimed set to `i` when
  * the framework claims the call once it is validated. Inline: every tensor of
  * every call passes here. */
-static inline __attribute__((always_inline)) int import_one(const tj_kernel *k, tj_arg *arg, int32_t i, int32_t unclaimed,
-                      claim_state *state, int32_t *claimed) {
+static inline __attribute__((always_inline)) int import_one(const tj_kernel *k, tj_arg *arg,
+                                                            int32_t i, int32_t unclaimed,
+                                                            claim_state *state, int32_t *claimed) {
   /* The binding made the record with tj_arg_object: only what names the
    * object is cleared, and the import fills the rest. */
   const tj_producer *producer = arg->producer;
