@@ -395,6 +395,156 @@ def test_launch_reaches_the_driver_exactly(fake, kernels, backend):
     assert fake.launches()[-1]["grid"] == [2, 1, 1]
 
 
+def _calls(fake) -> list[str]:
+    return [record["fn"] for record in fake.records()]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_steady_state_launch_is_one_query_and_the_launch(fake, kernels, backend):
+    # With or without a current context on the thread, no push and pop per call: a thread
+    # with none gets the device's primary context made current once, and left so.
+    import threading
+
+    k = kernels(vec_add_program, "nvcc").with_backend(backend)
+    a, b, c = (FakeCudaTensor((1000,)) for _ in range(3))
+
+    def run(current):
+        fake.set_current(current)
+        fake.reset()
+        k(a, b, c, stream=5)
+        first = _calls(fake)
+        fake.reset()
+        k(a, b, c, stream=5)
+        k(a, b, c, stream=5)
+        return first, _calls(fake)
+
+    for current in (-1, 0):
+        seen = []
+        thread = threading.Thread(target=lambda: seen.append(run(current)))  # noqa: B023
+        thread.start()
+        thread.join()
+        (first, steady), = seen
+        assert steady == ["cuCtxGetCurrent", "cuLaunchKernel"] * 2
+        assert "cuCtxPushCurrent_v2" not in first
+        assert ("cuCtxSetCurrent" in first) == (current == -1)
+        fake.reset()
+    # A thread current on another device keeps it: that launch pushes device 0's context.
+    fake.set_current(1)
+    k(a, b, c, stream=5)
+    assert _calls(fake) == ["cuCtxGetCurrent", "cuCtxGetDevice", "cuCtxPushCurrent_v2",
+                            "cuLaunchKernel", "cuCtxPopCurrent_v2"]
+
+
+@pytest.mark.parametrize("backend", ["cython", "ctypes"])  # outputs from the exchange API
+def test_a_bound_launch_is_the_direct_calls_launch(fake, kernels, backend):
+    k = kernels(vec_add_program, "nvcc", out_idx=-1).with_backend(backend)
+    a, b = FakeCudaTensor((1000,), byte_offset=64), FakeCudaTensor((1000,))
+    h = k.bind(a, b)
+    c = h.outputs
+    assert isinstance(c, FakeCudaTensor) and c.shape == (1000,)
+    assert fake.launches() == []  # bound and packed: nothing launched yet
+    assert h(stream=0x1234) is c
+    fake.reset()
+    assert h(stream=0x1234) is c
+    assert _calls(fake) == ["cuCtxGetCurrent", "cuLaunchKernel"]
+    (bound,) = fake.launches()
+    fake.reset()
+    direct_output = k(a, b, stream=0x1234)
+    (direct,) = fake.launches()
+    assert {**direct, "args": direct["args"][:2] + direct["args"][3:]} == \
+        {**bound, "args": bound["args"][:2] + bound["args"][3:]}
+    assert bound["args"][2] == ptr(c.address) and direct["args"][2] == ptr(direct_output.address)
+    assert bound["grid"] == [4, 1, 1] and bound["stream"] == 0x1234
+
+
+@pytest.mark.parametrize("backend", ["cython", "ctypes"])
+def test_a_bound_launch_reads_the_current_stream_at_every_launch(fake, kernels, backend):
+    k = kernels(vec_add_program, "nvcc").with_backend(backend)
+    h = k.bind(*(FakeCudaTensor((10,)) for _ in range(3)))
+    before = FakeCudaTensor.api_calls["current_work_stream"]
+    h()
+    h()
+    assert [launch["stream"] for launch in fake.launches()] == [SENTINEL, SENTINEL]
+    assert FakeCudaTensor.api_calls["current_work_stream"] == before + 2
+    h(stream=7)
+    assert fake.launches()[-1]["stream"] == 7
+    assert FakeCudaTensor.api_calls["current_work_stream"] == before + 2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bound_launch_updates_on_the_device(fake, kernels, backend):
+    k = kernels(vec_add_program, "nvcc").with_backend(backend)
+    a, b, c = (FakeCudaTensor((100,)) for _ in range(3))
+    h = k.bind(a, b, c)
+    b2 = FakeCudaTensor((100,))
+    h.update(B=b2)(stream=1)
+    assert fake.launches()[-1]["args"][:3] == [ptr(a.address), ptr(b2.address), ptr(c.address)]
+    with pytest.raises(ValueError, match=r"^vec_add: argument 1 'B': expected device cuda:0 "
+                       r"\(that of argument 0 'A'\), got cuda:1$"):
+        h.update(B=FakeCudaTensor((100,), device_id=1))
+    with pytest.raises(ValueError, match=r"^vec_add: argument 2 'C': expected the data pointer "
+                       r"aligned to 4 bytes, got address 0x[0-9a-f]+ \(misaligned by 2\)$"):
+        h.update(C=FakeCudaTensor((100,), byte_offset=2))
+    with pytest.raises(ValueError, match=r"^vec_add: argument 0 'A': expected a cuda tensor, "
+                       r"got a tensor on device cpu:0$"):
+        h.update(A=np.ones(100, np.float32))
+    with pytest.raises(ValueError, match=r"^vec_add: argument 0 'A': expected shape\[0\] == n "
+                       r"\(= 100, bound by the inputs\), got 99$"):
+        h.update(A=FakeCudaTensor((99,)))
+    h(stream=1)
+    assert fake.launches()[-1]["args"][1] == ptr(b2.address)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_bound_launch_kept_across_a_capture(fake, kernels, backend):
+    # What torch.cuda.graph does: the capture stream becomes the current stream, and work
+    # enqueued on it is recorded. A handle made before launches there, and nothing the
+    # driver forbids during a capture happens.
+    k = kernels(vec_add_program, "nvcc").with_backend(backend)
+    h = k.bind(*(FakeCudaTensor((1000,)) for _ in range(3)))
+    h(stream=SENTINEL)
+    stream = SENTINEL if backend != "dlpack" else 0
+    fake.begin_capture(stream)
+    h()
+    h(stream=stream)
+    assert fake.end_capture(stream) == 0
+    assert fake.forbidden() == 0
+    assert [launch.get("captured") for launch in fake.launches()] == [None, 1, 1]
+
+
+def test_the_first_call_in_a_capture_loads_no_module(fake, kernels, tmp_path):
+    # Compiled or loaded while a context is current, a kernel's module is loaded then: its
+    # first call may be captured. Without it, the call is refused, saying so, and nothing
+    # forbidden reaches the driver.
+    fake.set_current(0)
+    k = tilejit.compile(vec_add_program(), target="cuda", compiler="nvcc", arch="sm_80")
+    assert len(fake.records("cuModuleLoadData")) == 1
+    k.export(tmp_path / "vec_add")
+    loaded = tilejit.load(tmp_path / "vec_add")
+    assert len(fake.records("cuModuleLoadData")) == 2
+    tensors = [FakeCudaTensor((10,)) for _ in range(3)]
+    for kernel in (k, loaded):
+        fake.begin_capture(SENTINEL)
+        kernel(*tensors)
+        assert fake.end_capture(SENTINEL) == 0
+    assert len(fake.records("cuModuleLoadData")) == 2 and fake.forbidden() == 0
+    # A thread with no context at compile time: nothing loaded ahead.
+    fake.set_current(-1)
+    cold = tilejit.compile(vec_add_program(), target="cuda", compiler="nvcc", arch="sm_80")
+    fake.reset()
+    fake.begin_capture(SENTINEL)
+    with pytest.raises(RuntimeError, match=r"^vec_add: the kernel's module is not loaded on "
+                       r"cuda:0, and stream 0x5eed5 is being captured into a CUDA graph, where "
+                       r"no module may be loaded: call kernel.warmup\(\)"):
+        cold(*tensors)
+    assert fake.end_capture(SENTINEL) == 0 and fake.forbidden() == 0
+    assert cold.warmup(0) is cold
+    fake.begin_capture(SENTINEL)
+    cold(*tensors)
+    assert fake.end_capture(SENTINEL) == 0 and fake.forbidden() == 0
+    assert fake.launches()[-1]["captured"] == 1
+
+
 def test_matmul_grid_from_the_dynamic_dimension(fake, kernels):
     k = kernels(matmul_program, "nvcc", out_idx=-1)
     for m in (1, 16, 17, 1000):
@@ -511,10 +661,13 @@ def test_failing_launch_is_a_runtime_error_with_the_drivers_message(fake, kernel
         "stream 0x99) failed: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (too many resources "
         "requested for launch)")
     k(*args, stream=0x99)  # the next launch goes through
-    fake.fail("cuModuleLoadData", 200)  # CUDA_ERROR_INVALID_IMAGE, for a fresh kernel
+    # A fresh kernel made with no current context loads its module at its first call.
+    fake.set_current(-1)
+    fresh = k.with_backend(backend)
+    fake.fail("cuModuleLoadData", 200)  # CUDA_ERROR_INVALID_IMAGE
     with pytest.raises(RuntimeError, match=r"^vec_add: cuModuleLoadData failed: "
                        r"CUDA_ERROR_INVALID_IMAGE \(device kernel image is invalid\)$"):
-        k.with_backend(backend)(*args)
+        fresh(*args)
 
 
 def test_devices_are_checked_before_any_launch(fake, kernels):

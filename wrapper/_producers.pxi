@@ -7,6 +7,8 @@ cdef extern from "Python.h":
     void PyType_Modified(object)
     ctypedef struct _PyObjectHead "PyObject":
         void *ob_type
+    ctypedef struct _PyFloatHead "PyFloatObject":
+        double ob_fval
 
 
 def type_offset():
@@ -15,6 +17,15 @@ def type_offset():
     probe = object()
     cdef _PyObjectHead *head = <_PyObjectHead *><PyObject *>probe
     return <Py_ssize_t>(<char *>&head.ob_type - <char *>head)
+
+
+def float_value_offset():
+    """Where an exact float keeps its value, as this interpreter's headers lay out
+    PyFloatObject (offsetof(PyFloatObject, ob_fval), what PyFloat_AS_DOUBLE reads): the
+    host table's float_value_offset."""
+    cdef object probe = 1.5
+    cdef _PyFloatHead *head = <_PyFloatHead *><PyObject *>probe
+    return <Py_ssize_t>(<char *>&head.ob_fval - <char *>head)
 
 
 # Layout views (_layout.pxi): [0] under the dlpack backend, [1] with the exchange API.

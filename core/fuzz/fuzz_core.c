@@ -617,7 +617,8 @@ static void fuzz_host_call(input *in, tj_kernel *k) {
   producer_state st = {in, pl, k};
   tj_host host;
   fh_host(&host);
-  if (next_u8(in) & 1) host.type_offset = -1; /* types through object_type */
+  if (next_u8(in) & 1) host.type_offset = -1;        /* types through object_type */
+  if (next_u8(in) & 1) host.float_value_offset = -1; /* floats through double_of */
   fh_object *hooks[4] = {fh_func(fh_describe), fh_func(int_hook), fh_func(int_hook),
                          fh_func(int_hook)};
   host.describe = hooks[0];

@@ -1,13 +1,17 @@
 /*
  * The call sequencer: every backend's kernel call runs through tj_call_run, so
  * the order of import, validation, stream choice, output allocation, launch
- * and release is written once.
+ * and release is written once. A bound launch (tj_bound) runs the same steps
+ * up to the launch once, packs the launch, and replays it.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
+#include "launch.h"
 #include "memo.h"
 #include "target_cuda.h"
+#include "validate.h"
 
 /* The label of caller argument `position` ("argument 1 'B'"). */
 static const tj__param *input_param(const tj_kernel *k, int32_t position) {
@@ -86,6 +90,53 @@ static int claim_of(const tj_claim *claim, void *object, claim_state *state) {
   return claim->ask(claim, object, 0);
 }
 
+/* Imports one OBJECT argument, caller argument `i`; *claimed set to `i` when
+ * the framework claims the call once it is validated. Inline: every tensor of
+ * every call passes here. */
+static inline __attribute__((always_inline)) int import_one(const tj_kernel *k, tj_arg *arg,
+                                                            int32_t i, int32_t unclaimed,
+                                                            claim_state *state, int32_t *claimed) {
+  /* The binding made the record with tj_arg_object: only what names the
+   * object is cleared, and the import fills the rest. */
+  const tj_producer *producer = arg->producer;
+  void *object = arg->value.p;
+  if (producer == NULL || producer->import == NULL) {
+    arg->kind = TJ_ARG_NONE;
+    arg->producer = NULL;
+    return import_failed(k, i,
+                         tj_set_error(TJ_ETYPE, "the binding gave no producer for the object"));
+  }
+  const tj_claim *claim = unclaimed ? NULL : producer->claim;
+  if (claim != NULL) {
+    int kind = claim_of(claim, object, state);
+    if (kind == TJ_CLAIM_NOW) return claimed_by(k, i, "a tensor the framework traces");
+    if (kind < 0) {
+      tj_set_error(kind, "%s: argument %d: the framework's claim", k->name, i);
+      return tj_error_at(kind, i, -1, TJ_PRODUCER_NONE);
+    }
+    if (kind == TJ_CLAIM_VALIDATED && *claimed < 0) *claimed = i;
+  }
+  arg->kind = TJ_ARG_NONE;
+  arg->producer = NULL;
+  /* Lazy views: the common case (bits read in place, none set) inline. */
+  const tj_view_bits *bits = producer->view_bits;
+  int rc;
+  if ((bits != NULL ? (tj__view_word(bits, object) & (bits->conjugate | bits->negative)) != 0
+                    : producer->view != NULL) &&
+      (rc = tj_producer_check_view(producer, object)) != TJ_OK)
+    return view_refused(k, i, rc);
+  rc = producer->import == tj__exchange_import ? tj__exchange_import_inline(producer, object, arg)
+                                               : producer->import(producer, object, arg);
+  if (arg->producer == NULL) arg->producer = producer;
+  if (rc != TJ_OK) {
+    /* A tensor DLPack cannot describe may still be one the framework runs. */
+    if (claim != NULL && claim->ask != NULL && claim->ask(claim, object, 1) > 0)
+      return claimed_by(k, i, "a tensor only the framework can read");
+    return import_failed(k, i, rc);
+  }
+  return TJ_OK;
+}
+
 /* Imports the OBJECT arguments; each names its producer. Sets *owned to 0
  * when it saw every argument and none owes a deleter call, and *claimed to the
  * first argument for which the framework claims the call once it is validated
@@ -98,47 +149,9 @@ static int import_args(const tj_kernel *k, tj_arg *args, int32_t nargs, int32_t 
   *claimed = -1;
   for (int32_t i = 0; i < nargs; ++i) {
     tj_arg *arg = &args[i];
-    if (arg->kind != TJ_ARG_OBJECT) {
-      any |= arg->owner_kind;
-      continue;
-    }
-    /* The binding made the record with tj_arg_object: only what names the
-     * object is cleared, and the import fills the rest. */
-    const tj_producer *producer = arg->producer;
-    void *object = arg->value.p;
-    if (producer == NULL || producer->import == NULL) {
-      arg->kind = TJ_ARG_NONE;
-      arg->producer = NULL;
-      return import_failed(k, i,
-                           tj_set_error(TJ_ETYPE, "the binding gave no producer for the object"));
-    }
-    const tj_claim *claim = unclaimed ? NULL : producer->claim;
-    if (claim != NULL) {
-      int kind = claim_of(claim, object, &state);
-      if (kind == TJ_CLAIM_NOW) return claimed_by(k, i, "a tensor the framework traces");
-      if (kind < 0) {
-        tj_set_error(kind, "%s: argument %d: the framework's claim", k->name, i);
-        return tj_error_at(kind, i, -1, TJ_PRODUCER_NONE);
-      }
-      if (kind == TJ_CLAIM_VALIDATED && *claimed < 0) *claimed = i;
-    }
-    arg->kind = TJ_ARG_NONE;
-    arg->producer = NULL;
-    /* Lazy views: the common case (bits read in place, none set) inline. */
-    const tj_view_bits *bits = producer->view_bits;
-    int rc;
-    if ((bits != NULL ? (tj__view_word(bits, object) & (bits->conjugate | bits->negative)) != 0
-                      : producer->view != NULL) &&
-        (rc = tj_producer_check_view(producer, object)) != TJ_OK)
-      return view_refused(k, i, rc);
-    rc = producer->import == tj__exchange_import ? tj__exchange_import_inline(producer, object, arg)
-                                                 : producer->import(producer, object, arg);
-    if (arg->producer == NULL) arg->producer = producer;
-    if (rc != TJ_OK) {
-      /* A tensor DLPack cannot describe may still be one the framework runs. */
-      if (claim != NULL && claim->ask != NULL && claim->ask(claim, object, 1) > 0)
-        return claimed_by(k, i, "a tensor only the framework can read");
-      return import_failed(k, i, rc);
+    if (arg->kind == TJ_ARG_OBJECT) {
+      int rc = import_one(k, arg, i, unclaimed, &state, claimed);
+      if (rc != TJ_OK) return rc;
     }
     any |= arg->owner_kind;
   }
@@ -163,10 +176,11 @@ static int choose_stream(const tj_kernel *k, const tj_call *call, const tj_produ
   return rc;
 }
 
-/* Allocates the outputs (objects into call->outputs) and the workspaces
- * (objects into `kept`, released by tj_call_run after the launch). */
-static int allocate_outputs(const tj_kernel *k, const tj_call *call, const tj_producer *like,
-                            tj_frame *frame, tj_arg *outs, void **kept) {
+/* Allocates the outputs and the workspaces: objects[o] the host object made
+ * for each (outputs, then workspaces; NULL where none was made), the caller's
+ * to release also on failure. */
+static int allocate_outputs(const tj_kernel *k, const tj_producer *like, tj_frame *frame,
+                            tj_arg *outs, void **objects) {
   for (int32_t o = 0; o < k->nallocs; ++o) {
     const char *name = k->params[k->output_params[o]].name;
     const char *what = o < k->noutputs ? "output" : "workspace";
@@ -182,8 +196,7 @@ static int allocate_outputs(const tj_kernel *k, const tj_call *call, const tj_pr
     proto.ndim = frame->out_ndim[o];
     proto.dtype = frame->out_dtype[o];
     proto.shape = frame->out_shape[o];
-    int rc = like->allocate(like, &proto, &outs[o],
-                            o < k->noutputs ? &call->outputs[o] : &kept[o - k->noutputs]);
+    int rc = like->allocate(like, &proto, &outs[o], &objects[o]);
     if (rc != TJ_OK) return output_failed(k, o, rc);
     if ((rc = tj_call_set_output(frame, o, &outs[o])) != TJ_OK) return rc;
   }
@@ -223,7 +236,9 @@ static int workspaces_wait(const tj_kernel *k, const tj_call *call, const tj_pro
     tj_set_error(rc, "%s: the producer's current stream", k->name);
     return tj_error_at(rc, -1, -1, TJ_PRODUCER_STREAM);
   }
-  *wait = rc != TJ_OK || current != frame->stream;
+  /* A stream being captured runs nothing now, and synchronizing it would
+   * break the capture: the graph's allocator keeps its memory for the graph. */
+  *wait = (rc != TJ_OK || current != frame->stream) && !tj__cuda_capturing(k, frame->stream);
   return TJ_OK;
 }
 
@@ -238,13 +253,13 @@ static int launch_with_workspaces(const tj_kernel *k, const tj_call *call, const
   return rc;
 }
 
-/* Releases the workspaces' objects with the host's release (the binding's,
- * else the producer's). */
-static void release_kept(const tj_kernel *k, const tj_host *host, const tj_producer *like,
-                         void **kept) {
+/* Releases objects[from, to) with the host's release (the binding's, else
+ * the producer's). */
+static void release_objects(const tj_host *host, const tj_producer *like, void **objects,
+                            int32_t from, int32_t to) {
   if (host == NULL && like != NULL) host = like->host;
-  for (int32_t w = 0; w < k->nworkspaces; ++w)
-    if (kept[w] != NULL && host != NULL && host->release != NULL) host->release(kept[w]);
+  for (int32_t o = from; o < to; ++o)
+    if (objects[o] != NULL && host != NULL && host->release != NULL) host->release(objects[o]);
 }
 
 int tj_call_run(const tj_kernel *k, tj_call *call) { return tj_call_run_binding(k, call, NULL); }
@@ -256,16 +271,13 @@ int tj_call_run_binding(const tj_kernel *k, tj_call *call, const tj_call_binding
   if (call->nargs > 0) TJ__REFUSE_NULL("tj_call_run", call->args);
   const tj_call_binding *b = binding != NULL ? binding : &none;
   tj_arg outs[TJ_MAX_OUTPUTS];
-  void *kept[TJ_MAX_OUTPUTS];
+  void *objects[TJ_MAX_OUTPUTS];
   const tj_producer *like = NULL;
   tj_frame frame;
   int32_t owned = 1, claimed = -1, nargs = call->nargs;
   int rc;
   for (int32_t o = 0; o < k->nallocs; ++o) {
-    if (o < k->noutputs)
-      call->outputs[o] = NULL;
-    else
-      kept[o - k->noutputs] = NULL;
+    objects[o] = NULL;
     tj_arg_init(&outs[o]);
   }
   if (nargs < k->ninputs && nargs >= k->nrequired) { /* trailing optional buffers left out */
@@ -282,7 +294,7 @@ int tj_call_run_binding(const tj_kernel *k, tj_call *call, const tj_call_binding
     }
     like = frame.first_tensor >= 0 ? call->args[frame.first_tensor].producer : b->fallback;
     if ((rc = choose_stream(k, call, like, &frame)) == TJ_OK &&
-        (rc = allocate_outputs(k, call, like, &frame, outs, kept)) == TJ_OK)
+        (rc = allocate_outputs(k, like, &frame, outs, objects)) == TJ_OK)
       rc = k->nworkspaces == 0 ? launch(b->host, &frame)
                                : launch_with_workspaces(k, call, b->host, like, &frame);
   }
@@ -293,6 +305,163 @@ release:
       if (call->args[i].owner_kind != TJ_OWNER_NONE) tj_arg_release(&call->args[i]);
   for (int32_t o = 0; o < k->nallocs; ++o)
     if (outs[o].owner_kind != TJ_OWNER_NONE) tj_arg_release(&outs[o]);
-  if (k->nworkspaces > 0) release_kept(k, b->host, like, kept);
+  for (int32_t o = 0; o < k->noutputs; ++o) call->outputs[o] = objects[o];
+  if (k->nworkspaces > 0) release_objects(b->host, like, objects, k->noutputs, k->nallocs);
   return rc;
+}
+
+/* ---- Bound launches -------------------------------------------------------------- */
+
+/* A call bound once: its arguments imported, validated and bound, its outputs
+ * and workspaces allocated and kept, its launch packed. Never moves: the
+ * frame points into `args` and `outs`, the packed launch into itself. */
+struct tj_bound {
+  const tj_kernel *kernel;
+  tj_call_binding binding;
+  int32_t nargs;
+  const tj_producer *like; /* the first tensor's producer: stream and outputs */
+  tj_arg args[TJ_MAX_PARAMS];
+  tj_arg outs[TJ_MAX_OUTPUTS];
+  void *objects[TJ_MAX_OUTPUTS]; /* outputs, then workspaces: host objects, owned */
+  tj_frame frame;
+  tj__packed packed;
+};
+
+static const tj_call_binding no_binding = {NULL, NULL, 0};
+
+int tj_bound_create(const tj_kernel *k, tj_call *call, tj_bound **out) {
+  return tj_bound_create_binding(k, call, NULL, out);
+}
+
+int tj_bound_create_binding(const tj_kernel *k, tj_call *call, const tj_call_binding *binding,
+                            tj_bound **out) {
+  TJ__REFUSE_NULL("tj_bound_create", k);
+  TJ__REFUSE_NULL("tj_bound_create", call);
+  TJ__REFUSE_NULL("tj_bound_create", out);
+  if (call->nargs > 0) TJ__REFUSE_NULL("tj_bound_create", call->args);
+  *out = NULL;
+  for (int32_t o = 0; o < k->noutputs; ++o) call->outputs[o] = NULL;
+  tj_bound *b = calloc(1, sizeof(*b));
+  if (b == NULL) return tj_set_error(TJ_ENOMEM, "%s: out of memory for a bound launch", k->name);
+  b->kernel = k;
+  b->binding = binding != NULL ? *binding : no_binding;
+  int32_t nargs = call->nargs;
+  /* The records move into the bound launch, which owns their imports from here. */
+  for (int32_t i = 0; i < TJ_MAX_PARAMS; ++i) tj_arg_init(&b->args[i]);
+  for (int32_t o = 0; o < TJ_MAX_OUTPUTS; ++o) tj_arg_init(&b->outs[o]);
+  for (int32_t i = 0; nargs <= k->ninputs && i < nargs; ++i) { /* else only counted */
+    b->args[i] = call->args[i];
+    tj_arg_init(&call->args[i]);
+  }
+  if (nargs < k->ninputs && nargs >= k->nrequired) nargs = k->ninputs; /* left out: None */
+  b->nargs = nargs;
+  int32_t owned = 1, claimed = -1;
+  int rc;
+  if (nargs != k->ninputs) {
+    rc = tj__bind(k, NULL, nargs, &b->frame); /* reports the count */
+  } else if ((rc = import_args(k, b->args, nargs, b->binding.unclaimed, &owned, &claimed)) ==
+                 TJ_OK &&
+             (rc = tj__bind(k, b->args, nargs, &b->frame)) == TJ_OK) {
+    if (claimed >= 0) {
+      const tj__param *p = input_param(k, claimed);
+      rc = tj_set_error(TJ_ETYPE,
+                        "%s: argument %d '%s': a bound launch cannot take a tensor that "
+                        "requires grad (the framework must record the call): call the kernel "
+                        "instead, or bind a detached tensor",
+                        k->name, claimed, p ? p->name : "?");
+      tj_error_at(rc, claimed, -1, TJ_PRODUCER_NONE);
+    } else {
+      b->like = b->frame.first_tensor >= 0 ? b->args[b->frame.first_tensor].producer
+                                           : b->binding.fallback;
+      if ((rc = allocate_outputs(k, b->like, &b->frame, b->outs, b->objects)) == TJ_OK)
+        rc = tj__launch_pack(&b->frame, &b->packed);
+    }
+  }
+  if (rc != TJ_OK) {
+    tj_bound_free(b);
+    return rc;
+  }
+  for (int32_t o = 0; o < k->noutputs; ++o) call->outputs[o] = b->objects[o];
+  *out = b;
+  return TJ_OK;
+}
+
+int tj_bound_launch(tj_bound *b, int32_t has_stream, void *stream) {
+  TJ__REFUSE_NULL("tj_bound_launch", b);
+  const tj_kernel *k = b->kernel;
+  tj_call call = {NULL, 0, has_stream, stream, NULL};
+  /* The stream is chosen at every launch, as a call chooses it: the
+   * producer's current one is asked again each time, never kept. */
+  b->frame.stream = NULL;
+  int rc = choose_stream(k, &call, b->like, &b->frame);
+  if (rc != TJ_OK) return rc;
+  int wait = 0;
+  if (k->nworkspaces > 0 && (rc = workspaces_wait(k, &call, b->like, &b->frame, &wait))) return rc;
+  void *token = unlock(b->binding.host);
+  rc = tj__launch_replay(&b->frame, &b->packed, b->frame.stream);
+  if (token != NULL) b->binding.host->lock(token);
+  if (rc == TJ_OK && wait) rc = tj__cuda_wait(&b->frame);
+  return rc;
+}
+
+int tj_bound_update(tj_bound *b, int32_t position, tj_arg *arg) {
+  TJ__REFUSE_NULL("tj_bound_update", b);
+  TJ__REFUSE_NULL("tj_bound_update", arg);
+  const tj_kernel *k = b->kernel;
+  const tj__param *p = input_param(k, position);
+  if (position < 0 || position >= b->nargs || p == NULL) {
+    tj_arg_release(arg);
+    return tj_set_error(TJ_EVALUE, "%s: no argument %d to update (the kernel takes %d)", k->name,
+                        position, k->ninputs);
+  }
+  int32_t index = (int32_t)(p - k->params);
+  if (p->kind != TJ_PARAM_BUFFER || b->args[position].kind != TJ_ARG_TENSOR) {
+    tj_arg_release(arg);
+    tj_set_error(TJ_ETYPE,
+                 "%s: argument %d '%s': update swaps a tensor argument for another; "
+                 "'%s' is %s",
+                 k->name, position, p->name, p->name,
+                 p->kind != TJ_PARAM_BUFFER ? "not a buffer" : "bound to None");
+    return tj_error_at(TJ_ETYPE, position, -1, TJ_PRODUCER_NONE);
+  }
+  tj_arg fresh = *arg;
+  tj_arg_init(arg); /* ownership moves to the bound launch */
+  claim_state state = {-1, -1};
+  int32_t claimed = -1;
+  int rc = fresh.kind == TJ_ARG_OBJECT
+               ? import_one(k, &fresh, position, b->binding.unclaimed, &state, &claimed)
+               : TJ_OK;
+  if (rc == TJ_OK && claimed >= 0)
+    rc = tj_set_error(TJ_ETYPE,
+                      "%s: argument %d '%s': a bound launch cannot take a tensor that "
+                      "requires grad",
+                      k->name, position, p->name);
+  if (rc == TJ_OK) rc = tj__check_replacement(&b->frame, index, &fresh);
+  if (rc != TJ_OK) {
+    if (rc == TJ_ETYPE || rc == TJ_EVALUE) tj_error_at(rc, position, -1, TJ_PRODUCER_NONE);
+    tj_arg_release(&fresh);
+    return rc;
+  }
+  tj_arg old = b->args[position];
+  b->args[position] = fresh;
+  if ((rc = tj__launch_repack(&b->frame, &b->packed)) != TJ_OK) {
+    b->args[position] = old; /* the launch stays as it was */
+    tj__launch_repack(&b->frame, &b->packed);
+    tj_arg_release(&fresh);
+    return rc;
+  }
+  tj_arg_release(&old);
+  return TJ_OK;
+}
+
+const tj_frame *tj_bound_frame(const tj_bound *b) { return b != NULL ? &b->frame : NULL; }
+
+void tj_bound_free(tj_bound *b) {
+  if (b == NULL) return;
+  const tj_kernel *k = b->kernel;
+  tj__launch_unpack(&b->packed);
+  for (int32_t i = 0; i < TJ_MAX_PARAMS; ++i) tj_arg_release(&b->args[i]);
+  for (int32_t o = 0; o < k->nallocs; ++o) tj_arg_release(&b->outs[o]);
+  release_objects(b->binding.host, b->like, b->objects, 0, k->nallocs);
+  free(b);
 }

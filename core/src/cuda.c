@@ -90,6 +90,9 @@ typedef struct {
   CUresult (*cuCtxGetDevice)(CUdevice *device);
   CUresult (*cuCtxPushCurrent)(CUcontext ctx);
   CUresult (*cuCtxPopCurrent)(CUcontext *ctx);
+  /* Optional: without it a launch on a thread with no current context pushes
+   * and pops the primary context around each launch. */
+  CUresult (*cuCtxSetCurrent)(CUcontext ctx);
   CUresult (*cuModuleLoadData)(CUmodule *module, const void *image);
   CUresult (*cuModuleUnload)(CUmodule module);
   CUresult (*cuModuleGetFunction)(CUfunction *function, CUmodule module, const char *name);
@@ -116,6 +119,8 @@ typedef struct {
   CUresult (*cuMemsetD8Async)(unsigned long long address, unsigned char value, size_t count,
                               CUstream stream);
   CUresult (*cuStreamSynchronize)(CUstream stream);
+  /* Optional: whether a stream is being captured (CUstreamCaptureStatus). */
+  CUresult (*cuStreamIsCapturing)(CUstream stream, int *status);
 } driver;
 
 /* The exported names: cuda.h maps several entry points to their _v2 symbols,
@@ -207,12 +212,14 @@ static int open_driver(const char *who, driver *d) {
     }
     memcpy((char *)d + driver_entries[i].offset, &fn, sizeof(fn));
   }
+  *(void **)&d->cuCtxSetCurrent = dlsym(d->handle, "cuCtxSetCurrent");
   *(void **)&d->cuFuncGetParamInfo = dlsym(d->handle, "cuFuncGetParamInfo");
   *(void **)&d->cuLaunchKernelEx = dlsym(d->handle, "cuLaunchKernelEx");
   *(void **)&d->cuTensorMapEncodeTiled = dlsym(d->handle, "cuTensorMapEncodeTiled");
   *(void **)&d->cuTensorMapEncodeIm2col = dlsym(d->handle, "cuTensorMapEncodeIm2col");
   *(void **)&d->cuMemsetD8Async = dlsym(d->handle, "cuMemsetD8Async");
   *(void **)&d->cuStreamSynchronize = dlsym(d->handle, "cuStreamSynchronize");
+  *(void **)&d->cuStreamIsCapturing = dlsym(d->handle, "cuStreamIsCapturing");
   CUresult rc = d->cuInit(0);
   if (rc != 0) {
     driver_error(d, who, "cuInit", rc);
@@ -711,7 +718,7 @@ static int encode_tensormap(const driver *d, const tj_frame *f, int32_t m, CUten
 
 /* Zero-fills the workspaces that ask for it (TJ_BUF_ZERO), on the launch
  * stream, before any kernel of the call runs there. */
-static int zero_workspaces(const driver *d, const tj_frame *f) {
+static int zero_workspaces(const driver *d, const tj_frame *f, void *stream) {
   const tj_kernel *k = f->kernel;
   for (int32_t o = k->noutputs; o < k->nallocs; ++o) {
     int64_t bytes;
@@ -722,11 +729,11 @@ static int zero_workspaces(const driver *d, const tj_frame *f) {
     if (d->cuMemsetD8Async == NULL)
       return tj_set_error(TJ_ERUNTIME, "%s: the CUDA driver has no cuMemsetD8Async", who);
     CUresult rc = d->cuMemsetD8Async((unsigned long long)(uintptr_t)address, 0, (size_t)bytes,
-                                     (CUstream)f->stream);
+                                     (CUstream)stream);
     if (rc != 0) {
       char call[200];
       snprintf(call, sizeof(call), "cuMemsetD8Async(%p, 0, %lld bytes, stream %p)", address,
-               (long long)bytes, f->stream);
+               (long long)bytes, stream);
       return driver_error(d, who, call, rc);
     }
   }
@@ -796,7 +803,7 @@ static void pack(const tj_frame *f, const tj__launch *launch, const CUtensorMap 
 /* Launches launch `l` with configuration `cfg` (eval_launch): through
  * cuLaunchKernelEx when it has attributes, else cuLaunchKernel. */
 static int launch_one(const driver *d, const tj_frame *f, int32_t l, CUfunction function,
-                      const int64_t cfg[10], void **params) {
+                      const int64_t cfg[10], void **params, void *stream) {
   const tj__launch *launch = &f->kernel->launches[l];
   CUresult rc;
   const char *via = "cuLaunchKernel";
@@ -834,14 +841,14 @@ static int launch_one(const driver *d, const tj_frame *f, int32_t l, CUfunction 
                              (unsigned)cfg[4],
                              (unsigned)cfg[5],
                              (unsigned)cfg[6],
-                             (CUstream)f->stream,
+                             (CUstream)stream,
                              attrs,
                              n};
     rc = d->cuLaunchKernelEx(&config, function, params, NULL);
   } else {
     rc = d->cuLaunchKernel(function, (unsigned)cfg[0], (unsigned)cfg[1], (unsigned)cfg[2],
                            (unsigned)cfg[3], (unsigned)cfg[4], (unsigned)cfg[5], (unsigned)cfg[6],
-                           (CUstream)f->stream, params, NULL);
+                           (CUstream)stream, params, NULL);
   }
   if (rc == 0) return TJ_OK;
   char who[300], call[400];
@@ -857,19 +864,106 @@ static int launch_one(const driver *d, const tj_frame *f, int32_t l, CUfunction 
   if (used > 0 && (size_t)used < sizeof(call))
     snprintf(call + used, sizeof(call) - (size_t)used, "%s%s, stream %p)",
              (launch->flags & TJ_LAUNCH_COOPERATIVE) ? ", cooperative" : "",
-             (launch->flags & TJ_LAUNCH_PDL) ? ", programmatic dependent launch" : "", f->stream);
+             (launch->flags & TJ_LAUNCH_PDL) ? ", programmatic dependent launch" : "", stream);
   return driver_error(d, who, call, rc);
 }
 
-int tj__cuda_launch(const tj_frame *f) {
-  const tj_kernel *k = f->kernel;
+/* The context a launch runs in, and how it was entered. */
+typedef struct {
+  CUcontext ctx;
+  CUdevice device;
+  ctx_entry *entry; /* the kernel's module there; NULL: not loaded yet */
+  int pushed;       /* 1: pushed for this launch, popped by leave_context */
+} launch_context;
+
+/* Enters the context a launch on device `want` runs in (-1: no tensor says
+ * which): the calling thread's current one when it is on that device (as
+ * torch leaves it), found with one cuCtxGetCurrent. A thread with no current
+ * context gets the device's primary one made current (cuCtxSetCurrent) and
+ * left so, as the CUDA runtime does at its first call on a thread: later
+ * launches then find it with that one query, and never push or pop. A thread
+ * whose current context is another device's keeps it: the primary context is
+ * pushed for this launch only. With no tensor argument, any current context
+ * goes, else device 0. DLPack device ids are device ordinals, which CUdevice
+ * handles equal. */
+static int enter_context(const driver *d, const tj_kernel *k, int32_t want, launch_context *c) {
+  CUcontext current = NULL;
+  c->ctx = NULL;
+  c->device = 0;
+  c->entry = NULL;
+  c->pushed = 0;
+  CUresult rc = d->cuCtxGetCurrent(&current);
+  if (rc != 0) return driver_error(d, k->name, "cuCtxGetCurrent", rc);
+  if (current != NULL) {
+    c->entry = find_entry(k->cuda, current);
+    if (c->entry != NULL) {
+      c->device = c->entry->device;
+    } else if ((rc = d->cuCtxGetDevice(&c->device)) != 0) {
+      return driver_error(d, k->name, "cuCtxGetDevice", rc);
+    }
+    if (want < 0 || c->device == want) {
+      c->ctx = current;
+      return TJ_OK;
+    }
+    c->entry = NULL;
+  }
+  c->device = want < 0 ? 0 : want;
+  int status = primary_context(d, k->name, c->device, &c->ctx);
+  if (status) return status;
+  if (current == NULL && d->cuCtxSetCurrent != NULL) {
+    if ((rc = d->cuCtxSetCurrent(c->ctx)) != 0)
+      return driver_error(d, k->name, "cuCtxSetCurrent", rc);
+  } else if ((rc = d->cuCtxPushCurrent(c->ctx)) != 0) {
+    return driver_error(d, k->name, "cuCtxPushCurrent", rc);
+  } else {
+    c->pushed = 1;
+  }
+  c->entry = find_entry(k->cuda, c->ctx);
+  return TJ_OK;
+}
+
+/* Leaves the context enter_context entered: pops it if it was pushed. */
+static void leave_context(const driver *d, launch_context *c) {
+  CUcontext popped;
+  if (c->pushed) d->cuCtxPopCurrent(&popped);
+  c->pushed = 0;
+}
+
+/* A kernel that can launch: an image, and a launch configuration. */
+static int launch_ready(const tj_kernel *k) {
   if (k->cuda == NULL)
     return tj_set_error(TJ_ERUNTIME, "%s: no CUDA module image is loaded", k->name);
   if (!k->has_launch)
     return tj_set_error(TJ_ERUNTIME, "%s: no launch configuration (grid, block) is set", k->name);
+  return TJ_OK;
+}
+
+/* Loads the kernel's module into the entered context unless it is there.
+ * Never while `stream` is being captured into a CUDA graph, where loading a
+ * module is not allowed (and would break the capture): the module must have
+ * been loaded ahead, by tj_kernel_warmup or an earlier launch. */
+static int ensure_loaded(const driver *d, const tj_kernel *k, launch_context *c, void *stream) {
+  if (c->entry != NULL) return TJ_OK;
+  int capture = 0;
+  if (d->cuStreamIsCapturing != NULL && d->cuStreamIsCapturing((CUstream)stream, &capture) == 0 &&
+      capture != 0)
+    return tj_set_error(TJ_ERUNTIME,
+                        "%s: the kernel's module is not loaded on cuda:%d, and stream %p is being "
+                        "captured into a CUDA graph, where no module may be loaded: call "
+                        "kernel.warmup() (or the kernel once) on that device before the capture",
+                        k->name, (int)c->device, stream);
+  return load_entry(d, k, c->ctx, c->device, &c->entry);
+}
+
+/* The device a frame's launch runs on: its tensors', or -1 when none says. */
+static int32_t frame_device(const tj_frame *f) { return f->has_device ? f->device.device_id : -1; }
+
+int tj__cuda_launch(const tj_frame *f) {
+  const tj_kernel *k = f->kernel;
+  int status = launch_ready(k);
+  if (status) return status;
   /* Every configuration is evaluated before anything launches. */
   int64_t cfg[TJ_MAX_LAUNCHES][10];
-  int status;
   for (int32_t l = 0; l < k->nlaunches; ++l)
     if ((status = eval_launch(f, l, cfg[l]))) return status;
   const driver *d = get_driver(k->name);
@@ -879,52 +973,121 @@ int tj__cuda_launch(const tj_frame *f) {
   for (int32_t l = 0; l < k->nlaunches; ++l) any |= cfg[l][0] && cfg[l][1] && cfg[l][2];
   if (!any) return TJ_OK;
 
-  /* The context: the calling thread's current one when it is on the tensors'
-   * device (as with torch, which makes the primary context current), else
-   * that device's primary context, pushed for this launch only. With no
-   * tensor argument, any current context goes, else device 0. DLPack device
-   * ids are device ordinals, which CUdevice handles equal. */
-  int32_t want = f->has_device ? f->device.device_id : -1;
-  CUcontext ctx = NULL, popped;
-  CUdevice device = 0;
-  ctx_entry *e = NULL;
-  int pushed = 0;
-  CUresult rc = d->cuCtxGetCurrent(&ctx);
-  if (rc != 0) return driver_error(d, k->name, "cuCtxGetCurrent", rc);
-  if (ctx != NULL) {
-    e = find_entry(k->cuda, ctx);
-    if (e != NULL) {
-      device = e->device;
-    } else if ((rc = d->cuCtxGetDevice(&device)) != 0) {
-      return driver_error(d, k->name, "cuCtxGetDevice", rc);
-    }
-    if (want >= 0 && device != want) {
-      ctx = NULL;
-      e = NULL;
-    }
-  }
-  if (ctx == NULL) {
-    device = want < 0 ? 0 : want;
-    if ((status = primary_context(d, k->name, device, &ctx))) return status;
-    if ((rc = d->cuCtxPushCurrent(ctx)) != 0)
-      return driver_error(d, k->name, "cuCtxPushCurrent", rc);
-    pushed = 1;
-    e = find_entry(k->cuda, ctx);
-  }
-  if (e == NULL) status = load_entry(d, k, ctx, device, &e);
-  if (!status && k->zero_fill) status = zero_workspaces(d, f);
+  launch_context c;
+  if ((status = enter_context(d, k, frame_device(f), &c))) return status;
+  status = ensure_loaded(d, k, &c, f->stream);
+  if (!status && k->zero_fill) status = zero_workspaces(d, f, f->stream);
   /* Tensor maps are encoded once per call; launches share them. */
   CUtensorMap maps[TJ_MAX_TENSORMAPS];
   for (int32_t m = 0; !status && m < k->ntensormaps; ++m)
     status = encode_tensormap(d, f, m, &maps[m]);
   for (int32_t l = 0; !status && l < k->nlaunches; ++l) {
     if (!cfg[l][0] || !cfg[l][1] || !cfg[l][2]) continue;
-    if (cfg[l][6] > DEFAULT_DYNAMIC_SMEM && (status = allow_smem(d, k, e, l, cfg[l][6]))) break;
+    if (cfg[l][6] > DEFAULT_DYNAMIC_SMEM && (status = allow_smem(d, k, c.entry, l, cfg[l][6])))
+      break;
     slot slots[TJ_MAX_ABI_ARGS];
     void *params[TJ_MAX_ABI_ARGS];
     pack(f, &k->launches[l], maps, slots, params);
-    status = launch_one(d, f, l, e->functions[l], cfg[l], params);
+    status = launch_one(d, f, l, c.entry->functions[l], cfg[l], params, f->stream);
   }
-  if (pushed) d->cuCtxPopCurrent(&popped);
+  leave_context(d, &c);
   return status;
+}
+
+/* ---- Packed launches (bound launches: tj_bound) ------------------------------- */
+
+/* Everything of a call's launches that does not depend on the stream or the
+ * context: configurations, tensor maps, parameter arrays. The arrays point
+ * into the structure, which therefore never moves. */
+struct tj__cuda_packed {
+  CUtensorMap maps[TJ_MAX_TENSORMAPS];
+  const driver *d;
+  int32_t any; /* some launch has a non-empty grid */
+  int64_t cfg[TJ_MAX_LAUNCHES][10];
+  slot slots[TJ_MAX_LAUNCHES][TJ_MAX_ABI_ARGS];
+  void *params[TJ_MAX_LAUNCHES][TJ_MAX_ABI_ARGS];
+};
+
+int tj__cuda_repack(const tj_frame *f, tj__cuda_packed *p) {
+  const tj_kernel *k = f->kernel;
+  int status;
+  for (int32_t m = 0; m < k->ntensormaps; ++m)
+    if ((status = encode_tensormap(p->d, f, m, &p->maps[m]))) return status;
+  for (int32_t l = 0; l < k->nlaunches; ++l)
+    pack(f, &k->launches[l], p->maps, p->slots[l], p->params[l]);
+  return TJ_OK;
+}
+
+int tj__cuda_pack(const tj_frame *f, tj__cuda_packed **out) {
+  const tj_kernel *k = f->kernel;
+  *out = NULL;
+  int status = launch_ready(k);
+  if (status) return status;
+  size_t size = (sizeof(tj__cuda_packed) + 127) / 128 * 128;
+  tj__cuda_packed *p = aligned_alloc(128, size);
+  if (p == NULL) return tj_set_error(TJ_ENOMEM, "%s: out of memory for a bound launch", k->name);
+  memset(p, 0, size);
+  *out = p;
+  for (int32_t l = 0; l < k->nlaunches; ++l) {
+    if ((status = eval_launch(f, l, p->cfg[l]))) return status;
+    p->any |= p->cfg[l][0] && p->cfg[l][1] && p->cfg[l][2];
+  }
+  if ((p->d = get_driver(k->name)) == NULL) return TJ_ERUNTIME;
+  return tj__cuda_repack(f, p);
+}
+
+int tj__cuda_replay(const tj_frame *f, const tj__cuda_packed *p, void *stream) {
+  const tj_kernel *k = f->kernel;
+  if (!p->any) return TJ_OK;
+  const driver *d = p->d;
+  launch_context c;
+  int status = enter_context(d, k, frame_device(f), &c);
+  if (status) return status;
+  status = ensure_loaded(d, k, &c, stream);
+  if (!status && k->zero_fill) status = zero_workspaces(d, f, stream);
+  for (int32_t l = 0; !status && l < k->nlaunches; ++l) {
+    const int64_t *cfg = p->cfg[l];
+    if (!cfg[0] || !cfg[1] || !cfg[2]) continue;
+    if (cfg[6] > DEFAULT_DYNAMIC_SMEM && (status = allow_smem(d, k, c.entry, l, cfg[6]))) break;
+    status = launch_one(d, f, l, c.entry->functions[l], cfg, (void **)p->params[l], stream);
+  }
+  leave_context(d, &c);
+  return status;
+}
+
+void tj__cuda_packed_free(tj__cuda_packed *p) { free(p); }
+
+/* ---- Loading ahead ------------------------------------------------------------- */
+
+int tj_kernel_warmup(const tj_kernel *k, int32_t device) {
+  TJ__REFUSE_NULL("tj_kernel_warmup", k);
+  if (k->target != TJ_TARGET_CUDA) return TJ_OK;
+  int status = launch_ready(k);
+  if (status) return status;
+  const driver *d = get_driver(k->name);
+  if (d == NULL) return TJ_ERUNTIME;
+  if (device >= 0) {
+    launch_context c;
+    if ((status = enter_context(d, k, device, &c))) return status;
+    status = ensure_loaded(d, k, &c, NULL);
+    leave_context(d, &c);
+    return status;
+  }
+  /* The device the thread uses: its current context, if it has one. */
+  CUcontext current = NULL;
+  CUdevice dev = 0;
+  CUresult rc = d->cuCtxGetCurrent(&current);
+  if (rc != 0) return driver_error(d, k->name, "cuCtxGetCurrent", rc);
+  if (current == NULL || find_entry(k->cuda, current) != NULL) return TJ_OK;
+  if ((rc = d->cuCtxGetDevice(&dev)) != 0) return driver_error(d, k->name, "cuCtxGetDevice", rc);
+  ctx_entry *e = NULL;
+  return load_entry(d, k, current, dev, &e);
+}
+
+int tj__cuda_capturing(const tj_kernel *k, void *stream) {
+  const driver *d = atomic_load_explicit(&g_driver, memory_order_acquire);
+  int capture = 0;
+  (void)k;
+  return d != NULL && d->cuStreamIsCapturing != NULL &&
+         d->cuStreamIsCapturing((CUstream)stream, &capture) == 0 && capture != 0;
 }

@@ -267,7 +267,10 @@ static inline int classify(const tj_host_plan *plan, void *object, tj_arg *arg) 
   if (type == h->int_type) return read_int(h, object, arg);
   if (type == h->float_type) {
     arg->kind = TJ_ARG_FLOAT;
-    arg->value.f = h->double_of(object);
+    if (h->float_value_offset >= 0)
+      memcpy(&arg->value.f, (const char *)object + h->float_value_offset, sizeof(double));
+    else
+      arg->value.f = h->double_of(object);
     return TJ_OK;
   }
   const tj_host_type *info = tj_host_type_of(h, type, plan->exchange);
@@ -488,6 +491,10 @@ static void *conversion_failed(const tj_host_plan *plan, void *const *args, int3
 
 #define VECTORCALL_OFFSET ((size_t)1 << (8 * sizeof(size_t) - 1))
 
+/* The host of tj_host_method and the bound launches' entries
+ * (tj_host_method_install). */
+static const tj_host *method_host;
+
 void *tj_host_call(const tj_host_plan *plan, void *const *args, size_t nargsf, void *kwnames) {
   const tj_host *h = plan->host;
   size_t count = nargsf & ~VECTORCALL_OFFSET;
@@ -525,8 +532,6 @@ void *tj_host_call(const tj_host_plan *plan, void *const *args, size_t nargsf, v
   return raise_failure(plan, rc, args, (intptr_t)count);
 }
 
-static const tj_host *method_host;
-
 void tj_host_method_install(const tj_host *host) {
   __atomic_store_n(&method_host, host, __ATOMIC_RELEASE);
 }
@@ -536,4 +541,144 @@ void *tj_host_method(void *self, void *const *args, intptr_t nargs, void *kwname
   const tj_host_plan *plan = host->capsule_pointer(self, TJ_HOST_PLAN_CAPSULE);
   if (plan == NULL) return NULL; /* the capsule's error is pending */
   return tj_host_call(plan, args, (size_t)nargs, kwnames);
+}
+
+/* ---- Bound launches --------------------------------------------------------------- */
+
+/* A bound launch as the host holds it: the plan it was bound through, the
+ * core's bound launch, and the objects it reads (retained: imported views
+ * borrow their tensors' shapes), its outputs (borrowed from the bound launch)
+ * and the kernel object (retained: it owns the plan). */
+typedef struct {
+  const tj_host_plan *plan;
+  tj_bound *bound;
+  int32_t nargs;
+  void *held[TJ_MAX_PARAMS];
+  void *outputs[TJ_MAX_OUTPUTS];
+} host_bound;
+
+static void host_bound_free(host_bound *hb) {
+  const tj_host *h = hb->plan->host;
+  tj_bound_free(hb->bound);
+  for (int32_t i = 0; i < hb->nargs; ++i)
+    if (hb->held[i] != NULL) h->release(hb->held[i]);
+  h->release(hb->plan->kernel_object);
+  free(hb);
+}
+
+/* The bound launch's result: its outputs as a call returns them (new). */
+static void *bound_result(const host_bound *hb) {
+  const tj_host *h = hb->plan->host;
+  void *made[TJ_MAX_OUTPUTS];
+  for (int32_t o = 0; o < hb->plan->kernel->noutputs; ++o) made[o] = retained(h, hb->outputs[o]);
+  return result_of(hb->plan, made);
+}
+
+void *tj_host_bind_method(void *self, void *const *args, intptr_t nargs, void *kwnames) {
+  const tj_host *host = __atomic_load_n(&method_host, __ATOMIC_ACQUIRE);
+  const tj_host_plan *plan = host->capsule_pointer(self, TJ_HOST_PLAN_CAPSULE);
+  if (plan == NULL) return NULL;
+  const tj_host *h = plan->host;
+  const tj_kernel *k = plan->kernel;
+  if (kwnames != NULL && h->sequence_size(kwnames) > 0) {
+    h->error_set(h->exceptions[-TJ_ETYPE], "bind takes the arguments by position");
+    return NULL;
+  }
+  tj_arg argv[TJ_MAX_PARAMS];
+  void *made[TJ_MAX_OUTPUTS];
+  int32_t count = nargs < 0x7fffffff ? (int32_t)nargs : 0x7fffffff;
+  tj_call call = {argv, count, 0, NULL, made};
+  if (count <= k->ninputs) {
+    for (int32_t i = 0; i < count; ++i)
+      if (classify(plan, args[i], &argv[i]) != TJ_OK) return conversion_failed(plan, args, i);
+  } else {
+    call.nargs = count; /* the core reports the count, reading none */
+  }
+  const tj_call_binding binding = {plan->fallback, h, plan->unclaimed};
+  host_bound *hb = calloc(1, sizeof(*hb));
+  if (hb == NULL) {
+    h->error_set(h->exceptions[-TJ_ENOMEM], "out of memory for a bound launch");
+    return NULL;
+  }
+  int rc = tj_bound_create_binding(k, &call, &binding, &hb->bound);
+  if (rc != TJ_OK) {
+    free(hb);
+    return raise_failure(plan, rc, args, nargs);
+  }
+  hb->plan = plan;
+  h->retain(plan->kernel_object);
+  hb->nargs = count;
+  for (int32_t i = 0; i < count; ++i) hb->held[i] = retained(h, args[i]);
+  for (int32_t o = 0; o < k->noutputs; ++o) hb->outputs[o] = made[o];
+  void *result = bound_result(hb);
+  void *items[2] = {h->int_new((long long)(uintptr_t)hb), result};
+  void *answer = tuple_stealing(h, 2, items);
+  if (answer == NULL) host_bound_free(hb);
+  return answer;
+}
+
+void tj_host_bound_destroy(void *capsule) {
+  const tj_host *host = __atomic_load_n(&method_host, __ATOMIC_ACQUIRE);
+  host_bound *hb = host->capsule_pointer(capsule, TJ_HOST_BOUND_CAPSULE);
+  if (hb == NULL) {
+    host->error_clear();
+    return;
+  }
+  host_bound_free(hb);
+}
+
+void *tj_host_bound_method(void *self, void *const *args, intptr_t nargs, void *kwnames) {
+  const tj_host *host = __atomic_load_n(&method_host, __ATOMIC_ACQUIRE);
+  host_bound *hb = host->capsule_pointer(self, TJ_HOST_BOUND_CAPSULE);
+  if (hb == NULL) return NULL;
+  const tj_host_plan *plan = hb->plan;
+  const tj_host *h = plan->host;
+  intptr_t nk = kwnames != NULL ? h->sequence_size(kwnames) : 0;
+  if (nargs != 0 || nk > 1 ||
+      (nk == 1 && h->string_compare(h->sequence_item(kwnames, 0), "stream") != 0)) {
+    tj_set_error(TJ_ETYPE,
+                 "%s: a bound launch takes only stream= (its arguments were bound; update() "
+                 "swaps a tensor)",
+                 plan->kernel->name);
+    h->error_set(h->exceptions[-TJ_ETYPE], tj_last_error());
+    return NULL;
+  }
+  void *stream = NULL;
+  int32_t has_stream = 0;
+  if (nk == 1 && args[0] != h->none) {
+    if (stream_handle(plan, args[0], &stream) != TJ_OK) return NULL;
+    has_stream = 1;
+  }
+  int rc = tj_bound_launch(hb->bound, has_stream, stream);
+  if (rc != TJ_OK) return raise_failure(plan, rc, hb->held, hb->nargs);
+  return bound_result(hb);
+}
+
+void *tj_host_bound_update_method(void *self, void *const *args, intptr_t nargs, void *kwnames) {
+  const tj_host *host = __atomic_load_n(&method_host, __ATOMIC_ACQUIRE);
+  host_bound *hb = host->capsule_pointer(self, TJ_HOST_BOUND_CAPSULE);
+  if (hb == NULL) return NULL;
+  const tj_host_plan *plan = hb->plan;
+  const tj_host *h = plan->host;
+  int overflow = 0;
+  long long position = nargs == 2 && kwnames == NULL ? h->int64_of(args[0], &overflow) : -1;
+  if (position == -1 && h->error_pending() != NULL) return NULL;
+  if (position < 0 || position >= hb->nargs || overflow) {
+    tj_set_error(TJ_EVALUE, "%s: no argument %lld to update (the kernel takes %d)",
+                 plan->kernel->name, position, hb->nargs);
+    h->error_set(h->exceptions[-TJ_EVALUE], tj_last_error());
+    return NULL;
+  }
+  void *object = args[1];
+  void *seen[TJ_MAX_PARAMS];
+  for (int32_t i = 0; i < hb->nargs; ++i) seen[i] = hb->held[i];
+  seen[position] = object;
+  tj_arg arg;
+  if (classify(plan, object, &arg) != TJ_OK)
+    return conversion_failed(plan, seen, (int32_t)position);
+  int rc = tj_bound_update(hb->bound, (int32_t)position, &arg);
+  if (rc != TJ_OK) return raise_failure(plan, rc, seen, hb->nargs);
+  h->release(hb->held[position]);
+  hb->held[position] = retained(h, object);
+  return retained(h, h->none);
 }

@@ -14,12 +14,14 @@
  *      open.c       opening an exported kernel: its manifest and files
  *                   checked, its signature replayed (tj_kernel_open)
  *   5  call.c       the call sequencer: import, bind, stream, outputs,
- *                   launch, release (tj_call_run)
+ *                   launch, release (tj_call_run); bound launches, the same
+ *                   steps once and the launch replayed (tj_bound_*)
  *   4  kernel.c     building a kernel's signature, loading it, freeing it
  *   3  memo.c       binding a call: from the record of an earlier one, else
  *                   by validate.c's full checks, recorded (tj_call_bind)
  *      launch.c     packing the arguments and running a CPU kernel
- *                   (tj_call_launch), cuda.c for a CUDA one
+ *                   (tj_call_launch), cuda.c for a CUDA one; packed once
+ *                   and run again (launch.h)
  *   2  validate.c   the full checks of the arguments, symbol binding, and
  *                   outputs (tj_call_set_output)
  *      cuda.c       the CUDA driver, per-context modules, CUDA launches

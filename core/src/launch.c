@@ -1,4 +1,7 @@
-/* Packing bound arguments and running the kernel. */
+/* Packing bound arguments and running the kernel: at once (tj_call_launch), or
+ * packed once and run again (tj__launch_pack, for bound launches). */
+#include "launch.h"
+
 #include "frame.h"
 #include "internal.h"
 #include "target_cuda.h"
@@ -41,28 +44,76 @@ static void zero_workspaces(const tj_frame *f) {
   }
 }
 
-int tj_call_launch(tj_frame *f) {
-  TJ__REFUSE_NULL("tj_call_launch", f);
+/* Every output and workspace was set (tj_call_set_output). */
+static int check_allocated(const tj_frame *f) {
   const tj_kernel *k = f->kernel;
   for (int32_t o = 0; o < k->nallocs; ++o)
     if (f->params[k->output_params[o]] == NULL)
       return tj_set_error(TJ_ERUNTIME, "%s: %s '%s' was not allocated", k->name,
                           o < k->noutputs ? "output" : "workspace",
                           k->params[k->output_params[o]].name);
-  if (k->target == TJ_TARGET_CUDA) return tj__cuda_launch(f);
-  if (f->stream != NULL)
+  return TJ_OK;
+}
+
+/* A CPU kernel runs on the calling thread, with no stream. */
+static int cpu_ready(const tj_kernel *k, const void *stream) {
+  if (stream != NULL)
     return tj_set_error(TJ_EVALUE,
                         "%s: a stream was given to a cpu kernel, which runs synchronously on the "
                         "calling thread (pass stream=None or 0)",
                         k->name);
   if (k->entry == NULL)
     return tj_set_error(TJ_ERUNTIME, "%s: no kernel library is loaded", k->name);
+  return TJ_OK;
+}
+
+/* Runs a CPU kernel on its packed arguments. */
+static int cpu_run(const tj_frame *f, const tj_value *values) {
+  const tj_kernel *k = f->kernel;
   if (k->zero_fill) zero_workspaces(f);
-  tj_value values[TJ_MAX_ABI_ARGS];
-  pack(f, values);
   int32_t status = k->entry(values);
   if (status != 0)
     return tj_set_error(TJ_ERUNTIME, "%s: the kernel returned status %d (0 is success)", k->name,
                         (int)status);
   return TJ_OK;
+}
+
+int tj_call_launch(tj_frame *f) {
+  TJ__REFUSE_NULL("tj_call_launch", f);
+  const tj_kernel *k = f->kernel;
+  int rc = check_allocated(f);
+  if (rc) return rc;
+  if (k->target == TJ_TARGET_CUDA) return tj__cuda_launch(f);
+  if ((rc = cpu_ready(k, f->stream))) return rc;
+  tj_value values[TJ_MAX_ABI_ARGS];
+  pack(f, values);
+  return cpu_run(f, values);
+}
+
+int tj__launch_pack(const tj_frame *f, tj__packed *p) {
+  const tj_kernel *k = f->kernel;
+  p->cuda = NULL;
+  int rc = check_allocated(f);
+  if (rc) return rc;
+  if (k->target == TJ_TARGET_CUDA) return tj__cuda_pack(f, &p->cuda);
+  if ((rc = cpu_ready(k, NULL))) return rc;
+  pack(f, p->values);
+  return TJ_OK;
+}
+
+int tj__launch_repack(const tj_frame *f, tj__packed *p) {
+  if (f->kernel->target == TJ_TARGET_CUDA) return tj__cuda_repack(f, p->cuda);
+  pack(f, p->values);
+  return TJ_OK;
+}
+
+int tj__launch_replay(const tj_frame *f, const tj__packed *p, void *stream) {
+  if (f->kernel->target == TJ_TARGET_CUDA) return tj__cuda_replay(f, p->cuda, stream);
+  int rc = cpu_ready(f->kernel, stream);
+  return rc ? rc : cpu_run(f, p->values);
+}
+
+void tj__launch_unpack(tj__packed *p) {
+  tj__cuda_packed_free(p->cuda);
+  p->cuda = NULL;
 }

@@ -14,6 +14,19 @@ int tj__cuda_modules_create(tj_kernel *k);
 int tj__cuda_launch(const tj_frame *f);
 /* Waits for the work enqueued on the frame's stream (cuStreamSynchronize). */
 int tj__cuda_wait(const tj_frame *f);
+/* Launches packed once (launch.h): configurations, tensor maps and parameter
+ * arrays of frame `f`, made by tj__cuda_pack (*out owned by the caller, also
+ * after a failure; free with tj__cuda_packed_free), packed again by
+ * tj__cuda_repack after an argument changed, and enqueued on `stream` by
+ * tj__cuda_replay, which loads no module while the stream is captured. */
+typedef struct tj__cuda_packed tj__cuda_packed;
+int tj__cuda_pack(const tj_frame *f, tj__cuda_packed **out);
+int tj__cuda_repack(const tj_frame *f, tj__cuda_packed *p);
+int tj__cuda_replay(const tj_frame *f, const tj__cuda_packed *p, void *stream);
+void tj__cuda_packed_free(tj__cuda_packed *p);
+/* 1 when `stream` is being captured into a CUDA graph (the driver says so);
+ * 0 otherwise, or with no driver loaded. */
+int tj__cuda_capturing(const tj_kernel *k, void *stream);
 /* Unloads the kernel's modules from their contexts and frees k->cuda. */
 void tj__cuda_free(tj_kernel *k);
 /* Closes the driver and forgets the retained primary contexts, so that the

@@ -837,3 +837,23 @@ int tj_call_set_output(tj_frame *frame, int32_t i, tj_arg *arg) {
   frame->params[index] = arg;
   return TJ_OK;
 }
+
+int tj__check_replacement(tj_frame *frame, int32_t index, const tj_arg *arg) {
+  const tj_kernel *k = frame->kernel;
+  binder b;
+  binder_init(&b, k, frame);
+  /* Every symbol keeps its value: the tensor is checked against them, as an
+   * output is, and on the device the call is bound to. */
+  for (int32_t s = 0; s < k->nsymbols; ++s) b.bound_by[s] = BOUND_BY_INPUTS;
+  if (arg->kind != TJ_ARG_TENSOR) {
+    char msg[200];
+    snprintf(msg, sizeof(msg), "expected a tensor to replace the bound one, got %s",
+             kind_name(arg));
+    return fail(&b, TJ_ETYPE, index, msg);
+  }
+  for (int32_t i = 0; i < k->nparams; ++i)
+    if (k->params[i].position == frame->first_tensor && k->params[i].output < 0) b.device_param = i;
+  int rc = check_buffer(&b, index, arg);
+  if (!rc && k->params[index].has_complex) rc = check_complex(&b, index, arg);
+  return rc;
+}

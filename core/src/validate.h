@@ -30,4 +30,9 @@ static inline int tj__span_fits(const DLTensor *t, uint64_t below, uint64_t abov
 /* 1 when a scalar argument is of a kind the parameter takes, within range. */
 int tj__scalar_fits(const tj__param *p, const tj_arg *arg);
 
+/* Checks tensor `arg` in place of input buffer parameter `index` of a bound
+ * frame, every symbol keeping its value and the device the frame's: what a
+ * bound launch's update allows (tj_bound_update). Borrows both. */
+int tj__check_replacement(tj_frame *frame, int32_t index, const tj_arg *arg);
+
 #endif /* TILEJIT_VALIDATE_H_ */

@@ -298,6 +298,7 @@ void fh_host(tj_host *host) {
   host->object_type = object_type;
   host->release = release;
   host->type_offset = (intptr_t)offsetof(fh_object, type);
+  host->float_value_offset = (intptr_t)offsetof(fh_object, f);
   host->sequence_size = sequence_size;
   host->sequence_item = sequence_item;
   host->tuple_new = tuple_new;

@@ -426,6 +426,131 @@ TEST(call_run_no_tensor_fallback) {
   tj_kernel_free(k);
 }
 
+/* ---- Bound launches (tj_bound) --------------------------------------------------- */
+
+TEST(bound_launch_binds_once_and_replays) {
+  memset(&rec, 0, sizeof(rec));
+  rec.own = 1;
+  tj_kernel *k = adder(TJ_BUF_OUTPUT);
+  tjt_object a, b;
+  object_tensor(&a, a_data, 8);
+  object_tensor(&b, b_data, 8);
+  tj_arg args[2];
+  object_arg(&args[0], &a);
+  object_arg(&args[1], &b);
+  void *outputs[1] = {NULL};
+  tj_call call = {args, 2, 0, NULL, outputs};
+  tj_bound *bound = NULL;
+  CHECK_OK(tj_bound_create(k, &call, &bound));
+  /* Imported, validated and allocated once; the records moved in. */
+  CHECK_EQ_INT(rec.imports, 2);
+  CHECK_EQ_INT(rec.allocations, 1);
+  CHECK(outputs[0] == &rec.outs[0]);
+  CHECK_EQ_INT(args[0].kind, TJ_ARG_NONE);
+  CHECK(rec.out_data[0][7] == 0.0f); /* nothing ran yet */
+  CHECK_EQ_INT(tj_bound_frame(bound)->symbols[0], 8);
+  for (int i = 0; i < 3; ++i) CHECK_OK(tj_bound_launch(bound, 0, NULL));
+  CHECK(rec.out_data[0][7] == 88.0f);
+  CHECK_EQ_INT(rec.imports, 2);
+  CHECK_EQ_INT(rec.allocations, 1);
+  CHECK_EQ_INT(rec.deletes, 0); /* the imports are kept */
+  /* A CPU kernel takes no stream. */
+  CHECK_STATUS(tj_bound_launch(bound, 1, (void *)0x1234), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("vec_add: a stream was given to a cpu kernel");
+  CHECK_OK(tj_bound_launch(bound, 1, NULL));
+  tj_bound_free(bound);
+  CHECK_EQ_INT(rec.deletes, 2);
+  tj_bound_free(NULL);
+  tj_kernel_free(k);
+}
+
+TEST(bound_launch_update) {
+  memset(&rec, 0, sizeof(rec));
+  tj_kernel *k = adder(TJ_BUF_OUTPUT);
+  static float other[8] = {100, 100, 100, 100, 100, 100, 100, 100}, wide[9];
+  tjt_object a, b, c, d;
+  object_tensor(&a, a_data, 8);
+  object_tensor(&b, b_data, 8);
+  tj_arg args[2], fresh;
+  object_arg(&args[0], &a);
+  object_arg(&args[1], &b);
+  void *outputs[1];
+  tj_call call = {args, 2, 0, NULL, outputs};
+  tj_bound *bound = NULL;
+  CHECK_OK(tj_bound_create(k, &call, &bound));
+  object_tensor(&c, other, 8);
+  object_arg(&fresh, &c);
+  CHECK_OK(tj_bound_update(bound, 1, &fresh));
+  CHECK_OK(tj_bound_launch(bound, 0, NULL));
+  CHECK(rec.out_data[0][0] == 101.0f && rec.out_data[0][7] == 108.0f);
+  /* Another shape, dtype or alignment: refused naming the argument; the
+   * launch is unchanged. */
+  object_tensor(&d, wide, 9);
+  object_arg(&fresh, &d);
+  CHECK_STATUS(tj_bound_update(bound, 1, &fresh), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(),
+               "vec_add: argument 1 'B': expected shape[0] == n (= 8, bound by the inputs), got 9");
+  CHECK_EQ_INT(tj_last_error_info()->argument, 1);
+  object_tensor(&d, other, 8);
+  d.tensor.t.dtype = TJT_F64;
+  object_arg(&fresh, &d);
+  CHECK_STATUS(tj_bound_update(bound, 0, &fresh), TJ_EVALUE);
+  CHECK_ERROR_STARTS_WITH("vec_add: argument 0 'A': expected dtype float32, got float64");
+  object_tensor(&d, other, 8);
+  d.tensor.t.byte_offset = 2;
+  object_arg(&fresh, &d);
+  CHECK_STATUS(tj_bound_update(bound, 0, &fresh), TJ_EVALUE);
+  CHECK_ERROR_STARTS_WITH("vec_add: argument 0 'A': expected the data pointer aligned to 4 bytes");
+  object_tensor(&d, other, 8);
+  d.tensor.t.device.device_type = kDLCUDA;
+  object_arg(&fresh, &d);
+  CHECK_STATUS(tj_bound_update(bound, 0, &fresh), TJ_EVALUE);
+  CHECK_ERROR_STARTS_WITH(
+      "vec_add: argument 0 'A': expected a cpu tensor, got a tensor on device "
+      "cuda:0");
+  tj_arg_init(&fresh);
+  fresh.kind = TJ_ARG_FLOAT;
+  CHECK_STATUS(tj_bound_update(bound, 0, &fresh), TJ_ETYPE);
+  CHECK_EQ_STR(tj_last_error(),
+               "vec_add: argument 0 'A': expected a tensor to replace the bound one, got float");
+  tj_arg_init(&fresh);
+  CHECK_STATUS(tj_bound_update(bound, 2, &fresh), TJ_EVALUE);
+  CHECK_EQ_STR(tj_last_error(), "vec_add: no argument 2 to update (the kernel takes 2)");
+  CHECK_OK(tj_bound_launch(bound, 0, NULL));
+  CHECK(rec.out_data[0][7] == 108.0f);
+  tj_bound_free(bound);
+  tj_kernel_free(k);
+}
+
+TEST(bound_launch_failures_own_the_records) {
+  memset(&rec, 0, sizeof(rec));
+  rec.own = 1;
+  tj_kernel *k = adder(TJ_BUF_OUTPUT);
+  static float short_b[7];
+  tjt_object a, b;
+  object_tensor(&a, a_data, 8);
+  object_tensor(&b, short_b, 7);
+  tj_arg args[2];
+  object_arg(&args[0], &a);
+  object_arg(&args[1], &b);
+  void *outputs[1] = {(void *)1};
+  tj_call call = {args, 2, 0, NULL, outputs};
+  tj_bound *bound = (tj_bound *)1;
+  CHECK_STATUS(tj_bound_create(k, &call, &bound), TJ_EVALUE);
+  CHECK(bound == NULL && outputs[0] == NULL);
+  CHECK_ERROR_STARTS_WITH(
+      "vec_add: argument 1 'B': expected shape[0] == n (= 8, bound by argument 0 "
+      "'A'), got 7");
+  CHECK_EQ_INT(rec.deletes, 2);
+  /* The count is checked first, as a call's. */
+  object_arg(&args[0], &a);
+  call.nargs = 1;
+  CHECK_STATUS(tj_bound_create(k, &call, &bound), TJ_ETYPE);
+  CHECK_ERROR_STARTS_WITH("vec_add: expected 2 arguments (A, B), got 1");
+  CHECK_EQ_INT(rec.deletes, 2); /* nothing was imported */
+  tj_kernel_free(k);
+}
+
 /* ---- A framework's claim (tj_claim) ------------------------------------------ */
 
 static int grad_mode, grad_asks;

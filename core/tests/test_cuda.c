@@ -74,13 +74,13 @@ static const char SCALE_PTX[] =
     "  .param .u64 scale_param_2\n"
     ")\n{\n  ret;\n}\n";
 
-static tj_kernel *scale_kernel(int64_t smem) {
+static tj_kernel *scale_kernel_flags(int64_t smem, uint32_t c_flags) {
   tj_kernel *k = NULL;
   CHECK_OK(tj_kernel_create("scale", 2, TJ_TARGET_CUDA, &k));
   CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
   int32_t n = tjt_sym(k, 0), one = tjt_const(k, 1);
   tjt_buffer(k, 0, "A", TJT_F32, 1, &n, NULL, 0, TJ_BUF_CONST);
-  tjt_buffer(k, 1, "C", TJT_F32, 1, &n, NULL, 0, TJ_BUF_OUTPUT);
+  tjt_buffer(k, 1, "C", TJT_F32, 1, &n, NULL, 0, c_flags);
   int32_t grid[3] = {tjt_binop_const(k, "ceildiv(n, 128)", 0, TJ_OP_CEILDIV, 128), one, one};
   int32_t block[3] = {tjt_const(k, 128), one, one};
   int32_t shared = smem < 0 ? tjt_binop_const(k, "n * 4", 0, TJ_OP_MUL, 4) : tjt_const(k, smem);
@@ -89,6 +89,8 @@ static tj_kernel *scale_kernel(int64_t smem) {
   CHECK_OK(tj_kernel_set_image(k, SCALE_PTX, (int64_t)sizeof(SCALE_PTX) - 1, "scale"));
   return k;
 }
+
+static tj_kernel *scale_kernel(int64_t smem) { return scale_kernel_flags(smem, TJ_BUF_OUTPUT); }
 
 #define DEVICE_PTR(a) ((void *)(uintptr_t)(a))
 
@@ -260,11 +262,13 @@ TEST(cuda_launch_records_everything) {
   CHECK_RECORDED(
       "\"fn\": \"cuModuleGetFunction\", \"result\": 0, \"context\": 0, \"module\": 1, "
       "\"name\": \"pack\", \"param_sizes\": [8, 4, 8, 4, 1, 1, 2, 8, 8, 8, 8, 8, 8]");
-  /* No context was current: device 0's primary context, pushed and popped. */
+  /* No context was current: device 0's primary context, made current and
+   * left so, never pushed. */
   CHECK_RECORDED(
       "\"fn\": \"cuDevicePrimaryCtxRetain\", \"result\": 0, \"context\": -1, \"device\": 0");
-  CHECK_EQ_INT(fake.count("cuCtxPushCurrent_v2"), 1);
-  CHECK_EQ_INT(fake.count("cuCtxPopCurrent_v2"), 1);
+  CHECK_RECORDED("\"fn\": \"cuCtxSetCurrent\", \"result\": 0, \"context\": 0, \"set\": 0");
+  CHECK_EQ_INT(fake.count("cuCtxPushCurrent_v2"), 0);
+  CHECK_EQ_INT(fake.count("cuCtxPopCurrent_v2"), 0);
   CHECK_EQ_INT(fake.count("cuFuncSetAttribute"), 0); /* 4000 bytes need no opt-in */
   tj_kernel_free(k);
   CHECK_RECORDED("\"fn\": \"cuModuleUnload\", \"result\": 0, \"context\": 0, \"module\": 1");
@@ -286,8 +290,11 @@ TEST(cuda_module_once_per_context) {
       "\"fn\": \"cuLaunchKernel\", \"result\": 0, \"context\": 1, \"function\": "
       "\"scale\", \"module\": 2, \"grid\": [8, 1, 1]");
   CHECK_EQ_INT(fake.count("cuLaunchKernel"), 5);
-  CHECK_EQ_INT(fake.count("cuCtxPushCurrent_v2"), 5);
-  CHECK_EQ_INT(fake.count("cuCtxPopCurrent_v2"), 5);
+  /* Device 0's primary context was made current by the first launch; device
+   * 1's is pushed around each of its launches, leaving device 0's current. */
+  CHECK_EQ_INT(fake.count("cuCtxSetCurrent"), 1);
+  CHECK_EQ_INT(fake.count("cuCtxPushCurrent_v2"), 2);
+  CHECK_EQ_INT(fake.count("cuCtxPopCurrent_v2"), 2);
   /* A device the driver does not have. */
   CHECK_STATUS(launch_scale(k, 1000, 5, NULL), TJ_ERUNTIME);
   CHECK_ERROR_CONTAINS(
@@ -315,6 +322,169 @@ TEST(cuda_current_context_used) {
   CHECK_EQ_INT(fake.count("cuModuleLoadData"), 1);
   fake.set_current(-1);
   tj_kernel_free(k);
+}
+
+/* The names of the calls recorded since the last reset, space-separated. */
+static const char *recorded_calls(char *buf, size_t size) {
+  const char *all = fake.json(), *p = all;
+  size_t used = 0;
+  buf[0] = 0;
+  while ((p = strstr(p, "{\"fn\": \"")) != NULL) {
+    p += 8;
+    const char *end = strchr(p, '"');
+    int n = snprintf(buf + used, size - used, "%s%.*s", used ? " " : "", (int)(end - p), p);
+    if (n < 0 || (size_t)n >= size - used) break;
+    used += (size_t)n;
+    p = end;
+  }
+  return buf;
+}
+
+TEST(cuda_steady_state_driver_calls) {
+  use_fake();
+  tj_kernel *k = scale_kernel(0);
+  char calls[2048];
+  /* No current context: the first launch retains the primary context and
+   * makes it current; every later one is one query and the launch. */
+  CHECK_OK(launch_scale(k, 100, 0, NULL));
+  CHECK_EQ_INT(fake.count("cuCtxSetCurrent"), 1);
+  fake.reset();
+  CHECK_OK(launch_scale(k, 100, 0, NULL));
+  CHECK_OK(launch_scale(k, 100, 0, NULL));
+  CHECK_EQ_STR(recorded_calls(calls, sizeof(calls)),
+               "cuCtxGetCurrent cuLaunchKernel cuCtxGetCurrent cuLaunchKernel");
+  /* The thread's own current context on the device (torch's): the same two. */
+  fake.set_current(0);
+  fake.reset();
+  CHECK_OK(launch_scale(k, 100, 0, NULL));
+  CHECK_EQ_STR(recorded_calls(calls, sizeof(calls)), "cuCtxGetCurrent cuLaunchKernel");
+  fake.set_current(-1);
+  tj_kernel_free(k);
+}
+
+/* The fake's stream capture (cuStreamBeginCapture / cuStreamEndCapture). */
+static void capture(uintptr_t stream, int begin) {
+  void *fn = dlsym(fake.handle, begin ? "cuStreamBeginCapture_v2" : "cuStreamEndCapture");
+  CHECK(fn != NULL);
+  if (begin) {
+    CHECK_EQ_INT(((int (*)(void *, int))fn)(DEVICE_PTR(stream), 0), 0);
+  } else {
+    void *graph = NULL;
+    CHECK_EQ_INT(((int (*)(void *, void **))fn)(DEVICE_PTR(stream), &graph), 0);
+  }
+}
+
+/* The fake's records from the last launch on: what one launch did. */
+static void last_launch(char *buf, size_t size) {
+  const char *all = fake.json(), *at = strstr(all, "\"fn\": \"cuLaunchKernel\"");
+  snprintf(buf, size, "%s", at ? at : "(no launch)");
+}
+
+TEST(cuda_bound_launch) {
+  use_fake();
+  tj_kernel *k = scale_kernel_flags(0, 0);
+  tjt_tensor a, c;
+  cuda_tensor(&a, 0x10000000, 1000, 0);
+  cuda_tensor(&c, 0x20000000, 1000, 0);
+  tj_arg args[2];
+  tjt_arg_tensor(&args[0], &a, 0);
+  tjt_arg_tensor(&args[1], &c, 0);
+  tj_call call = {args, 2, 0, NULL, NULL};
+  tj_bound *bound = NULL;
+  CHECK_OK(tj_bound_create(k, &call, &bound));
+  CHECK_EQ_INT(fake.count("cuLaunchKernel"), 0); /* bound, packed, nothing launched */
+  /* The first launch loads the module; then a launch is one query and the
+   * launch, recorded as the direct call records it. */
+  CHECK_OK(tj_bound_launch(bound, 1, DEVICE_PTR(0x55)));
+  char calls[2048], bound_launch[2048], direct[2048];
+  fake.reset();
+  CHECK_OK(tj_bound_launch(bound, 1, DEVICE_PTR(0x55)));
+  CHECK_EQ_STR(recorded_calls(calls, sizeof(calls)), "cuCtxGetCurrent cuLaunchKernel");
+  last_launch(bound_launch, sizeof(bound_launch));
+  fake.reset();
+  tj_arg args2[2];
+  tjt_arg_tensor(&args2[0], &a, 0);
+  tjt_arg_tensor(&args2[1], &c, 0);
+  tj_frame f;
+  CHECK_OK(tj_call_bind(k, args2, 2, &f));
+  f.stream = DEVICE_PTR(0x55);
+  CHECK_OK(tj_call_launch(&f));
+  last_launch(direct, sizeof(direct));
+  CHECK_EQ_STR(bound_launch, direct);
+  CHECK_RECORDED("\"grid\": [8, 1, 1], \"block\": [128, 1, 1], \"shared_mem\": 0, \"stream\": 85");
+  /* The stream is each launch's. */
+  CHECK_OK(tj_bound_launch(bound, 1, DEVICE_PTR(0x66)));
+  CHECK_RECORDED("\"stream\": 102");
+  /* A new tensor of the same shape: the next launch passes its address. */
+  tjt_tensor c2;
+  cuda_tensor(&c2, 0x30000000, 1000, 0);
+  tj_arg fresh;
+  tjt_arg_tensor(&fresh, &c2, 0);
+  CHECK_OK(tj_bound_update(bound, 1, &fresh));
+  char h[20], want[200];
+  fake.reset();
+  CHECK_OK(tj_bound_launch(bound, 1, DEVICE_PTR(0x55)));
+  snprintf(want, sizeof(want), "\"%s\"", hex(0x30000000, 8, h));
+  CHECK_RECORDED(want);
+  /* Another device: refused, naming the argument. */
+  cuda_tensor(&c2, 0x30000000, 1000, 1);
+  tjt_arg_tensor(&fresh, &c2, 0);
+  CHECK_STATUS(tj_bound_update(bound, 1, &fresh), TJ_EVALUE);
+  CHECK_EQ_STR(
+      tj_last_error(),
+      "scale: argument 1 'C': expected device cuda:0 (that of argument 0 'A'), got cuda:1");
+  /* Kept across a capture: the launch is captured, nothing forbidden. */
+  fake.reset();
+  capture(0x55, 1);
+  CHECK_OK(tj_bound_launch(bound, 1, DEVICE_PTR(0x55)));
+  capture(0x55, 0);
+  CHECK_RECORDED("\"stream\": 85, \"args\"");
+  CHECK_RECORDED("\"captured\": 1");
+  CHECK_EQ_INT(((int (*)(void))dlsym(fake.handle, "fake_cuda_forbidden"))(), 0);
+  tj_bound_free(bound);
+  tj_kernel_free(k);
+}
+
+TEST(cuda_capture_loads_no_module) {
+  use_fake();
+  int (*forbidden)(void) = (int (*)(void))dlsym(fake.handle, "fake_cuda_forbidden");
+  /* A kernel whose module is not loaded, first called while its stream is
+   * captured: refused, saying why, and nothing forbidden reached the driver. */
+  tj_kernel *k = scale_kernel(0);
+  CHECK_OK(launch_scale(k, 10, 1, NULL)); /* device 1 only */
+  capture(0x77, 1);
+  CHECK_STATUS(launch_scale(k, 10, 0, DEVICE_PTR(0x77)), TJ_ERUNTIME);
+  CHECK_ERROR_STARTS_WITH(
+      "scale: the kernel's module is not loaded on cuda:0, and stream 0x77 is being captured "
+      "into a CUDA graph, where no module may be loaded: call kernel.warmup()");
+  capture(0x77, 0);
+  CHECK_EQ_INT(forbidden(), 0);
+  /* Loaded ahead (tj_kernel_warmup), the first launch in a capture runs. */
+  CHECK_OK(tj_kernel_warmup(k, 0));
+  CHECK_EQ_INT(fake.count("cuModuleLoadData"), 2);
+  capture(0x77, 1);
+  CHECK_OK(launch_scale(k, 10, 0, DEVICE_PTR(0x77)));
+  capture(0x77, 0);
+  CHECK_EQ_INT(forbidden(), 0);
+  CHECK_RECORDED("\"captured\": 1");
+  tj_kernel_free(k);
+  /* Warm-up with -1: the thread's current context, if any; a CPU kernel has
+   * nothing to load. */
+  k = scale_kernel(0);
+  int before = fake.count("cuModuleLoadData");
+  fake.set_current(-1);
+  CHECK_OK(tj_kernel_warmup(k, -1));
+  CHECK_EQ_INT(fake.count("cuModuleLoadData"), before);
+  fake.set_current(1);
+  CHECK_OK(tj_kernel_warmup(k, -1));
+  CHECK_OK(tj_kernel_warmup(k, -1));
+  CHECK_EQ_INT(fake.count("cuModuleLoadData"), before + 1);
+  CHECK_RECORDED("\"fn\": \"cuModuleLoadData\", \"result\": 0, \"context\": 1");
+  fake.set_current(-1);
+  tj_kernel_free(k);
+  tj_kernel *cpu = tjt_vec_add(0, 1);
+  CHECK_OK(tj_kernel_warmup(cpu, 0));
+  tj_kernel_free(cpu);
 }
 
 TEST(cuda_dynamic_shared_memory) {
@@ -354,8 +524,13 @@ TEST(cuda_launch_error_message) {
       "scale: cuLaunchKernel(grid (8, 1, 1), block (128, 1, 1), shared memory 0 bytes, stream "
       "0x99) failed: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (too many resources requested for "
       "launch)");
-  /* The context pushed for the launch was popped on the error path too. */
-  CHECK_EQ_INT(fake.count("cuCtxPushCurrent_v2"), fake.count("cuCtxPopCurrent_v2"));
+  /* A context pushed for a launch is popped on the error path too. */
+  fake.set_current(1);
+  fake.fail("cuLaunchKernel", 701, 1);
+  CHECK_STATUS(launch_scale(k, 1000, 0, NULL), TJ_ERUNTIME);
+  CHECK_EQ_INT(fake.count("cuCtxPushCurrent_v2"), 1);
+  CHECK_EQ_INT(fake.count("cuCtxPopCurrent_v2"), 1);
+  fake.set_current(-1);
   CHECK_OK(launch_scale(k, 1000, 0, NULL));
   /* An error code the driver cannot name. */
   fake.fail("cuLaunchKernel", 12345, 1);

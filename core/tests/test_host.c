@@ -227,7 +227,8 @@ TEST(host_call_described_kinds) {
   tj_kernel *k = mix_kernel(1);
   setup s;
   setup_init(&s, k);
-  s.host.type_offset = -1; /* types through object_type and release: as many of each */
+  s.host.type_offset = -1;        /* types through object_type and release: as many of each */
+  s.host.float_value_offset = -1; /* floats through double_of */
   /* NumPy-style scalars: a float through __float__, an integer through __index__,
    * a bool by truth; and something else, refused with its name. */
   static const tj_host_type f32_info = {TJ_HOST_FLOAT, NULL, "numpy.float32"};

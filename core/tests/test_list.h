@@ -55,6 +55,9 @@
   X(call_run_streams)                              \
   X(call_run_releases_owned_imports)               \
   X(call_run_no_tensor_fallback)                   \
+  X(bound_launch_binds_once_and_replays)           \
+  X(bound_launch_update)                           \
+  X(bound_launch_failures_own_the_records)         \
   X(call_run_claims)                               \
   X(call_run_claims_asked)                         \
   X(call_run_claims_skip_objects_without_a_record) \
@@ -132,6 +135,9 @@
   X(cuda_launch_records_everything)                \
   X(cuda_module_once_per_context)                  \
   X(cuda_current_context_used)                     \
+  X(cuda_steady_state_driver_calls)                \
+  X(cuda_bound_launch)                             \
+  X(cuda_capture_loads_no_module)                  \
   X(cuda_dynamic_shared_memory)                    \
   X(cuda_launch_error_message)                     \
   X(cuda_missing_function)                         \

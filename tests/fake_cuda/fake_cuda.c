@@ -23,7 +23,10 @@
  * argument as the kernel's parameter has (a CUtensorMap: 128);
  * cuTensorMapEncodeTiled and cuTensorMapEncodeIm2col record their arguments and
  * write a map whose bytes name them; cuMemsetD8Async and cuStreamSynchronize
- * record theirs.
+ * record theirs. Stream capture (cuStreamBeginCapture, cuStreamIsCapturing,
+ * cuStreamEndCapture) is modelled as the driver's default global mode: a launch
+ * on a captured stream is recorded with "captured": 1, and a call the driver
+ * refuses during a capture fails, is counted and breaks the capture.
  *
  * Control, for tests (dlsym / ctypes on the same library path the core
  * loads, which is the same loaded copy):
@@ -35,6 +38,13 @@
  *   fake_cuda_set_current(device)     make a device's primary context current
  *                                     on the calling thread (-1: none)
  *   fake_cuda_count(fn)               recorded calls of fn ("" or NULL: all)
+ *   fake_cuda_forbidden()             calls made while a stream was captured
+ *                                     that the driver refuses then (module
+ *                                     load or unload, cuMemAlloc,
+ *                                     cuStreamSynchronize): each fails with
+ *                                     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+ *                                     is recorded with "forbidden_in_capture"
+ *                                     and invalidates the captures
  *   fake_cuda_json()                  every record, as a JSON array; the
  *                                     string lives until the next call
  * FAKE_CUDA_LOG=path also appends each record to that file as a JSON line.
@@ -115,6 +125,14 @@ typedef int CUtensorMapSwizzle;
 typedef int CUtensorMapL2promotion;
 typedef int CUtensorMapFloatOOBfill;
 typedef unsigned long long CUdeviceptr;
+typedef int CUstreamCaptureMode;
+typedef int CUstreamCaptureStatus;
+typedef struct CUgraph_st *CUgraph;
+#define CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED 900
+#define CUDA_ERROR_STREAM_CAPTURE_INVALIDATED 901
+#define CU_STREAM_CAPTURE_STATUS_NONE 0
+#define CU_STREAM_CAPTURE_STATUS_ACTIVE 1
+#define CU_STREAM_CAPTURE_STATUS_INVALIDATED 2
 #endif
 
 #define EXPORT __attribute__((visibility("default")))
@@ -174,6 +192,16 @@ static record *g_records, **g_records_tail = &g_records;
 static failure g_failures[16];
 static int g_nfailures;
 static char *g_json;
+
+/* Streams being captured (cuStreamBeginCapture), each until its
+ * cuStreamEndCapture; a capture a forbidden call broke is invalidated. */
+#define MAX_CAPTURES 8
+static struct {
+  CUstream stream;
+  int invalidated;
+} g_captures[MAX_CAPTURES];
+static int g_ncaptures;
+static int g_forbidden; /* forbidden calls made while a stream was captured */
 
 static _Thread_local CUcontext t_stack[MAX_STACK];
 static _Thread_local int t_depth;
@@ -279,6 +307,31 @@ static CUresult simple(const char *fn, CUresult result) {
   text t = begin(fn, result);
   return finish(&t, fn, result);
 }
+
+/* The capture of `stream`, or -1. */
+static int capture_of(CUstream stream) {
+  for (int i = 0; i < g_ncaptures; ++i)
+    if (g_captures[i].stream == stream) return i;
+  return -1;
+}
+
+/* A call the driver refuses while any stream is captured (in the default,
+ * global capture mode: loading a module, allocating memory, synchronizing):
+ * recorded with "forbidden_in_capture", counted, and the captures broken. */
+static CUresult forbidden_in_capture(const char *fn) {
+  if (g_ncaptures == 0) return CUDA_SUCCESS;
+  ++g_forbidden;
+  for (int i = 0; i < g_ncaptures; ++i) g_captures[i].invalidated = 1;
+  text t = begin(fn, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  put(&t, ", \"forbidden_in_capture\": 1");
+  return finish(&t, fn, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+}
+
+#define REFUSE_IN_CAPTURE(fn)                          \
+  do {                                                 \
+    CUresult forbidden_ = forbidden_in_capture(fn);    \
+    if (forbidden_ != CUDA_SUCCESS) LEAVE(forbidden_); \
+  } while (0)
 
 /* ---- Images ------------------------------------------------------------------- */
 
@@ -565,8 +618,27 @@ EXPORT CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext *ctx) {
   LEAVE(finish(&t, "cuCtxPopCurrent_v2", rc));
 }
 
+/* Replaces the top of the thread's context stack (pushes onto an empty one);
+ * NULL pops it, as the driver documents. */
+EXPORT CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx) {
+  ENTER("cuCtxSetCurrent");
+  int device = context_device(ctx);
+  CUresult rc = ctx == NULL || (device >= 0 && device < MAX_DEVICES) ? CUDA_SUCCESS
+                                                                     : CUDA_ERROR_INVALID_CONTEXT;
+  if (rc == CUDA_SUCCESS && ctx == NULL && t_depth > 0) {
+    --t_depth;
+  } else if (rc == CUDA_SUCCESS && ctx != NULL) {
+    if (t_depth == 0) t_depth = 1;
+    t_stack[t_depth - 1] = ctx;
+  }
+  text t = begin("cuCtxSetCurrent", rc);
+  put(&t, ", \"set\": %d", device);
+  LEAVE(finish(&t, "cuCtxSetCurrent", rc));
+}
+
 EXPORT CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image) {
   ENTER("cuModuleLoadData");
+  REFUSE_IN_CAPTURE("cuModuleLoadData");
   CUresult rc = current() == NULL ? CUDA_ERROR_INVALID_CONTEXT
                 : image == NULL   ? CUDA_ERROR_INVALID_VALUE
                                   : CUDA_SUCCESS;
@@ -600,6 +672,7 @@ EXPORT CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image) {
 
 EXPORT CUresult CUDAAPI cuModuleUnload(CUmodule module) {
   ENTER("cuModuleUnload");
+  REFUSE_IN_CAPTURE("cuModuleUnload");
   fake_module *m = (fake_module *)(void *)module;
   CUresult rc = m && !m->unloaded ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
   /* Kept (marked) rather than freed, so a stale handle is reported, not
@@ -717,6 +790,7 @@ static void put_launch(text *t, CUresult rc, fake_function *fn, unsigned grid[3]
     put_hex(t, params[i], (size_t)fn->sizes[i]);
   }
   put(t, "]");
+  if (capture_of(stream) >= 0) put(t, ", \"captured\": 1");
 }
 
 EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction function, unsigned int grid_x,
@@ -944,9 +1018,67 @@ EXPORT CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr address, unsigned char value
 /* cuStreamSynchronize: records the stream. */
 EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream stream) {
   ENTER("cuStreamSynchronize");
+  REFUSE_IN_CAPTURE("cuStreamSynchronize");
   text t = begin("cuStreamSynchronize", CUDA_SUCCESS);
   put(&t, ", \"stream\": %llu", (unsigned long long)(uintptr_t)stream);
   LEAVE(finish(&t, "cuStreamSynchronize", CUDA_SUCCESS));
+}
+
+/* cuMemAlloc: hands out addresses 1 MiB apart (nothing is allocated); refused
+ * while a stream is captured. */
+EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *address, size_t bytes) {
+  static CUdeviceptr next = 0x7e0000000000ull;
+  ENTER("cuMemAlloc_v2");
+  REFUSE_IN_CAPTURE("cuMemAlloc_v2");
+  CUresult rc = address == NULL || bytes == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+  if (rc == CUDA_SUCCESS) {
+    *address = next;
+    next += 1 << 20;
+  }
+  text t = begin("cuMemAlloc_v2", rc);
+  put(&t, ", \"bytes\": %zu", bytes);
+  LEAVE(finish(&t, "cuMemAlloc_v2", rc));
+}
+
+/* Stream capture: what torch.cuda.graph does around the work it records. The
+ * fake keeps no graph; launches on a captured stream are recorded with
+ * "captured": 1 (and run nothing, as every launch here). */
+EXPORT CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream stream, CUstreamCaptureMode mode) {
+  ENTER("cuStreamBeginCapture_v2");
+  CUresult rc = capture_of(stream) >= 0 || g_ncaptures == MAX_CAPTURES ? CUDA_ERROR_INVALID_VALUE
+                                                                       : CUDA_SUCCESS;
+  if (rc == CUDA_SUCCESS) {
+    g_captures[g_ncaptures].stream = stream;
+    g_captures[g_ncaptures++].invalidated = 0;
+  }
+  text t = begin("cuStreamBeginCapture_v2", rc);
+  put(&t, ", \"stream\": %llu, \"mode\": %d", (unsigned long long)(uintptr_t)stream, (int)mode);
+  LEAVE(finish(&t, "cuStreamBeginCapture_v2", rc));
+}
+
+EXPORT CUresult CUDAAPI cuStreamEndCapture(CUstream stream, CUgraph *graph) {
+  ENTER("cuStreamEndCapture");
+  int i = capture_of(stream);
+  CUresult rc = i < 0                       ? CUDA_ERROR_INVALID_VALUE
+                : g_captures[i].invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+                                            : CUDA_SUCCESS;
+  if (i >= 0) g_captures[i] = g_captures[--g_ncaptures];
+  if (graph != NULL) *graph = NULL;
+  text t = begin("cuStreamEndCapture", rc);
+  put(&t, ", \"stream\": %llu", (unsigned long long)(uintptr_t)stream);
+  LEAVE(finish(&t, "cuStreamEndCapture", rc));
+}
+
+EXPORT CUresult CUDAAPI cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus *status) {
+  ENTER("cuStreamIsCapturing");
+  int i = capture_of(stream);
+  *status = i < 0                       ? CU_STREAM_CAPTURE_STATUS_NONE
+            : g_captures[i].invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                        : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  text t = begin("cuStreamIsCapturing", CUDA_SUCCESS);
+  put(&t, ", \"stream\": %llu, \"status\": %d", (unsigned long long)(uintptr_t)stream,
+      (int)*status);
+  LEAVE(finish(&t, "cuStreamIsCapturing", CUDA_SUCCESS));
 }
 
 /* ---- Control ---------------------------------------------------------------- */
@@ -962,6 +1094,8 @@ EXPORT void fake_cuda_reset(void) {
   g_records_tail = &g_records;
   g_nfailures = 0;
   g_next_module = 1; /* ids label modules in records; loaded ones stay valid */
+  g_ncaptures = 0;
+  g_forbidden = 0;
   g_devices = 2;
   g_major = 8;
   g_minor = 0;
@@ -1015,6 +1149,13 @@ EXPORT int fake_cuda_count(const char *fn) {
   int n = 0;
   pthread_mutex_lock(&g_lock);
   for (record *r = g_records; r; r = r->next) n += fn == NULL || !*fn || strcmp(r->fn, fn) == 0;
+  pthread_mutex_unlock(&g_lock);
+  return n;
+}
+
+EXPORT int fake_cuda_forbidden(void) {
+  pthread_mutex_lock(&g_lock);
+  int n = g_forbidden;
   pthread_mutex_unlock(&g_lock);
   return n;
 }

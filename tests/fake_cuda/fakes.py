@@ -110,6 +110,22 @@ class FakeDriver:
         """Makes `device`'s primary context current on this thread (-1: none)."""
         self._lib.fake_cuda_set_current(device)
 
+    def begin_capture(self, stream: int) -> None:
+        """Starts capturing ``stream`` (``cuStreamBeginCapture``, global mode), as
+        ``torch.cuda.graph`` does."""
+        assert self._lib.cuStreamBeginCapture_v2(c_void_p(stream), 0) == 0
+
+    def end_capture(self, stream: int) -> int:
+        """Ends the capture of ``stream``: 0, or 901 (invalidated) when a forbidden call
+        broke it."""
+        graph = c_void_p()
+        return self._lib.cuStreamEndCapture(c_void_p(stream), ctypes.byref(graph))
+
+    def forbidden(self) -> int:
+        """Calls made while a stream was captured that the driver refuses then (module
+        load, cuMemAlloc, synchronize)."""
+        return self._lib.fake_cuda_forbidden()
+
     def records(self, fn: str | None = None) -> list[dict]:
         """Every recorded call (of `fn` only, if given), oldest first."""
         calls = json.loads(self._lib.fake_cuda_json().decode())

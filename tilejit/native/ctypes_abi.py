@@ -80,6 +80,7 @@ class TjHost(Structure):
     _fields_ += [(name, c_void_p) for name in (
         "describe", "dlpack_capsule", "allocate", "framework_stream", "stream_handle",
         "lazy_view", "producer_error", "claims")]
+    _fields_ += [("float_value_offset", c_ssize_t)]
 
 
 class TjViewBits(Structure):

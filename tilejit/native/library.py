@@ -82,6 +82,7 @@ _PROTOTYPES = {
                                       POINTER(c_int64), POINTER(c_char_p)]),
     "tj_kernel_export_arch": (c_char_p, [c_void_p]),
     "tj_cuda_device_capability": (c_int, [c_int32, POINTER(c_int32), POINTER(c_int32)]),
+    "tj_kernel_warmup": (c_int, [c_void_p, c_int32]),
     "tj_producer_from_exchange": (c_int, [c_void_p, c_void_p, c_void_p]),
     "tj_host_method_install": (None, [c_void_p]),
     "tj_host_dlpack_producer": (None, [c_void_p, c_void_p, c_void_p]),
@@ -236,6 +237,12 @@ class CoreKernel:
         self.num_inputs = nparams - len(allocated)
         self.input_names = tuple(core.tj_kernel_param_name(handle, i).decode()
                                  for i in range(nparams) if i not in allocated)
+
+    def warmup(self, device: int = -1) -> None:
+        """Loads a CUDA kernel's module ahead of its first launch (``tj_kernel_warmup``):
+        into device ``device``'s context, or with -1 into the thread's current context;
+        RuntimeError without a driver. Nothing to do for a CPU kernel."""
+        check(_core.tj_kernel_warmup(self.address, device))
 
     def __del__(self):
         if getattr(self, "address", None) and _core is not None:

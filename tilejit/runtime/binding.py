@@ -245,7 +245,7 @@ def host_table() -> TjHost:
         if _host is None:
             table = TjHost(**{field: _c_function(name) for field, name in _FUNCTIONS.items()},
                            **{field: id(fn) for field, fn in _HOOKS.items()},
-                           type_offset=-1, none=id(None), true_object=id(True), int_type=id(int),
+                           type_offset=-1, float_value_offset=-1, none=id(None), true_object=id(True), int_type=id(int),
                            float_type=id(float), bool_type=id(bool))
             table.exceptions[:] = _exception_classes()
             core_library().tj_host_method_install(addressof(table))
@@ -257,11 +257,15 @@ def host_address() -> int:
     return addressof(host_table())
 
 
-def use_type_offset(offset: int) -> None:
+def use_type_offset(offset: int, float_value_offset: int = -1) -> None:
     """Lets the core read an object's type in place, at byte ``offset`` of the object,
-    instead of calling ``PyObject_Type`` and ``Py_DecRef``: the Cython wrapper states
-    ``offsetof(PyObject, ob_type)`` as the interpreter's headers give it."""
-    host_table().type_offset = offset
+    instead of calling ``PyObject_Type`` and ``Py_DecRef``, and an exact float's value at
+    ``float_value_offset`` instead of calling ``PyFloat_AsDouble``: the Cython wrapper
+    states ``offsetof(PyObject, ob_type)`` and ``offsetof(PyFloatObject, ob_fval)`` as
+    the interpreter's headers give them."""
+    table = host_table()
+    table.type_offset = offset
+    table.float_value_offset = float_value_offset
 
 
 # ---- Kernels -----------------------------------------------------------------------------
@@ -320,3 +324,36 @@ def entry(plan: Plan):
                                           None))
     return _function_new(addressof(_method_def[0]),
                          _capsule_new(plan.address, _PLAN_CAPSULE, None), None)
+
+
+# ---- Bound launches ------------------------------------------------------------------------
+
+_BOUND_CAPSULE = abi.TJ_HOST_BOUND_CAPSULE.encode()
+_bound_defs: dict = {}  # the PyMethodDefs of the bound launches' builtins, alive for the process
+
+
+def _builtin(name: str, self_object):
+    """A builtin function over the core's ``name`` (``tj_host_method``'s shape) with
+    ``self_object`` as its ``self``."""
+    with _lock:
+        if name not in _bound_defs:
+            host_table()
+            address = ctypes.cast(getattr(core_library(), name), c_void_p).value
+            _bound_defs[name] = _MethodDef(name.encode(), address, _METH_FASTCALL_KEYWORDS, None)
+    return _function_new(addressof(_bound_defs[name]), self_object, None)
+
+
+def bind_entry(plan: Plan):
+    """A builtin that binds a call of ``plan`` (``tj_host_bind_method``) with positional
+    arguments, returning ``(address, outputs)``; see `bound_entries`."""
+    return _builtin("tj_host_bind_method", _capsule_new(plan.address, _PLAN_CAPSULE, None))
+
+
+def bound_entries(address: int):
+    """``(launch, update)``: builtins over the host bound launch at ``address`` (made by a
+    `bind_entry` call), whose capsule, released with the last of them, frees it
+    (``tj_host_bound_destroy``): ``launch(stream=None)`` and ``update(position, tensor)``."""
+    destroy = ctypes.cast(core_library().tj_host_bound_destroy, c_void_p).value
+    capsule = _capsule_new(address, _BOUND_CAPSULE, destroy)
+    return (_builtin("tj_host_bound_method", capsule),
+            _builtin("tj_host_bound_update_method", capsule))

@@ -16,7 +16,7 @@ def wrapper_module():
         module = build_tools.load_wrapper()
         module.configure(host_address=binding.host_address(),
                          dlpack_capsule=host.dlpack_capsule, producer_error=host.producer_error)
-        binding.use_type_offset(module.type_offset())
+        binding.use_type_offset(module.type_offset(), module.float_value_offset())
         for exchange in (False, True):
             binding.register(module.TensorView, exchange, module.view_producer_address(exchange))
         host.use_array(module.Array, module.empty)

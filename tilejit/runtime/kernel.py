@@ -13,7 +13,8 @@ from ..native import abi
 from ..native._build import disk_cache
 from ..native.library import CoreKernel
 from . import backends as _backends
-from . import frameworks, host
+from . import binding, frameworks, host
+from .bound import BoundLaunch
 
 _MISSING = object()  # an input a keyword call has not given
 
@@ -63,6 +64,15 @@ class JITKernel:
                                                       signature.entry, prebuilt)
         self._out_order = order
         _backends.bind(self, self.execution_backend, self._core_kernel, order)
+        if signature.target == "cuda":
+            # Loaded ahead on the thread's current device (torch makes its device's
+            # context current), so that a first call inside a graph capture loads
+            # nothing. Any failure (no driver, an image the device refuses) is the
+            # first call's to report.
+            try:
+                self._core_kernel.warmup(-1)
+            except Exception:  # noqa: BLE001, S110 - reported by the call
+                pass
         JITKernel._alive.add(self)
         frameworks.register_traced(self)
         # What the binaries were when loaded, for the torch op's name: the cache may remove
@@ -216,6 +226,38 @@ class JITKernel:
         arguments, then the keywords' values (``kwnames``), as CPython passes them."""
         n = len(items) - len(kwnames)
         return self._keyword_call(items[:n], dict(zip(kwnames, items[n:])))
+
+    def bind(self, /, *args, **keywords) -> BoundLaunch:
+        """A bound launch of this call (`tilejit.runtime.bound.BoundLaunch`): the
+        arguments validated and bound, the outputs allocated and the launch packed once;
+        calling it launches again. Inputs may be given by name, as to a call; the stream
+        is each launch's (``h(stream=s)``).
+
+        >>> h = kernel.bind(a, b)
+        >>> c = h()
+        """
+        args, stream = self._positional(args, keywords)
+        if stream is not None:
+            raise TypeError(f"{self.name}.bind() takes no stream=: each launch takes its "
+                            "own, h(stream=s)")
+        entry = self.__dict__.get("_bind_entry")
+        if entry is None:
+            plan = binding.Plan(self, self._core_kernel, self.execution_backend != "dlpack",
+                                self._out_order)
+            entry = self.__dict__.setdefault("_bind_entry", (binding.bind_entry(plan), plan))
+        return BoundLaunch(self, entry[0], args)
+
+    def warmup(self, device: int | None = None) -> JITKernel:
+        """Loads a CUDA kernel's module on ``device`` (an ordinal; None: the thread's
+        current context, torch's current device), so that its first launch there may
+        happen during a CUDA graph capture; RuntimeError without a driver. A CPU kernel
+        has nothing to load. Compiling and loading a kernel warm it up on the thread's
+        current context already.
+
+        >>> kernel.warmup(1)      # before capturing a graph on cuda:1
+        """
+        self._core_kernel.warmup(-1 if device is None else device)
+        return self
 
     def with_backend(self, name: str) -> JITKernel:
         """The same compiled library behind another execution backend; no recompilation.

@@ -547,7 +547,9 @@ TJ_API int tj_call_set_output(tj_frame *frame, int32_t i, tj_arg *arg);
 /* Packs the arguments and runs the kernel: a CPU kernel synchronously on the
  * calling thread; a CUDA kernel is enqueued on frame->stream with
  * cuLaunchKernel (asynchronous), in the calling thread's current context
- * when it is on the tensors' device, else in that device's primary context.
+ * when it is on the tensors' device, else in that device's primary context:
+ * made current (and left so) on a thread with no current context, pushed for
+ * the launch only on a thread current on another device.
  * Touches no Python state: bindings release the GIL around it. Every output
  * must be set. */
 TJ_API int tj_call_launch(tj_frame *frame);
@@ -599,6 +601,65 @@ typedef struct tj_call {
  * Language bindings run the same sequence through tj_call_run_binding
  * (tilejit/producer.h). */
 TJ_API int tj_call_run(const tj_kernel *kernel, tj_call *call);
+
+/* ---- Bound launches ------------------------------------------------------------ */
+
+/* A call bound once and launched many times: the steps of tj_call_run up to
+ * the launch (count, validation and binding, outputs allocated) run once, and
+ * the launch is packed (a CPU kernel's argument array; a CUDA kernel's
+ * evaluated grid, block and shared memory, encoded tensor maps and parameter
+ * array, attributes included). Each tj_bound_launch then enqueues the same
+ * launch, into the same outputs, choosing only the stream again. Opaque; not
+ * safe to launch from two threads at once (one per thread, or a lock). */
+typedef struct tj_bound tj_bound;
+
+/* Binds `call` (its stream fields are ignored: the stream is each launch's).
+ * The argument records move into the bound launch, which owns their imports
+ * from here on, success or not (the caller's records are left as NONE; their
+ * release is a no-op); what they borrow (a DLTensor's shape and strides, the
+ * data) must outlive the bound launch. call->outputs receives the outputs'
+ * objects as borrowed references, valid until tj_bound_free (NULL where none
+ * was made); the bound launch owns them and the workspaces. On success *out
+ * is a new bound launch: release it with tj_bound_free. On failure *out is
+ * NULL and the error names the argument, as tj_call_run's. */
+TJ_API int tj_bound_create(const tj_kernel *kernel, tj_call *call, tj_bound **out);
+
+/* Launches the bound call again: on `stream` when has_stream is 1, else on
+ * the first tensor's producer's current work stream, asked at this launch
+ * (never kept from an earlier one), else the default stream. A CPU kernel
+ * runs now, on the calling thread (no stream). A CUDA launch in steady state
+ * makes two driver calls (cuCtxGetCurrent and the launch), loads no module
+ * while the stream is being captured into a CUDA graph (the first launch in a
+ * context loads it, or tj_kernel_warmup ahead), allocates nothing and, unless
+ * workspaces were allocated on another stream than the launch's, synchronizes
+ * nothing. */
+TJ_API int tj_bound_launch(tj_bound *bound, int32_t has_stream, void *stream);
+
+/* Replaces caller argument `position`, a tensor, by `arg`: a tensor with the
+ * same dtype, a shape and strides that bind every symbol to the same value,
+ * on the same device, aligned as the parameter declares, writable unless the
+ * parameter is const (tj_call_set_output's checks of an output, with the
+ * message naming the argument). Takes ownership of `arg` in every case (a
+ * TJ_ARG_OBJECT is imported through its producer first); the replaced
+ * tensor's import is released. On failure the bound launch is unchanged. */
+TJ_API int tj_bound_update(tj_bound *bound, int32_t position, tj_arg *arg);
+
+/* The bound frame (symbols, device, arguments), borrowed from the bound
+ * launch: valid until its next update or tj_bound_free. */
+TJ_API const tj_frame *tj_bound_frame(const tj_bound *bound);
+
+/* Releases every import, output and workspace the bound launch owns, and the
+ * bound launch. NULL is allowed. Work it enqueued may still be running: the
+ * caller orders the release of the memory after it, as for any call. */
+TJ_API void tj_bound_free(tj_bound *bound);
+
+/* Loads a CUDA kernel's module ahead of its first launch, so that a launch
+ * inside a CUDA graph capture finds it: into device `device`'s context (the
+ * thread's current one when it is on that device, else the device's primary
+ * context), or with `device` -1 into the calling thread's current context
+ * (nothing when it has none): the device a framework made current, as torch
+ * does. A CPU kernel has nothing to load: TJ_OK. Loads the driver if needed. */
+TJ_API int tj_kernel_warmup(const tj_kernel *kernel, int32_t device);
 
 #ifdef __cplusplus
 }

@@ -137,6 +137,12 @@ struct tj_host {
   void *lazy_view;
   void *producer_error;
   void *claims;
+
+  /* Optional: the byte offset at which an exact float (float_type) keeps its
+   * double (for CPython, offsetof(PyFloatObject, ob_fval), the field
+   * PyFloat_AS_DOUBLE reads, as a binding compiled against the interpreter's
+   * headers states it), read in place; -1: the core asks double_of. */
+  intptr_t float_value_offset;
 };
 
 /* How arguments of one host type are read (tj_host_type.kind). */
@@ -234,6 +240,27 @@ TJ_API void *tj_host_call(const tj_host_plan *plan, void *const *args, size_t na
 #define TJ_HOST_PLAN_CAPSULE "tilejit.host_plan"
 TJ_API void tj_host_method_install(const tj_host *host);
 TJ_API void *tj_host_method(void *self, void *const *args, intptr_t nargs, void *kwnames);
+
+/* Bound launches (tj_bound, tilejit/core.h) for bindings: three more
+ * builtins of tj_host_method's shape. tj_host_bind_method, its `self` a plan
+ * capsule (TJ_HOST_PLAN_CAPSULE), binds a call of the plan's kernel with the
+ * positional arguments (no keywords: the binding maps inputs given by name
+ * first) and returns a new tuple (address, result): `result` the outputs as a
+ * call returns them, `address` (an int) that of a new host bound launch,
+ * which retains the arguments and the plan's kernel object; the binding puts
+ * it at once into a capsule named TJ_HOST_BOUND_CAPSULE whose destructor is
+ * tj_host_bound_destroy, which releases it all. On failure: NULL with the
+ * exception a call raises. tj_host_bound_method, `self` that capsule, launches
+ * it again, taking only stream= (None: the producer's current stream, asked
+ * at this launch), and returns its outputs as the call did.
+ * tj_host_bound_update_method(position, tensor), `self` that capsule, swaps
+ * the tensor argument at `position` (tj_bound_update) and returns None. */
+#define TJ_HOST_BOUND_CAPSULE "tilejit.host_bound"
+TJ_API void *tj_host_bind_method(void *self, void *const *args, intptr_t nargs, void *kwnames);
+TJ_API void *tj_host_bound_method(void *self, void *const *args, intptr_t nargs, void *kwnames);
+TJ_API void *tj_host_bound_update_method(void *self, void *const *args, intptr_t nargs,
+                                         void *kwnames);
+TJ_API void tj_host_bound_destroy(void *capsule);
 
 /* The registry's answer for `type` in a mode (asking tj_host.describe on the
  * first sight of the type): borrowed, or NULL with a host error pending. */

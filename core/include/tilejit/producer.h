@@ -267,6 +267,18 @@ typedef struct tj_call_binding {
 TJ_API int tj_call_run_binding(const tj_kernel *kernel, tj_call *call,
                                const tj_call_binding *binding);
 
+/* tj_bound_create (tilejit/core.h) with host objects, as tj_call_run_binding
+ * runs a call: TJ_ARG_OBJECT arguments are imported through their producers
+ * and kept imported for the bound launch's life; outputs and workspaces come
+ * from the first tensor's producer (or binding->fallback) and are released
+ * by tj_bound_free with binding->host's release (else the producer's host's);
+ * each tj_bound_launch asks the producer for its current stream when none is
+ * given, and drops binding->host's lock around the launch. A call a framework
+ * claims (a tensor that requires grad) cannot be bound: TJ_ETYPE naming the
+ * argument. `binding` is copied; NULL is tj_bound_create. */
+TJ_API int tj_bound_create_binding(const tj_kernel *kernel, tj_call *call,
+                                   const tj_call_binding *binding, tj_bound **out);
+
 #ifdef __cplusplus
 }
 #endif

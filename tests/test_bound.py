@@ -1,0 +1,142 @@
+"""Bound launches (docs/bound-launches.md): ``kernel.bind(*args)`` on CPU kernels, over
+every backend, with torch and NumPy. The CUDA target's are in test_cuda.py."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="these tests run kernels on torch tensors")
+from kernels import VEC_ADD
+
+from tilejit import T
+
+SCALE = r"""
+void scale(const float *X, float *Y, float a, int32_t k, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) Y[i] = a * X[i] + (float)k;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def vec_add(build):
+    n = T.symbol("n")
+    return build("vec_add", [T.Buffer((n,), "float32", name="A", const=True),
+                             T.Buffer((n,), "float32", name="B", const=True),
+                             T.Buffer((n,), "float32", name="C")], VEC_ADD, out_idx=-1)
+
+
+@pytest.fixture(scope="module")
+def scale(build):
+    n = T.symbol("n")
+    return build("scale", [T.Buffer((n,), "float32", name="X", const=True),
+                           T.Buffer((n,), "float32", name="Y"), T.Scalar("float32", name="a"),
+                           T.Scalar("int32", name="k")], SCALE)
+
+
+def test_bind_allocates_once_and_relaunches_into_the_same_outputs(vec_add):
+    a, b = torch.arange(8.0), torch.ones(8)
+    h = vec_add.bind(a, b)
+    c = h.outputs
+    assert isinstance(c, torch.Tensor) and c.shape == (8,)
+    assert h() is c and torch.equal(c, a + b)
+    a += 10  # the bound tensors are the caller's: a relaunch reads them as they are now
+    assert h() is c and torch.equal(c, a + b)
+    assert torch.equal(vec_add(a, b), c)  # the direct call computes the same
+
+
+def test_bind_takes_inputs_by_name_and_numpy(vec_add):
+    a = np.arange(4, dtype=np.float32)
+    h = vec_add.bind(a, B=np.ones(4, np.float32))
+    assert isinstance(h.outputs, np.ndarray)
+    np.testing.assert_array_equal(h(), a + 1)
+
+
+def test_scalars_are_bound_with_the_call(scale):
+    x, y = torch.arange(4.0), torch.zeros(4)
+    h = scale.bind(x, y, 2.0, 3)
+    assert h() is None and h.outputs is None
+    assert torch.equal(y, 2 * x + 3)
+
+
+def test_update_swaps_a_tensor(vec_add):
+    a, b = torch.ones(6), torch.ones(6)
+    h = vec_add.bind(a, b)
+    assert h.update(B=torch.full((6,), 4.0)) is h
+    assert torch.equal(h(), torch.full((6,), 5.0))
+    h.update(A=torch.zeros(6), B=torch.zeros(6))
+    assert torch.equal(h(), torch.zeros(6))
+
+
+def test_update_checks_name_the_kernel_and_the_argument(vec_add, scale):
+    h = vec_add.bind(torch.ones(6), torch.ones(6))
+    with pytest.raises(ValueError, match=r"^vec_add: argument 1 'B': expected shape\[0\] == n "
+                       r"\(= 6, bound by the inputs\), got 7$"):
+        h.update(B=torch.ones(7))
+    with pytest.raises(ValueError, match=r"^vec_add: argument 0 'A': expected dtype float32, "
+                       r"got float64"):
+        h.update(A=torch.ones(6, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"^vec_add: argument 1 'B': .*compact"):
+        h.update(B=torch.ones(12)[::2])
+    with pytest.raises(ValueError, match=r"^vec_add: argument 0 'A': expected the data pointer "
+                       r"aligned to 4 bytes"):
+        h.update(A=_misaligned(6))
+    with pytest.raises(TypeError, match=r"^vec_add: argument 0 'A': expected a tensor to "
+                       r"replace the bound one, got float$"):
+        h.update(A=1.0)
+    with pytest.raises(TypeError, match=r"^vec_add: update\(\) got an unexpected keyword "
+                       r"argument 'C' \(inputs: A, B\)$"):
+        h.update(C=torch.ones(6))
+    hs = scale.bind(torch.ones(2), torch.ones(2), 1.0, 1)
+    with pytest.raises(TypeError, match=r"^scale: argument 2 'a': update swaps a tensor argument "
+                       r"for another; 'a' is not a buffer$"):
+        hs.update(a=2.0)
+    # A failed update leaves the launch as it was.
+    assert torch.equal(h(), torch.full((6,), 2.0))
+
+
+def _misaligned(n):
+    """A float32 tensor whose data starts 2 bytes into an element (through NumPy, which
+    allows any offset)."""
+    raw = np.zeros(4 * n + 4, np.uint8)
+    return torch.from_numpy(raw[2:2 + 4 * n].view(np.float32))
+
+
+def test_bind_refuses_what_a_call_refuses(vec_add):
+    with pytest.raises(ValueError, match=r"^vec_add: argument 1 'B': expected shape\[0\] == n "
+                       r"\(= 4, bound by argument 0 'A'\), got 5$"):
+        vec_add.bind(torch.ones(4), torch.ones(5))
+    with pytest.raises(TypeError, match=r"^vec_add: expected 2 arguments \(A, B\), got 1$"):
+        vec_add.bind(torch.ones(4))
+    with pytest.raises(TypeError, match=r"^vec_add.bind\(\) takes no stream="):
+        vec_add.bind(torch.ones(4), torch.ones(4), stream=0)
+    with pytest.raises(TypeError, match=r"^vec_add: argument 0 'A': a bound launch cannot take a "
+                       r"tensor that requires grad"):
+        vec_add.bind(torch.ones(4, requires_grad=True), torch.ones(4))
+
+
+def test_a_launch_takes_only_a_stream(vec_add):
+    h = vec_add.bind(torch.ones(4), torch.ones(4))
+    with pytest.raises(TypeError, match=r"^vec_add: a bound launch takes only stream="):
+        h(torch.ones(4))
+    with pytest.raises(TypeError, match=r"^vec_add: a bound launch takes only stream="):
+        h(A=torch.ones(4))
+    assert torch.equal(h(stream=None), torch.full((4,), 2.0))
+    assert torch.equal(h(stream=0), torch.full((4,), 2.0))
+    with pytest.raises(ValueError, match=r"^vec_add: a stream was given to a cpu kernel"):
+        h(stream=5)
+
+
+def test_a_handle_keeps_its_tensors_alive(vec_add):
+    h = vec_add.bind(torch.ones(1000), torch.ones(1000))
+    out = h.outputs
+    gc.collect()
+    assert torch.equal(h(), torch.full((1000,), 2.0)) and h() is out
+    h.update(A=torch.zeros(1000))  # the replaced tensor may go; the new one is kept
+    gc.collect()
+    assert torch.equal(h(), torch.ones(1000))
+    del h
+    gc.collect()
+    assert torch.equal(out, torch.ones(1000))  # the output outlives the handle

@@ -1,0 +1,47 @@
+"""Bound launches: ``kernel.bind(*args)`` binds a call once and launches it again and
+again (``tj_bound``, core/src/call.c), for every backend: the core's host layer makes it
+(``tj_host_bind_method``) and launches it (``tj_host_bound_method``)."""
+
+from __future__ import annotations
+
+from . import binding
+
+
+class BoundLaunch:
+    """A call of a kernel bound once: ``h = kernel.bind(a, b)`` validates the arguments,
+    binds the symbols, allocates the ``out_idx`` outputs and packs the launch; ``h()``
+    launches it again with the same arguments into the same outputs and returns them
+    (``h.outputs``). ``h(stream=s)`` launches on ``s``; without ``stream=`` the
+    producer's current stream is read at every launch (never kept), so a handle made
+    outside ``torch.cuda.graph`` launches on the capture stream inside it.
+    ``h.update(B=b2)`` swaps a tensor argument for another of the same dtype, shape and
+    strides on the same device (checked, with alignment; a ``ValueError`` naming the
+    kernel and the argument otherwise).
+
+    >>> h = kernel.bind(a, b)       # C allocated once
+    >>> c = h()                     # the same C, computed again
+    >>> h.update(A=a2)()            # with another A
+    """
+
+    __slots__ = ("_launch", "_update", "kernel", "outputs")
+
+    def __init__(self, kernel, entry, args: tuple):
+        self.kernel = kernel
+        address, self.outputs = entry(*args)
+        self._launch, self._update = binding.bound_entries(address)
+
+    def __call__(self, /, *args, **stream):
+        return self._launch(*args, **stream)
+
+    def update(self, **tensors) -> BoundLaunch:
+        """Swaps tensor arguments, given by their input names; returns the handle."""
+        names = self.kernel._core_kernel.input_names
+        for name, tensor in tensors.items():
+            if name not in names:
+                raise TypeError(f"{self.kernel.name}: update() got an unexpected keyword "
+                                f"argument '{name}' (inputs: {', '.join(names)})")
+            self._update(names.index(name), tensor)
+        return self
+
+    def __repr__(self) -> str:
+        return f"<BoundLaunch of {self.kernel.name}>"
