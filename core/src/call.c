@@ -141,8 +141,10 @@ static inline __attribute__((always_inline)) int import_one(const tj_kernel *k, 
  * when it saw every argument and none owes a deleter call, and *claimed to the
  * first argument for which the framework claims the call once it is validated
  * (-1: none). `unclaimed`: claims are not asked (tj_call_binding.unclaimed). */
-static int import_args(const tj_kernel *k, tj_arg *args, int32_t nargs, int32_t unclaimed,
-                       int32_t *owned, int32_t *claimed) {
+/* Inline: the direct call's hot path (a bound launch's bind shares it). */
+static inline __attribute__((always_inline)) int import_args(const tj_kernel *k, tj_arg *args,
+                                                             int32_t nargs, int32_t unclaimed,
+                                                             int32_t *owned, int32_t *claimed) {
   claim_state state = {-1, -1};
   int32_t any = 0;
   *owned = 1;

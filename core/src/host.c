@@ -249,7 +249,10 @@ static int read_described(const tj_host *h, const tj_host_type *info, void *obje
 }
 
 /* One argument. Tensors are left as objects for tj_call_run to import. */
-static inline int classify(const tj_host_plan *plan, void *object, tj_arg *arg) {
+/* Inline: every argument of every call passes here (a bound launch's bind
+ * shares it, which would otherwise make the compiler call it out of line). */
+static inline __attribute__((always_inline)) int classify(const tj_host_plan *plan, void *object,
+                                                          tj_arg *arg) {
   const tj_host *h = plan->host;
   void *type = type_of(h, object);
   const registry *r = &registries[plan->exchange != 0];
