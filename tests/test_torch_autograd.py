@@ -571,3 +571,43 @@ def test_a_recorded_call_takes_other_frameworks_tensors_beside_torchs(k, build):
     a = np.full(6, 3.0)
     (grad,) = torch.autograd.grad(mul(a, x).sum(), x)
     torch.testing.assert_close(grad, torch.full((6,), 3.0, dtype=torch.float64))
+
+
+DROP = """
+void %s(const double *X, int64_t seed, double *Y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) Y[i] = (i + seed) %% 2 ? 2.0 * X[i] : 0.0;
+}
+"""
+
+
+@pytest.mark.parametrize("backend_name", ["aot_eager", "inductor"])
+def test_an_integer_saved_for_the_backward_stays_symbolic(build, backend_name):
+    # A dropout-like kernel whose seed changes every step; its backward, which AOT
+    # autograd traces, calls a kernel directly with the seed saved on ctx (a SymInt once
+    # Dynamo made the seed dynamic). The call runs as the op, which keeps it symbolic: no
+    # graph per seed (with fullgraph=True, no FailOnRecompileLimitHit).
+    import torch._dynamo.testing
+
+    n = T.symbol("n")
+    params = [T.Buffer((n,), "float64", name="X", const=True), T.Scalar("int64", name="seed"),
+              T.Buffer((n,), "float64", name="Y")]
+    drop = build("drop_fw", params, DROP % "drop_fw", out_idx=-1)
+    drop_bw = build("drop_bw", params, DROP % "drop_bw", out_idx=-1)
+
+    def setup_context(ctx, inputs, output):
+        ctx.seed = inputs[1]
+
+    drop.register_autograd(lambda ctx, grad: (drop_bw(grad.contiguous(), ctx.seed), None),
+                           setup_context=setup_context)
+    torch._dynamo.reset()
+    counter = torch._dynamo.testing.CompileCounterWithBackend(backend_name)
+    step = torch.compile(lambda x, seed: drop(x, seed).sum(), backend=counter, fullgraph=True)
+    x = _x(8).requires_grad_()
+    for seed in range(6):
+        step(x, seed).backward()
+        expected = torch.tensor([2.0 * ((i + seed) % 2) for i in range(8)], dtype=torch.float64)
+        torch.testing.assert_close(x.grad, expected)
+        x.grad = None
+    # Dynamo's own rule for an int: the first graph takes it as a constant, the second
+    # makes it dynamic; then no more.
+    assert counter.frame_count <= 2

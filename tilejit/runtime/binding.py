@@ -83,7 +83,12 @@ def _producer(cls, exchange: bool):
             producer.host = host_address()
         else:  # no usable version: read it through __dlpack__ below
             producer = None
-    if producer is None and (hasattr(cls, "__dlpack__") or cls is type(None)):
+    how = host.framework_claim(cls)
+    # A type whose framework runs every call with it (a tracer's symbolic integer) is
+    # given a producer too, for its claim: the core hands such a call over before reading
+    # the object, which would fix its value.
+    if producer is None and (hasattr(cls, "__dlpack__") or cls is type(None)
+                             or how == ("always",)):
         producer = TjProducer()
         core.tj_host_dlpack_producer(addressof(producer), host_address(), id(cls))
     if producer is None:
@@ -96,7 +101,7 @@ def _producer(cls, exchange: bool):
         producer.view_bits = addressof(bits)
     elif check is not None:
         core.tj_host_ask_view(addressof(producer))
-    claim = _claim(host.framework_claim(cls))
+    claim = _claim(how)
     if claim is not None:  # see tj_claim
         keep.append(claim)
         producer.claim = addressof(claim)

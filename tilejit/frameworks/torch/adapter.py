@@ -29,6 +29,9 @@ def _static(cls: type, name: str):
     return inspect.getattr_static(cls, name, None)
 
 
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
 def _functorch_wrapped(tensor) -> bool:
     """Whether ``tensor`` is a transform's wrapper with no storage of its own (functorch's,
     or the batched gradients' vmap: ``is_grads_batched``, ``jacobian(vectorize=True)``),
@@ -80,7 +83,8 @@ class TorchAdapter(frameworks.Adapter):
     def claim(self, cls: type):
         """``("always",)`` for tensor subclasses with their own ``__torch_dispatch__``
         (FakeTensor, FunctionalTensor: tensors a tracer makes, with no data a kernel
-        could read), else ``("ask", probe, scope, key, idle)``.
+        could read) and for symbolic scalars (``torch.SymInt``, ``SymFloat``,
+        ``SymBool``), else ``("ask", probe, scope, key, idle)``.
 
         torch claims a call when a tensor requires grad while grad mode is on (autograd
         must record it: the call runs as the kernel's custom op), when a tensor carries a
@@ -93,6 +97,11 @@ class TorchAdapter(frameworks.Adapter):
         a torch where they do not check out) every tensor is asked the public way,
         ``claims``: the same answers, slower.
         """
+        if isinstance(cls, type) and issubclass(cls, _SYMBOLIC):
+            # A symbolic scalar a tracer passes (an integer marked dynamic, one saved for
+            # a backward that AOT autograd traces): the call runs as the op, whose schema
+            # keeps it symbolic; reading its value would specialize the graph to it.
+            return ("always",)
         if not isinstance(cls, type) or not issubclass(cls, torch.Tensor):
             return None
         base = torch.Tensor
