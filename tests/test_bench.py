@@ -105,5 +105,6 @@ def test_bench_torch_compile_runs_and_reports_every_row(tmp_path):
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     rows = _table_rows(done.stdout)
-    assert len(rows) == 8 and all(cells[0] != "—" for cells in rows.values()), done.stdout
+    assert len(rows) == 11 and all(cells[0] != "—" for cells in rows.values()), done.stdout
     assert "compiled graph: add(a, b)" in rows and "eager: torch.add(a, b)" in rows
+    assert "eager, recorded by autograd: tilejit add(a, b) with its backward" in rows

@@ -227,7 +227,11 @@ def test_disk_cache_reloads_without_lowering(tmp_path, fake_driver_path):
 
 
 @pytest.fixture(scope="module")
-def cuda_kernels():
+def cuda_kernels(driver):
+    # Compiled with no current context, so that no module is loaded ahead (compiling warms
+    # a kernel up on the thread's current context): each test sees its kernel's one load.
+    driver.reset()
+    driver.set_current(-1)
     return {
         "gemm80": tt.compile(gemm(), out_idx=-1, target=SM80),
         "gemm90": tilelang.compile(gemm(), out_idx=-1, target=SM90,
