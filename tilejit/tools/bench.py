@@ -988,14 +988,15 @@ def run_torch_compile(calls: int = REPORT_MIN_CALLS, repeats: int = 11) -> tuple
 
 
 def main(args) -> int:
-    """Entry point of ``python -m tilejit bench``; ``args`` has ``calls``, ``repeats``,
-    ``out``, ``quick`` and ``torch_compile``. Returns 1 when a row tilejit is responsible
-    for could not run."""
+    """Entry point of ``python -m tilejit bench``; ``args`` has ``calls``, ``repeats`` (None:
+    the defaults), ``out``, ``quick`` and ``torch_compile``. Returns 1 when a row tilejit is
+    responsible for could not run."""
     start = time.perf_counter()
+    calls, repeats = args.calls or REPORT_MIN_CALLS, args.repeats or 11
     if getattr(args, "torch_compile", False):
-        report, ok = run_torch_compile(calls=args.calls, repeats=args.repeats)
+        report, ok = run_torch_compile(calls=calls, repeats=repeats)
     else:
-        report, ok = run(calls=args.calls, repeats=args.repeats, quick=args.quick)
+        report, ok = run(calls=calls, repeats=repeats, quick=args.quick)
     print(report, end="")
     if args.out:
         Path(args.out).write_text(report)
