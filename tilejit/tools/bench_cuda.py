@@ -464,12 +464,18 @@ def _case(device: Device, title: str, program, out_idx: int, args: tuple, kinds:
                       _missing(names[2], device.skip_out_idx[backend])
                       if backend in device.skip_out_idx
                       else Row(names[2], allocating, inputs, required=True)]
-    plain, allocating = kernels["cython"]  # the views need the wrapper too
-    views = tuple(a if isinstance(a, int) else tilejit.from_dlpack(a) for a in args)
-    case.rows.append(Row(VIEWS, plain, views, required=True))
     torch_op = "tilejit cython out_idx kernel.torch_op"
-    case.rows.append(_missing(torch_op, device.skip_torch) if device.skip_torch
-                     else Row(torch_op, allocating.torch_op, inputs, required=True))
+    if isinstance(kernels["cython"], Exception):  # views need the wrapper too
+        case.rows += [_missing(name, "no cython kernel") for name in (VIEWS, torch_op)]
+    else:
+        plain, allocating = kernels["cython"]
+        views = tuple(a if isinstance(a, int) else tilejit.from_dlpack(a) for a in args)
+        case.rows.append(Row(VIEWS, plain, views, required=True))
+        case.rows.append(_missing(torch_op, device.skip_torch) if device.skip_torch
+                         else Row(torch_op, allocating.torch_op, inputs, required=True))
+    # What the floors launch, and what they are checked against: the first backend's.
+    backend = next(b for b in BACKENDS if not isinstance(kernels[b], Exception))
+    plain = kernels[backend][0]
 
     values = tuple(a if isinstance(a, int) else a.data_ptr() for a in args)
     values += (args[0].shape[0],) * kinds.count("n")
@@ -485,7 +491,7 @@ def _case(device: Device, title: str, program, out_idx: int, args: tuple, kinds:
                      Row(BUILTIN, launch.launch, required=True),
                      Row(EXCHANGE, launch.launch_tensors, args, required=True)]
     case.sync = launch.sync
-    differs = device.same_launch([(f"tilejit cython {DIRECT}", lambda: plain(*args)),
+    differs = device.same_launch([(f"tilejit {backend} {DIRECT}", lambda: plain(*args)),
                                   (BUILTIN, launch.launch),
                                   (EXCHANGE, lambda: launch.launch_tensors(*args))], written)
     if differs:
