@@ -1,54 +1,97 @@
-"""Per-call cost of tilejit CUDA launches on a real GPU, beside torch.add (a benchmark,
-not a test): ``python tests/bench_cuda.py`` from the repository root, on a machine with a
-CUDA GPU and a CUDA build of torch. Each row is the wall time per call, the launch
-included, of a float32 vector add over 1024 elements, median of 7 runs of 20 000 calls.
+"""What a CUDA launch costs the host: tilejit's direct call, bound handle, out_idx call and
+torch op beside a raw ``cuLaunchKernel`` loop in C, a builtin that only launches, a C
+extension reading the tensors through the exchange API, and ``torch.add``, for a vector
+add and for tritonbench's 19-argument no-op (a benchmark, not a test; the rows are
+described in ``tilejit/tools/bench_cuda.py``).
+
+    python tests/bench_cuda.py [--calls N] [--repeats N] [--batch N] [--out FILE]
+
+on a machine with a CUDA GPU and a CUDA build of torch (the same as ``python -m tilejit
+bench --target cuda``), and
+
+    python tests/bench_cuda.py --fake-driver [--calls N] [--repeats N] [--batch N]
+
+anywhere: the same rows against the test driver (``tests/fake_cuda``, built here), with
+its fake tensors (``FakeCudaTensor``, whose DLPack exchange API is written in Python with
+ctypes, so every tensor it hands over costs microseconds: the row given
+``tilejit.from_dlpack`` views shows the call without that cost). The fake driver formats
+and keeps a record of every call, which makes each launch cost microseconds too. Rows that
+need torch CUDA tensors are skipped there, saying so. The targets on the test driver: a
+bound call at most 1.5× the builtin, a direct call at most 3×.
 """
 
-import statistics
+from __future__ import annotations
+
+import argparse
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-import torch
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
 
-import tilejit
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_cuda import vec_add_program
-
-dev = torch.device("cuda")
-n = 1024
-a, b, c = (torch.rand(n, device=dev) for _ in range(3))
-CALLS, REPEATS = 20000, 7
+from tilejit.tools import bench_cuda
 
 
-def timeit(f):
-    for _ in range(2000):
-        f()
-    torch.cuda.synchronize()
-    runs = []
-    for _ in range(REPEATS):
-        t = time.perf_counter_ns()
-        for _ in range(CALLS):
-            f()
-        torch.cuda.synchronize()
-        runs.append((time.perf_counter_ns() - t) / CALLS)
-    return statistics.median(runs)
+def fake_device(directory: Path) -> bench_cuda.Device:
+    """The test driver, built into ``directory`` and opened by the core (it must be set
+    before the first CUDA call of the process), with fake CUDA tensors."""
+    sys.path.insert(0, str(HERE))
+    from conftest import load_fakes
+
+    fakes = load_fakes()
+    path = fakes.build_fake_driver(directory)
+    os.environ["TILEJIT_LIBCUDA"] = str(path)
+    driver = fakes.FakeDriver(path)
+    driver.reset()
+
+    def same_launch(launchers, written):
+        seen = []
+        for _, launch in launchers:
+            driver.reset()
+            launch()
+            # Modules are numbered in load order: the floors load the image again.
+            seen.append({**driver.launches()[-1], "module": None})
+        return ", ".join(name for (name, _), got in zip(launchers, seen) if got != seen[0])
+
+    return bench_cuda.Device(
+        "the test driver (tests/fake_cuda), FakeCudaTensor", lambda n: fakes.FakeCudaTensor((n,)),
+        fakes.SENTINEL_STREAM, str(path), test_driver=True,
+        skip_torch="needs torch CUDA tensors: skipped on the test driver",
+        skip_out_idx={"dlpack": "FakeCudaTensor allocates only through its exchange API, "
+                                "which the dlpack backend does not use"},
+        after_batch=driver.reset, same_launch=same_launch)
 
 
-rows = [("torch.add(a, b, out=c)", lambda: torch.add(a, b, out=c)),
-        ("torch.add(a, b) (allocates)", lambda: torch.add(a, b))]
-for backend in ("cython", "ctypes", "dlpack"):
-    k = tilejit.compile(vec_add_program(), target="cuda", execution_backend=backend)
-    ko = tilejit.compile(vec_add_program(), out_idx=-1, target="cuda", execution_backend=backend)
-    k(a, b, c)
-    torch.testing.assert_close(c, a + b)
-    rows.append((f"tilejit {backend} k(a, b, c)", lambda k=k: k(a, b, c)))
-    rows.append((f"tilejit {backend} out_idx k(a, b)", lambda k=ko: k(a, b)))
-    if backend == "cython":
-        op = ko.torch_op
-        rows.append(("tilejit torch_op(a, b)", lambda op=op: op(a, b)))
-print(f"{torch.cuda.get_device_name()} torch {torch.__version__}, n={n}, "
-      f"{CALLS} calls x {REPEATS}, median ns per call (wall, incl. launch)")
-for name, f in rows:
-    print(f"| {name} | {timeit(f):.0f} |")
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fake-driver", action="store_true",
+                        help="run against the test driver (tests/fake_cuda), no GPU needed")
+    parser.add_argument("--calls", type=int, default=bench_cuda.CALLS,
+                        help="calls per timed repeat")
+    parser.add_argument("--repeats", type=int, default=bench_cuda.REPEATS,
+                        help="timed repeats per row")
+    parser.add_argument("--batch", type=int, default=bench_cuda.BATCH,
+                        help="calls per timed batch, the stream synchronised between batches")
+    parser.add_argument("--out", help="also write the report to this file")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="tilejit-bench-cuda-") as directory:
+        try:
+            device = fake_device(Path(directory)) if args.fake_driver else bench_cuda.gpu()
+        except RuntimeError as exc:
+            print(f"bench_cuda: {exc}", file=sys.stderr)
+            return 1
+        report, ok = bench_cuda.run(device, calls=args.calls, repeats=args.repeats,
+                                    batch=args.batch)
+    print(report, end="")
+    if args.out:
+        Path(args.out).write_text(report)
+    print(f"\n(bench took {time.perf_counter() - start:.1f} s)", file=sys.stderr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

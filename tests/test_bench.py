@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tilejit.tools import bench_cuda
+
 # Tooling, whole benchmark runs: left out by `pytest -m "not slow"` (CONTRIBUTING.md).
 pytestmark = pytest.mark.slow
 
@@ -108,3 +110,48 @@ def test_bench_torch_compile_runs_and_reports_every_row(tmp_path):
     assert len(rows) == 11 and all(cells[0] != "—" for cells in rows.values()), done.stdout
     assert "compiled graph: add(a, b)" in rows and "eager: torch.add(a, b)" in rows
     assert "eager, recorded by autograd: tilejit add(a, b) with its backward" in rows
+
+
+# Every row of `tests/bench_cuda.py`, per kernel, and whether the test driver times it (the
+# others say why not: they need torch CUDA tensors, or an allocator FakeCudaTensor lacks).
+CUDA_ROWS = {
+    bench_cuda.RAW_LOOP: True,
+    bench_cuda.BUILTIN: True,
+    bench_cuda.EXCHANGE: True,
+    **{f"tilejit {backend} {what}": True for backend in ("cython", "dlpack", "ctypes")
+       for what in (bench_cuda.DIRECT, bench_cuda.BOUND)},
+    "tilejit cython out_idx call": True,
+    "tilejit ctypes out_idx call": True,
+    "tilejit dlpack out_idx call": False,
+    bench_cuda.VIEWS: True,
+    "tilejit cython out_idx kernel.torch_op": False,
+}
+
+
+def test_bench_cuda_on_the_test_driver_reports_every_row(tmp_path):
+    out = tmp_path / "bench_cuda.md"
+    done = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "tests" / "bench_cuda.py"), "--fake-driver",
+         "--calls", "40", "--repeats", "1", "--batch", "20", "--out", str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = out.read_text()
+    assert report in done.stdout
+    sections = report.split("\n## ")[1:]
+    titles = [section.splitlines()[0] for section in sections]
+    # Per kernel, host enqueue then launch + sync; then the targets.
+    assert [title.split(":")[0].split(",")[0] for title in titles] == [
+        "vec_add", "vec_add", "nop19", "nop19", "Targets (test driver"]
+    for section in sections[:4]:
+        rows = _table_rows("\n".join(section.splitlines()[1:]))
+        expected = {**CUDA_ROWS, **({"torch.add(a, b, out=c)": False,
+                                     "torch.add(a, b), allocating": False}
+                                    if section.startswith("vec_add") else {})}
+        assert sorted(rows) == sorted(expected), report
+        for name, timed in expected.items():
+            assert (rows[name][0] != "—") == timed, f"{name}: {rows[name]}\n{report}"
+        skipped = rows["tilejit cython out_idx kernel.torch_op"][-1]
+        assert "needs torch CUDA tensors" in skipped
+    targets = sections[4]
+    assert "bound h(): " in targets and "× the builtin (≤ 1.5× builtin: " in targets
+    assert "direct call: " in targets and "(≤ 3× builtin: " in targets

@@ -10,6 +10,7 @@ from .builder.cache import main as cache_main
 from .builder.export import config_flags
 from .native._build import build_tools, disk_cache
 from .tools import bench as _bench
+from .tools import bench_cuda as _bench_cuda
 from .tools import demo as _demo
 from .tools import doctor as _doctor
 
@@ -28,8 +29,13 @@ def main(argv=None) -> int:
                            "GPU is present); needs tilelang (pip install 'tilejit[tilelang]')")
     bench = sub.add_parser("bench", help="time the host overhead per call against the peers "
                                          "(docs/cli.md) and print a markdown table")
-    bench.add_argument("--calls", type=int, default=100_000, help="calls per timed repeat")
-    bench.add_argument("--repeats", type=int, default=11, help="timed repeats per row")
+    bench.add_argument("--target", choices=("cpu", "cuda"), default="cpu",
+                       help="cpu (default), or cuda: CUDA launches on the GPU against a raw "
+                            "cuLaunchKernel loop, host enqueue and launch plus sync")
+    bench.add_argument("--calls", type=int,
+                       help="calls per timed repeat (default 100000; 20000 with --target cuda)")
+    bench.add_argument("--repeats", type=int,
+                       help="timed repeats per row (default 11; 7 with --target cuda)")
     bench.add_argument("--out", help="also write the table to this file")
     bench.add_argument("--quick", action="store_true",
                        help="skip peers that take long to build (the pybind11 extension)")
@@ -73,7 +79,7 @@ def main(argv=None) -> int:
         print(f"core:    {build_tools.build_core_library(force=args.force)}")
         return 0
     if args.command == "bench":
-        return _bench.main(args)
+        return (_bench_cuda if args.target == "cuda" else _bench).main(args)
     if args.command == "doctor":
         return _doctor.main(as_json=args.json)
     if args.command == "cache":

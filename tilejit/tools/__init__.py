@@ -1,1 +1,2 @@
-"""Command-line tools: ``python -m tilejit bench``, ``demo`` and ``doctor``."""
+"""Command-line tools: ``python -m tilejit bench`` (``--target cuda``: ``bench_cuda``),
+``demo`` and ``doctor``."""

@@ -127,15 +127,38 @@ _CTYPES_SOURCE = (_noop_source("call", 3, lambda p: f"void *{p}")
 FLOOR = "floor: C extension, exchange API only"
 CTYPES_FLOOR = "ctypes floor: *args, one PyDLL call with the tuple"
 
-_FLOOR_MODULE = "_tilejit_bench_floor"
-# The least any consumer of torch's exchange API can do per call: turn each argument into
-# a borrowed DLTensor view. The table is fetched once, at import.
-_FLOOR_SOURCE = r"""
+# What the bench's C extensions start with: the headers, and how a consumer finds a type's
+# exchange-API table (the `__dlpack_c_exchange_api__` capsule it publishes).
+EXTENSION_PRELUDE = r"""
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include "dlpack/dlpack.h"
 
+/* The exchange-API table `type` publishes, or NULL with an exception set. The table
+ * outlives the capsule, an attribute of the type: it is alive for the whole process. */
+static const DLPackExchangeAPI *exchange_api_of(PyObject *type) {
+  PyObject *capsule = PyObject_GetAttrString(type, "__dlpack_c_exchange_api__");
+  if (capsule == NULL) return NULL;
+  const DLPackExchangeAPI *api =
+      (const DLPackExchangeAPI *)PyCapsule_GetPointer(capsule, "dlpack_exchange_api");
+  Py_DECREF(capsule);
+  if (api == NULL) return NULL;
+  if (api->header.version.major != DLPACK_MAJOR_VERSION ||
+      api->dltensor_from_py_object_no_sync == NULL || api->current_work_stream == NULL) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "the exchange API has another major version, or no "
+                    "dltensor_from_py_object_no_sync or current_work_stream");
+    return NULL;
+  }
+  return api;
+}
+"""
+
+_FLOOR_MODULE = "_tilejit_bench_floor"
+# The least any consumer of torch's exchange API can do per call: turn each argument into
+# a borrowed DLTensor view. The table is fetched once, at import.
+_FLOOR_SOURCE = EXTENSION_PRELUDE + r"""
 static const DLPackExchangeAPI *api;
 
 static PyObject *noop(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -183,21 +206,9 @@ PyMODINIT_FUNC PyInit__tilejit_bench_floor(void) {
   PyObject *tensor = PyObject_GetAttrString(torch, "Tensor");
   Py_DECREF(torch);
   if (tensor == NULL) return NULL;
-  /* The capsule is an attribute of torch.Tensor, alive as long as torch is; the table it
-   * points to is alive for the whole process. */
-  PyObject *capsule = PyObject_GetAttrString(tensor, "__dlpack_c_exchange_api__");
+  api = exchange_api_of(tensor);
   Py_DECREF(tensor);
-  if (capsule == NULL) return NULL;
-  api = (const DLPackExchangeAPI *)PyCapsule_GetPointer(capsule, "dlpack_exchange_api");
-  Py_DECREF(capsule);
-  if (api == NULL) return NULL;
-  if (api->header.version.major != DLPACK_MAJOR_VERSION || api->dltensor_from_py_object_no_sync == NULL) {
-    PyErr_SetString(PyExc_RuntimeError,
-                    "torch's DLPack exchange API has another major version or no "
-                    "dltensor_from_py_object_no_sync");
-    return NULL;
-  }
-  return PyModule_Create(&module);
+  return api == NULL ? NULL : PyModule_Create(&module);
 }
 """
 
@@ -274,6 +285,15 @@ def _cached_so(stem: str, source: str, flags: list[str], suffix: str = ".so") ->
 
     return disk_cache.with_fallback(lambda: disk_cache.get_or_build(
         _bench_dir() / f"{stem}-{key}", f"{stem}{suffix}", build, check=elf.problem))
+
+
+def extension(name: str, source: str):
+    """The CPython extension module ``name`` compiled from ``source`` (C, built against
+    this interpreter's headers and the core's dlpack.h; cached) and loaded."""
+    include = build_tools.source_dirs()[0] / "include"
+    path = _cached_so(name, source, [*_python_includes(), f"-I{include}"],
+                      suffix=sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+    return _load_extension(name, path)
 
 
 def _load_extension(name: str, path: Path):
@@ -391,10 +411,7 @@ def _view_rows(kernels: dict, tensors: tuple) -> list[tuple[str, Row]]:
 
 def _floor_rows(tensor_sets: list[tuple]) -> list[Row]:
     def load():
-        include = build_tools.source_dirs()[0] / "include"
-        path = _cached_so(_FLOOR_MODULE, _FLOOR_SOURCE, [*_python_includes(), f"-I{include}"],
-                          suffix=sysconfig.get_config_var("EXT_SUFFIX") or ".so")
-        noop = _load_extension(_FLOOR_MODULE, path).noop  # takes any number of tensors
+        noop = extension(_FLOOR_MODULE, _FLOOR_SOURCE).noop  # takes any number of tensors
         return lambda count: noop
 
     return _count_rows(lambda count: f"{FLOOR}{_per_tensors(count)}", tensor_sets, load)
@@ -495,10 +512,7 @@ def _scalar_floor_rows(suffix: str, args: tuple) -> list[Row]:
     scalars through the C API) and the ctypes floor, on ``args``."""
     names = [f"{FLOOR}, scalars through the C API{suffix}", f"{CTYPES_FLOOR}{suffix}"]
     try:
-        include = build_tools.source_dirs()[0] / "include"
-        path = _cached_so(_FLOOR_MODULE, _FLOOR_SOURCE, [*_python_includes(), f"-I{include}"],
-                          suffix=sysconfig.get_config_var("EXT_SUFFIX") or ".so")
-        mixed = _load_extension(_FLOOR_MODULE, path).mixed
+        mixed = extension(_FLOOR_MODULE, _FLOOR_SOURCE).mixed
         floor_fn = ctypes.PyDLL(str(_cached_so("tilejit_bench_ctypes", _CTYPES_SOURCE, [])))
         floor_fn = floor_fn.tj_bench_ctypes_floor
     except Exception as exc:  # noqa: BLE001 - reported in the table
@@ -610,32 +624,34 @@ def _pybind_row(a, b, c, quick: bool) -> Row:
 
 # ---- timing ----------------------------------------------------------------------------
 
-_timers: dict[tuple[int, tuple[str, ...]], Callable] = {}
+_timers: dict[tuple[int, tuple[str, ...], bool], Callable] = {}
 
 
-def _timer(nargs: int, kwnames: tuple[str, ...]) -> Callable:
+def timer_for(nargs: int, kwnames: tuple[str, ...], then: bool = False) -> Callable:
     """``timer(n, f, *args, **kwargs) -> ns`` for ``n`` calls ``f(*args, **kwargs)``,
     generated so that the loop body is one call with every argument a local variable (no
-    ``*args`` unpacking in the loop), like ``timeit`` does."""
-    timer = _timers.get((nargs, kwnames))
+    ``*args`` unpacking in the loop), like ``timeit`` does. With ``then``, the timer is
+    ``timer(n, f, then, *args, **kwargs)`` and calls ``then()`` after each call."""
+    timer = _timers.get((nargs, kwnames, then))
     if timer is None:
         params = [f"a{i}" for i in range(nargs)] + [f"k{i}" for i in range(len(kwnames))]
         call = [f"a{i}" for i in range(nargs)] + [f"{k}=k{i}" for i, k in enumerate(kwnames)]
-        source = (f"def timer(_n, _f, {', '.join(params)}):\n"
+        source = (f"def timer(_n, _f, {'_then, ' if then else ''}{', '.join(params)}):\n"
                   "    _clock = _perf_counter_ns\n"
                   "    _t0 = _clock()\n"
                   "    for _ in range(_n):\n"
                   f"        _f({', '.join(call)})\n"
-                  "    return _clock() - _t0\n")
+                  + ("        _then()\n" if then else "")
+                  + "    return _clock() - _t0\n")
         namespace = {"_perf_counter_ns": time.perf_counter_ns}
         exec(compile(source, "<tilejit bench timer>", "exec"), namespace)  # noqa: S102
-        timer = _timers[(nargs, kwnames)] = namespace["timer"]
+        timer = _timers[(nargs, kwnames, then)] = namespace["timer"]
     return timer
 
 
 def _run_once(row: Row, calls: int) -> float:
     kwnames = tuple(row.kwargs)
-    timer = _timer(len(row.args), kwnames)
+    timer = timer_for(len(row.args), kwnames)
     return timer(calls, row.fn, *row.args, *(row.kwargs[k] for k in kwnames)) / calls
 
 
@@ -972,14 +988,15 @@ def run_torch_compile(calls: int = REPORT_MIN_CALLS, repeats: int = 11) -> tuple
 
 
 def main(args) -> int:
-    """Entry point of ``python -m tilejit bench``; ``args`` has ``calls``, ``repeats``,
-    ``out``, ``quick`` and ``torch_compile``. Returns 1 when a row tilejit is responsible
-    for could not run."""
+    """Entry point of ``python -m tilejit bench``; ``args`` has ``calls``, ``repeats`` (None:
+    the defaults), ``out``, ``quick`` and ``torch_compile``. Returns 1 when a row tilejit is
+    responsible for could not run."""
     start = time.perf_counter()
+    calls, repeats = args.calls or REPORT_MIN_CALLS, args.repeats or 11
     if getattr(args, "torch_compile", False):
-        report, ok = run_torch_compile(calls=args.calls, repeats=args.repeats)
+        report, ok = run_torch_compile(calls=calls, repeats=repeats)
     else:
-        report, ok = run(calls=args.calls, repeats=args.repeats, quick=args.quick)
+        report, ok = run(calls=calls, repeats=repeats, quick=args.quick)
     print(report, end="")
     if args.out:
         Path(args.out).write_text(report)
