@@ -622,12 +622,17 @@ void *tj_host_bind_method(void *self, void *const *args, intptr_t nargs, void *k
 
 void tj_host_bound_destroy(void *capsule) {
   const tj_host *host = __atomic_load_n(&method_host, __ATOMIC_ACQUIRE);
+  /* A capsule may be destroyed while an exception propagates (a frame holding
+   * the handle unwinds): releasing the handle's objects can run a producer's
+   * host code, which must not see that exception, nor clear it. */
+  void *type = NULL, *value = NULL, *traceback = NULL;
+  host->error_fetch(&type, &value, &traceback);
   host_bound *hb = host->capsule_pointer(capsule, TJ_HOST_BOUND_CAPSULE);
-  if (hb == NULL) {
+  if (hb == NULL)
     host->error_clear();
-    return;
-  }
-  host_bound_free(hb);
+  else
+    host_bound_free(hb);
+  host->error_restore(type, value, traceback);
 }
 
 void *tj_host_bound_method(void *self, void *const *args, intptr_t nargs, void *kwnames) {
