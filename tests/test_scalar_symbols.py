@@ -218,6 +218,28 @@ def test_cuda_workspaces_are_zeroed_on_the_launch_stream(fake, backend):
     assert not fake.records("cuMemsetD8Async") and len(fake.launches()) == 1
 
 
+@pytest.mark.parametrize("backend", ["cython", "ctypes"])  # workspaces from the exchange API
+def test_cuda_workspaces_inside_a_capture(fake, backend):
+    # Inside torch.cuda.graph: the workspace comes from the framework's allocator (which
+    # knows about the capture), is zeroed with an asynchronous memset on the captured
+    # stream, and released without a synchronize, even with stream= another stream than
+    # the allocator's (the wait would break the capture). Nothing the driver forbids.
+    fake.set_current(0)  # compiled while a context is current: its module loads now
+    k = tilejit.compile(cuda_acc(), target="cuda", execution_backend=backend)
+    a = FakeCudaTensor((1000,))
+    for stream in (fakes.SENTINEL_STREAM, 0x42):
+        fake.reset()
+        fake.begin_capture(stream)
+        k(a, 3, stream=stream)
+        assert fake.end_capture(stream) == 0
+        assert fake.forbidden() == 0
+        (memset,) = fake.records("cuMemsetD8Async")
+        assert memset["stream"] == stream and memset["count"] == 3000 * 4
+        assert [launch.get("captured") for launch in fake.launches()] == [1]
+        assert not fake.records("cuStreamSynchronize")
+        assert not fake.records("cuMemAlloc_v2") and not fake.records("cuModuleLoadData")
+
+
 def test_im2col_maps_are_checked_when_compiled():
     X = T.Buffer((T.symbol("n"), 8, 8, 64), "float16", name="X")
     with pytest.raises(ValueError, match=r"rank 2, expected 3, 4 or 5"):
