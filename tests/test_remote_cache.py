@@ -430,6 +430,19 @@ def test_a_remote_that_goes_away_mid_run_costs_a_local_compile(server, machines,
     assert _compiles(machines.log, first) == _compiles(machines.log, second) == 1
 
 
+def test_a_shared_directory_that_is_not_there_is_never_created(machines, monkeypatch, capfd,
+                                                                tmp_path):
+    missing = tmp_path / "not-mounted" / "tilejit"
+    monkeypatch.setenv("TILEJIT_REMOTE_CACHE", f"file://{missing}")
+    machines.use("a")
+    name = _name()
+    _run(name)
+    assert f"{missing} is not a directory (is the shared filesystem mounted?)" in \
+        capfd.readouterr().err
+    assert not missing.parent.exists()
+    assert _compiles(machines.log, name) == 1
+
+
 def test_a_slow_remote_is_bounded_by_the_timeout(server, machines, monkeypatch, capfd):
     monkeypatch.setenv("TILEJIT_REMOTE_CACHE", server.url)
     monkeypatch.setenv("TILEJIT_REMOTE_CACHE_TIMEOUT", "0.3")

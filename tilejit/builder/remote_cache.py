@@ -561,6 +561,13 @@ class _FileStore:
     def __init__(self, root: str):
         self.root = Path(root)
 
+    def _mounted(self) -> None:
+        """The root must exist: a missing one is a filesystem that is not mounted here, and
+        creating it would publish onto this machine's own disk."""
+        if not self.root.is_dir():
+            raise RemoteError(f"{self.root} is not a directory (is the shared filesystem "
+                              "mounted?)")
+
     def _entry(self, key: str) -> Path:
         return self.root / "kernels" / key[:2] / f"{key}.tjrc"
 
@@ -574,6 +581,7 @@ class _FileStore:
             return None
 
     def put(self, key: str, blob: bytes) -> bool:
+        self._mounted()
         path = self._entry(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.parent / f".tmp-{uuid.uuid4().hex}"
@@ -599,6 +607,7 @@ class _FileStore:
             return None
 
     def acquire(self, key: str, token: str, ttl: float) -> bool:
+        self._mounted()
         path = self._lock_path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(2):
@@ -642,8 +651,7 @@ class _FileStore:
         return True
 
     def ping(self) -> None:
-        if not self.root.is_dir():
-            raise RemoteError(f"{self.root} is not a directory")
+        self._mounted()
         if not os.access(self.root, os.W_OK | os.X_OK):
             raise RemoteError(f"{self.root} is not writable")
 
