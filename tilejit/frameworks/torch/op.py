@@ -228,15 +228,36 @@ def claimed_call(kernel, args: tuple, stream):
         raise ValueError(f"{kernel.name}: stream= cannot be given to a call that torch runs "
                          "as an op (a tensor requires grad, or a tracer made it); make the "
                          "stream current instead: with torch.cuda.stream(s): ...")
+    claimed = kernel.__dict__.get("_torch_claimed")
+    if claimed is None:
+        claimed = kernel.__dict__.setdefault("_torch_claimed", _claimed(kernel))
+    return claimed(args)
+
+
+def _claimed(kernel):
+    """``run(args)``: how `claimed_call` runs a call of ``kernel``, with what it needs
+    looked up once per kernel (every call that records autograd comes here)."""
     name = op_name(kernel)
-    if autograd.has_backward_named(name) and autograd.requiring_grad(args) is not None:
-        # Recorded here, above the dispatcher, where torch.func's transforms see the
-        # autograd.Function (they cannot from inside an op's Autograd kernel).
-        autograd.refuse_tangents(kernel.name, lambda: autograd.input_names(kernel), args)
-        # The backward's setup_context sees the inputs as the op's schema takes them.
-        return kernel_result(autograd.applier(name)(*_schema_args(kernel, args), None))
-    op = torch_op(kernel)
-    return kernel_result(op(*_schema_args(kernel, args)))
+    label = kernel.name
+    # Buffers only: a call on torch tensors (and None) already has the schema's types.
+    buffers_only = all(kind is None for kind, _ in _schema_inputs(kernel))
+    tensor = torch.Tensor
+
+    def names():
+        return autograd.input_names(kernel)
+
+    def run(args):
+        if autograd.has_backward_named(name) and autograd.requiring_grad(args) is not None:
+            # Recorded here, above the dispatcher, where torch.func's transforms see the
+            # autograd.Function (they cannot from inside an op's Autograd kernel).
+            autograd.refuse_tangents(label, names, args)
+            # The backward's setup_context sees the inputs as the op's schema takes them.
+            if not (buffers_only and all(a is None or isinstance(a, tensor) for a in args)):
+                args = _schema_args(kernel, args)
+            return kernel_result(autograd.applier(name)(*args, None))
+        return kernel_result(torch_op(kernel)(*_schema_args(kernel, args)))
+
+    return run
 
 
 def _schema_args(kernel, args: tuple) -> tuple:
