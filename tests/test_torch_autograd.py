@@ -247,6 +247,21 @@ def test_a_recorded_call_binds_no_signature_with_the_fast_paths(k, monkeypatch):
     assert bound
 
 
+def test_a_tensor_left_by_a_finished_transform(k):
+    # A tensor that escaped torch.func.grad (kept by a closure) is a dead wrapper once the
+    # transform is over: autograd.Function.apply unwraps it, and so does the fast path.
+    leaked = []
+
+    def loss(t):
+        leaked.append(t)
+        return (t * 2).sum()
+
+    torch.func.grad(loss)(_x())
+    (dead,) = leaked
+    assert torch._C._functorch.is_functorch_wrapped_tensor(dead) and dead.requires_grad
+    torch.testing.assert_close(k["sq"](dead), _x() ** 2)
+
+
 def test_batched_gradients(k):
     # Batched gradients run the backward under vmap: its kernel sees tensors without
     # storage, which torch's dispatcher runs through the op, slice by slice.

@@ -21,6 +21,11 @@ _appliers: dict = {}  # op name -> how claimed_call records a call (`applier`)
 # ``*args``. Outside functorch's transforms it then calls the C ``_FunctionBase.apply``,
 # which the fast path calls at once. TILEJIT_FAST_PATHS=0: ``Function.apply``.
 _transforms_active = torch._C._are_functorch_transforms_active
+try:  # what Function.apply calls before the C apply (torch.autograd.function)
+    from torch._functorch.utils import unwrap_dead_wrappers as _unwrap_dead_wrappers
+except ImportError:  # a torch without it does no unwrapping there either
+    def _unwrap_dead_wrappers(args: tuple) -> tuple:
+        return args
 
 
 def input_names(kernel) -> list[str]:
@@ -97,7 +102,9 @@ def autograd_kernel(kernel, op, name: str):
         def apply(*args):
             if _transforms_active():
                 return Recorded.apply(*args)
-            return base_apply(*args)
+            # As Function.apply does there: a tensor left by a finished transform is
+            # unwrapped first.
+            return base_apply(*_unwrap_dead_wrappers(args))
     else:
         apply = Recorded.apply
     _appliers[name] = apply
@@ -132,16 +139,13 @@ def _no_backward(kernel_name: str, position: int, name: str) -> str:
             "torch.no_grad() or on detached tensors")
 
 
-def refuse_tangents(kernel_name: str, names, args: tuple) -> None:
+def refuse_tangents(kernel_name: str, names: list, args: tuple) -> None:
     """Forward-mode AD (``torch.autograd.forward_ad``, ``torch.func.jvp``): refused for
-    an input carrying a tangent, naming the kernel and the argument (``names``: the
-    inputs' names, or a function giving them)."""
+    an input carrying a tangent, naming the kernel and the argument."""
     # The fast path: forward_ad's own record of the current level, -1 outside any
     # (checked once per process by tilejit.runtime.host); else every input is asked.
     if FAST_PATHS and getattr(forward_ad, FORWARD_LEVEL, None) == IDLE_LEVEL:
         return
-    if callable(names):
-        names = names()
     for position, value in enumerate(args):
         if isinstance(value, torch.Tensor) and forward_ad.unpack_dual(value).tangent is not None:
             raise RuntimeError(

@@ -242,9 +242,7 @@ def _claimed(kernel):
     # Buffers only: a call on torch tensors (and None) already has the schema's types.
     buffers_only = all(kind is None for kind, _ in _schema_inputs(kernel))
     tensor = torch.Tensor
-
-    def names():
-        return autograd.input_names(kernel)
+    names = autograd.input_names(kernel)
 
     def run(args):
         if autograd.has_backward_named(name) and autograd.requiring_grad(args) is not None:
