@@ -250,8 +250,9 @@ def host_table() -> TjHost:
         if _host is None:
             table = TjHost(**{field: _c_function(name) for field, name in _FUNCTIONS.items()},
                            **{field: id(fn) for field, fn in _HOOKS.items()},
-                           type_offset=-1, float_value_offset=-1, none=id(None), true_object=id(True), int_type=id(int),
-                           float_type=id(float), bool_type=id(bool))
+                           type_offset=-1, float_value_offset=-1, none=id(None),
+                           true_object=id(True), int_type=id(int), float_type=id(float),
+                           bool_type=id(bool))
             table.exceptions[:] = _exception_classes()
             core_library().tj_host_method_install(addressof(table))
             _host = table
