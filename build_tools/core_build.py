@@ -48,7 +48,9 @@ CFLAGS = ("-O2", "-fPIC", "-pthread", "-std=gnu11", "-DNDEBUG")
 # ctypes backend looks up and the wrapper links against. -Bsymbolic binds the core's calls
 # to its own exported functions inside the library, so they skip the PLT and no other
 # library can interpose them, as when the core was compiled into the wrapper.
-_CORE_CFLAGS = (*CFLAGS, "-fvisibility=hidden")
+# -fexceptions: torch.c throws through the core's frames (the stable ABI's way to fail an
+# operator), which needs their unwind tables on every architecture.
+_CORE_CFLAGS = (*CFLAGS, "-fvisibility=hidden", "-fexceptions")
 _CORE_LINK_ARGS = ("-Wl,-Bsymbolic",)
 
 

@@ -15,6 +15,8 @@ from .results import op_result, outputs_of
 _backwards: dict = {}  # op name -> (backward, setup_context), as registered
 _recorded: dict = {}  # op name -> its autograd.Function (_autograd_kernel)
 _appliers: dict = {}  # op name -> how claimed_call records a call (`applier`)
+_BELOW = "below autograd"  # forward's keyset from `fallback_kernel`: the op, below autograd
+_keyless: dict = {}  # op name -> its autograd kernel without a keyset (`fallback_kernel`)
 
 # ``autograd.Function.apply`` binds its arguments to ``forward``'s signature with
 # ``inspect.signature`` at every call (about 15 us): needless for a forward that takes
@@ -67,6 +69,9 @@ def autograd_kernel(kernel, op, name: str):
         # From the op's Autograd kernel: below autograd with its keyset. From Python
         # (claimed_call, None): the kernel, unclaimed (grad mode is off in here), outside
         # functorch's transforms; else the op, which grad mode off sends below.
+        if keyset is _BELOW:
+            with below():
+                return op(*args)
         if keyset is not None:
             return run(keyset, args)
         if direct and not _transforms_active():
@@ -118,7 +123,28 @@ def autograd_kernel(kernel, op, name: str):
             raise RuntimeError(_no_backward(label, position, names[position]))
         return Recorded.apply(*args, keyset)
 
+    def without_keyset(*args):
+        # The same, for the op's C autograd kernel (native_op), which has no keyset to
+        # hand over: below autograd is where grad mode off and the guard send the op.
+        refuse_tangents(label, names, args)
+        position = requiring_grad(args)
+        if position is None:
+            with below():
+                return op(*args)
+        if name not in _backwards:
+            raise RuntimeError(_no_backward(label, position, names[position]))
+        return Recorded.apply(*args, _BELOW)
+
+    _keyless[name] = without_keyset
     return autograd_kernel
+
+
+def fallback_kernel(kernel, op, name: str):
+    """The op's autograd kernel without the dispatcher's keyset (``autograd_kernel``'s
+    meaning), for the C autograd kernel to hand the calls it cannot run itself to."""
+    if name not in _keyless:
+        autograd_kernel(kernel, op, name)
+    return _keyless[name]
 
 
 def requiring_grad(args: tuple) -> int | None:

@@ -34,7 +34,7 @@ import torch
 
 from ...builder.cache import artifact_key
 from ...language.lang import Buffer, PointerParam, Scalar
-from . import autograd, fake
+from . import autograd, fake, native_op
 from .results import kernel_result, op_result, outputs_of
 
 NAMESPACE = "tilejit"
@@ -159,9 +159,13 @@ def definition(kernel):
             _library.impl(name, implementation(kernel), "CompositeExplicitAutograd")
             torch.library.register_fake(f"{NAMESPACE}::{name}", fake.fake(kernel), lib=_library)
             found = getattr(getattr(torch.ops, NAMESPACE), name).default
-            _library.impl(name, autograd.autograd_kernel(kernel, found, name), "Autograd", with_keyset=True)
             written = [i for i, arg in enumerate(found._schema.arguments)
                        if arg.alias_info is not None and arg.alias_info.is_write]
+            python_autograd = autograd.autograd_kernel(kernel, found, name)
+            in_c = native_op.register(kernel, found, name, NAMESPACE, bool(written))
+            if not in_c or not native_op.autograd_in_c(native_op.input_kinds(found),
+                                                       bool(written)):
+                _library.impl(name, python_autograd, "Autograd", with_keyset=True)
             if written:
                 _library.impl(name, _versions_bumped(found, written), "ADInplaceOrView",
                               with_keyset=True)

@@ -144,3 +144,88 @@ def forward_ad_scope(torch):
         return None
     _decided("forward-AD level", True, "forward_ad._current_level follows dual_level()")
     return found
+
+
+PLAIN_CALL = "torch op autograd kernel in C (plain calls)"
+TLS_INCLUDED = "_ZN3c104impl26raw_local_dispatch_key_setE"  # c10::impl::raw_local_...
+
+
+def plain_call(torch, handle_is_impl, tls_word):
+    """``(meta_offset, keyset_offset, plain keysets, tls symbol)`` for the C autograd
+    kernel of an op (``tj_torch_plain``, tilejit/torch.h), or None:
+
+    - where a ``TensorImpl`` keeps its autograd record (``_autograd_meta_offset``);
+    - where it keeps its dispatch key set (``views.locate``), and the key sets of plain
+      dense tensors (CPU; CUDA when torch has a GPU), equal on tensors of every dtype and
+      on views, different on a conjugate view, a FakeTensor and a batched tensor;
+    - libc10's exported thread-local ``c10::impl::raw_local_dispatch_key_set``, whose
+      first word (the included keys XOR the default ones, read by ``tls_word``) is 0 on
+      a fresh thread, as torch's default include set says, and not inside a
+      ``TorchDispatchMode`` nor under ``torch.func.vmap``;
+    - ``handle_is_impl()``: an AtenTensorHandle's first word is its TensorImpl's address.
+
+    Checked on a thread of its own; None (and the reason recorded) when anything does not
+    match."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from .views import _Memory, locate
+
+    def probe():
+        located = locate()
+        meta = _autograd_meta_offset(torch)
+        if located is None or meta < 0:
+            raise LookupError("the TensorImpl's key set or autograd record was not found")
+        keyset_offset = located[1]
+        if not handle_is_impl():
+            raise LookupError("an AtenTensorHandle does not start with its TensorImpl")
+        memory = _Memory()
+        try:
+            def keyset(tensor) -> int:
+                words = memory.words(tensor._cdata + keyset_offset, 8)
+                if words is None:
+                    raise LookupError("a TensorImpl could not be read")
+                return words[0]
+
+            devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+            plain = []
+            for device in devices:
+                samples = [torch.ones(3, device=device),
+                           torch.ones(2, 2, dtype=torch.int64, device=device)[:, 1],
+                           torch.zeros(1, dtype=torch.bool, device=device),
+                           torch.empty(0, dtype=torch.float16, device=device)]
+                words = {keyset(t) for t in samples}
+                if len(words) != 1:
+                    raise LookupError(f"plain {device} tensors differ in their key sets")
+                plain.extend(words)
+            from torch._subclasses.fake_tensor import FakeTensorMode
+
+            with FakeTensorMode():
+                fake = torch.ones(3)
+            others = [torch.zeros(2, dtype=torch.complex64).conj(), fake]
+            if any(keyset(t) in plain for t in others):
+                raise LookupError("a conjugate view or a FakeTensor has a plain key set")
+        finally:
+            memory.close()
+
+        class Watching(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                return func(*args, **(kwargs or {}))
+
+        default = torch._C._dispatch_tls_local_include_set()
+        outside = tls_word(TLS_INCLUDED)
+        seen = []
+        with Watching():
+            seen.append(tls_word(TLS_INCLUDED))
+        torch.func.vmap(lambda x: seen.append(tls_word(TLS_INCLUDED)) or x)(torch.ones(2, 2))
+        if outside != 0 or 0 in seen or torch._C._dispatch_tls_local_include_set() != default:
+            raise LookupError("libc10's thread-local key set does not follow dispatch modes")
+        return meta, keyset_offset, plain, TLS_INCLUDED
+
+    try:
+        found = in_fresh_thread(probe)
+    except Exception as exc:  # noqa: BLE001 - any mismatch means: ask Python's autograd
+        _decided(PLAIN_CALL, False, f"{type(exc).__name__}: {exc}")
+        return None
+    _decided(PLAIN_CALL, True, f"autograd record at byte {found[0]}, key set at byte "
+             f"{found[1]} of the TensorImpl; libc10's thread-local included keys")
+    return found

@@ -1,0 +1,125 @@
+/*
+ * A kernel as a torch operator's implementation, registered with torch's
+ * dispatcher through torch's stable C ABI (the `aoti_torch_*` and `torch_*`
+ * functions libtorch exports, declared by torch/csrc/stable/c/shim.h and
+ * torch/csrc/inductor/aoti_torch/c/shim.h): the dispatcher then calls the core
+ * with no Python in between. Nothing here links torch: every function of
+ * torch is looked up in the process at tj_torch_init, so the core loads
+ * without torch and a program that never registers an operator never needs
+ * it. Conventions (statuses, ownership words) are those of tilejit/core.h.
+ *
+ * An operator implemented here reads its arguments from the dispatcher's
+ * stack, runs tj_call_run_binding on them (the same validation and messages
+ * as any call), allocates its outputs with torch (aoti_torch_empty_strided),
+ * launches a CUDA kernel on torch's current stream, and pushes the outputs.
+ * A failure reaches torch as a C++ exception carrying the core's message, as
+ * for any operator of torch's stable ABI: std::invalid_argument for TJ_EVALUE
+ * (Python sees a ValueError), std::runtime_error for the rest (a
+ * RuntimeError).
+ */
+#ifndef TILEJIT_TORCH_H_
+#define TILEJIT_TORCH_H_
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tilejit/core.h"
+#include "tilejit/export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Finds torch's stable C ABI in the process (libtorch must be loaded; the
+ * CUDA functions are optional). TJ_OK, or TJ_ERUNTIME saying what is
+ * missing: an older torch, then, whose operators tilejit registers another
+ * way. Safe to call repeatedly and from many threads. */
+TJ_API int tj_torch_init(void);
+
+/* Defines operator `schema` ("vec_add_0123(Tensor A, Tensor B) -> Tensor") in
+ * namespace `ns`, for a program that registers an operator torch's Python
+ * does not define (an export's torch_op.so). */
+TJ_API int tj_torch_define(const char *ns, const char *schema);
+
+/* The kinds of an operator's inputs, one character per schema argument in
+ * order: 'T' Tensor, 't' Tensor? (None allowed), 'i' SymInt, 'f' float,
+ * 'b' bool. */
+#define TJ_TORCH_TENSOR 'T'
+#define TJ_TORCH_OPTIONAL_TENSOR 't'
+#define TJ_TORCH_INT 'i'
+#define TJ_TORCH_FLOAT 'f'
+#define TJ_TORCH_BOOL 'b'
+
+/* When an input has an autograd record, the operator's autograd kernel hands
+ * the call to this function (its host's: Python's autograd, for tilejit's
+ * own registration), with the stack as the dispatcher passed it, optional
+ * tensors unboxed (a tensor handle or 0). It takes ownership of the input
+ * tensor handles, writes the outputs' new handles into the stack from index
+ * 0 and returns 0; or returns 2 (a ValueError) or 1 (any other failure) with
+ * a message (NUL-terminated, truncated to `size`) in `message`. */
+typedef int (*tj_torch_fallback)(void *context, uint64_t *stack, uint64_t nargs,
+                                 uint64_t nouts, char *message, size_t size);
+
+/* How the autograd kernel tells a call it may run at once (one the dispatcher
+ * would send, unchanged, from autograd down to the backend kernel) from one it
+ * hands to the fallback: none of its tensors has an autograd record (the word
+ * at byte `meta_offset` of the TensorImpl, the object an AtenTensorHandle's
+ * first word points to, is NULL: the tensor neither requires grad nor carries
+ * a tangent), every tensor's dispatch key set (the word at byte
+ * `keyset_offset` of the TensorImpl) is one of `keysets` (a plain dense
+ * tensor's: no tensor subclass, functionalization, batching or lazy view),
+ * and the thread includes no dispatch key beyond torch's defaults (no
+ * dispatch mode, tracer or transform is active): the thread-local 64-bit word
+ * `tls_symbol` names is 0 (libc10's c10::impl::raw_local_dispatch_key_set,
+ * whose first word holds the included keys XOR the default ones). The host
+ * finds and checks these for the libtorch loaded (tj_torch_tls_word). Caller-
+ * owned; copied. */
+#define TJ_TORCH_MAX_KEYSETS 4
+typedef struct tj_torch_plain {
+  int64_t meta_offset;
+  int64_t keyset_offset;
+  uint64_t keysets[TJ_TORCH_MAX_KEYSETS];
+  int32_t nkeysets;
+  const char *tls_symbol;
+} tj_torch_plain;
+
+/* The calling thread's value of the thread-local word `symbol` of torch's
+ * libraries (tj_torch_plain.tls_symbol), for the host's checks. TJ_ERUNTIME
+ * when there is no such symbol. */
+TJ_API int tj_torch_tls_word(const char *symbol, uint64_t *out);
+
+/* What tj_torch_impl registers. Caller-owned; copied. Compatibility:
+ * append-only (fields are added at the end only, never reordered, resized
+ * or removed). */
+typedef struct tj_torch_op {
+  const char *ns;     /* the operator's namespace ("tilejit") */
+  const char *name;   /* its name, without overload ("vec_add_0123") */
+  const char *inputs; /* TJ_TORCH_* per schema input */
+  /* The autograd kernel, registered when `fallback` is set: a plain call
+   * (`plain`, NULL: none is) runs the kernel at once, any other is handed to
+   * `fallback`. */
+  tj_torch_fallback fallback;
+  void *context;
+  const tj_torch_plain *plain;
+  /* The order of the operator's returns: return r is the kernel's output
+   * output_order[r] (output order, tj_kernel_output_param), one per output;
+   * NULL: the outputs in their order. */
+  const int32_t *output_order;
+} tj_torch_op;
+
+/* Registers `kernel` (borrowed: it must outlive the process's use of the
+ * operator, which torch never unregisters) as the implementation of the
+ * operator op->ns::op->name for torch's dispatch keys CPU and CUDA, the core
+ * refusing a tensor on a device the kernel does not run on with its own
+ * message; and, with op->fallback, its autograd kernel (dispatch key
+ * Autograd). The operator must be defined (tj_torch_define, or torch's own
+ * Library.define). Each registration takes one of a fixed number of slots
+ * (TJ_TORCH_MAX_OPS): TJ_ERUNTIME once they are all used. */
+#define TJ_TORCH_MAX_OPS 4096
+TJ_API int tj_torch_impl(const tj_kernel *kernel, const tj_torch_op *op);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TILEJIT_TORCH_H_ */

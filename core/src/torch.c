@@ -1,0 +1,531 @@
+/*
+ * Kernels as torch operators through torch's stable C ABI (tilejit/torch.h).
+ *
+ * The dispatcher calls a boxed kernel `void fn(StableIValue *stack, uint64_t
+ * nargs, uint64_t nouts)` and gives it no pointer of its own, so each
+ * registration takes a slot and its own pair of functions (the backend kernel
+ * and the autograd kernel of slot n, made below by the preprocessor), which
+ * run the slot's kernel. Torch's functions are looked up in the process, never
+ * linked: the core loads without torch.
+ *
+ * The stack, as torch's stable ABI lays it out: a Tensor is an
+ * AtenTensorHandle the callee owns (deleted here once the call is over); a
+ * Tensor? is 0 for None, else a heap StableIValue holding the handle (freed
+ * here); a SymInt is its int64; a float its double's bits; a bool its byte.
+ * Outputs are new handles, pushed from index 0; torch owns them from there.
+ */
+#define _GNU_SOURCE
+#include "tilejit/torch.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+#include "tilejit/producer.h"
+
+typedef void *aten_tensor;
+typedef int32_t aoti_error; /* AOTITorchError: 0 is success */
+typedef void (*boxed_fn)(uint64_t *stack, uint64_t nargs, uint64_t nouts);
+
+/* ---- Torch's functions, looked up once ------------------------------------ */
+
+#define TJ__NUM_DTYPES 20
+
+static struct {
+  aoti_error (*data_ptr)(aten_tensor, void **);
+  aoti_error (*dim)(aten_tensor, int64_t *);
+  aoti_error (*sizes)(aten_tensor, int64_t **);
+  aoti_error (*strides)(aten_tensor, int64_t **);
+  aoti_error (*dtype)(aten_tensor, int32_t *);
+  aoti_error (*device_type)(aten_tensor, int32_t *);
+  aoti_error (*device_index)(aten_tensor, int32_t *);
+  aoti_error (*layout)(aten_tensor, int32_t *);
+  aoti_error (*empty_strided)(int64_t, const int64_t *, const int64_t *, int32_t, int32_t,
+                              int32_t, aten_tensor *);
+  aoti_error (*delete_tensor)(aten_tensor);
+  aoti_error (*library_init_impl)(const char *, const char *, const char *, uint32_t, void **);
+  aoti_error (*library_init_fragment)(const char *, const char *, uint32_t, void **);
+  aoti_error (*library_def)(void *, const char *);
+  aoti_error (*library_impl)(void *, const char *, boxed_fn);
+  aoti_error (*library_impl_versioned)(void *, const char *, boxed_fn, uint64_t);
+  aoti_error (*delete_stable_ivalue)(uint64_t *); /* optional (torch 2.10 on) */
+  void (*operator_delete)(void *);                /* what frees it before */
+  aoti_error (*cuda_stream)(int32_t, void **);    /* optional: a CUDA build */
+  const char *(*exception_what)(void);            /* optional */
+  __attribute__((noreturn)) void (*throw_runtime_error)(const char *);
+  __attribute__((noreturn)) void (*throw_invalid_argument)(const char *);
+  int32_t cpu, cuda, strided;
+  int32_t dtype_code[TJ__NUM_DTYPES];
+  DLDataType dtype_dl[TJ__NUM_DTYPES];
+  int32_t ndtypes;
+} T;
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static int init_status = TJ_ERUNTIME;
+static char init_why[256];
+
+/* `name` in the process: already global, else in one of torch's libraries or
+ * the C++ runtime (loaded by torch; looked at, never loaded here). */
+static void *lookup(const char *name) {
+  static const char *const libraries[] = {"libtorch_cpu.so", "libtorch.so", "libtorch_cuda.so",
+                                          "libc10.so", "libstdc++.so.6"};
+  void *found = dlsym(RTLD_DEFAULT, name);
+  for (size_t i = 0; found == NULL && i < sizeof(libraries) / sizeof(*libraries); ++i) {
+    void *lib = dlopen(libraries[i], RTLD_LAZY | RTLD_NOLOAD);
+    if (lib == NULL) continue;
+    found = dlsym(lib, name);
+    dlclose(lib); /* still loaded: torch holds it */
+  }
+  return found;
+}
+
+
+/* `dest`, a function pointer, set to torch's `name` (optional: left NULL when
+ * torch lacks it). */
+#define TJ__FIND(dest, name)               \
+  do {                                     \
+    void *found_ = lookup(name);           \
+    memcpy(&(dest), &found_, sizeof(void *)); \
+  } while (0)
+#define TJ__NEED(dest, name)                                                       \
+  do {                                                                             \
+    TJ__FIND(dest, name);                                                          \
+    if ((dest) == NULL) {                                                          \
+      snprintf(init_why, sizeof(init_why), "torch's stable C ABI lacks %s", name); \
+      return;                                                                      \
+    }                                                                              \
+  } while (0)
+
+static void add_dtype(const char *function, uint8_t code, uint8_t bits) {
+  int32_t (*get)(void) = NULL;
+  TJ__FIND(get, function);
+  if (get == NULL || T.ndtypes == TJ__NUM_DTYPES) return; /* a dtype this torch lacks */
+  T.dtype_code[T.ndtypes] = get();
+  T.dtype_dl[T.ndtypes] = (DLDataType){code, bits, 1};
+  T.ndtypes++;
+}
+
+static void init(void) {
+  if (lookup("aoti_torch_abi_version") == NULL) {
+    snprintf(init_why, sizeof(init_why),
+             "libtorch is not loaded in this process (no aoti_torch_abi_version)");
+    return;
+  }
+  TJ__NEED(T.data_ptr, "aoti_torch_get_data_ptr");
+  TJ__NEED(T.dim, "aoti_torch_get_dim");
+  TJ__NEED(T.sizes, "aoti_torch_get_sizes");
+  TJ__NEED(T.strides, "aoti_torch_get_strides");
+  TJ__NEED(T.dtype, "aoti_torch_get_dtype");
+  TJ__NEED(T.device_type, "aoti_torch_get_device_type");
+  TJ__NEED(T.device_index, "aoti_torch_get_device_index");
+  TJ__NEED(T.layout, "aoti_torch_get_layout");
+  TJ__NEED(T.empty_strided, "aoti_torch_empty_strided");
+  TJ__NEED(T.delete_tensor, "aoti_torch_delete_tensor_object");
+  TJ__NEED(T.library_init_impl, "aoti_torch_library_init_impl");
+  TJ__NEED(T.library_init_fragment, "aoti_torch_library_init_fragment");
+  TJ__NEED(T.library_def, "aoti_torch_library_def");
+  TJ__NEED(T.operator_delete, "_ZdlPv");                       /* operator delete(void*) */
+  /* libstdc++'s std::__throw_runtime_error and std::__throw_invalid_argument:
+   * what its headers' inline code calls to throw, part of its stable ABI. */
+  TJ__NEED(T.throw_runtime_error, "_ZSt21__throw_runtime_errorPKc");
+  TJ__NEED(T.throw_invalid_argument, "_ZSt24__throw_invalid_argumentPKc");
+  TJ__FIND(T.library_impl_versioned, "torch_library_impl");
+  if (T.library_impl_versioned == NULL) TJ__NEED(T.library_impl, "aoti_torch_library_impl");
+  TJ__FIND(T.delete_stable_ivalue, "torch_delete_stable_ivalue");
+  TJ__FIND(T.exception_what, "torch_exception_get_what_without_backtrace");
+  int32_t (*cpu)(void) = NULL, (*cuda)(void) = NULL, (*strided)(void) = NULL;
+  TJ__NEED(cpu, "aoti_torch_device_type_cpu");
+  TJ__NEED(cuda, "aoti_torch_device_type_cuda");
+  TJ__NEED(strided, "aoti_torch_layout_strided");
+  T.cpu = cpu();
+  T.cuda = cuda();
+  T.strided = strided();
+  add_dtype("aoti_torch_dtype_float32", kDLFloat, 32);
+  add_dtype("aoti_torch_dtype_float64", kDLFloat, 64);
+  add_dtype("aoti_torch_dtype_float16", kDLFloat, 16);
+  add_dtype("aoti_torch_dtype_bfloat16", kDLBfloat, 16);
+  add_dtype("aoti_torch_dtype_int8", kDLInt, 8);
+  add_dtype("aoti_torch_dtype_int16", kDLInt, 16);
+  add_dtype("aoti_torch_dtype_int32", kDLInt, 32);
+  add_dtype("aoti_torch_dtype_int64", kDLInt, 64);
+  add_dtype("aoti_torch_dtype_uint8", kDLUInt, 8);
+  add_dtype("aoti_torch_dtype_uint16", kDLUInt, 16);
+  add_dtype("aoti_torch_dtype_uint32", kDLUInt, 32);
+  add_dtype("aoti_torch_dtype_uint64", kDLUInt, 64);
+  add_dtype("aoti_torch_dtype_bool", kDLBool, 8);
+  add_dtype("aoti_torch_dtype_complex64", kDLComplex, 64);
+  add_dtype("aoti_torch_dtype_complex128", kDLComplex, 128);
+  add_dtype("aoti_torch_dtype_float8_e4m3fn", kDLFloat8_e4m3fn, 8);
+  add_dtype("aoti_torch_dtype_float8_e5m2", kDLFloat8_e5m2, 8);
+  add_dtype("aoti_torch_dtype_float8_e4m3fnuz", kDLFloat8_e4m3fnuz, 8);
+  add_dtype("aoti_torch_dtype_float8_e5m2fnuz", kDLFloat8_e5m2fnuz, 8);
+  TJ__FIND(T.cuda_stream, "aoti_torch_get_current_cuda_stream");
+  init_status = TJ_OK;
+}
+
+int tj_torch_init(void) {
+  pthread_once(&init_once, init);
+  return init_status == TJ_OK ? TJ_OK : tj_set_error(TJ_ERUNTIME, "tilejit: %s", init_why);
+}
+
+/* A failed torch function: its own message when torch keeps one. */
+static int torch_failed(const char *what) {
+  const char *why = T.exception_what != NULL ? T.exception_what() : NULL;
+  return tj_set_error(TJ_ERUNTIME, "%s failed%s%s", what, why != NULL && *why ? ": " : "",
+                      why != NULL ? why : "");
+}
+
+/* ---- The producer of torch's tensor handles ------------------------------- */
+
+static void release_handle(void *object) { T.delete_tensor(object); }
+
+static const tj_host handle_host = {.release = release_handle, .type_offset = -1};
+
+static int import_handle(const tj_producer *self, void *object, tj_arg *arg) {
+  (void)self;
+  aten_tensor h = object;
+  void *data;
+  int64_t ndim, *sizes, *strides;
+  int32_t dtype, device_type, device_index, layout;
+  if (T.layout(h, &layout) || T.data_ptr(h, &data) || T.dim(h, &ndim) ||
+      T.sizes(h, &sizes) || T.strides(h, &strides) || T.dtype(h, &dtype) ||
+      T.device_type(h, &device_type) || T.device_index(h, &device_index))
+    return torch_failed("reading the tensor");
+  if (layout != T.strided)
+    return tj_set_error(TJ_ETYPE, "a tensor of layout %d (not strided): a kernel takes dense "
+                                  "tensors; pass tensor.to_dense()", (int)layout);
+  DLDataType dl = {0, 0, 0};
+  for (int32_t i = 0; i < T.ndtypes && dl.bits == 0; ++i)
+    if (T.dtype_code[i] == dtype) dl = T.dtype_dl[i];
+  if (dl.bits == 0)
+    return tj_set_error(TJ_ETYPE, "torch dtype %d has no DLPack equivalent", (int)dtype);
+  DLDeviceType device;
+  if (device_type == T.cpu) {
+    device = kDLCPU;
+  } else if (device_type == T.cuda) {
+    device = kDLCUDA;
+  } else {
+    return tj_set_error(TJ_EVALUE, "a tensor on torch device type %d, which tilejit's kernels "
+                                   "do not run on", (int)device_type);
+  }
+  arg->kind = TJ_ARG_TENSOR;
+  arg->flags = 0;
+  arg->tensor.data = data;
+  arg->tensor.device = (DLDevice){device, device_index};
+  arg->tensor.ndim = (int32_t)ndim;
+  arg->tensor.dtype = dl;
+  arg->tensor.shape = sizes;
+  arg->tensor.strides = strides;
+  arg->tensor.byte_offset = 0;
+  arg->owner_kind = TJ_OWNER_NONE;
+  arg->owner = NULL;
+  return TJ_OK;
+}
+
+static int allocate_handle(const tj_producer *self, const DLTensor *proto, tj_arg *out,
+                           void **object) {
+  int32_t dtype = -1;
+  for (int32_t i = 0; i < T.ndtypes && dtype < 0; ++i)
+    if (T.dtype_dl[i].code == proto->dtype.code && T.dtype_dl[i].bits == proto->dtype.bits &&
+        proto->dtype.lanes == 1)
+      dtype = T.dtype_code[i];
+  if (dtype < 0) return tj_set_error(TJ_ETYPE, "torch has no dtype for it");
+  int64_t strides[TJ_MAX_NDIM], step = 1;
+  for (int32_t d = proto->ndim - 1; d >= 0; --d) {
+    strides[d] = step;
+    step *= proto->shape[d] > 1 ? proto->shape[d] : 1;
+  }
+  int32_t device = proto->device.device_type == kDLCUDA ? T.cuda : T.cpu;
+  aten_tensor h = NULL;
+  if (T.empty_strided(proto->ndim, proto->shape, strides, dtype, device, proto->device.device_id,
+                      &h))
+    return torch_failed("torch's empty_strided");
+  *object = h;
+  tj_arg_init(out);
+  return import_handle(self, h, out);
+}
+
+static int current_stream(const tj_producer *self, int32_t device_type, int32_t device_id,
+                          void **stream) {
+  (void)self;
+  *stream = NULL;
+  if (device_type != kDLCUDA) return TJ_OK;
+  if (T.cuda_stream == NULL)
+    return tj_set_error(TJ_ERUNTIME, "this torch has no CUDA (no "
+                                     "aoti_torch_get_current_cuda_stream)");
+  if (T.cuda_stream(device_id, stream)) return torch_failed("torch's current CUDA stream");
+  return TJ_OK;
+}
+
+static const tj_producer handle_producer = {
+    .import = import_handle,
+    .allocate = allocate_handle,
+    .current_stream = current_stream,
+    .host = &handle_host,
+};
+
+/* ---- Slots: a registered operator each ------------------------------------ */
+
+typedef struct {
+  const tj_kernel *kernel;
+  char inputs[TJ_MAX_PARAMS + 1];
+  int32_t ninputs;
+  tj_torch_fallback fallback;
+  void *context;
+  bool has_plain;
+  tj_torch_plain plain;
+  char tls_symbol[128];
+  int32_t order[TJ_MAX_OUTPUTS]; /* return r is output order[r] */
+} torch_slot;
+
+static torch_slot slots[TJ_TORCH_MAX_OPS];
+static int32_t nslots; /* under slots_lock */
+static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void free_box(uint64_t *box) {
+  if (T.delete_stable_ivalue != NULL)
+    T.delete_stable_ivalue(box);
+  else
+    T.operator_delete(box);
+}
+
+/* Optional tensors unboxed in place: a handle or 0. */
+static void unbox(const torch_slot *s, uint64_t *stack) {
+  for (int32_t i = 0; i < s->ninputs; ++i) {
+    if (s->inputs[i] != TJ_TORCH_OPTIONAL_TENSOR || stack[i] == 0) continue;
+    uint64_t *box = (uint64_t *)(uintptr_t)stack[i];
+    stack[i] = *box;
+    free_box(box);
+  }
+}
+
+static void drop_inputs(const torch_slot *s, uint64_t *stack) {
+  for (int32_t i = 0; i < s->ninputs; ++i)
+    if ((s->inputs[i] == TJ_TORCH_TENSOR || s->inputs[i] == TJ_TORCH_OPTIONAL_TENSOR) && stack[i])
+      T.delete_tensor((aten_tensor)(uintptr_t)stack[i]);
+}
+
+/* The calling thread's copy of the thread-local word `symbol` (dlsym answers
+ * with the calling thread's address of a thread-local symbol). */
+static const uint64_t *tls_word(const char *symbol) {
+  return (const uint64_t *)lookup(symbol);
+}
+
+int tj_torch_tls_word(const char *symbol, uint64_t *out) {
+  TJ__REFUSE_NULL("tj_torch_tls_word", symbol);
+  TJ__REFUSE_NULL("tj_torch_tls_word", out);
+  const uint64_t *word = tls_word(symbol);
+  if (word == NULL) return tj_set_error(TJ_ERUNTIME, "tilejit: no thread-local %s", symbol);
+  *out = *word;
+  return TJ_OK;
+}
+
+/* Whether the autograd kernel may run the call at once (tj_torch_plain). The
+ * thread's word is found once per thread (the first op call on it). */
+static bool plain_call(const torch_slot *s, const uint64_t *stack) {
+  static __thread const uint64_t *included; /* of the one symbol every slot names */
+  if (!s->has_plain) return false;
+  const tj_torch_plain *p = &s->plain;
+  if (included == NULL && (included = tls_word(s->tls_symbol)) == NULL) return false;
+  if (*included != 0) return false;
+  for (int32_t i = 0; i < s->ninputs; ++i) {
+    if ((s->inputs[i] != TJ_TORCH_TENSOR && s->inputs[i] != TJ_TORCH_OPTIONAL_TENSOR) ||
+        stack[i] == 0)
+      continue;
+    const char *impl = *(char *const *)(uintptr_t)stack[i]; /* at::Tensor's TensorImpl * */
+    if (*(void *const *)(impl + p->meta_offset) != NULL) return false;
+    uint64_t keyset;
+    memcpy(&keyset, impl + p->keyset_offset, sizeof(keyset));
+    bool known = false;
+    for (int32_t k = 0; k < p->nkeysets && !known; ++k) known = keyset == p->keysets[k];
+    if (!known) return false;
+  }
+  return true;
+}
+
+/* Runs the slot's kernel on the stack; TJ_OK with the outputs pushed, or the
+ * core's status with its message in `message`. */
+static int run_kernel(const torch_slot *s, uint64_t *stack, uint64_t nouts, char *message,
+                      size_t size) {
+  const tj_kernel *k = s->kernel;
+  tj_arg args[TJ_MAX_PARAMS];
+  void *outputs[TJ_MAX_OUTPUTS] = {NULL};
+  for (int32_t i = 0; i < s->ninputs; ++i) {
+    tj_arg *arg = &args[i];
+    tj_arg_init(arg);
+    switch (s->inputs[i]) {
+      case TJ_TORCH_TENSOR:
+      case TJ_TORCH_OPTIONAL_TENSOR:
+        if (stack[i] != 0) tj_arg_object(arg, (void *)(uintptr_t)stack[i], &handle_producer);
+        break;
+      case TJ_TORCH_INT:
+        arg->kind = TJ_ARG_INT;
+        arg->value.i = (int64_t)stack[i];
+        break;
+      case TJ_TORCH_FLOAT:
+        arg->kind = TJ_ARG_FLOAT;
+        memcpy(&arg->value.f, &stack[i], sizeof(double));
+        break;
+      default: /* TJ_TORCH_BOOL */
+        arg->kind = TJ_ARG_BOOL;
+        arg->value.i = (stack[i] & 0xff) != 0;
+        break;
+    }
+  }
+  tj_call call = {args, s->ninputs, 0, NULL, outputs};
+  const tj_call_binding binding = {NULL, NULL, 1};
+  int rc = tj_call_run_binding(k, &call, &binding);
+  if (rc == TJ_OK && nouts != (uint64_t)tj_kernel_num_outputs(k))
+    rc = tj_set_error(TJ_ERUNTIME, "%s: torch asks for %llu outputs, the kernel makes %d",
+                      tj_kernel_name(k), (unsigned long long)nouts, tj_kernel_num_outputs(k));
+  if (rc != TJ_OK) {
+    snprintf(message, size, "%s", tj_last_error());
+    for (int32_t o = 0; o < tj_kernel_num_outputs(k); ++o)
+      if (outputs[o] != NULL) T.delete_tensor(outputs[o]);
+  }
+  drop_inputs(s, stack);
+  if (rc == TJ_OK)
+    for (uint64_t r = 0; r < nouts; ++r) stack[r] = (uint64_t)(uintptr_t)outputs[s->order[r]];
+  return rc;
+}
+
+/* A failure, thrown as the C++ exception Python's bindings of torch raise as
+ * the class the core's status names: std::invalid_argument for a ValueError
+ * (TJ_EVALUE, the fallback's 2), std::runtime_error for the rest (a
+ * RuntimeError). Nothing is held when it is thrown. */
+__attribute__((noreturn)) static void fail(int value_error, const char *message) {
+  if (value_error) T.throw_invalid_argument(message);
+  T.throw_runtime_error(message);
+}
+
+/* The boxed kernels. */
+static void run_backend(int32_t n, uint64_t *stack, uint64_t nargs, uint64_t nouts) {
+  (void)nargs; /* torch checks it against the schema */
+  const torch_slot *s = &slots[n];
+  char message[2048];
+  unbox(s, stack);
+  int rc = run_kernel(s, stack, nouts, message, sizeof(message));
+  if (rc != TJ_OK) fail(rc == TJ_EVALUE, message);
+}
+
+static void run_autograd(int32_t n, uint64_t *stack, uint64_t nargs, uint64_t nouts) {
+  const torch_slot *s = &slots[n];
+  char message[2048];
+  unbox(s, stack);
+  if (plain_call(s, stack)) {
+    int rc = run_kernel(s, stack, nouts, message, sizeof(message));
+    if (rc != TJ_OK) fail(rc == TJ_EVALUE, message);
+    return;
+  }
+  message[0] = '\0';
+  int rc = s->fallback(s->context, stack, nargs, nouts, message, sizeof(message));
+  if (rc != 0) fail(rc == 2, message[0] ? message : "tilejit: the autograd fallback failed");
+}
+
+/* One function per slot and kernel: slot n's are backend_0<n in octal> and
+ * autograd_0<n in octal>, the digits pasted into an octal literal. */
+#define TJ__O8(M, p) M(p##0) M(p##1) M(p##2) M(p##3) M(p##4) M(p##5) M(p##6) M(p##7)
+#define TJ__O64(M, p) \
+  TJ__O8(M, p##0) TJ__O8(M, p##1) TJ__O8(M, p##2) TJ__O8(M, p##3) \
+  TJ__O8(M, p##4) TJ__O8(M, p##5) TJ__O8(M, p##6) TJ__O8(M, p##7)
+#define TJ__O512(M, p) \
+  TJ__O64(M, p##0) TJ__O64(M, p##1) TJ__O64(M, p##2) TJ__O64(M, p##3) \
+  TJ__O64(M, p##4) TJ__O64(M, p##5) TJ__O64(M, p##6) TJ__O64(M, p##7)
+#define TJ__O4096(M) \
+  TJ__O512(M, 00) TJ__O512(M, 01) TJ__O512(M, 02) TJ__O512(M, 03) \
+  TJ__O512(M, 04) TJ__O512(M, 05) TJ__O512(M, 06) TJ__O512(M, 07)
+
+#define TJ__KERNELS(n)                                                 \
+  static void backend_##n(uint64_t *stack, uint64_t a, uint64_t o) {   \
+    run_backend(n, stack, a, o);                                       \
+  }                                                                    \
+  static void autograd_##n(uint64_t *stack, uint64_t a, uint64_t o) {  \
+    run_autograd(n, stack, a, o);                                      \
+  }
+TJ__O4096(TJ__KERNELS)
+#define TJ__BACKEND(n) backend_##n,
+#define TJ__AUTOGRAD(n) autograd_##n,
+static const boxed_fn backends[TJ_TORCH_MAX_OPS] = {TJ__O4096(TJ__BACKEND)};
+static const boxed_fn autograds[TJ_TORCH_MAX_OPS] = {TJ__O4096(TJ__AUTOGRAD)};
+
+/* ---- Registration --------------------------------------------------------- */
+
+/* The torch version this file's stack layout is that of (2.10), for
+ * torch_library_impl: TORCH_VERSION_2_10_0 of torch/csrc/stable/version.h. */
+#define TJ__TORCH_ABI_2_10 ((2ull << 56) | (10ull << 48))
+
+static int impl_for(const char *ns, const char *key, const char *name, boxed_fn fn) {
+  void *library = NULL; /* kept: an operator's kernels live as long as the process */
+  if (T.library_init_impl(ns, key, __FILE__, __LINE__, &library))
+    return torch_failed("torch's Library(IMPL)");
+  aoti_error failed = T.library_impl_versioned != NULL
+                          ? T.library_impl_versioned(library, name, fn, TJ__TORCH_ABI_2_10)
+                          : T.library_impl(library, name, fn);
+  return failed ? torch_failed("torch's Library.impl") : TJ_OK;
+}
+
+int tj_torch_define(const char *ns, const char *schema) {
+  TJ__REFUSE_NULL("tj_torch_define", ns);
+  TJ__REFUSE_NULL("tj_torch_define", schema);
+  int rc = tj_torch_init();
+  if (rc != TJ_OK) return rc;
+  void *library = NULL;
+  if (T.library_init_fragment(ns, __FILE__, __LINE__, &library))
+    return torch_failed("torch's Library(FRAGMENT)");
+  if (T.library_def(library, schema)) return torch_failed("defining the operator");
+  return TJ_OK;
+}
+
+int tj_torch_impl(const tj_kernel *kernel, const tj_torch_op *op) {
+  TJ__REFUSE_NULL("tj_torch_impl", kernel);
+  TJ__REFUSE_NULL("tj_torch_impl", op);
+  TJ__REFUSE_NULL("tj_torch_impl", op->ns);
+  TJ__REFUSE_NULL("tj_torch_impl", op->name);
+  TJ__REFUSE_NULL("tj_torch_impl", op->inputs);
+  int rc = tj_torch_init();
+  if (rc != TJ_OK) return rc;
+  size_t ninputs = strlen(op->inputs);
+  if (ninputs > TJ_MAX_PARAMS || strspn(op->inputs, "Ttifb") != ninputs)
+    return tj_set_error(TJ_EVALUE, "tj_torch_impl: inputs '%s': expected one of T, t, i, f, b "
+                                   "per input, at most %d", op->inputs, TJ_MAX_PARAMS);
+  int32_t noutputs = tj_kernel_num_outputs(kernel);
+  int32_t order[TJ_MAX_OUTPUTS];
+  for (int32_t r = 0; r < noutputs; ++r) {
+    order[r] = op->output_order != NULL ? op->output_order[r] : r;
+    bool repeated = false;
+    for (int32_t q = 0; q < r; ++q) repeated = repeated || order[q] == order[r];
+    if (order[r] < 0 || order[r] >= noutputs || repeated)
+      return tj_set_error(TJ_EVALUE, "tj_torch_impl: output_order is not a permutation of "
+                                     "the kernel's %d outputs", noutputs);
+  }
+  pthread_mutex_lock(&slots_lock);
+  int32_t n = nslots < TJ_TORCH_MAX_OPS ? nslots++ : -1;
+  pthread_mutex_unlock(&slots_lock);
+  if (n < 0)
+    return tj_set_error(TJ_ERUNTIME, "%s: all %d operator slots of this process are in use",
+                        tj_kernel_name(kernel), TJ_TORCH_MAX_OPS);
+  torch_slot *s = &slots[n];
+  memcpy(s->order, order, sizeof(order));
+  s->kernel = kernel;
+  memcpy(s->inputs, op->inputs, ninputs + 1);
+  s->ninputs = (int32_t)ninputs;
+  s->fallback = op->fallback;
+  s->context = op->context;
+  s->has_plain = op->plain != NULL && op->plain->tls_symbol != NULL &&
+                 strlen(op->plain->tls_symbol) < sizeof(s->tls_symbol) &&
+                 op->plain->nkeysets > 0 && op->plain->nkeysets <= TJ_TORCH_MAX_KEYSETS &&
+                 op->plain->meta_offset >= 0 && op->plain->keyset_offset >= 0;
+  if (s->has_plain) {
+    s->plain = *op->plain;
+    strcpy(s->tls_symbol, op->plain->tls_symbol);
+    s->plain.tls_symbol = s->tls_symbol;
+  }
+  if ((rc = impl_for(op->ns, "CPU", op->name, backends[n])) != TJ_OK ||
+      (rc = impl_for(op->ns, "CUDA", op->name, backends[n])) != TJ_OK)
+    return rc;
+  if (op->fallback != NULL) rc = impl_for(op->ns, "Autograd", op->name, autograds[n]);
+  return rc;
+}

@@ -1,0 +1,237 @@
+"""A kernel's torch op implemented in C: the dispatcher calls the core, no Python between.
+
+``op.definition`` defines the op (schema, fake implementation) from Python, then hands its
+kernels to the core (``tj_torch_impl``, core/src/torch.c), which registers them through
+torch's stable C ABI, found in the loaded libtorch:
+
+- the backend kernel (dispatch keys CPU and CUDA) reads the dispatcher's stack, runs the
+  core's call (the same validation and messages as a direct call: a ``ValueError``
+  stays one, other refusals reach Python as a ``RuntimeError`` carrying the message, as
+  for every operator of torch's stable ABI), allocates the outputs with torch and
+  launches on torch's current stream;
+- the autograd kernel (an op that writes none of its arguments and takes no integer,
+  ``autograd_in_c``): a plain call (plain dense tensors without autograd record, no
+  dispatch mode, tracer or transform active on the thread, read in place: a fast path,
+  ``probes.plain_call``) runs the kernel at once, as the dispatcher would below
+  autograd; any other call, and every call with
+  ``TILEJIT_FAST_PATHS=0``, is handed to the op's Python autograd kernel
+  (``autograd.fallback_kernel``: record, refuse, or run below autograd, through the
+  dispatcher's other keys: modes, functionalization, fake tensors).
+
+``TILEJIT_TORCH_OPS=python`` registers the Python implementation instead (as does a torch
+whose stable ABI lacks a function tilejit needs): the same semantics, a ``TypeError``
+staying a ``TypeError`` there.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+import threading
+from ctypes import POINTER, Structure, c_char_p, c_int, c_int64, c_size_t, c_uint64, c_void_p
+
+import torch
+
+from ...native._build import env
+from ...native.library import core_library
+from ...runtime import fast_paths
+from ...runtime.fast_paths import FAST_PATHS
+from ...language.lang import Buffer
+from . import autograd, probes
+
+MODE = env.choice("TILEJIT_TORCH_OPS", ("c", "python")) or "c"
+
+_FALLBACK = ctypes.CFUNCTYPE(c_int, c_void_p, POINTER(c_uint64), c_uint64, c_uint64, c_void_p,
+                             c_size_t)
+
+
+class _TorchPlain(Structure):  # tj_torch_plain
+    _fields_ = [("meta_offset", c_int64), ("keyset_offset", c_int64),
+                ("keysets", c_uint64 * 4), ("nkeysets", ctypes.c_int32),
+                ("tls_symbol", c_char_p)]
+
+
+class _TorchOp(Structure):  # tj_torch_op
+    _fields_ = [("ns", c_char_p), ("name", c_char_p), ("inputs", c_char_p),
+                ("fallback", _FALLBACK), ("context", c_void_p),
+                ("plain", POINTER(_TorchPlain)), ("output_order", POINTER(ctypes.c_int32))]
+
+
+_lock = threading.Lock()
+_available: list = []  # [why not, or None], decided once
+_plain_found: list = []  # [_TorchPlain, or None], decided once
+_kept: list = []  # what the registered C kernels use, kept for the process's life
+
+
+def available() -> str | None:
+    """None when ops can be implemented in C here, else why not (decided once)."""
+    with _lock:
+        if not _available:
+            _available.append(_why_not())
+            fast_paths.decided("torch ops in C (stable ABI)", _available[0] is None,
+                               _available[0] or "torch's stable C ABI found in libtorch")
+    return _available[0]
+
+
+def _why_not() -> str | None:
+    if MODE == "python":
+        return "TILEJIT_TORCH_OPS=python"
+    core = core_library()
+    for name, restype, argtypes in (
+            ("tj_torch_init", c_int, []),
+            ("tj_torch_impl", c_int, [c_void_p, POINTER(_TorchOp)]),
+            ("tj_torch_tls_word", c_int, [c_char_p, POINTER(c_uint64)])):
+        fn = getattr(core, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    if core.tj_torch_init():
+        return core.tj_last_error().decode("utf-8", "replace")
+    if not hasattr(torch._C, "_aoti"):
+        return "torch._C._aoti (tensor handles from Python) is missing"
+    return None
+
+
+def _plain():
+    """What the C autograd kernel reads to run a plain call at once (``tj_torch_plain``),
+    found and checked once (``probes.plain_call``); None without fast paths or when it
+    does not check out: every call of an op with the C autograd kernel then asks
+    Python's."""
+    with _lock:
+        if not _plain_found:
+            found = None
+            if FAST_PATHS:
+                found = probes.plain_call(torch, _handle_is_impl, _tls_word)
+            else:
+                fast_paths.decided(probes.PLAIN_CALL, False, "TILEJIT_FAST_PATHS=0")
+            if found is not None:
+                meta, keyset, words, tls = found
+                found = _TorchPlain(meta, keyset, (c_uint64 * 4)(*words), len(words),
+                                    tls.encode())
+            _plain_found.append(found)
+    return _plain_found[0]
+
+
+def _tls_word(symbol: str) -> int:
+    """The calling thread's value of a thread-local word of libc10 (``tj_torch_tls_word``)."""
+    core, word = core_library(), c_uint64()
+    if core.tj_torch_tls_word(symbol.encode(), ctypes.byref(word)):
+        raise LookupError(core.tj_last_error().decode("utf-8", "replace"))
+    return word.value
+
+
+def _handles():
+    """``(tensor of handle, handle of tensor)``: torch's own conversions between tensors and
+    AtenTensorHandles (``torch._C._aoti``, which AOTInductor's Python runner uses), over
+    addresses: the first takes ownership of the handle, the second makes a new one."""
+    aoti = torch._C._aoti
+    pointer, capsule = ctypes.pythonapi.PyCapsule_GetPointer, ctypes.pythonapi.PyCapsule_New
+    pointer.restype, pointer.argtypes = c_void_p, [ctypes.py_object, c_char_p]
+    capsule.restype, capsule.argtypes = ctypes.py_object, [c_void_p, c_char_p, c_void_p]
+    steal, make = aoti.alloc_tensor_by_stealing_from_void_ptr, aoti.unsafe_alloc_void_ptr_from_tensor
+
+    def tensor_of(handle: int):
+        return steal(capsule(handle, None, None))
+
+    def handle_of(tensor) -> int:
+        return pointer(make(tensor), None)
+
+    return tensor_of, handle_of
+
+
+def _handle_is_impl() -> bool:
+    """Whether an AtenTensorHandle (an ``at::Tensor *``) starts with its TensorImpl's
+    address, which the C autograd kernel reads."""
+    tensor_of, handle_of = _handles()
+    for tensor in (torch.ones(2), torch.ones(3, requires_grad=True), torch.empty(0)):
+        handle = handle_of(tensor)
+        try:
+            if ctypes.c_void_p.from_address(handle).value != tensor._cdata:
+                return False
+        finally:
+            tensor_of(handle)  # frees the handle
+    return True
+
+
+def input_kinds(op) -> str:
+    """One character per schema argument (tilejit/torch.h's TJ_TORCH_*)."""
+    kinds = []
+    for arg in op._schema.arguments:
+        text = str(arg.type)
+        kinds.append({"Tensor": "T", "Optional[Tensor]": "t", "SymInt": "i", "int": "i",
+                      "float": "f", "bool": "b"}[text])
+    return "".join(kinds)
+
+
+def implementable(kernel) -> bool:
+    """Whether the C kernel can run ``kernel``'s op: its outputs are allocated like a
+    required tensor input (without one, Python's implementation makes them)."""
+    sig = kernel._sig
+    return not sig.out_idx or any(
+        isinstance(p, Buffer) and not p.optional and i not in sig.out_idx
+        for i, p in enumerate(kernel.params))
+
+
+def autograd_in_c(kinds: str, mutates: bool) -> bool:
+    """Whether an op gets the C autograd kernel: not when it writes an argument (Python's
+    bumps the version counters: ``op._versions_bumped``), nor when it takes an integer
+    (a SymInt reaching a C kernel is read as an int, which would make a tracer
+    specialize the graph to its value: Python's keeps it symbolic)."""
+    return not mutates and "i" not in kinds
+
+
+def register(kernel, op, name: str, namespace: str, mutates: bool) -> bool:
+    """Registers the C kernels of ``op`` (see the module); False when they cannot be (no
+    stable ABI, no slot left): the caller registers Python's instead."""
+    if available() is not None or not implementable(kernel):
+        return False
+    core = core_library()
+    kinds = input_kinds(op)
+    fallback = None if not autograd_in_c(kinds, mutates) else _FALLBACK(_fallback(kernel, op, name))
+    plain = _plain() if fallback is not None else None
+    # The op returns the outputs in out_idx order; the core makes them in declaration order.
+    declared = sorted(kernel._sig.out_idx)
+    order = (ctypes.c_int32 * max(len(declared), 1))(
+        *(declared.index(i) for i in kernel._sig.out_idx))
+    spec = _TorchOp(namespace.encode(), name.encode(), kinds.encode(),
+                    fallback if fallback is not None else _FALLBACK(), None,
+                    ctypes.pointer(plain) if plain is not None else None, order)
+    core_kernel = kernel._core_kernel
+    if core.tj_torch_impl(core_kernel.address, ctypes.byref(spec)):
+        message = core.tj_last_error().decode("utf-8", "replace")
+        fast_paths.decided(f"torch op {name} in C", False, message)
+        return False
+    _kept.append((core_kernel, fallback))
+    return True
+
+
+def _fallback(kernel, op, name: str):
+    """The C autograd kernel's way into Python's (``autograd.fallback_kernel``): the
+    stack's handles become tensors (stolen), the outputs new handles."""
+    steal, handle_of = _handles()
+    kinds = input_kinds(op)
+    python_kernel = autograd.fallback_kernel(kernel, op, name)
+    as_double = struct.Struct("<d").unpack
+    as_bits = struct.Struct("<Q").pack
+
+    def decode(kind, value):
+        if kind in "Tt":
+            return steal(value) if value else None
+        if kind == "i":
+            return value - (1 << 64) if value >= 1 << 63 else value
+        if kind == "f":
+            return as_double(as_bits(value))[0]
+        return bool(value & 0xFF)
+
+    def run(context, stack, nargs, nouts, message, size):
+        try:
+            args = tuple(decode(kind, stack[i]) for i, kind in enumerate(kinds))
+            result = python_kernel(*args)
+            outputs = (result,) if isinstance(result, torch.Tensor) else tuple(result)
+            for o, tensor in enumerate(outputs):
+                stack[o] = handle_of(tensor)
+            return 0
+        except BaseException as exc:  # noqa: BLE001 - handed to C, which raises it in torch
+            text = str(exc).encode("utf-8", "replace")[:max(size - 1, 0)] + b"\0"
+            ctypes.memmove(message, text, len(text))
+            return 2 if isinstance(exc, ValueError) else 1
+
+    return run
