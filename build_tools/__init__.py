@@ -41,6 +41,7 @@ import importlib
 
 _EXPORTS = {
     "build_core_library": "core_build",
+    "build_torch_op_library": "core_build",
     "core_library_path": "core_build",
     "core_source_hash": "core_build",
     "load_core_library": "core_build",
@@ -58,6 +59,7 @@ __all__ = [  # the keys of _EXPORTS
     "WRAPPER_MODULE",
     "abi_tag",
     "build_core_library",
+    "build_torch_op_library",
     "build_wrapper",
     "cache_root",
     "core_library_path",

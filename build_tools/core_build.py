@@ -38,7 +38,7 @@ __all__ = [
 # the same patterns, or an installed tilejit would hash and compile a different set than a
 # checkout.
 CORE_PATTERNS = ("include/tilejit/*.h", "include/dlpack/dlpack.h", "include/dlpack/LICENSE",
-                 "src/*.c", "src/*.h")
+                 "src/*.c", "src/*.h", "torch_op/*.c")
 
 # -DNDEBUG matches how setuptools builds extensions: without it CPython's own inline
 # accessors (PyTuple_GET_ITEM and friends) keep their assert()s on the per-call path.
@@ -187,6 +187,34 @@ def build_core_library(
         info = {"kind": "core", "name": "tilejit core", "target": "cpu",
                 "arch": platform.machine()}
         return disk_cache.get_or_build(target.parent, target.name, build, force=force, info=info,
+                                       log=lambda message: log(verbose, message),
+                                       check=elf.problem)
+
+    return disk_cache.with_fallback(build_in_cache)
+
+
+def build_torch_op_library(verbose: bool = False) -> Path:
+    """Return the path of ``torch_op.so`` for this core (`core/torch_op/torch_op.c`, the
+    library an export carries so that torch loads its kernel as an op), building it into
+    the cache if needed. It links the core by its soname and finds it in its own
+    directory (``$ORIGIN``), where an export puts a copy of the core.
+    """
+    core = build_core_library(verbose=verbose)
+    core_dir = source_dirs()[0]
+    key = core.name[len("libtilejit_core-"):-len(".so")]
+
+    def build_in_cache() -> Path:
+        entry = disk_cache.cache_root() / "core" / f"{key}-torch_op"
+
+        def build(output: Path) -> None:
+            link_args = (f"-L{core.parent}", f"-l:{core.name}", "-Wl,-rpath,$ORIGIN")
+            toolchain.compile_and_link([core_dir / "torch_op" / "torch_op.c"],
+                                       [core_dir / "include"], _CORE_CFLAGS, output,
+                                       output.parent, verbose, link_args)
+
+        info = {"kind": "torch_op", "name": "tilejit torch_op.so", "target": "cpu",
+                "arch": platform.machine()}
+        return disk_cache.get_or_build(entry, "torch_op.so", build, info=info,
                                        log=lambda message: log(verbose, message),
                                        check=elf.problem)
 

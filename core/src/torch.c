@@ -21,6 +21,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -528,4 +529,102 @@ int tj_torch_impl(const tj_kernel *kernel, const tj_torch_op *op) {
     return rc;
   if (op->fallback != NULL) rc = impl_for(op->ns, "Autograd", op->name, autograds[n]);
   return rc;
+}
+
+/* ---- Exports -------------------------------------------------------------- */
+
+/* The next line of `text` (up to `end`) into `line` (NUL-terminated,
+ * truncated to `size`); NULL at the end. */
+static const char *next_line(const char *text, const char *end, char *line, size_t size) {
+  if (text >= end) return NULL;
+  const char *stop = memchr(text, '\n', (size_t)(end - text));
+  if (stop == NULL) stop = end;
+  size_t n = (size_t)(stop - text);
+  if (n > 0 && text[n - 1] == '\r') --n;
+  if (n >= size) n = size - 1;
+  memcpy(line, text, n);
+  line[n] = '\0';
+  return stop + 1;
+}
+
+/* The value of entry `key` on `line` ("key value..."), or NULL. */
+static const char *entry(const char *line, const char *key) {
+  size_t n = strlen(key);
+  return strncmp(line, key, n) == 0 && line[n] == ' ' ? line + n + 1 : NULL;
+}
+
+static int register_export(const char *dir, const tj_kernel *k, const char *text, int64_t size) {
+  char line[4096], ns[256] = "", schema[4096] = "", inputs[TJ_MAX_PARAMS + 2] = "";
+  int32_t order[TJ_MAX_OUTPUTS], norder = 0;
+  bool have_order = false;
+  const char *at = text, *end = text + size, *value;
+  int number = 0;
+  while ((at = next_line(at, end, line, sizeof(line))) != NULL) {
+    ++number;
+    if (number == 1) {
+      if (strcmp(line, "tilejit-torch-op 1") != 0)
+        return tj_set_error(TJ_EVALUE, "tilejit export %s: torch_op.txt: line 1: expected "
+                                       "'tilejit-torch-op 1'", dir);
+    } else if ((value = entry(line, "namespace")) != NULL) {
+      snprintf(ns, sizeof(ns), "%.*s", (int)sizeof(ns) - 1, value);
+    } else if ((value = entry(line, "schema")) != NULL) {
+      snprintf(schema, sizeof(schema), "%s", value);
+    } else if ((value = entry(line, "inputs")) != NULL) {
+      snprintf(inputs, sizeof(inputs), "%.*s", (int)sizeof(inputs) - 1,
+               strcmp(value, "-") == 0 ? "" : value);
+    } else if ((value = entry(line, "order")) != NULL || strcmp(line, "order") == 0) {
+      have_order = true;
+      for (char *p = (char *)(value != NULL ? value : ""), *next; *p != '\0'; p = next) {
+        long r = strtol(p, &next, 10);
+        if (next == p || norder == TJ_MAX_OUTPUTS)
+          return tj_set_error(TJ_EVALUE, "tilejit export %s: torch_op.txt: line %d: expected "
+                                         "output numbers", dir, number);
+        order[norder++] = (int32_t)r;
+        while (*next == ' ') ++next;
+      }
+    } else if (line[0] != '#' && line[0] != '\0') {
+      return tj_set_error(TJ_EVALUE, "tilejit export %s: torch_op.txt: line %d: unknown entry "
+                                     "'%.40s'", dir, number, line);
+    }
+  }
+  const char *name_end = strchr(schema, '(');
+  if (ns[0] == '\0' || name_end == NULL || name_end == schema || !have_order ||
+      norder != tj_kernel_num_outputs(k))
+    return tj_set_error(TJ_EVALUE, "tilejit export %s: torch_op.txt: expected a namespace, a "
+                                   "schema, the inputs and the order of the kernel's %d "
+                                   "outputs", dir, tj_kernel_num_outputs(k));
+  char name[256];
+  snprintf(name, sizeof(name), "%.*s", (int)(name_end - schema), schema);
+  int rc = tj_torch_define(ns, schema);
+  if (rc != TJ_OK) return rc;
+  tj_torch_op op = {ns, name, inputs, NULL, NULL, NULL, order};
+  return tj_torch_impl(k, &op);
+}
+
+int tj_torch_open_export(const char *dir, tj_kernel **out) {
+  TJ__REFUSE_NULL("tj_torch_open_export", dir);
+  if (out != NULL) *out = NULL;
+  int rc = tj_torch_init();
+  if (rc != TJ_OK) return rc;
+  tj_kernel *k = NULL;
+  if ((rc = tj_kernel_open(dir, &k)) != TJ_OK) return rc;
+  const char *file = NULL;
+  const void *data = NULL;
+  int64_t size = 0;
+  for (int32_t i = 0; i < tj_kernel_export_num_files(k) && data == NULL; ++i)
+    if (tj_kernel_export_file(k, i, &file, &data, &size, NULL) != TJ_OK ||
+        strcmp(file, "torch_op.txt") != 0)
+      data = NULL;
+  if (data == NULL)
+    rc = tj_set_error(TJ_EVALUE, "tilejit export %s: no torch_op.txt: the kernel of this export "
+                                 "cannot be a torch op (export it again with a tilejit that "
+                                 "writes one)", dir);
+  else
+    rc = register_export(dir, k, data, size);
+  if (rc != TJ_OK) {
+    tj_kernel_free(k); /* nothing of it is registered: the slot is taken last */
+    return rc;
+  }
+  if (out != NULL) *out = k;
+  return TJ_OK;
 }

@@ -20,6 +20,7 @@ import hashlib
 import os
 import platform
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -215,6 +216,7 @@ def export(kernel, path, *, overwrite: bool = False) -> Path:
         contents = {files[role]: data for role, data in _vouched_images(kernel).items()}
         contents[SIGNATURE_FILE] = signature_text(kernel, files).encode()
         contents["kernel.h"] = header_text(kernel).encode()
+        contents.update(_torch_op_files(kernel))
         manifest = [f"tilejit-export {EXPORT_FORMAT}", f"tilejit {VERSION}",
                     f"target {kernel.target}", f"arch {_arch(kernel)}"]
         for name, data in sorted(contents.items()):
@@ -228,6 +230,27 @@ def export(kernel, path, *, overwrite: bool = False) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
+
+
+def _torch_op_files(kernel) -> dict:
+    """``torch_op.txt``, ``torch_op.so`` and the core library it links, for a kernel that
+    can be a torch op: torch then loads the export's kernel as its op by itself
+    (``torch.ops.load_library(path + "/torch_op.so")``, core/torch_op/torch_op.c), and a C
+    program links the core beside it. Without a C compiler to build torch_op.so (once per
+    core, cached), the export goes without it, saying so on stderr."""
+    from ..frameworks.torch.schema import export_text  # text only: needs no torch
+
+    text = export_text(kernel)
+    if text is None:
+        return {}
+    try:
+        core = build_tools.build_core_library()
+        torch_op = build_tools.build_torch_op_library()
+    except RuntimeError as exc:
+        print(f"tilejit: {kernel.name}: exported without torch_op.so: {exc}", file=sys.stderr)
+        return {}
+    return {"torch_op.txt": text.encode(), "torch_op.so": torch_op.read_bytes(),
+            core.name: core.read_bytes()}
 
 
 def _vouched_images(kernel) -> dict:

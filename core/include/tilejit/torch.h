@@ -119,6 +119,21 @@ typedef struct tj_torch_op {
 #define TJ_TORCH_MAX_OPS 4096
 TJ_API int tj_torch_impl(const tj_kernel *kernel, const tj_torch_op *op);
 
+/* Opens the export in `dir` (tj_kernel_open: every file checked) and
+ * registers its kernel as the torch operator its file torch_op.txt describes
+ * (what kernel.export writes for a kernel that can be one), defining the
+ * operator first: what an export's torch_op.so does when torch loads it. The
+ * kernel is kept for the process's life and written to *out when `out` is
+ * not NULL. torch_op.txt, one entry per line:
+ *   tilejit-torch-op 1
+ *   namespace NS
+ *   schema NAME(ARGUMENTS) -> RETURNS      (the rest of the line)
+ *   inputs KINDS                           (TJ_TORCH_* per argument; "-": none)
+ *   order R0 R1 ...                        (tj_torch_op.output_order; may be empty)
+ * Failures are TJ_EVALUE (the file) or torch's (TJ_ERUNTIME), naming the
+ * directory. */
+TJ_API int tj_torch_open_export(const char *dir, tj_kernel **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -36,8 +36,7 @@ from ...native._build import env
 from ...native.library import core_library
 from ...runtime import fast_paths
 from ...runtime.fast_paths import FAST_PATHS
-from ...language.lang import Buffer
-from . import autograd, probes
+from . import autograd, probes, schema
 
 MODE = env.choice("TILEJIT_TORCH_OPS", ("c", "python")) or "c"
 
@@ -151,25 +150,6 @@ def _handle_is_impl() -> bool:
     return True
 
 
-def input_kinds(op) -> str:
-    """One character per schema argument (tilejit/torch.h's TJ_TORCH_*)."""
-    kinds = []
-    for arg in op._schema.arguments:
-        text = str(arg.type)
-        kinds.append({"Tensor": "T", "Optional[Tensor]": "t", "SymInt": "i", "int": "i",
-                      "float": "f", "bool": "b"}[text])
-    return "".join(kinds)
-
-
-def implementable(kernel) -> bool:
-    """Whether the C kernel can run ``kernel``'s op: its outputs are allocated like a
-    required tensor input (without one, Python's implementation makes them)."""
-    sig = kernel._sig
-    return not sig.out_idx or any(
-        isinstance(p, Buffer) and not p.optional and i not in sig.out_idx
-        for i, p in enumerate(kernel.params))
-
-
 def autograd_in_c(kinds: str, mutates: bool) -> bool:
     """Whether an op gets the C autograd kernel: not when it writes an argument (Python's
     bumps the version counters: ``op._versions_bumped``), nor when it takes an integer
@@ -181,16 +161,14 @@ def autograd_in_c(kinds: str, mutates: bool) -> bool:
 def register(kernel, op, name: str, namespace: str, mutates: bool) -> bool:
     """Registers the C kernels of ``op`` (see the module); False when they cannot be (no
     stable ABI, no slot left): the caller registers Python's instead."""
-    if available() is not None or not implementable(kernel):
+    if available() is not None or not schema.implementable_in_c(kernel):
         return False
     core = core_library()
-    kinds = input_kinds(op)
+    kinds = schema.input_kinds(schema.schema(kernel)[0])
     fallback = None if not autograd_in_c(kinds, mutates) else _FALLBACK(_fallback(kernel, op, name))
     plain = _plain() if fallback is not None else None
-    # The op returns the outputs in out_idx order; the core makes them in declaration order.
-    declared = sorted(kernel._sig.out_idx)
-    order = (ctypes.c_int32 * max(len(declared), 1))(
-        *(declared.index(i) for i in kernel._sig.out_idx))
+    returns = schema.output_order(kernel)
+    order = (ctypes.c_int32 * max(len(returns), 1))(*returns)
     spec = _TorchOp(namespace.encode(), name.encode(), kinds.encode(),
                     fallback if fallback is not None else _FALLBACK(), None,
                     ctypes.pointer(plain) if plain is not None else None, order)
@@ -207,7 +185,7 @@ def _fallback(kernel, op, name: str):
     """The C autograd kernel's way into Python's (``autograd.fallback_kernel``): the
     stack's handles become tensors (stolen), the outputs new handles."""
     steal, handle_of = _handles()
-    kinds = input_kinds(op)
+    kinds = schema.input_kinds(schema.schema(kernel)[0])
     python_kernel = autograd.fallback_kernel(kernel, op, name)
     as_double = struct.Struct("<d").unpack
     as_bits = struct.Struct("<Q").pack

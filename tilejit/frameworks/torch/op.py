@@ -27,80 +27,19 @@ tilejit.vec_add_1d4c...default
 
 from __future__ import annotations
 
-import keyword
 import threading
 
 import torch
 
-from ...builder.cache import artifact_key
-from ...language.lang import Buffer, PointerParam, Scalar
+from ...language.lang import Buffer
 from . import autograd, fake, native_op
+from .schema import NAMESPACE, input_kinds, op_name, schema
 from .results import kernel_result, op_result, outputs_of
 
-NAMESPACE = "tilejit"
 
 _lock = threading.RLock()
 _ops: dict = {}  # op name -> its OpOverload, once registered
 _library = None  # the torch.library.Library fragment of the namespace, made on first use
-
-
-# ---- Naming ------------------------------------------------------------------------------
-
-
-def op_name(kernel) -> str:
-    """``<kernel name>_<16 hex digits>``: the hash covers the signature (prototype,
-    lowered spec, out_idx), the target and the compiled binary's bytes, so equal kernels
-    share a name in every process and different ones never do. The execution backend
-    is not part of it: ``kernel.with_backend(name)`` is the same kernel, with the same
-    op and the same backward."""
-    name = kernel.__dict__.get("_torch_op_name")
-    if name is None:
-        sig = kernel._sig
-        key = artifact_key(
-            kind="torch_op", name=sig.name, prototype=sig.c_prototype, spec=sig.spec,
-            out_idx=sig.out_idx, target=sig.target, binaries=kernel._binary_digests)
-        name = kernel.__dict__.setdefault("_torch_op_name", f"{sig.name}_{key[:16]}")
-    return name
-
-
-def _arg_name(name: str) -> str:
-    # Schema argument names are read back as Python identifiers; `out` marks out= variants.
-    return f"{name}_" if keyword.iskeyword(name) or name == "out" else name
-
-
-# ---- The schema -------------------------------------------------------------------------
-
-
-def schema(kernel) -> tuple[str, tuple[str, ...]]:
-    """``(schema, mutated argument names)`` for ``kernel``.
-
-    >>> schema(vec_add)
-    ('(Tensor A, Tensor B) -> Tensor', ())
-    """
-    sig = kernel._sig
-    outputs = set(sig.out_idx)
-    args, mutated = [], []
-    for i, param in enumerate(kernel.params):
-        if i in outputs:
-            continue
-        name = _arg_name(sig.names[i])
-        if isinstance(param, Buffer):
-            alias = "" if param.const else f"(a{len(mutated)}!)"
-            if alias:
-                mutated.append(name)
-            kind = f"Tensor{alias}{'?' if param.optional else ''}"
-        elif isinstance(param, Scalar):
-            kind = ("bool" if param.dtype == "bool" else
-                    "float" if param.dtype.startswith("float") else "SymInt")
-        else:
-            assert isinstance(param, PointerParam)
-            raise TypeError(f"{sig.name}: parameter {i} '{sig.names[i]}' is a T.Pointer, which "
-                            "a torch op cannot take (it has no shape or device for torch to "
-                            "trace); declare it as a T.Buffer to use the kernel in torch")
-        args.append(f"{kind} {name}")
-    count = len(sig.out_idx)
-    returns = "Tensor" if count == 1 else f"({', '.join(['Tensor'] * count)})"
-    return f"({', '.join(args)}) -> {returns}", tuple(mutated)
 
 
 def implementation(kernel):
@@ -163,8 +102,8 @@ def definition(kernel):
                        if arg.alias_info is not None and arg.alias_info.is_write]
             python_autograd = autograd.autograd_kernel(kernel, found, name)
             in_c = native_op.register(kernel, found, name, NAMESPACE, bool(written))
-            if not in_c or not native_op.autograd_in_c(native_op.input_kinds(found),
-                                                       bool(written)):
+            kinds = input_kinds(text)
+            if not in_c or not native_op.autograd_in_c(kinds, bool(written)):
                 _library.impl(name, python_autograd, "Autograd", with_keyset=True)
             if written:
                 _library.impl(name, _versions_bumped(found, written), "ADInplaceOrView",

@@ -1,0 +1,109 @@
+"""A kernel's torch op as text, with no torch needed: its name and its schema, the same in
+every process (the op of a kernel and of its export, ``torch_op.so``, are one)."""
+
+from __future__ import annotations
+
+import keyword
+
+from ...builder.cache import artifact_key
+from ...language.lang import Buffer, PointerParam, Scalar
+
+NAMESPACE = "tilejit"
+
+
+def op_name(kernel) -> str:
+    """``<kernel name>_<16 hex digits>``: the hash covers the signature (prototype,
+    lowered spec, out_idx), the target and the compiled binary's bytes, so equal kernels
+    share a name in every process and different ones never do. The execution backend
+    is not part of it: ``kernel.with_backend(name)`` is the same kernel, with the same
+    op and the same backward."""
+    name = kernel.__dict__.get("_torch_op_name")
+    if name is None:
+        sig = kernel._sig
+        key = artifact_key(
+            kind="torch_op", name=sig.name, prototype=sig.c_prototype, spec=sig.spec,
+            out_idx=sig.out_idx, target=sig.target, binaries=kernel._binary_digests)
+        name = kernel.__dict__.setdefault("_torch_op_name", f"{sig.name}_{key[:16]}")
+    return name
+
+
+def _arg_name(name: str) -> str:
+    # Schema argument names are read back as Python identifiers; `out` marks out= variants.
+    return f"{name}_" if keyword.iskeyword(name) or name == "out" else name
+
+
+def schema(kernel) -> tuple[str, tuple[str, ...]]:
+    """``(schema, mutated argument names)`` for ``kernel``.
+
+    >>> schema(vec_add)
+    ('(Tensor A, Tensor B) -> Tensor', ())
+    """
+    sig = kernel._sig
+    outputs = set(sig.out_idx)
+    args, mutated = [], []
+    for i, param in enumerate(kernel.params):
+        if i in outputs:
+            continue
+        name = _arg_name(sig.names[i])
+        if isinstance(param, Buffer):
+            alias = "" if param.const else f"(a{len(mutated)}!)"
+            if alias:
+                mutated.append(name)
+            kind = f"Tensor{alias}{'?' if param.optional else ''}"
+        elif isinstance(param, Scalar):
+            kind = ("bool" if param.dtype == "bool" else
+                    "float" if param.dtype.startswith("float") else "SymInt")
+        else:
+            assert isinstance(param, PointerParam)
+            raise TypeError(f"{sig.name}: parameter {i} '{sig.names[i]}' is a T.Pointer, which "
+                            "a torch op cannot take (it has no shape or device for torch to "
+                            "trace); declare it as a T.Buffer to use the kernel in torch")
+        args.append(f"{kind} {name}")
+    count = len(sig.out_idx)
+    returns = "Tensor" if count == 1 else f"({', '.join(['Tensor'] * count)})"
+    return f"({', '.join(args)}) -> {returns}", tuple(mutated)
+
+
+def input_kinds(schema_text: str) -> str:
+    """One character per argument of ``schema_text`` (``schema``'s first part), as the
+    core's C kernels read them (tilejit/torch.h: T Tensor, t Tensor?, i SymInt, f float,
+    b bool)."""
+    inside = schema_text[schema_text.index("(") + 1:schema_text.rindex(") ->")]
+    kinds = []
+    for argument in filter(None, (a.strip() for a in inside.split(","))):
+        kind = argument.split()[0]
+        kinds.append("t" if kind.startswith("Tensor") and kind.endswith("?") else
+                     "T" if kind.startswith("Tensor") else
+                     {"SymInt": "i", "int": "i", "float": "f", "bool": "b"}[kind])
+    return "".join(kinds)
+
+
+def output_order(kernel) -> list[int]:
+    """The op's returns as the kernel's outputs: return r is output ``order[r]`` (the
+    outputs in declaration order; the op returns them in ``out_idx`` order)."""
+    declared = sorted(kernel._sig.out_idx)
+    return [declared.index(i) for i in kernel._sig.out_idx]
+
+
+def implementable_in_c(kernel) -> bool:
+    """Whether the core's C kernel can run ``kernel``'s op: its outputs are allocated like
+    a required tensor input (without one, Python's implementation makes them)."""
+    sig = kernel._sig
+    return not sig.out_idx or any(
+        isinstance(p, Buffer) and not p.optional and i not in sig.out_idx
+        for i, p in enumerate(kernel.params))
+
+
+def export_text(kernel) -> str | None:
+    """``torch_op.txt`` of ``kernel``'s export (tilejit/torch.h, tj_torch_open_export), or
+    None for a kernel whose op the C kernel cannot run."""
+    try:
+        text, _ = schema(kernel)
+    except TypeError:  # a T.Pointer parameter: no op
+        return None
+    if not implementable_in_c(kernel):
+        return None
+    return "\n".join([
+        "tilejit-torch-op 1", f"namespace {NAMESPACE}", f"schema {op_name(kernel)}{text}",
+        f"inputs {input_kinds(text) or '-'}",
+        " ".join(["order", *map(str, output_order(kernel))]), ""])
