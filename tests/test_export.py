@@ -25,6 +25,7 @@ from conftest import REPO_ROOT, load_fakes
 import tilejit
 from tilejit import T
 from tilejit.frameworks.torch import op as top
+from tilejit.native._build import build_tools
 
 HERE = Path(__file__).resolve().parent
 DOCS = REPO_ROOT / "docs" / "export.md"
@@ -223,6 +224,7 @@ def test_export_refuses_a_non_empty_directory_and_replaces_it_when_asked(everyth
         everything.export(tmp_path / "file")
     everything.export(target, overwrite=True)
     assert not (target / "notes.txt").exists()
+    # A kernel with a T.Pointer cannot be a torch op: no torch_op.so (test_torch_native.py).
     assert sorted(os.listdir(target)) == ["MANIFEST", "kernel.h", "kernel.so", "signature.tj"]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
     tilejit.load(target)
@@ -358,8 +360,10 @@ def prebuilt_scale(tmp_path):
 def test_a_prebuilt_library_exports_with_its_glue(tmp_path, tilejit_cache_dir):
     k, library = prebuilt_scale(tmp_path)
     out = k.export(tmp_path / "scale")
-    assert sorted(os.listdir(out)) == ["MANIFEST", "glue.so", "kernel.h", "kernel.so",
-                                       "signature.tj"]
+    core = build_tools.core_library_path().name  # with torch_op.so, which links it
+    assert sorted(os.listdir(out)) == sorted(["MANIFEST", "glue.so", "kernel.h", "kernel.so",
+                                              "signature.tj", "torch_op.so", "torch_op.txt",
+                                              core])
     library.unlink()
     x = torch.ones(5)
     tilejit.load(out)(x)

@@ -141,6 +141,10 @@ def _fast_paths() -> dict:
             fast_paths.decided("Dynamo constant (_dynamo_marked_constant)", fast_paths.FAST_PATHS,
                                "set on tilejit's trace-time functions" if fast_paths.FAST_PATHS
                                else "TILEJIT_FAST_PATHS=0: torch.compiler.assume_constant_result")
+            from ..frameworks.torch import native_op
+
+            if native_op.available() is None:
+                native_op.plain_probe()  # decides the C autograd kernel's plain calls
         except Exception as exc:  # noqa: BLE001
             fast_paths.decided("torch", False, f"{type(exc).__name__}: {exc}")
     return {name: {"active": active, "why": why}
@@ -162,7 +166,18 @@ def report() -> dict:
         "fast_paths": paths,
         "cache_dir": os.environ.get("TILEJIT_CACHE_DIR") or None,
         "remote_cache": _cache.remote_report(),
+        "torch_ops": _torch_ops() if packages["torch"] is not None else None,
     }
+
+
+def _torch_ops() -> str:
+    """How kernels' torch ops are registered in this process (C or Python, and why)."""
+    try:
+        from ..frameworks.torch import native_op
+
+        return native_op.describe()
+    except Exception as exc:  # noqa: BLE001 - a broken torch: say so
+        return f"unknown ({type(exc).__name__}: {exc})"
 
 
 def _text(info: dict) -> str:
@@ -200,6 +215,8 @@ def _text(info: dict) -> str:
     for name, state in info["fast_paths"].items():
         mark = "active  " if state["active"] else "inactive"
         lines.append(f"  {mark} {name}: {state['why']}")
+    if info["torch_ops"] is not None:
+        lines += ["", f"torch ops: {info['torch_ops']}"]
     lines += ["", f"cache dir: {info['cache_dir'] or 'default (TILEJIT_CACHE_DIR unset)'}"]
     lines.append(f"remote cache: {_remote_line(info['remote_cache'])}")
     return "\n".join(lines)

@@ -67,9 +67,14 @@ def available() -> str | None:
     with _lock:
         if not _available:
             _available.append(_why_not())
-            fast_paths.decided("torch ops in C (stable ABI)", _available[0] is None,
-                               _available[0] or "torch's stable C ABI found in libtorch")
     return _available[0]
+
+
+def describe() -> str:
+    """How this process registers ops, for ``python -m tilejit doctor``."""
+    why = available()
+    return ("in C, through torch's stable C ABI" if why is None else
+            f"in Python ({why})")
 
 
 def _why_not() -> str | None:
@@ -89,7 +94,7 @@ def _why_not() -> str | None:
     return None
 
 
-def _plain():
+def plain_probe():
     """What the C autograd kernel reads to run a plain call at once (``tj_torch_plain``),
     found and checked once (``probes.plain_call``); None without fast paths or when it
     does not check out: every call of an op with the C autograd kernel then asks
@@ -166,7 +171,7 @@ def register(kernel, op, name: str, namespace: str, mutates: bool) -> bool:
     core = core_library()
     kinds = schema.input_kinds(schema.schema(kernel)[0])
     fallback = None if not autograd_in_c(kinds, mutates) else _FALLBACK(_fallback(kernel, op, name))
-    plain = _plain() if fallback is not None else None
+    plain = plain_probe() if fallback is not None else None
     returns = schema.output_order(kernel)
     order = (ctypes.c_int32 * max(len(returns), 1))(*returns)
     spec = _TorchOp(namespace.encode(), name.encode(), kinds.encode(),

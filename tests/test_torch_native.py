@@ -1,0 +1,379 @@
+"""A kernel's torch op implemented in C (core/src/torch.c through torch's stable C ABI):
+the dispatcher reaches the core with no Python of tilejit's between, with the results and
+messages of a direct call; calls that need Python's autograd (a dispatch mode, a tensor
+requiring grad) still get it; ``TILEJIT_TORCH_OPS=python`` gives the same behaviour; and
+an export's ``torch_op.so`` registers the op in a process that has only torch, including
+one running an AOTInductor package."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="these tests run kernels as torch ops")
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import tilejit
+from tilejit import T
+from tilejit.frameworks.torch import native_op
+from tilejit.frameworks.torch import op as top
+
+ROOT = Path(__file__).resolve().parent.parent
+TILEJIT = str(ROOT / "tilejit")
+
+AFFINE = """
+void affine(const double *X, const double *bias, double *Y, double a, int32_t k, bool flag,
+            int64_t n) {
+  for (int64_t i = 0; i < n; ++i) Y[i] = (flag ? a * X[i] + k : X[i]) + (bias ? bias[i] : 0.0);
+}
+"""
+SUM_DIFF = """
+void sum_diff(const float *A, const float *B, float *S, float *D, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) { S[i] = A[i] + B[i]; D[i] = A[i] - B[i]; }
+}
+"""
+SCALE = """
+void scale(const float *X, float *Y, float factor, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) Y[i] = X[i] * factor;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def kernels(build):
+    n = T.symbol("n")
+    const = {"const": True}
+    return {
+        "affine": build("affine", [T.Buffer((n,), "float64", name="X", **const),
+                                   T.Buffer((n,), "float64", name="bias", optional=True, **const),
+                                   T.Buffer((n,), "float64", name="Y"),
+                                   T.Scalar("float64", name="a"), T.Scalar("int32", name="k"),
+                                   T.Scalar("bool", name="flag")], AFFINE, out_idx=2),
+        "sum_diff": build("sum_diff", [T.Buffer((n,), "float32", name="A", **const),
+                                       T.Buffer((n,), "float32", name="B", **const),
+                                       T.Buffer((n,), "float32", name="S"),
+                                       T.Buffer((n,), "float32", name="D")],
+                          SUM_DIFF, out_idx=[3, 2]),
+        "scale": build("scale", [T.Buffer((n,), "float32", name="X", **const),
+                                 T.Buffer((n,), "float32", name="Y"),
+                                 T.Scalar("float32", name="factor")], SCALE, out_idx=1),
+    }
+
+
+def _python_frames(fn) -> list[str]:
+    """The Python functions that run during ``fn()`` (file:function), besides torch's own
+    OpOverload.__call__ (Python, for every op, torch's included)."""
+    seen = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            seen.append(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return [f for f in seen if not f.endswith("_ops.py:__call__") and not f.startswith(__file__)]
+
+
+def test_this_torch_registers_ops_in_c():
+    assert native_op.available() is None
+    assert native_op.describe() == "in C, through torch's stable C ABI"
+
+
+def test_an_eager_op_call_runs_no_python_of_tilejit(kernels):
+    op = kernels["sum_diff"].torch_op
+    a, b = torch.arange(4.0), torch.ones(4)
+    op(a, b)
+    assert _python_frames(lambda: op(a, b)) == []
+    scale = kernels["scale"].torch_op
+    scale(a, 2.0)
+    assert _python_frames(lambda: scale(a, 2.0)) == []
+    # An op taking an integer keeps Python's autograd kernel (a SymInt read by a C kernel
+    # would specialize a traced graph to its value), then runs the C kernel.
+    affine = kernels["affine"].torch_op
+    x = torch.arange(3, dtype=torch.float64)
+    frames = _python_frames(lambda: affine(x, None, 2.0, 1, True))
+    assert [f for f in frames if f.startswith(TILEJIT)] == [
+        f"{TILEJIT}/frameworks/torch/autograd.py:autograd_kernel",
+        f"{TILEJIT}/frameworks/torch/autograd.py:refuse_tangents",
+        f"{TILEJIT}/frameworks/torch/autograd.py:requiring_grad",
+        f"{TILEJIT}/frameworks/torch/autograd.py:run"]
+
+
+def test_every_input_kind_and_the_return_order(kernels):
+    affine, sum_diff = kernels["affine"], kernels["sum_diff"]
+    x = torch.arange(4, dtype=torch.float64)
+    bias = torch.full((4,), 0.5, dtype=torch.float64)
+    for args in [(x, None, 2.0, 3, True), (x, bias, -1.5, -7, True), (x, bias, 2.0, 3, False)]:
+        torch.testing.assert_close(affine.torch_op(*args), affine(*args))
+    a, b = torch.arange(5.0), torch.full((5,), 2.0)
+    d, s = sum_diff.torch_op(a, b)  # out_idx=[3, 2]: D first
+    torch.testing.assert_close(d, a - b)
+    torch.testing.assert_close(s, a + b)
+
+
+@pytest.mark.parametrize("case", ["dtype", "shape", "bias shape", "strides"])
+def test_refusals_carry_the_direct_calls_message(kernels, case):
+    affine = kernels["affine"]
+    x = torch.arange(4, dtype=torch.float64)
+    args = {"dtype": (x.float(), None, 1.0, 1, True),
+            "shape": (x.reshape(2, 2), None, 1.0, 1, True),
+            "bias shape": (x, torch.ones(3, dtype=torch.float64), 1.0, 1, True),
+            "strides": (torch.arange(8, dtype=torch.float64)[::2], None, 1.0, 1, True)}[case]
+    with pytest.raises(ValueError) as direct:
+        affine(*args)
+    with pytest.raises(ValueError) as through_op:
+        affine.torch_op(*args)
+    assert str(through_op.value) == str(direct.value)
+    assert str(direct.value).startswith("affine: argument ")
+
+
+def test_a_dispatch_mode_sees_the_op_and_its_python_autograd_runs(kernels):
+    op = kernels["sum_diff"].torch_op
+    a, b = torch.arange(3.0), torch.ones(3)
+    seen = []
+
+    class Watching(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    with Watching():
+        frames = _python_frames(lambda: op(a, b))
+    assert op in seen
+    assert any(f.startswith(TILEJIT) and f.endswith(":without_keyset") for f in frames)
+
+
+def test_a_call_requiring_grad_goes_to_pythons_autograd(kernels):
+    scale = kernels["scale"]
+    x = torch.arange(3.0, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"^scale: argument 0 'X' requires grad, but no "
+                                           r"backward is registered"):
+        scale.torch_op(x, 2.0)
+    with torch.no_grad():
+        torch.testing.assert_close(scale.torch_op(x, 2.0), x.detach() * 2.0)
+    with torch.inference_mode():
+        torch.testing.assert_close(scale.torch_op(x, 2.0), x.detach() * 2.0)
+
+
+def test_autograd_records_through_the_c_kernel(build):
+    n = T.symbol("n")
+    params = [T.Buffer((n,), "float32", name="X", const=True),
+              T.Buffer((n,), "float32", name="Y"), T.Scalar("float32", name="factor")]
+    k = build("scale_grad", params, SCALE.replace("scale(", "scale_grad("), out_idx=1)
+    k.register_autograd(lambda ctx, g: (g * ctx.factor, None),
+                        setup_context=lambda ctx, inputs, output: setattr(ctx, "factor",
+                                                                          inputs[1]))
+    x = torch.arange(4.0, requires_grad=True)
+    y = k.torch_op(x, 3.0)
+    assert y.grad_fn is not None
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((4,), 3.0))
+    with torch.inference_mode():
+        assert k.torch_op(x, 3.0).grad_fn is None
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]), **env}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, env=full, timeout=600, check=False)
+
+
+def test_the_python_registration_behaves_the_same(tmp_path):
+    code = f"""
+    import torch, tilejit
+    from tilejit import T
+    from tilejit.frameworks.torch import native_op
+    n = T.symbol("n")
+    k = tilejit.compile(tilejit.Program("sum_diff", [
+        T.Buffer((n,), "float32", name="A", const=True),
+        T.Buffer((n,), "float32", name="B", const=True),
+        T.Buffer((n,), "float32", name="S"), T.Buffer((n,), "float32", name="D")],
+        {SUM_DIFF!r}), out_idx=[3, 2])
+    print(native_op.describe())
+    d, s = k.torch_op(torch.arange(3.0), torch.ones(3))
+    print(d.tolist(), s.tolist())
+    try:
+        k.torch_op(torch.arange(3.0), torch.ones(4))
+    except ValueError as exc:
+        print(type(exc).__name__, exc)
+    """
+    c, python = _run(code), _run(code, TILEJIT_TORCH_OPS="python")
+    assert c.returncode == 0 and python.returncode == 0, c.stderr + python.stderr
+    assert c.stdout.splitlines()[0] == "in C, through torch's stable C ABI"
+    assert python.stdout.splitlines()[0] == "in Python (TILEJIT_TORCH_OPS=python)"
+    assert c.stdout.splitlines()[1:] == python.stdout.splitlines()[1:]
+    assert c.stdout.splitlines()[1] == "[-1.0, 0.0, 1.0] [1.0, 2.0, 3.0]"
+    assert c.stdout.splitlines()[2].startswith("ValueError sum_diff: argument 1 'B': ")
+    bad = _run("from tilejit.frameworks.torch import native_op", TILEJIT_TORCH_OPS="C")
+    assert bad.returncode == 1
+    assert "TILEJIT_TORCH_OPS='C': expected one of c, python" in bad.stderr
+
+
+@pytest.mark.slow
+def test_the_torch_suites_pass_with_the_python_registration():
+    tests = [str(ROOT / "tests" / name) for name in ("test_torch_op.py",
+                                                      "test_torch_autograd.py")]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+        cwd=ROOT, env={**os.environ, "TILEJIT_TORCH_OPS": "python",
+                       "PYTHONPATH": str(ROOT)},
+        capture_output=True, text=True, timeout=1200, check=False)
+    tail = "\n".join(done.stdout.splitlines()[-20:])
+    assert done.returncode == 0, tail + done.stderr[-3000:]
+    assert " passed" in tail and "failed" not in tail
+
+
+# ---- Exports: torch_op.so ------------------------------------------------------------------
+
+# A process with torch and nothing of tilejit: importing it fails.
+NO_TILEJIT = """
+import sys
+class _NoTilejit:
+    def find_spec(self, name, path=None, target=None):
+        if name == "tilejit" or name.startswith("tilejit."):
+            raise ImportError("tilejit is not installed in this process")
+sys.meta_path.insert(0, _NoTilejit())
+import torch
+"""
+
+
+@pytest.fixture(scope="module")
+def exported(kernels, tmp_path_factory):
+    """The affine kernel's export, moved away from where it was written."""
+    directory = kernels["affine"].export(tmp_path_factory.mktemp("written") / "affine")
+    moved = tmp_path_factory.mktemp("moved") / "affine"
+    shutil.copytree(directory, moved)
+    shutil.rmtree(directory)
+    return moved
+
+
+def test_an_export_carries_torch_op_so_and_its_core(exported, kernels):
+    names = sorted(os.listdir(exported))
+    core = [n for n in names if n.startswith("libtilejit_core-") and n.endswith(".so")]
+    assert len(core) == 1
+    assert names == sorted(["MANIFEST", "kernel.h", "kernel.so", "signature.tj",
+                            "torch_op.so", "torch_op.txt", *core])
+    assert (exported / "torch_op.txt").read_text().splitlines() == [
+        "tilejit-torch-op 1", "namespace tilejit",
+        f"schema {top.op_name(kernels['affine'])}(Tensor X, Tensor? bias, float a, SymInt k, "
+        "bool flag) -> Tensor",
+        "inputs Ttfib", "order 0"]
+
+
+def test_torch_loads_the_op_without_tilejit(exported, kernels, tmp_path):
+    name = top.op_name(kernels["affine"])
+    code = NO_TILEJIT + f"""
+torch.ops.load_library({str(exported / "torch_op.so")!r})
+op = torch.ops.tilejit.{name}.default
+print(op._schema)
+x = torch.arange(4, dtype=torch.float64)
+print(op(x, None, 2.0, 3, True).tolist(), op(x, x, 1.0, 0, False).tolist())
+try:
+    op(x.float(), None, 2.0, 3, True)
+except ValueError as exc:
+    print("ValueError", exc)
+print(sorted(m for m in sys.modules if m.startswith("tilejit")))
+"""
+    # No compiler and an empty cache: nothing is built, nothing is read from a cache.
+    done = _run(code, PATH="/nonexistent", TILEJIT_CACHE_DIR=str(tmp_path / "empty"),
+                PYTHONPATH="")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    x = torch.arange(4, dtype=torch.float64)
+    assert done.stdout.splitlines() == [
+        str(kernels["affine"].torch_op._schema),
+        f"{kernels['affine'](x, None, 2.0, 3, True).tolist()} {(x + x).tolist()}",
+        "ValueError affine: argument 0 'X': expected dtype float64, got float32",
+        "[]"]
+
+
+def test_a_damaged_torch_op_txt_is_refused_by_name(exported, tmp_path):
+    import hashlib
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(exported, damaged)
+    text = (damaged / "torch_op.txt").read_text().replace("inputs Ttfib", "outputs 1")
+    (damaged / "torch_op.txt").write_text(text)
+    data = text.encode()
+    manifest = [f"file torch_op.txt {len(data)} {hashlib.sha256(data).hexdigest()}"
+                if line.startswith("file torch_op.txt ") else line
+                for line in (damaged / "MANIFEST").read_text().splitlines()]
+    (damaged / "MANIFEST").write_text("\n".join(manifest) + "\n")
+    done = _run(NO_TILEJIT + f"torch.ops.load_library({str(damaged / 'torch_op.so')!r})")
+    assert done.returncode == 0
+    assert done.stderr == (f"tilejit: {damaged}/torch_op.so: the operator is not registered: "
+                           f"tilejit export {damaged}: torch_op.txt: line 4: unknown entry "
+                           "'outputs 1'\n")
+    (damaged / "torch_op.txt").write_text(text + "# edited\n")  # MANIFEST's hash no longer
+    done = _run(NO_TILEJIT + f"torch.ops.load_library({str(damaged / 'torch_op.so')!r})")
+    assert "torch_op.txt: 159 bytes, but MANIFEST lists 150: the file was changed" in done.stderr
+
+
+def test_a_c_program_links_the_core_inside_the_export(exported, tmp_path):
+    source = tmp_path / "app.c"
+    source.write_text(textwrap.dedent("""\
+        #include <stdio.h>
+        #include <tilejit/core.h>
+        int main(int argc, char **argv) {
+          tj_kernel *k = NULL;
+          if (argc < 2 || tj_kernel_open(argv[1], &k) != TJ_OK) {
+            fprintf(stderr, "%s\\n", tj_last_error());
+            return 1;
+          }
+          printf("%s %d\\n", tj_kernel_name(k), tj_kernel_num_outputs(k));
+          tj_kernel_free(k);
+          return 0;
+        }
+        """))
+    core = next(exported.glob("libtilejit_core-*.so"))
+    app = tmp_path / "app"
+    include = ROOT / "core" / "include"
+    subprocess.run(["cc", str(source), f"-I{include}", f"-L{exported}", f"-l:{core.name}",
+                    f"-Wl,-rpath,{exported}", "-o", str(app)], check=True)
+    done = subprocess.run([str(app), str(exported)], capture_output=True, text=True,
+                          env={"PATH": "/nonexistent", "TILEJIT_CACHE_DIR": str(tmp_path)},
+                          timeout=60, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "affine 1\n", "")
+
+
+@pytest.mark.slow
+def test_an_aotinductor_package_runs_with_only_torch_and_torch_op_so(tmp_path):
+    pytest.importorskip("torch._inductor")
+    n = T.symbol("n")
+    add = tilejit.compile(tilejit.Program(
+        "aoti_add", [T.Buffer((n,), "float32", name="A", const=True),
+                     T.Buffer((n,), "float32", name="B", const=True),
+                     T.Buffer((n,), "float32", name="C")],
+        "void aoti_add(const float *A, const float *B, float *C, int64_t n) {\n"
+        "  for (int64_t i = 0; i < n; ++i) C[i] = A[i] + B[i];\n}\n"), out_idx=-1)
+
+    class Model(torch.nn.Module):
+        def forward(self, x, y):
+            return torch.relu(add(x, y)) * 2
+
+    x, y = torch.randn(8), torch.randn(8)
+    program = torch.export.export(Model(), (x, y))
+    assert any(str(node.target).startswith("tilejit.") for node in program.graph.nodes)
+    package = torch._inductor.aoti_compile_and_package(
+        program, package_path=str(tmp_path / "model.pt2"))
+    exported = add.export(tmp_path / "aoti_add")
+    torch.save((x, y, Model()(x, y)), tmp_path / "io.pt")
+    done = _run(NO_TILEJIT + f"""
+torch.ops.load_library({str(exported / "torch_op.so")!r})
+runner = torch._inductor.aoti_load_package({package!r})
+x, y, expected = torch.load({str(tmp_path / "io.pt")!r})
+torch.testing.assert_close(runner(x, y), expected)
+print("ok", sorted(m for m in sys.modules if m.startswith("tilejit")))
+""", PYTHONPATH="")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "ok []\n"
