@@ -107,9 +107,15 @@ def test_bench_torch_compile_runs_and_reports_every_row(tmp_path):
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     rows = _table_rows(done.stdout)
-    assert len(rows) == 11 and all(cells[0] != "—" for cells in rows.values()), done.stdout
+    assert len(rows) == 12 and all(cells[0] != "—" for cells in rows.values()), done.stdout
     assert "compiled graph: add(a, b)" in rows and "eager: torch.add(a, b)" in rows
     assert "eager, recorded by autograd: tilejit add(a, b) with its backward" in rows
+    # The three rows with a target: the op against torch's op, the graph against the same
+    # graph with torch.add, the recorded call against a hand-written autograd.Function.
+    targets = [name for name, cells in rows.items() if cells[-2].startswith("≤")]
+    assert targets == ["eager: add.torch_op(a, b), the op through torch's dispatcher",
+                       "compiled graph: add(a, b)",
+                       "eager, recorded by autograd: tilejit add(a, b) with its backward"]
 
 
 # Every row of `tests/bench_cuda.py`, per kernel, and whether the test driver times it (the
