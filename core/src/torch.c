@@ -402,8 +402,12 @@ __attribute__((noreturn)) static void fail(int value_error, const char *message)
   T.throw_runtime_error(message);
 }
 
-/* The boxed kernels. */
-static void run_backend(int32_t n, uint64_t *stack, uint64_t nargs, uint64_t nouts) {
+/* The boxed kernels, slot n's: they run with the slot number as a fourth
+ * argument, which the stubs below add. */
+void tj__torch_run_backend(uint64_t *stack, uint64_t nargs, uint64_t nouts, uint32_t n);
+void tj__torch_run_autograd(uint64_t *stack, uint64_t nargs, uint64_t nouts, uint32_t n);
+
+void tj__torch_run_backend(uint64_t *stack, uint64_t nargs, uint64_t nouts, uint32_t n) {
   (void)nargs; /* torch checks it against the schema */
   const torch_slot *s = &slots[n];
   char message[2048];
@@ -412,7 +416,7 @@ static void run_backend(int32_t n, uint64_t *stack, uint64_t nargs, uint64_t nou
   if (rc != TJ_OK) fail(rc == TJ_EVALUE, message);
 }
 
-static void run_autograd(int32_t n, uint64_t *stack, uint64_t nargs, uint64_t nouts) {
+void tj__torch_run_autograd(uint64_t *stack, uint64_t nargs, uint64_t nouts, uint32_t n) {
   const torch_slot *s = &slots[n];
   char message[2048];
   unbox(s, stack);
@@ -426,31 +430,79 @@ static void run_autograd(int32_t n, uint64_t *stack, uint64_t nargs, uint64_t no
   if (rc != 0) fail(rc == 2, message[0] ? message : "tilejit: the autograd fallback failed");
 }
 
-/* One function per slot and kernel: slot n's are backend_0<n in octal> and
- * autograd_0<n in octal>, the digits pasted into an octal literal. */
-#define TJ__O8(M, p) M(p##0) M(p##1) M(p##2) M(p##3) M(p##4) M(p##5) M(p##6) M(p##7)
-#define TJ__O64(M, p) \
-  TJ__O8(M, p##0) TJ__O8(M, p##1) TJ__O8(M, p##2) TJ__O8(M, p##3) \
-  TJ__O8(M, p##4) TJ__O8(M, p##5) TJ__O8(M, p##6) TJ__O8(M, p##7)
-#define TJ__O512(M, p) \
-  TJ__O64(M, p##0) TJ__O64(M, p##1) TJ__O64(M, p##2) TJ__O64(M, p##3) \
-  TJ__O64(M, p##4) TJ__O64(M, p##5) TJ__O64(M, p##6) TJ__O64(M, p##7)
-#define TJ__O4096(M) \
-  TJ__O512(M, 00) TJ__O512(M, 01) TJ__O512(M, 02) TJ__O512(M, 03) \
-  TJ__O512(M, 04) TJ__O512(M, 05) TJ__O512(M, 06) TJ__O512(M, 07)
+/* Slot n's two boxed kernels. The dispatcher passes a boxed kernel no pointer
+ * of its own, so each slot has its own pair of entry points. On x86-64 and
+ * AArch64 they are stubs of a few instructions, TJ__STUB bytes apart, that
+ * put n in the fourth argument register and jump to the run function (which
+ * then returns to torch directly: no stub is ever on the stack, so unwinding
+ * never meets one); elsewhere, C functions, fewer of them. */
+#if defined(TJ_TORCH_C_ENTRIES)
+/* (the portable entries forced, for tests) */
+#elif defined(__x86_64__) && defined(__ELF__)
+#define TJ__STUB 16
+#define TJ__STUB_CODE(run)                          \
+  "  .balign 16\n"                                  \
+  "  .byte 0xf3, 0x0f, 0x1e, 0xfa\n" /* endbr64 */ \
+  "  movl $tj__i, %ecx\n"                           \
+  "  jmp " run "\n"                                 \
+  "  .set tj__i, tj__i + 1\n"
+#elif defined(__aarch64__) && defined(__ELF__)
+#define TJ__STUB 16
+#define TJ__STUB_CODE(run)      \
+  "  .balign 16\n"              \
+  "  hint #34\n" /* bti c */    \
+  "  mov w3, #tj__i\n"          \
+  "  b " run "\n"               \
+  "  .set tj__i, tj__i + 1\n"
+#endif
 
-#define TJ__KERNELS(n)                                                 \
-  static void backend_##n(uint64_t *stack, uint64_t a, uint64_t o) {   \
-    run_backend(n, stack, a, o);                                       \
-  }                                                                    \
-  static void autograd_##n(uint64_t *stack, uint64_t a, uint64_t o) {  \
-    run_autograd(n, stack, a, o);                                      \
+#ifdef TJ__STUB
+#define TJ__STR(x) #x
+#define TJ__XSTR(x) TJ__STR(x)
+#define TJ__STUBS(table, run)                                                 \
+  __asm__(".pushsection .text\n"                                            \
+          "  .balign 16\n"                                                  \
+          "  .type " table ", %function\n"                                  \
+          table ":\n"                                                       \
+          "  .set tj__i, 0\n"                                               \
+          "  .rept " TJ__XSTR(TJ_TORCH_MAX_OPS) "\n" TJ__STUB_CODE(run)     \
+          "  .endr\n"                                                       \
+          "  .size " table ", . - " table "\n"                              \
+          ".popsection\n");
+TJ__STUBS("tj__torch_backends", "tj__torch_run_backend")
+TJ__STUBS("tj__torch_autograds", "tj__torch_run_autograd")
+extern const unsigned char tj__torch_backends[], tj__torch_autograds[];
+#define TJ__SLOTS TJ_TORCH_MAX_OPS
+
+static boxed_fn stub(const unsigned char *table, int32_t n) {
+  const void *address = table + (size_t)n * TJ__STUB;
+  boxed_fn fn;
+  memcpy(&fn, &address, sizeof(fn));
+  return fn;
+}
+#define TJ__BACKEND(n) stub(tj__torch_backends, n)
+#define TJ__AUTOGRAD(n) stub(tj__torch_autograds, n)
+#else
+#define TJ__SLOTS 64
+#define TJ__KERNELS(n)                                                      \
+  static void backend_##n(uint64_t *stack, uint64_t a, uint64_t o) {        \
+    tj__torch_run_backend(stack, a, o, n);                                  \
+  }                                                                         \
+  static void autograd_##n(uint64_t *stack, uint64_t a, uint64_t o) {       \
+    tj__torch_run_autograd(stack, a, o, n);                                 \
   }
-TJ__O4096(TJ__KERNELS)
-#define TJ__BACKEND(n) backend_##n,
-#define TJ__AUTOGRAD(n) autograd_##n,
-static const boxed_fn backends[TJ_TORCH_MAX_OPS] = {TJ__O4096(TJ__BACKEND)};
-static const boxed_fn autograds[TJ_TORCH_MAX_OPS] = {TJ__O4096(TJ__AUTOGRAD)};
+#define TJ__O8(M, p) M(p##0) M(p##1) M(p##2) M(p##3) M(p##4) M(p##5) M(p##6) M(p##7)
+#define TJ__O64(M) \
+  TJ__O8(M, 00) TJ__O8(M, 01) TJ__O8(M, 02) TJ__O8(M, 03) \
+  TJ__O8(M, 04) TJ__O8(M, 05) TJ__O8(M, 06) TJ__O8(M, 07)
+TJ__O64(TJ__KERNELS)
+#define TJ__NAME_BACKEND(n) backend_##n,
+#define TJ__NAME_AUTOGRAD(n) autograd_##n,
+static const boxed_fn backends[TJ__SLOTS] = {TJ__O64(TJ__NAME_BACKEND)};
+static const boxed_fn autograds[TJ__SLOTS] = {TJ__O64(TJ__NAME_AUTOGRAD)};
+#define TJ__BACKEND(n) backends[n]
+#define TJ__AUTOGRAD(n) autograds[n]
+#endif
 
 /* ---- Registration --------------------------------------------------------- */
 
@@ -503,11 +555,11 @@ int tj_torch_impl(const tj_kernel *kernel, const tj_torch_op *op) {
                                      "the kernel's %d outputs", noutputs);
   }
   pthread_mutex_lock(&slots_lock);
-  int32_t n = nslots < TJ_TORCH_MAX_OPS ? nslots++ : -1;
+  int32_t n = nslots < TJ__SLOTS ? nslots++ : -1;
   pthread_mutex_unlock(&slots_lock);
   if (n < 0)
     return tj_set_error(TJ_ERUNTIME, "%s: all %d operator slots of this process are in use",
-                        tj_kernel_name(kernel), TJ_TORCH_MAX_OPS);
+                        tj_kernel_name(kernel), TJ__SLOTS);
   torch_slot *s = &slots[n];
   memcpy(s->order, order, sizeof(order));
   s->kernel = kernel;
@@ -524,10 +576,10 @@ int tj_torch_impl(const tj_kernel *kernel, const tj_torch_op *op) {
     strcpy(s->tls_symbol, op->plain->tls_symbol);
     s->plain.tls_symbol = s->tls_symbol;
   }
-  if ((rc = impl_for(op->ns, "CPU", op->name, backends[n])) != TJ_OK ||
-      (rc = impl_for(op->ns, "CUDA", op->name, backends[n])) != TJ_OK)
+  if ((rc = impl_for(op->ns, "CPU", op->name, TJ__BACKEND(n))) != TJ_OK ||
+      (rc = impl_for(op->ns, "CUDA", op->name, TJ__BACKEND(n))) != TJ_OK)
     return rc;
-  if (op->fallback != NULL) rc = impl_for(op->ns, "Autograd", op->name, autograds[n]);
+  if (op->fallback != NULL) rc = impl_for(op->ns, "Autograd", op->name, TJ__AUTOGRAD(n));
   return rc;
 }
 

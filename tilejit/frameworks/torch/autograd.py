@@ -133,7 +133,7 @@ def autograd_kernel(kernel, op, name: str):
                 return op(*args)
         if name not in _backwards:
             raise RuntimeError(_no_backward(label, position, names[position]))
-        return Recorded.apply(*args, _BELOW)
+        return _appliers[name](*args, _BELOW)
 
     _keyless[name] = without_keyset
     return autograd_kernel
