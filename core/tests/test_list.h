@@ -174,6 +174,9 @@
   X(open_calls_an_export)                          \
   X(open_refuses_damaged_exports)                  \
   X(open_keeps_what_it_checked)                    \
-  X(open_refuses_links_fifos_and_nul)
+  X(open_refuses_links_fifos_and_nul)              \
+  /* test_torch.c */                               \
+  X(torch_without_libtorch)                        \
+  X(torch_refuses_null_arguments)
 
 #endif /* TILEJIT_TESTS_TEST_LIST_H_ */
