@@ -528,6 +528,7 @@ def _scalar_floor_rows(suffix: str, args: tuple) -> list[Row]:
 
 def _scalar_table(rows: list[Row], suffix: str) -> list[tuple[Row, tuple, str]]:
     """Case F's rows with their ratios to the two floors and tilejit's targets."""
+    by_name = {row.name: row for row in rows}
     floor = by_name[f"{FLOOR}, scalars through the C API{suffix}"]
     ctypes_floor = by_name[f"{CTYPES_FLOOR}{suffix}"]
     tile_lang = by_name[f"TileLang-style ctypes{suffix}"]
