@@ -13,10 +13,10 @@ torch's stable C ABI, found in the loaded libtorch:
   ``autograd_in_c``): a plain call (plain dense tensors without autograd record, no
   dispatch mode, tracer or transform active on the thread, read in place: a fast path,
   ``probes.plain_call``) runs the kernel at once, as the dispatcher would below
-  autograd; any other call, and every call with
-  ``TILEJIT_FAST_PATHS=0``, is handed to the op's Python autograd kernel
+  autograd; any other call is handed to the op's Python autograd kernel
   (``autograd.fallback_kernel``: record, refuse, or run below autograd, through the
-  dispatcher's other keys: modes, functionalization, fake tensors).
+  dispatcher's other keys: modes, functionalization, fake tensors). With
+  ``TILEJIT_FAST_PATHS=0`` the op keeps Python's autograd kernel for every call.
 
 ``TILEJIT_TORCH_OPS=python`` registers the Python implementation instead (as does a torch
 whose stable ABI lacks a function tilejit needs): the same semantics, a ``TypeError``
@@ -159,8 +159,10 @@ def autograd_in_c(kinds: str, mutates: bool) -> bool:
     """Whether an op gets the C autograd kernel: not when it writes an argument (Python's
     bumps the version counters: ``op._versions_bumped``), nor when it takes an integer
     (a SymInt reaching a C kernel is read as an int, which would make a tracer
-    specialize the graph to its value: Python's keeps it symbolic)."""
-    return not mutates and "i" not in kinds
+    specialize the graph to its value: Python's keeps it symbolic), nor when plain calls
+    cannot be told (``plain_probe``: without fast paths), where every call would be
+    handed to Python's anyway."""
+    return not mutates and "i" not in kinds and plain_probe() is not None
 
 
 def register(kernel, op, name: str, namespace: str, mutates: bool) -> bool:
