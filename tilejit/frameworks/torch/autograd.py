@@ -28,6 +28,8 @@ try:  # what Function.apply calls before the C apply (torch.autograd.function)
 except ImportError:  # a torch without it does no unwrapping there either
     def _unwrap_dead_wrappers(args: tuple) -> tuple:
         return args
+_is_wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor",
+                      lambda tensor: True)  # without it: always unwrap, as Function.apply
 
 
 def input_names(kernel) -> list[str]:
@@ -104,12 +106,17 @@ def autograd_kernel(kernel, op, name: str):
                           FAST_PATHS and callable(base_apply),
                           "the C apply autograd.Function.apply ends in" if FAST_PATHS
                           else "TILEJIT_FAST_PATHS=0: autograd.Function.apply"):
+        tensor = torch.Tensor
+
         def apply(*args):
             if _transforms_active():
                 return Recorded.apply(*args)
             # As Function.apply does there: a tensor left by a finished transform is
-            # unwrapped first.
-            return base_apply(*_unwrap_dead_wrappers(args))
+            # unwrapped first (asked per tensor: the unwrapping copies the arguments).
+            for arg in args:
+                if isinstance(arg, tensor) and _is_wrapped(arg):
+                    return base_apply(*_unwrap_dead_wrappers(args))
+            return base_apply(*args)
     else:
         apply = Recorded.apply
     _appliers[name] = apply
