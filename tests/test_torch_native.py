@@ -8,6 +8,7 @@ one running an AOTInductor package."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -385,3 +386,21 @@ print("ok", sorted(m for m in sys.modules if m.startswith("tilejit")))
 """, PYTHONPATH="")
     assert done.returncode == 0, done.stderr
     assert done.stdout == "ok []\n"
+    # docs/torch-compile.md's C++ loader, on the same package and export.
+    if shutil.which("g++") is None:
+        return
+    page = (ROOT / "docs" / "torch-compile.md").read_text()
+    (source,) = re.findall(r"```cpp\n(.*?)```", page, re.DOTALL)
+    (tmp_path / "run_model.cpp").write_text(source)
+    lib = Path(torch.__file__).parent
+    subprocess.run(["g++", "-std=c++20", "-O1", str(tmp_path / "run_model.cpp"),
+                    f"-I{lib}/include", f"-I{lib}/include/torch/csrc/api/include",
+                    f"-L{lib}/lib", "-ltorch", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{lib}/lib",
+                    "-o", str(tmp_path / "run_model")], check=True, capture_output=True)
+    done = subprocess.run([str(tmp_path / "run_model"), package,
+                           str(exported / "torch_op.so")], capture_output=True, text=True,
+                          timeout=120, check=False)
+    x, y = torch.arange(8, dtype=torch.float32) - 4, torch.ones(8)
+    expected = float((torch.relu(x + y) * 2).sum())
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == f"[8] {expected:g}\n"
