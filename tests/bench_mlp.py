@@ -14,6 +14,7 @@ this size is mostly host overhead, which is what the figures compare.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 
@@ -136,8 +137,8 @@ def main() -> None:
     rows = {}
     for mode in ("eager", "compiled"):
         tj_params, torch_params = models(sizes), models(sizes)
-        tj = lambda h: forward_tilejit(linear, activation, tj_params, h)  # noqa: E731
-        tr = lambda h: forward_torch(torch_params, h)  # noqa: E731
+        tj = functools.partial(forward_tilejit, linear, activation, tj_params)
+        tr = functools.partial(forward_torch, torch_params)
         if mode == "compiled":
             tj, tr = torch.compile(tj), torch.compile(tr)
         steps = {"tilejit": step_fn(tj, tj_params), "torch": step_fn(tr, torch_params)}

@@ -274,8 +274,8 @@ def test_an_export_carries_torch_op_so_and_its_core(exported, kernels):
                             "torch_op.so", "torch_op.txt", *core])
     assert (exported / "torch_op.txt").read_text().splitlines() == [
         "tilejit-torch-op 1", "namespace tilejit",
-        f"schema {top.op_name(kernels['affine'])}(Tensor X, Tensor? bias, float a, SymInt k, "
-        "bool flag) -> Tensor",
+        (f"schema {top.op_name(kernels['affine'])}(Tensor X, Tensor? bias, float a, "
+         "SymInt k, bool flag) -> Tensor"),
         "inputs Ttfib", "order 0"]
 
 

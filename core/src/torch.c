@@ -44,8 +44,8 @@ static struct {
   aoti_error (*device_type)(aten_tensor, int32_t *);
   aoti_error (*device_index)(aten_tensor, int32_t *);
   aoti_error (*layout)(aten_tensor, int32_t *);
-  aoti_error (*empty_strided)(int64_t, const int64_t *, const int64_t *, int32_t, int32_t,
-                              int32_t, aten_tensor *);
+  aoti_error (*empty_strided)(int64_t, const int64_t *, const int64_t *, int32_t, int32_t, int32_t,
+                              aten_tensor *);
   aoti_error (*delete_tensor)(aten_tensor);
   aoti_error (*library_init_impl)(const char *, const char *, const char *, uint32_t, void **);
   aoti_error (*library_init_fragment)(const char *, const char *, uint32_t, void **);
@@ -83,12 +83,11 @@ static void *lookup(const char *name) {
   return found;
 }
 
-
 /* `dest`, a function pointer, set to torch's `name` (optional: left NULL when
  * torch lacks it). */
-#define TJ__FIND(dest, name)               \
-  do {                                     \
-    void *found_ = lookup(name);           \
+#define TJ__FIND(dest, name)                  \
+  do {                                        \
+    void *found_ = lookup(name);              \
     memcpy(&(dest), &found_, sizeof(void *)); \
   } while (0)
 #define TJ__NEED(dest, name)                                                       \
@@ -128,7 +127,7 @@ static void init(void) {
   TJ__NEED(T.library_init_impl, "aoti_torch_library_init_impl");
   TJ__NEED(T.library_init_fragment, "aoti_torch_library_init_fragment");
   TJ__NEED(T.library_def, "aoti_torch_library_def");
-  TJ__NEED(T.operator_delete, "_ZdlPv");                       /* operator delete(void*) */
+  TJ__NEED(T.operator_delete, "_ZdlPv"); /* operator delete(void*) */
   /* libstdc++'s std::__throw_runtime_error and std::__throw_invalid_argument:
    * what its headers' inline code calls to throw, part of its stable ABI. */
   TJ__NEED(T.throw_runtime_error, "_ZSt21__throw_runtime_errorPKc");
@@ -191,13 +190,15 @@ static int import_handle(const tj_producer *self, void *object, tj_arg *arg) {
   void *data;
   int64_t ndim, *sizes, *strides;
   int32_t dtype, device_type, device_index, layout;
-  if (T.layout(h, &layout) || T.data_ptr(h, &data) || T.dim(h, &ndim) ||
-      T.sizes(h, &sizes) || T.strides(h, &strides) || T.dtype(h, &dtype) ||
-      T.device_type(h, &device_type) || T.device_index(h, &device_index))
+  if (T.layout(h, &layout) || T.data_ptr(h, &data) || T.dim(h, &ndim) || T.sizes(h, &sizes) ||
+      T.strides(h, &strides) || T.dtype(h, &dtype) || T.device_type(h, &device_type) ||
+      T.device_index(h, &device_index))
     return torch_failed("reading the tensor");
   if (layout != T.strided)
-    return tj_set_error(TJ_ETYPE, "a tensor of layout %d (not strided): a kernel takes dense "
-                                  "tensors; pass tensor.to_dense()", (int)layout);
+    return tj_set_error(TJ_ETYPE,
+                        "a tensor of layout %d (not strided): a kernel takes dense "
+                        "tensors; pass tensor.to_dense()",
+                        (int)layout);
   DLDataType dl = {0, 0, 0};
   for (int32_t i = 0; i < T.ndtypes && dl.bits == 0; ++i)
     if (T.dtype_code[i] == dtype) dl = T.dtype_dl[i];
@@ -209,8 +210,10 @@ static int import_handle(const tj_producer *self, void *object, tj_arg *arg) {
   } else if (device_type == T.cuda) {
     device = kDLCUDA;
   } else {
-    return tj_set_error(TJ_EVALUE, "a tensor on torch device type %d, which tilejit's kernels "
-                                   "do not run on", (int)device_type);
+    return tj_set_error(TJ_EVALUE,
+                        "a tensor on torch device type %d, which tilejit's kernels "
+                        "do not run on",
+                        (int)device_type);
   }
   arg->kind = TJ_ARG_TENSOR;
   arg->flags = 0;
@@ -255,8 +258,9 @@ static int current_stream(const tj_producer *self, int32_t device_type, int32_t 
   *stream = NULL;
   if (device_type != kDLCUDA) return TJ_OK;
   if (T.cuda_stream == NULL)
-    return tj_set_error(TJ_ERUNTIME, "this torch has no CUDA (no "
-                                     "aoti_torch_get_current_cuda_stream)");
+    return tj_set_error(TJ_ERUNTIME,
+                        "this torch has no CUDA (no "
+                        "aoti_torch_get_current_cuda_stream)");
   if (T.cuda_stream(device_id, stream)) return torch_failed("torch's current CUDA stream");
   return TJ_OK;
 }
@@ -311,9 +315,7 @@ static void drop_inputs(const torch_slot *s, uint64_t *stack) {
 
 /* The calling thread's copy of the thread-local word `symbol` (dlsym answers
  * with the calling thread's address of a thread-local symbol). */
-static const uint64_t *tls_word(const char *symbol) {
-  return (const uint64_t *)lookup(symbol);
-}
+static const uint64_t *tls_word(const char *symbol) { return (const uint64_t *)lookup(symbol); }
 
 int tj_torch_tls_word(const char *symbol, uint64_t *out) {
   TJ__REFUSE_NULL("tj_torch_tls_word", symbol);
@@ -440,26 +442,28 @@ void tj__torch_run_autograd(uint64_t *stack, uint64_t nargs, uint64_t nouts, uin
 /* (the portable entries forced, for tests) */
 #elif defined(__x86_64__) && defined(__ELF__)
 #define TJ__STUB 16
-#define TJ__STUB_CODE(run)                          \
-  "  .balign 16\n"                                  \
+#define TJ__STUB_CODE(run)                         \
+  "  .balign 16\n"                                 \
   "  .byte 0xf3, 0x0f, 0x1e, 0xfa\n" /* endbr64 */ \
-  "  movl $tj__i, %ecx\n"                           \
-  "  jmp " run "\n"                                 \
+  "  movl $tj__i, %ecx\n"                          \
+  "  jmp " run                                     \
+  "\n"                                             \
   "  .set tj__i, tj__i + 1\n"
 #elif defined(__aarch64__) && defined(__ELF__)
 #define TJ__STUB 16
-#define TJ__STUB_CODE(run)      \
-  "  .balign 16\n"              \
-  "  hint #34\n" /* bti c */    \
-  "  mov w3, #tj__i\n"          \
-  "  b " run "\n"               \
+#define TJ__STUB_CODE(run)   \
+  "  .balign 16\n"           \
+  "  hint #34\n" /* bti c */ \
+  "  mov w3, #tj__i\n"       \
+  "  b " run                 \
+  "\n"                       \
   "  .set tj__i, tj__i + 1\n"
 #endif
 
 #ifdef TJ__STUB
 #define TJ__STR(x) #x
 #define TJ__XSTR(x) TJ__STR(x)
-#define TJ__STUBS(table, run)                                                 \
+#define TJ__STUBS(table, run) \
   __asm__(".pushsection .text\n"                                            \
           "  .balign 16\n"                                                  \
           "  .type " table ", %function\n"                                  \
@@ -484,17 +488,19 @@ static boxed_fn stub(const unsigned char *table, int32_t n) {
 #define TJ__AUTOGRAD(n) stub(tj__torch_autograds, n)
 #else
 #define TJ__SLOTS 64
-#define TJ__KERNELS(n)                                                      \
-  static void backend_##n(uint64_t *stack, uint64_t a, uint64_t o) {        \
-    tj__torch_run_backend(stack, a, o, n);                                  \
-  }                                                                         \
-  static void autograd_##n(uint64_t *stack, uint64_t a, uint64_t o) {       \
-    tj__torch_run_autograd(stack, a, o, n);                                 \
+#define TJ__KERNELS(n)                                                \
+  static void backend_##n(uint64_t *stack, uint64_t a, uint64_t o) {  \
+    tj__torch_run_backend(stack, a, o, n);                            \
+  }                                                                   \
+  static void autograd_##n(uint64_t *stack, uint64_t a, uint64_t o) { \
+    tj__torch_run_autograd(stack, a, o, n);                           \
   }
+/* clang-format off */
 #define TJ__O8(M, p) M(p##0) M(p##1) M(p##2) M(p##3) M(p##4) M(p##5) M(p##6) M(p##7)
 #define TJ__O64(M) \
   TJ__O8(M, 00) TJ__O8(M, 01) TJ__O8(M, 02) TJ__O8(M, 03) \
   TJ__O8(M, 04) TJ__O8(M, 05) TJ__O8(M, 06) TJ__O8(M, 07)
+/* clang-format on */
 TJ__O64(TJ__KERNELS)
 #define TJ__NAME_BACKEND(n) backend_##n,
 #define TJ__NAME_AUTOGRAD(n) autograd_##n,
@@ -542,8 +548,10 @@ int tj_torch_impl(const tj_kernel *kernel, const tj_torch_op *op) {
   if (rc != TJ_OK) return rc;
   size_t ninputs = strlen(op->inputs);
   if (ninputs > TJ_MAX_PARAMS || strspn(op->inputs, "Ttifb") != ninputs)
-    return tj_set_error(TJ_EVALUE, "tj_torch_impl: inputs '%s': expected one of T, t, i, f, b "
-                                   "per input, at most %d", op->inputs, TJ_MAX_PARAMS);
+    return tj_set_error(TJ_EVALUE,
+                        "tj_torch_impl: inputs '%s': expected one of T, t, i, f, b "
+                        "per input, at most %d",
+                        op->inputs, TJ_MAX_PARAMS);
   int32_t noutputs = tj_kernel_num_outputs(kernel);
   int32_t order[TJ_MAX_OUTPUTS];
   for (int32_t r = 0; r < noutputs; ++r) {
@@ -551,8 +559,10 @@ int tj_torch_impl(const tj_kernel *kernel, const tj_torch_op *op) {
     bool repeated = false;
     for (int32_t q = 0; q < r; ++q) repeated = repeated || order[q] == order[r];
     if (order[r] < 0 || order[r] >= noutputs || repeated)
-      return tj_set_error(TJ_EVALUE, "tj_torch_impl: output_order is not a permutation of "
-                                     "the kernel's %d outputs", noutputs);
+      return tj_set_error(TJ_EVALUE,
+                          "tj_torch_impl: output_order is not a permutation of "
+                          "the kernel's %d outputs",
+                          noutputs);
   }
   pthread_mutex_lock(&slots_lock);
   int32_t n = nslots < TJ__SLOTS ? nslots++ : -1;
@@ -568,9 +578,9 @@ int tj_torch_impl(const tj_kernel *kernel, const tj_torch_op *op) {
   s->fallback = op->fallback;
   s->context = op->context;
   s->has_plain = op->plain != NULL && op->plain->tls_symbol != NULL &&
-                 strlen(op->plain->tls_symbol) < sizeof(s->tls_symbol) &&
-                 op->plain->nkeysets > 0 && op->plain->nkeysets <= TJ_TORCH_MAX_KEYSETS &&
-                 op->plain->meta_offset >= 0 && op->plain->keyset_offset >= 0;
+                 strlen(op->plain->tls_symbol) < sizeof(s->tls_symbol) && op->plain->nkeysets > 0 &&
+                 op->plain->nkeysets <= TJ_TORCH_MAX_KEYSETS && op->plain->meta_offset >= 0 &&
+                 op->plain->keyset_offset >= 0;
   if (s->has_plain) {
     s->plain = *op->plain;
     strcpy(s->tls_symbol, op->plain->tls_symbol);
@@ -615,8 +625,10 @@ static int register_export(const char *dir, const tj_kernel *k, const char *text
     ++number;
     if (number == 1) {
       if (strcmp(line, "tilejit-torch-op 1") != 0)
-        return tj_set_error(TJ_EVALUE, "tilejit export %s: torch_op.txt: line 1: expected "
-                                       "'tilejit-torch-op 1'", dir);
+        return tj_set_error(TJ_EVALUE,
+                            "tilejit export %s: torch_op.txt: line 1: expected "
+                            "'tilejit-torch-op 1'",
+                            dir);
     } else if ((value = entry(line, "namespace")) != NULL) {
       snprintf(ns, sizeof(ns), "%.*s", (int)sizeof(ns) - 1, value);
     } else if ((value = entry(line, "schema")) != NULL) {
@@ -629,22 +641,28 @@ static int register_export(const char *dir, const tj_kernel *k, const char *text
       for (char *p = (char *)(value != NULL ? value : ""), *next; *p != '\0'; p = next) {
         long r = strtol(p, &next, 10);
         if (next == p || norder == TJ_MAX_OUTPUTS)
-          return tj_set_error(TJ_EVALUE, "tilejit export %s: torch_op.txt: line %d: expected "
-                                         "output numbers", dir, number);
+          return tj_set_error(TJ_EVALUE,
+                              "tilejit export %s: torch_op.txt: line %d: expected "
+                              "output numbers",
+                              dir, number);
         order[norder++] = (int32_t)r;
         while (*next == ' ') ++next;
       }
     } else if (line[0] != '#' && line[0] != '\0') {
-      return tj_set_error(TJ_EVALUE, "tilejit export %s: torch_op.txt: line %d: unknown entry "
-                                     "'%.40s'", dir, number, line);
+      return tj_set_error(TJ_EVALUE,
+                          "tilejit export %s: torch_op.txt: line %d: unknown entry "
+                          "'%.40s'",
+                          dir, number, line);
     }
   }
   const char *name_end = strchr(schema, '(');
   if (ns[0] == '\0' || name_end == NULL || name_end == schema || !have_order ||
       norder != tj_kernel_num_outputs(k))
-    return tj_set_error(TJ_EVALUE, "tilejit export %s: torch_op.txt: expected a namespace, a "
-                                   "schema, the inputs and the order of the kernel's %d "
-                                   "outputs", dir, tj_kernel_num_outputs(k));
+    return tj_set_error(TJ_EVALUE,
+                        "tilejit export %s: torch_op.txt: expected a namespace, a "
+                        "schema, the inputs and the order of the kernel's %d "
+                        "outputs",
+                        dir, tj_kernel_num_outputs(k));
   char name[256];
   snprintf(name, sizeof(name), "%.*s", (int)(name_end - schema), schema);
   int rc = tj_torch_define(ns, schema);
@@ -668,9 +686,11 @@ int tj_torch_open_export(const char *dir, tj_kernel **out) {
         strcmp(file, "torch_op.txt") != 0)
       data = NULL;
   if (data == NULL)
-    rc = tj_set_error(TJ_EVALUE, "tilejit export %s: no torch_op.txt: the kernel of this export "
-                                 "cannot be a torch op (export it again with a tilejit that "
-                                 "writes one)", dir);
+    rc = tj_set_error(TJ_EVALUE,
+                      "tilejit export %s: no torch_op.txt: the kernel of this export "
+                      "cannot be a torch op (export it again with a tilejit that "
+                      "writes one)",
+                      dir);
   else
     rc = register_export(dir, k, data, size);
   if (rc != TJ_OK) {

@@ -18,9 +18,7 @@
  * themselves and want to know; torch's loader only sees stderr). */
 static char failure[4096];
 
-__attribute__((visibility("default"))) const char *tilejit_torch_op_error(void) {
-  return failure;
-}
+__attribute__((visibility("default"))) const char *tilejit_torch_op_error(void) { return failure; }
 
 __attribute__((constructor)) static void register_operator(void) {
   Dl_info info;
@@ -37,7 +35,6 @@ __attribute__((constructor)) static void register_operator(void) {
   }
   if (tj_torch_open_export(dir, NULL) != TJ_OK) {
     snprintf(failure, sizeof(failure), "%s", tj_last_error());
-    fprintf(stderr, "tilejit: %s/torch_op.so: the operator is not registered: %s\n", dir,
-            failure);
+    fprintf(stderr, "tilejit: %s/torch_op.so: the operator is not registered: %s\n", dir, failure);
   }
 }

@@ -238,7 +238,7 @@ def _torch_op_files(kernel) -> dict:
     (``torch.ops.load_library(path + "/torch_op.so")``, core/torch_op/torch_op.c), and a C
     program links the core beside it. Without a C compiler to build torch_op.so (once per
     core, cached), the export goes without it, saying so on stderr."""
-    from ..frameworks.torch.schema import export_text  # text only: needs no torch
+    from .torch_schema import export_text
 
     text = export_text(kernel)
     if text is None:

@@ -58,8 +58,8 @@ TJ_API int tj_torch_define(const char *ns, const char *schema);
  * tensor handles, writes the outputs' new handles into the stack from index
  * 0 and returns 0; or returns 2 (a ValueError) or 1 (any other failure) with
  * a message (NUL-terminated, truncated to `size`) in `message`. */
-typedef int (*tj_torch_fallback)(void *context, uint64_t *stack, uint64_t nargs,
-                                 uint64_t nouts, char *message, size_t size);
+typedef int (*tj_torch_fallback)(void *context, uint64_t *stack, uint64_t nargs, uint64_t nouts,
+                                 char *message, size_t size);
 
 /* How the autograd kernel tells a call it may run at once (one the dispatcher
  * would send, unchanged, from autograd down to the backend kernel) from one it

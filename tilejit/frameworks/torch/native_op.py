@@ -32,11 +32,12 @@ from ctypes import POINTER, Structure, c_char_p, c_int, c_int64, c_size_t, c_uin
 
 import torch
 
+from ...builder import torch_schema as schema
 from ...native._build import env
 from ...native.library import core_library
 from ...runtime import fast_paths
 from ...runtime.fast_paths import FAST_PATHS
-from . import autograd, probes, schema
+from . import autograd, probes
 
 MODE = env.choice("TILEJIT_TORCH_OPS", ("c", "python")) or "c"
 

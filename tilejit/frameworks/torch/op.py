@@ -31,11 +31,10 @@ import threading
 
 import torch
 
+from ...builder.torch_schema import NAMESPACE, input_kinds, op_name, schema
 from ...language.lang import Buffer
 from . import autograd, fake, native_op
-from .schema import NAMESPACE, input_kinds, op_name, schema
 from .results import kernel_result, op_result, outputs_of
-
 
 _lock = threading.RLock()
 _ops: dict = {}  # op name -> its OpOverload, once registered

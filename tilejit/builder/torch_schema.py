@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import keyword
 
-from ...builder.cache import artifact_key
-from ...language.lang import Buffer, PointerParam, Scalar
+from ..language.lang import Buffer, PointerParam, Scalar
+from .cache import artifact_key
 
 NAMESPACE = "tilejit"
 
