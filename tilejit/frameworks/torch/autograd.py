@@ -66,6 +66,8 @@ def autograd_kernel(kernel, op, name: str):
     direct = not any(arg.alias_info is not None and arg.alias_info.is_write
                      for arg in op._schema.arguments)
 
+    unclaimed = kernel._unclaimed
+
     def forward(*args):
         keyset, args = args[-1], args[:-1]
         # From the op's Autograd kernel: below autograd with its keyset. From Python
@@ -77,7 +79,9 @@ def autograd_kernel(kernel, op, name: str):
         if keyset is not None:
             return run(keyset, args)
         if direct and not _transforms_active():
-            return op_result(outputs_of(kernel._unclaimed(*args)))
+            result = unclaimed(*args)
+            # The kernel's result as the op returns it (op_result of outputs_of), inline.
+            return tuple(result) if isinstance(result, list) else result
         return op(*args)
 
     def setup_context(ctx, inputs, output):
@@ -170,6 +174,18 @@ def _no_backward(kernel_name: str, position: int, name: str) -> str:
             "registered for this kernel, so its outputs would carry no gradient. Register one "
             "with kernel.register_autograd(backward), or call the kernel under "
             "torch.no_grad() or on detached tensors")
+
+
+def tangents_idle() -> bool:
+    """Whether no forward-AD level is open (the fast check of ``refuse_tangents``: no
+    input can carry a tangent then); False when it cannot be told this way."""
+    return FAST_PATHS and getattr(forward_ad, FORWARD_LEVEL, None) == IDLE_LEVEL
+
+
+def backwards_and_appliers() -> tuple[dict, dict]:
+    """The registries ``claimed_call`` reads on every recorded call: op name -> backward
+    (``set_backward``), op name -> its applier (``applier``)."""
+    return _backwards, _appliers
 
 
 def refuse_tangents(kernel_name: str, names: list, args: tuple) -> None:

@@ -178,23 +178,39 @@ def claimed_call(kernel, args: tuple, stream):
 
 def _claimed(kernel):
     """``run(args)``: how `claimed_call` runs a call of ``kernel``, with what it needs
-    looked up once per kernel (every call that records autograd comes here)."""
+    looked up once per kernel (every call that records autograd comes here, so
+    ``autograd.requiring_grad`` and the fast check of ``autograd.refuse_tangents`` are
+    written out in it)."""
     name = op_name(kernel)
     label = kernel.name
     # Buffers only: a call on torch tensors (and None) already has the schema's types.
     buffers_only = all(kind is None for kind, _ in _schema_inputs(kernel))
     tensor = torch.Tensor
     names = autograd.input_names(kernel)
+    backwards, appliers = autograd.backwards_and_appliers()
+    grad_enabled, inference = torch.is_grad_enabled, torch.is_inference_mode_enabled
+    tangents_idle = autograd.tangents_idle
 
     def run(args):
-        if autograd.has_backward_named(name) and autograd.requiring_grad(args) is not None:
-            # Recorded here, above the dispatcher, where torch.func's transforms see the
-            # autograd.Function (they cannot from inside an op's Autograd kernel).
-            autograd.refuse_tangents(label, names, args)
-            # The backward's setup_context sees the inputs as the op's schema takes them.
-            if not (buffers_only and all(a is None or isinstance(a, tensor) for a in args)):
-                args = _schema_args(kernel, args)
-            return kernel_result(autograd.applier(name)(*args, None))
+        if name in backwards and grad_enabled() and not inference():
+            recorded = False
+            as_schema = buffers_only
+            for value in args:
+                if isinstance(value, tensor):
+                    recorded = recorded or value.requires_grad
+                elif value is not None:
+                    as_schema = False
+            if recorded:
+                # Recorded here, above the dispatcher, where torch.func's transforms see
+                # the autograd.Function (they cannot from inside an op's Autograd kernel).
+                if not tangents_idle():
+                    autograd.refuse_tangents(label, names, args)
+                # The backward's setup_context sees the inputs as the op's schema takes
+                # them.
+                if not as_schema:
+                    args = _schema_args(kernel, args)
+                result = appliers[name](*args, None)
+                return list(result) if isinstance(result, tuple) else result
         return kernel_result(torch_op(kernel)(*_schema_args(kernel, args)))
 
     return run
