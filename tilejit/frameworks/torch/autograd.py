@@ -10,7 +10,6 @@ from torch.autograd import forward_ad
 from ...runtime import fast_paths
 from ...runtime.fast_paths import FAST_PATHS
 from .probes import FORWARD_LEVEL, IDLE_LEVEL
-from .results import op_result, outputs_of
 
 _backwards: dict = {}  # op name -> (backward, setup_context), as registered
 _recorded: dict = {}  # op name -> its autograd.Function (_autograd_kernel)
