@@ -516,8 +516,8 @@ def _rmtree(path: str) -> None:
 
 
 # The directories under a cache root that tilejit writes entries into, and how deep an
-# entry lies below each: kernels/<key[:2]>/<key>, core/<hash>, wrapper/<abi>/<hash>,
-# bench/<stem>-<hash>. Nothing else under the root is tilejit's: a cache directory set to
+# entry lies below each: kernels/<key[:2]>/<key>, core/<hash> (and core/<hash>-torch_op),
+# wrapper/<abi>/<hash>, bench/<stem>-<hash>. Nothing else under the root is tilejit's: a cache directory set to
 # a shared directory by mistake keeps its other files.
 _AREAS = {"kernels": 2, "core": 1, "wrapper": 2, "bench": 1}
 _KERNEL_SUFFIXES = (".so", ".cubin", ".ptx", ".fatbin")
@@ -539,8 +539,9 @@ def _artifact_shape(parts: tuple[str, ...], name: str) -> bool:
     area, key = parts[0], parts[-1]
     if area == "kernels":
         return name.startswith("kernel.") and name[len("kernel"):] in _KERNEL_SUFFIXES
-    if area == "core":
-        return name == f"libtilejit_core-{key}.so"
+    if area == "core":  # the core, or the torch_op.so an export carries (core/<hash>-torch_op)
+        return name == f"libtilejit_core-{key}.so" or (key.endswith("-torch_op")
+                                                       and name == "torch_op.so")
     if area == "wrapper":
         return name.startswith("_tilejit") and name.endswith(".so")
     return name.startswith(key.rsplit("-", 1)[0]) and name.endswith(".so")  # bench

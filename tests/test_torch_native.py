@@ -404,3 +404,17 @@ print("ok", sorted(m for m in sys.modules if m.startswith("tilejit")))
     expected = float((torch.relu(x + y) * 2).sum())
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout == f"[8] {expected:g}\n"
+
+
+def test_the_cached_torch_op_so_is_an_entry_of_the_cache(exported, tilejit_cache_dir):
+    import json
+
+    listed = subprocess.run([sys.executable, "-m", "tilejit", "cache", "ls", "--json"],
+                            capture_output=True, text=True, check=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(ROOT),
+                                 "TILEJIT_CACHE_DIR": str(tilejit_cache_dir)})
+    entries = [e for e in json.loads(listed.stdout) if e["name"] == "tilejit torch_op.so"]
+    assert len(entries) == 1 and entries[0]["key"].endswith("-torch_op"), listed.stdout
+    assert entries[0]["damaged"] is None
+    assert (Path(entries[0]["path"]) / "torch_op.so").read_bytes() == (
+        exported / "torch_op.so").read_bytes()
