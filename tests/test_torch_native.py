@@ -96,22 +96,16 @@ def test_an_eager_op_call_runs_no_python_of_tilejit(kernels):
     op(a, b)
     scale = kernels["scale"].torch_op
     scale(a, 2.0)
+    affine = kernels["affine"].torch_op  # an integer too: torch reads it as an int here
+    x = torch.arange(3, dtype=torch.float64)
+    affine(x, None, 2.0, 1, True)
     if FAST_PATHS:
         assert _python_frames(lambda: op(a, b)) == []
         assert _python_frames(lambda: scale(a, 2.0)) == []
+        assert _python_frames(lambda: affine(x, None, 2.0, 1, True)) == []
     else:  # plain calls cannot be told: Python's autograd kernel takes every call
         assert f"{TILEJIT}/frameworks/torch/autograd.py:autograd_kernel" in _python_frames(
             lambda: op(a, b))
-    # An op taking an integer keeps Python's autograd kernel (a SymInt read by a C kernel
-    # would specialize a traced graph to its value), then runs the C kernel.
-    affine = kernels["affine"].torch_op
-    x = torch.arange(3, dtype=torch.float64)
-    frames = _python_frames(lambda: affine(x, None, 2.0, 1, True))
-    assert [f for f in frames if f.startswith(TILEJIT)] == [
-        f"{TILEJIT}/frameworks/torch/autograd.py:autograd_kernel",
-        f"{TILEJIT}/frameworks/torch/autograd.py:refuse_tangents",
-        f"{TILEJIT}/frameworks/torch/autograd.py:requiring_grad",
-        f"{TILEJIT}/frameworks/torch/autograd.py:run"]
 
 
 def test_every_input_kind_and_the_return_order(kernels):

@@ -9,8 +9,8 @@ torch's stable C ABI, found in the loaded libtorch:
   stays one, other refusals reach Python as a ``RuntimeError`` carrying the message, as
   for every operator of torch's stable ABI), allocates the outputs with torch and
   launches on torch's current stream;
-- the autograd kernel (an op that writes none of its arguments and takes no integer,
-  ``autograd_in_c``): a plain call (plain dense tensors without autograd record, no
+- the autograd kernel (an op that writes none of its arguments, ``autograd_in_c``): a
+  plain call (plain dense tensors without autograd record, no
   dispatch mode, tracer or transform active on the thread, read in place: a fast path,
   ``probes.plain_call``) runs the kernel at once, as the dispatcher would below
   autograd; any other call is handed to the op's Python autograd kernel
@@ -158,12 +158,14 @@ def _handle_is_impl() -> bool:
 
 def autograd_in_c(kinds: str, mutates: bool) -> bool:
     """Whether an op gets the C autograd kernel: not when it writes an argument (Python's
-    bumps the version counters: ``op._versions_bumped``), nor when it takes an integer
-    (a SymInt reaching a C kernel is read as an int, which would make a tracer
-    specialize the graph to its value: Python's keeps it symbolic), nor when plain calls
-    cannot be told (``plain_probe``: without fast paths), where every call would be
-    handed to Python's anyway."""
-    return not mutates and "i" not in kinds and plain_probe() is not None
+    bumps the version counters: ``op._versions_bumped``), nor when plain calls cannot be
+    told (``plain_probe``: without fast paths), where every call would be handed to
+    Python's anyway. Tracers (Dynamo, AOT autograd, ``torch.export``) run with torch's
+    Python dispatcher on, which takes the op's Python autograd kernel instead
+    (``op.definition`` registers it with ``py_impl``): an integer stays a ``SymInt``
+    there, where a C kernel would read it as an int and specialize the graph."""
+    del kinds  # every kind of input is fine
+    return not mutates and plain_probe() is not None
 
 
 def register(kernel, op, name: str, namespace: str, mutates: bool) -> bool:

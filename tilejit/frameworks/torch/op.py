@@ -104,6 +104,9 @@ def definition(kernel):
             kinds = input_kinds(text)
             if not in_c or not native_op.autograd_in_c(kinds, bool(written)):
                 _library.impl(name, python_autograd, "Autograd", with_keyset=True)
+            else:  # tracers' Python dispatcher takes this one (native_op.autograd_in_c)
+                found.py_impl(torch._C.DispatchKey.Autograd)(
+                    autograd.fallback_kernel(kernel, found, name))
             if written:
                 _library.impl(name, _versions_bumped(found, written), "ADInplaceOrView",
                               with_keyset=True)
