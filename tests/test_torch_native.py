@@ -412,3 +412,25 @@ def test_the_cached_torch_op_so_is_an_entry_of_the_cache(exported, tilejit_cache
     assert entries[0]["damaged"] is None
     assert (Path(entries[0]["path"]) / "torch_op.so").read_bytes() == (
         exported / "torch_op.so").read_bytes()
+
+
+def test_grad_off_tensors_requiring_grad_run_in_c_and_tangents_are_refused(kernels):
+    # Inside a custom autograd.Function's forward (and a compiled training graph's), grad
+    # mode is off and the inputs still require grad: nothing to record, a plain call.
+    op = kernels["sum_diff"].torch_op
+    a, b = torch.arange(3.0, requires_grad=True), torch.ones(3)
+    with torch.no_grad():
+        op(a, b)
+        frames = _python_frames(lambda: op(a, b))
+    if FAST_PATHS:
+        assert frames == []
+    else:  # Python's autograd kernel takes every call
+        assert f"{TILEJIT}/frameworks/torch/autograd.py:autograd_kernel" in frames
+    # A forward-mode tangent is refused with grad mode off too, as with it on.
+    from torch.autograd import forward_ad
+
+    with forward_ad.dual_level(), torch.no_grad():
+        dual = forward_ad.make_dual(torch.arange(3.0), torch.ones(3))
+        with pytest.raises(RuntimeError, match=r"^sum_diff: argument 0 'A' carries a "
+                                               r"forward-mode AD tangent"):
+            op(dual, b)

@@ -56,6 +56,7 @@ static struct {
   void (*operator_delete)(void *);                /* what frees it before */
   aoti_error (*cuda_stream)(int32_t, void **);    /* optional: a CUDA build */
   const char *(*exception_what)(void);            /* optional */
+  bool (*grad_enabled)(void);                     /* optional */
   __attribute__((noreturn)) void (*throw_runtime_error)(const char *);
   __attribute__((noreturn)) void (*throw_invalid_argument)(const char *);
   int32_t cpu, cuda, strided;
@@ -136,6 +137,7 @@ static void init(void) {
   if (T.library_impl_versioned == NULL) TJ__NEED(T.library_impl, "aoti_torch_library_impl");
   TJ__FIND(T.delete_stable_ivalue, "torch_delete_stable_ivalue");
   TJ__FIND(T.exception_what, "torch_exception_get_what_without_backtrace");
+  TJ__FIND(T.grad_enabled, "aoti_torch_grad_mode_is_enabled");
   int32_t (*cpu)(void) = NULL, (*cuda)(void) = NULL, (*strided)(void) = NULL;
   TJ__NEED(cpu, "aoti_torch_device_type_cpu");
   TJ__NEED(cuda, "aoti_torch_device_type_cuda");
@@ -326,6 +328,18 @@ int tj_torch_tls_word(const char *symbol, uint64_t *out) {
   return TJ_OK;
 }
 
+/* Whether a tensor with an autograd record may still make a plain call: grad
+ * mode is off (asked once per call: *grad is -1 until asked) and it carries no
+ * tangent (tj_torch_plain.fw_grad). */
+static bool untangled_without_grad(const tj_torch_plain *p, const void *meta, const void *handle,
+                                   int *grad) {
+  if (p->fw_grad == NULL || p->undefined == NULL || T.grad_enabled == NULL) return false;
+  if (*grad < 0) *grad = T.grad_enabled();
+  if (*grad) return false;
+  const void *tangent = p->fw_grad(meta, 0, handle); /* a const at::Tensor & */
+  return *(const void *const *)tangent == p->undefined;
+}
+
 /* Whether the autograd kernel may run the call at once (tj_torch_plain). The
  * thread's word is found once per thread (the first op call on it). */
 static bool plain_call(const torch_slot *s, const uint64_t *stack) {
@@ -334,12 +348,15 @@ static bool plain_call(const torch_slot *s, const uint64_t *stack) {
   const tj_torch_plain *p = &s->plain;
   if (included == NULL && (included = tls_word(s->tls_symbol)) == NULL) return false;
   if (*included != 0) return false;
+  int grad = -1;
   for (int32_t i = 0; i < s->ninputs; ++i) {
     if ((s->inputs[i] != TJ_TORCH_TENSOR && s->inputs[i] != TJ_TORCH_OPTIONAL_TENSOR) ||
         stack[i] == 0)
       continue;
-    const char *impl = *(char *const *)(uintptr_t)stack[i]; /* at::Tensor's TensorImpl * */
-    if (*(void *const *)(impl + p->meta_offset) != NULL) return false;
+    const void *handle = (const void *)(uintptr_t)stack[i];
+    const char *impl = *(char *const *)handle; /* at::Tensor's TensorImpl * */
+    const void *meta = *(void *const *)(impl + p->meta_offset);
+    if (meta != NULL && !untangled_without_grad(p, meta, handle, &grad)) return false;
     uint64_t keyset;
     memcpy(&keyset, impl + p->keyset_offset, sizeof(keyset));
     bool known = false;

@@ -82,6 +82,16 @@ typedef struct tj_torch_plain {
   uint64_t keysets[TJ_TORCH_MAX_KEYSETS];
   int32_t nkeysets;
   const char *tls_symbol;
+  /* Optional (NULL: a tensor with an autograd record never makes a plain call).
+   * With grad mode off (torch's aoti_torch_grad_mode_is_enabled), autograd
+   * records nothing, and a tensor with a record makes a plain call when it
+   * carries no forward-mode tangent: `fw_grad` (libtorch's
+   * torch::autograd::AutogradMeta::fw_grad(level, self) const, called with the
+   * record, level 0 and the tensor handle) returns a tensor whose TensorImpl is
+   * `undefined` (c10::UndefinedTensorImpl's singleton). What a custom
+   * autograd.Function's forward, or a compiled training graph, hands the op. */
+  const void *(*fw_grad)(const void *meta, uint64_t level, const void *tensor);
+  const void *undefined;
 } tj_torch_plain;
 
 /* The calling thread's value of the thread-local word `symbol` of torch's

@@ -48,7 +48,7 @@ _FALLBACK = ctypes.CFUNCTYPE(c_int, c_void_p, POINTER(c_uint64), c_uint64, c_uin
 class _TorchPlain(Structure):  # tj_torch_plain
     _fields_ = [("meta_offset", c_int64), ("keyset_offset", c_int64),
                 ("keysets", c_uint64 * 4), ("nkeysets", ctypes.c_int32),
-                ("tls_symbol", c_char_p)]
+                ("tls_symbol", c_char_p), ("fw_grad", c_void_p), ("undefined", c_void_p)]
 
 
 class _TorchOp(Structure):  # tj_torch_op
@@ -104,13 +104,13 @@ def plain_probe():
         if not _plain_found:
             found = None
             if FAST_PATHS:
-                found = probes.plain_call(torch, _handle_is_impl, _tls_word)
+                found = probes.plain_call(torch, _handle_is_impl, _tls_word, _handles())
             else:
                 fast_paths.decided(probes.PLAIN_CALL, False, "TILEJIT_FAST_PATHS=0")
             if found is not None:
-                meta, keyset, words, tls = found
+                meta, keyset, words, tls, fw_grad, undefined = found
                 found = _TorchPlain(meta, keyset, (c_uint64 * 4)(*words), len(words),
-                                    tls.encode())
+                                    tls.encode(), fw_grad, undefined)
             _plain_found.append(found)
     return _plain_found[0]
 

@@ -150,8 +150,9 @@ PLAIN_CALL = "torch op autograd kernel in C (plain calls)"
 TLS_INCLUDED = "_ZN3c104impl26raw_local_dispatch_key_setE"  # c10::impl::raw_local_...
 
 
-def plain_call(torch, handle_is_impl, tls_word):
-    """``(meta_offset, keyset_offset, plain keysets, tls symbol)`` for the C autograd
+def plain_call(torch, handle_is_impl, tls_word, handles):
+    """``(meta_offset, keyset_offset, plain keysets, tls symbol, fw_grad, undefined)`` for
+    the C autograd
     kernel of an op (``tj_torch_plain``, tilejit/torch.h), or None:
 
     - where a ``TensorImpl`` keeps its autograd record (``_autograd_meta_offset``);
@@ -162,7 +163,10 @@ def plain_call(torch, handle_is_impl, tls_word):
       first word (the included keys XOR the default ones, read by ``tls_word``) is 0 on
       a fresh thread, as torch's default include set says, and not inside a
       ``TorchDispatchMode`` nor under ``torch.func.vmap``;
-    - ``handle_is_impl()``: an AtenTensorHandle's first word is its TensorImpl's address.
+    - ``handle_is_impl()``: an AtenTensorHandle's first word is its TensorImpl's address;
+    - libtorch's exported ``torch::autograd::AutogradMeta::fw_grad(level, self) const``
+      and libc10's ``c10::UndefinedTensorImpl`` singleton (``_tangent_probe``; both None
+      when they do not check out: a tensor with an autograd record is then never plain).
 
     Checked on a thread of its own; None (and the reason recorded) when anything does not
     match."""
@@ -219,13 +223,73 @@ def plain_call(torch, handle_is_impl, tls_word):
         torch.func.vmap(lambda x: seen.append(tls_word(TLS_INCLUDED)) or x)(torch.ones(2, 2))
         if outside != 0 or 0 in seen or torch._C._dispatch_tls_local_include_set() != default:
             raise LookupError("libc10's thread-local key set does not follow dispatch modes")
-        return meta, keyset_offset, plain, TLS_INCLUDED
+        return (meta, keyset_offset, plain, TLS_INCLUDED,
+                *_tangent_probe(torch, meta, handles))
 
     try:
         found = in_fresh_thread(probe)
     except Exception as exc:  # noqa: BLE001 - any mismatch means: ask Python's autograd
         _decided(PLAIN_CALL, False, f"{type(exc).__name__}: {exc}")
         return None
+    tangents = ("libtorch's AutogradMeta::fw_grad for tangents" if found[4] is not None else
+                "tangents not readable: a tensor with an autograd record is never plain")
     _decided(PLAIN_CALL, True, f"autograd record at byte {found[0]}, key set at byte "
-             f"{found[1]} of the TensorImpl; libc10's thread-local included keys")
+             f"{found[1]} of the TensorImpl; libc10's thread-local included keys; {tangents}")
     return found
+
+
+_FW_GRAD = "_ZNK5torch8autograd12AutogradMeta7fw_gradEmRKN2at10TensorBaseE"
+_UNDEFINED = "_ZN3c1019UndefinedTensorImpl10_singletonE"  # c10::UndefinedTensorImpl::_singleton
+
+
+def _tangent_probe(torch, meta_offset: int, handles) -> tuple:
+    """``(fw_grad, undefined)`` addresses, checked against ``forward_ad.unpack_dual`` on
+    tensors with and without a tangent (inside a dual level, and outside), or
+    ``(None, None)``: what tells the C autograd kernel that a tensor with an autograd
+    record carries no tangent (``tj_torch_plain.fw_grad``)."""
+    import ctypes
+    from pathlib import Path
+
+    from torch.autograd import forward_ad
+
+    from .views import _Memory
+
+    try:
+        lib = Path(torch.__file__).parent / "lib"
+        cpu, c10 = sorted(lib.glob("libtorch_cpu.*")), sorted(lib.glob("libc10.*"))
+        if not cpu or not c10:
+            return None, None
+        fw_grad_address = ctypes.cast(ctypes.CDLL(str(cpu[0]))[_FW_GRAD], ctypes.c_void_p).value
+        undefined = ctypes.addressof(ctypes.c_char.in_dll(ctypes.CDLL(str(c10[0])), _UNDEFINED))
+        fw_grad = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64,
+                                   ctypes.c_void_p)(fw_grad_address)
+        tensor_of, handle_of = handles
+        memory = _Memory()
+        try:
+            def untangled(tensor) -> bool:
+                words = memory.words(tensor._cdata + meta_offset, 8)
+                if words is None or words[0] == 0:
+                    raise LookupError("no autograd record where one was expected")
+                handle = handle_of(tensor)
+                try:
+                    answer = fw_grad(words[0], 0, handle)
+                    return ctypes.c_void_p.from_address(answer).value == undefined
+                finally:
+                    tensor_of(handle)  # frees the handle
+
+            leaf = torch.ones(3, requires_grad=True)
+            cases = [leaf, leaf * 2, leaf[1:]]
+            with forward_ad.dual_level():
+                dual = forward_ad.make_dual(torch.ones(3), torch.ones(3))
+                cases += [dual, dual * 2, leaf]
+                answers = [untangled(t) for t in cases]
+                truth = [forward_ad.unpack_dual(t).tangent is None for t in cases]
+            answers += [untangled(leaf), untangled(dual)]  # the level closed: no tangents
+            truth += [True, True]
+        finally:
+            memory.close()
+        if answers != truth:
+            return None, None
+        return fw_grad_address, undefined
+    except (LookupError, OSError, AttributeError, ValueError):
+        return None, None
