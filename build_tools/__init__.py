@@ -40,6 +40,7 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
+    "adopt_core_library": "core_build",
     "build_core_library": "core_build",
     "build_torch_op_library": "core_build",
     "core_library_path": "core_build",
@@ -58,6 +59,7 @@ _EXPORTS = {
 __all__ = [  # the keys of _EXPORTS
     "WRAPPER_MODULE",
     "abi_tag",
+    "adopt_core_library",
     "build_core_library",
     "build_torch_op_library",
     "build_wrapper",

@@ -18,6 +18,7 @@ with only the repository root on `sys.path`.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import platform
 import sys
 from pathlib import Path
@@ -188,6 +189,35 @@ def build_core_library(
                 "arch": platform.machine()}
         return disk_cache.get_or_build(target.parent, target.name, build, force=force, info=info,
                                        log=lambda message: log(verbose, message),
+                                       check=elf.problem)
+
+    return disk_cache.with_fallback(build_in_cache)
+
+
+def adopt_core_library(candidate: Path, sha256: str) -> Path | None:
+    """Install ``candidate``, a copy of this tilejit's core library that an export carries,
+    as the cached core when none is cached or prebuilt, so that an export loads where the
+    core cannot be built (no compiler, a cleared cache). Only a file named as this
+    source tree's core and of SHA-256 ``sha256`` (what the export's MANIFEST lists) is
+    taken; the cache's own checks follow (a whole ELF file). Returns the cached core, or
+    None when nothing was adopted."""
+    key = core_source_hash()
+    target = _cached_core(key)
+    if candidate.name != target.name or prebuilt_lookup.core(key) is not None or \
+            target.exists():
+        return None
+    try:
+        data = candidate.read_bytes()
+    except OSError:
+        return None
+    if hashlib.sha256(data).hexdigest() != sha256:
+        return None
+
+    def build_in_cache() -> Path:
+        info = {"kind": "core", "name": "tilejit core", "target": "cpu",
+                "arch": platform.machine()}
+        return disk_cache.get_or_build(_cached_core(key).parent, target.name,
+                                       lambda output: output.write_bytes(data), info=info,
                                        check=elf.problem)
 
     return disk_cache.with_fallback(build_in_cache)

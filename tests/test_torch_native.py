@@ -434,3 +434,30 @@ def test_grad_off_tensors_requiring_grad_run_in_c_and_tangents_are_refused(kerne
         with pytest.raises(RuntimeError, match=r"^sum_diff: argument 0 'A' carries a "
                                                r"forward-mode AD tangent"):
             op(dual, b)
+
+
+def test_load_adopts_the_core_an_export_carries_where_none_can_be_built(exported, tmp_path):
+    # An empty cache and no compiler: tilejit.load takes the export's own copy of the core
+    # (its SHA-256 checked against MANIFEST) instead of building one.
+    code = f"""
+import torch, tilejit
+k = tilejit.load({str(exported)!r}, execution_backend="ctypes")
+x = torch.arange(3, dtype=torch.float64)
+print(k(x, None, 2.0, 1, True).tolist())
+"""
+    cache = tmp_path / "cache"
+    done = _run(code, PATH="/nonexistent", TILEJIT_CACHE_DIR=str(cache))
+    assert (done.returncode, done.stdout) == (0, "[1.0, 3.0, 5.0]\n"), done.stderr
+    core = next(exported.glob("libtilejit_core-*.so"))
+    assert (cache / "core" / core.name[len("libtilejit_core-"):-3] / core.name).read_bytes() == \
+        core.read_bytes()
+    # A copy that is not what MANIFEST lists is never adopted: the core is built instead,
+    # which fails here for want of a compiler.
+    damaged = tmp_path / "damaged"
+    shutil.copytree(exported, damaged)
+    data = bytearray(core.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (damaged / core.name).write_bytes(bytes(data))
+    done = _run(code.replace(str(exported), str(damaged)), PATH="/nonexistent",
+                TILEJIT_CACHE_DIR=str(tmp_path / "cache2"))
+    assert done.returncode == 1 and "no C compiler found" in done.stderr, done.stderr

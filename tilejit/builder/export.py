@@ -253,6 +253,26 @@ def _torch_op_files(kernel) -> dict:
             core.name: core.read_bytes()}
 
 
+def adopt_core(directory: Path) -> None:
+    """Before an export is opened: the copy of the core it carries (beside torch_op.so)
+    becomes this process's core when this tilejit's is neither cached nor prebuilt and
+    the process has loaded none yet, so that ``tilejit.load`` works where nothing can
+    build the core. The copy must be this source tree's core and match the SHA-256 its
+    MANIFEST lists (the core then checks the whole export as ever)."""
+    from ..native import library
+
+    if library.core_loaded():
+        return
+    try:
+        lines = (directory / "MANIFEST").read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return  # the core's open says what is wrong
+    for line in lines:
+        fields = line.split()
+        if len(fields) == 4 and fields[0] == "file" and fields[1].startswith("libtilejit_core-"):
+            build_tools.adopt_core_library(directory / fields[1], fields[3])
+
+
 def _vouched_images(kernel) -> dict:
     """The bytes of the kernel's images ({"image"} or {"glue", "library"}) that an export
     may vouch for: those it was built and loaded from. A loaded kernel's are the bytes

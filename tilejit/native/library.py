@@ -45,6 +45,11 @@ def core_library() -> ctypes.CDLL:
     return _core
 
 
+def core_loaded() -> bool:
+    """Whether this process has loaded the core already."""
+    return _core is not None
+
+
 _PROTOTYPES = {
     "tj_last_error": (c_char_p, []),
     "tj_status_exception": (c_char_p, [c_int]),

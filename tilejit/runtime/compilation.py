@@ -211,6 +211,7 @@ def load(path, execution_backend: str = "auto"):
     naming the directory, the file and what is wrong. An export replaced meanwhile by
     another process loads old or new, whole (docs/export.md)."""
     directory = Path(os.fspath(path)).absolute()
+    _export.adopt_core(directory)
     core_kernel = CoreKernel.open(directory)
     # Everything from here comes from the files as the core read and checked them
     # (core_kernel.export_files); later changes at the path cannot reach the kernel.
