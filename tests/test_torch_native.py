@@ -47,10 +47,16 @@ void scale(const float *X, float *Y, float factor, int64_t n) {
 """
 
 
+def _build(name, params, source, out_idx):
+    return tilejit.compile(tilejit.Program(name, params, source), out_idx=out_idx)
+
+
 @pytest.fixture(scope="module")
-def kernels(build):
+def kernels(tilejit_cache_dir):
+    # The op's path is the same whatever backend a kernel's direct calls use: one is enough.
     n = T.symbol("n")
     const = {"const": True}
+    build = _build
     return {
         "affine": build("affine", [T.Buffer((n,), "float64", name="X", **const),
                                    T.Buffer((n,), "float64", name="bias", optional=True, **const),
@@ -167,7 +173,8 @@ def test_a_call_requiring_grad_goes_to_pythons_autograd(kernels):
         torch.testing.assert_close(scale.torch_op(x, 2.0), x.detach() * 2.0)
 
 
-def test_autograd_records_through_the_c_kernel(build):
+def test_autograd_records_through_the_c_kernel():
+    build = _build
     n = T.symbol("n")
     params = [T.Buffer((n,), "float32", name="X", const=True),
               T.Buffer((n,), "float32", name="Y"), T.Scalar("float32", name="factor")]
@@ -227,7 +234,9 @@ def test_the_torch_suites_pass_with_the_python_registration():
     tests = [str(ROOT / "tests" / name) for name in ("test_torch_op.py",
                                                       "test_torch_autograd.py")]
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+        # One backend: the op's registration is what differs, not the direct call.
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+         "-k", "not dlpack and not ctypes", *tests],
         cwd=ROOT, env={**os.environ, "TILEJIT_TORCH_OPS": "python",
                        "PYTHONPATH": str(ROOT)},
         capture_output=True, text=True, timeout=1200, check=False)
