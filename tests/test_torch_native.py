@@ -398,7 +398,8 @@ print("ok", sorted(m for m in sys.modules if m.startswith("tilejit")))
     lib = Path(torch.__file__).parent
     subprocess.run(["g++", "-std=c++20", "-O1", str(tmp_path / "run_model.cpp"),
                     f"-I{lib}/include", f"-I{lib}/include/torch/csrc/api/include",
-                    f"-L{lib}/lib", "-ltorch", "-ltorch_cpu", "-lc10", f"-Wl,-rpath,{lib}/lib",
+                    f"-L{lib}/lib", "-Wl,--no-as-needed", "-ltorch", "-ltorch_cpu", "-lc10",
+                    "-Wl,--as-needed", f"-Wl,-rpath,{lib}/lib",
                     "-o", str(tmp_path / "run_model")], check=True, capture_output=True)
     done = subprocess.run([str(tmp_path / "run_model"), package,
                            str(exported / "torch_op.so")], capture_output=True, text=True,
