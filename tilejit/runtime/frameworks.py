@@ -163,12 +163,21 @@ def adapter_for(cls: type) -> Adapter:
     return adapter
 
 
+_claimers: dict = {}  # type -> the adapter of its framework if that framework claims, else None
+
+
 def claimer(args: tuple) -> Adapter:
     """The adapter that claimed a call with ``args``: that of the first argument whose
-    framework claims calls."""
+    framework claims calls (answered once per type)."""
     for value in args:
-        adapter = adapter_for(type(value))
-        if type(adapter).claimed_call is not Adapter.claimed_call:
+        cls = type(value)
+        try:
+            adapter = _claimers[cls]
+        except KeyError:
+            found = adapter_for(cls)
+            adapter = _claimers.setdefault(
+                cls, found if type(found).claimed_call is not Adapter.claimed_call else None)
+        if adapter is not None:
             return adapter
     raise RuntimeError("a call was claimed, but no argument is of a framework that claims")
 

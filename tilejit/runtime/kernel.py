@@ -166,7 +166,9 @@ class JITKernel:
         """A call the core handed back because a framework must run it (``tj_claim``):
         with torch, a tensor requires grad while grad mode is on, or a tracer made it."""
         # The core took the call with trailing optional buffers left out: they are None.
-        args = (*args, *(None,) * (self._core_kernel.num_inputs - len(args)))
+        missing = self._core_kernel.num_inputs - len(args)
+        if missing:
+            args = (*args, *(None,) * missing)
         return frameworks.claimer(args).claimed_call(self, args, stream)
 
     @property
