@@ -9,6 +9,8 @@
  * two depend on each other, directly or around a cycle
  * (tests/test_core_api.py checks it). One step of a call lives in one file.
  *
+ *   7  torch.c      kernels as torch operators: torch's tensor handles in,
+ *                   the call run, outputs pushed; exports' torch_op.txt
  *   6  host.c       the binding layer: host objects in, a host result or
  *                   exception out (tj_host_call)
  *      open.c       opening an exported kernel: its manifest and files

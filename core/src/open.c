@@ -2,6 +2,8 @@
  * it lists checked against its size and SHA-256, the target checked against
  * this machine, the signature file replayed as the builder calls that made the
  * kernel, and its image loaded. docs/export.md describes both files. */
+#include "open.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -18,7 +20,6 @@
 #define SIGNATURE_FORMAT 1
 #define SIGNATURE_FILE "signature.tj"
 #define MAX_FILES 16
-#define MAX_TOKENS 512
 #define NAME_SIZE 128
 #define OPEN_ATTEMPTS 20 /* reads of a directory replaced meanwhile, before giving up */
 #define NOT_REGULAR (-1) /* read_at: a FIFO, device, socket or directory */
@@ -59,13 +60,6 @@ static manifest *manifest_new(const char *dir) {
   }
   return m;
 }
-
-/* A line split in place into whitespace-separated tokens. */
-typedef struct {
-  char *tok[MAX_TOKENS];
-  int32_t n;
-  const char *rest[MAX_TOKENS]; /* the whole line from token i on, for text fields */
-} line_tokens;
 
 static int refuse(const manifest *m, const char *file, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -135,8 +129,7 @@ static const char *unreadable(int err) {
   return strerror(err);
 }
 
-/* A text file (MANIFEST, signature.tj) holding a NUL byte: refused by line. */
-static int nul_line(const char *text, int64_t size) {
+int tj__nul_line(const char *text, int64_t size) {
   const char *nul = memchr(text, '\0', (size_t)size);
   if (nul == NULL) return 0;
   int line = 1;
@@ -144,11 +137,10 @@ static int nul_line(const char *text, int64_t size) {
   return line;
 }
 
-/* Splits `line` in place; `whole` is a copy of it made before, which rest[] points into. */
-static void split(char *line, const char *whole, line_tokens *t) {
+void tj__split(char *line, const char *whole, tj__line_tokens *t) {
   t->n = 0;
   char *p = line;
-  while (*p && t->n < MAX_TOKENS) {
+  while (*p && t->n < TJ__MAX_TOKENS) {
     while (*p == ' ' || *p == '\t') ++p;
     if (!*p) break;
     t->rest[t->n] = whole + (p - line);
@@ -158,8 +150,7 @@ static void split(char *line, const char *whole, line_tokens *t) {
   }
 }
 
-/* The next line of `text` (NUL-terminated in place), or NULL at the end. */
-static char *next_line(char **cursor) {
+char *tj__next_line(char **cursor) {
   char *line = *cursor;
   if (line == NULL || *line == '\0') return NULL;
   char *end = strchr(line, '\n');
@@ -174,7 +165,7 @@ static char *next_line(char **cursor) {
   return line;
 }
 
-static int parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+int tj__parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
   if (s == NULL || *s == '\0') return 0;
   char *end;
   errno = 0;
@@ -227,7 +218,7 @@ static int read_manifest(manifest *m) {
   if (err)
     return refuse(m, "MANIFEST", "cannot read it (%s): is this a tilejit export directory?",
                   unreadable(err));
-  int nul = nul_line(text, size);
+  int nul = tj__nul_line(text, size);
   if (nul) {
     free(text);
     return refuse(m, "MANIFEST", "line %d: a NUL byte", nul);
@@ -235,15 +226,15 @@ static int read_manifest(manifest *m) {
   int rc;
   char *cursor = text, *line;
   int32_t number = 0;
-  line_tokens t;
+  tj__line_tokens t;
   rc = TJ_OK;
-  while (rc == TJ_OK && (line = next_line(&cursor)) != NULL) {
+  while (rc == TJ_OK && (line = tj__next_line(&cursor)) != NULL) {
     ++number;
-    split(line, line, &t);
+    tj__split(line, line, &t);
     int64_t v;
     if (number == 1) {
       if (t.n != 2 || strcmp(t.tok[0], "tilejit-export") != 0 ||
-          !parse_int(t.tok[1], 0, 1 << 30, &v))
+          !tj__parse_int(t.tok[1], 0, 1 << 30, &v))
         rc = refuse(m, "MANIFEST", "line 1 is not 'tilejit-export <format version>'");
       else if (v != EXPORT_FORMAT)
         rc = refuse(m, "MANIFEST",
@@ -276,7 +267,7 @@ static int read_manifest(manifest *m) {
         rc = refuse(m, "MANIFEST", "line %d: '%s' is not a plain file name", number, t.tok[1]);
       } else if (listed(m, t.tok[1])) {
         rc = refuse(m, "MANIFEST", "line %d: '%s' is listed twice", number, t.tok[1]);
-      } else if (!parse_int(t.tok[2], 0, INT64_MAX, &v) || strlen(t.tok[3]) != 64 ||
+      } else if (!tj__parse_int(t.tok[2], 0, INT64_MAX, &v) || strlen(t.tok[3]) != 64 ||
                  strspn(t.tok[3], "0123456789abcdef") != 64) {
         rc = refuse(m, "MANIFEST", "line %d: expected 'file <name> <size> <sha256>'", number);
       } else {
@@ -376,16 +367,16 @@ static int bad(replay *r, const char *fmt, ...) {
 }
 
 /* Token `i` as an int in [lo, hi], else a refusal naming `what`. */
-static int int_at(replay *r, const line_tokens *t, int32_t i, int64_t lo, int64_t hi,
+static int int_at(replay *r, const tj__line_tokens *t, int32_t i, int64_t lo, int64_t hi,
                   const char *what, int64_t *out) {
   if (i >= t->n) return bad(r, "'%s' ends before its %s", t->tok[0], what);
-  if (!parse_int(t->tok[i], lo, hi, out))
+  if (!tj__parse_int(t->tok[i], lo, hi, out))
     return bad(r, "%s '%s' is not an integer in [%lld, %lld]", what, t->tok[i], (long long)lo,
                (long long)hi);
   return TJ_OK;
 }
 
-static int i32_at(replay *r, const line_tokens *t, int32_t i, const char *what, int32_t *out) {
+static int i32_at(replay *r, const tj__line_tokens *t, int32_t i, const char *what, int32_t *out) {
   int64_t v;
   int rc = int_at(r, t, i, INT32_MIN, INT32_MAX, what, &v);
   if (rc == TJ_OK) *out = (int32_t)v;
@@ -393,7 +384,7 @@ static int i32_at(replay *r, const line_tokens *t, int32_t i, const char *what, 
 }
 
 /* A dtype written code:bits:lanes. */
-static int dtype_at(replay *r, const line_tokens *t, int32_t i, DLDataType *out) {
+static int dtype_at(replay *r, const tj__line_tokens *t, int32_t i, DLDataType *out) {
   unsigned code, bits, lanes;
   char tail;
   if (i >= t->n) return bad(r, "'%s' ends before its dtype", t->tok[0]);
@@ -406,7 +397,7 @@ static int dtype_at(replay *r, const line_tokens *t, int32_t i, DLDataType *out)
   return TJ_OK;
 }
 
-static int ids_at(replay *r, const line_tokens *t, int32_t first, int32_t n, const char *what,
+static int ids_at(replay *r, const tj__line_tokens *t, int32_t first, int32_t n, const char *what,
                   int32_t *out) {
   for (int32_t j = 0; j < n; ++j) {
     int rc = i32_at(r, t, first + j, what, &out[j]);
@@ -416,7 +407,7 @@ static int ids_at(replay *r, const line_tokens *t, int32_t first, int32_t n, con
 }
 
 /* N (source index dtype) triples from token `first`; *next: the token after. */
-static int abi_at(replay *r, const line_tokens *t, int32_t first, tj_abi_arg *args, int32_t *n,
+static int abi_at(replay *r, const tj__line_tokens *t, int32_t first, tj_abi_arg *args, int32_t *n,
                   int32_t *next) {
   int64_t count;
   int rc = int_at(r, t, first, 0, TJ_MAX_PARAMS + TJ_MAX_SYMBOLS + 64, "argument count", &count);
@@ -433,7 +424,7 @@ static int abi_at(replay *r, const line_tokens *t, int32_t first, tj_abi_arg *ar
   return TJ_OK;
 }
 
-static int expect_tokens(replay *r, const line_tokens *t, int32_t n) {
+static int expect_tokens(replay *r, const tj__line_tokens *t, int32_t n) {
   if (t->n != n)
     return bad(r, "'%s' takes %d fields, found %d", t->tok[0], (int)n - 1, (int)t->n - 1);
   return TJ_OK;
@@ -472,7 +463,7 @@ static int private_copy(replay *r, const char *dir, const listed_file *f, char *
 
 /* Loads the image(s) from their checked bytes: a CUDA image as its bytes; a CPU
  * library through a private copy, removed once it is loaded. */
-static int load_checked(replay *r, const line_tokens *t, int prebuilt) {
+static int load_checked(replay *r, const tj__line_tokens *t, int prebuilt) {
   const listed_file *image = listed(r->m, t->tok[1]);
   if (r->k->target == TJ_TARGET_CUDA && !prebuilt) {
     if (image->size == 0) return bad(r, "the image file '%s' is empty", image->name);
@@ -498,7 +489,7 @@ static int load_checked(replay *r, const line_tokens *t, int prebuilt) {
   return rc;
 }
 
-static int load_line(replay *r, const line_tokens *t) {
+static int load_line(replay *r, const tj__line_tokens *t) {
   if (r->loaded) return bad(r, "a second load line");
   int rc = built(r, tj_kernel_finalize(r->k));
   if (rc) return rc;
@@ -515,7 +506,7 @@ static int load_line(replay *r, const line_tokens *t) {
 }
 
 /* kernel NAME TARGET NPARAMS: the first entry. */
-static int kernel_line(replay *r, const line_tokens *t) {
+static int kernel_line(replay *r, const tj__line_tokens *t) {
   int rc;
   int64_t nparams;
   if ((rc = expect_tokens(r, t, 4)) ||
@@ -530,7 +521,7 @@ static int kernel_line(replay *r, const line_tokens *t) {
 }
 
 /* symbol NAME DIVISIBILITY DTYPE */
-static int symbol_line(replay *r, const line_tokens *t) {
+static int symbol_line(replay *r, const tj__line_tokens *t) {
   int rc;
   int64_t v;
   DLDataType dtype;
@@ -543,7 +534,7 @@ static int symbol_line(replay *r, const line_tokens *t) {
 }
 
 /* expr PAIRS OP OPERAND ... TEXT */
-static int expr_line(replay *r, const line_tokens *t) {
+static int expr_line(replay *r, const tj__line_tokens *t) {
   int rc;
   int64_t pairs, code[2 * 256];
   if ((rc = int_at(r, t, 1, 1, 256, "operation count", &pairs))) return rc;
@@ -555,7 +546,7 @@ static int expr_line(replay *r, const line_tokens *t) {
 }
 
 /* scalar INDEX NAME DTYPE [SYMBOL IT BINDS] */
-static int scalar_line(replay *r, const line_tokens *t, int32_t index, DLDataType dtype) {
+static int scalar_line(replay *r, const tj__line_tokens *t, int32_t index, DLDataType dtype) {
   int rc;
   int32_t symbol = -1;
   if (t->n != 5 && (rc = expect_tokens(r, t, 4))) return rc;
@@ -565,7 +556,7 @@ static int scalar_line(replay *r, const line_tokens *t, int32_t index, DLDataTyp
 }
 
 /* buffer, scalar or pointer INDEX NAME DTYPE ...: a parameter. */
-static int param_line(replay *r, const line_tokens *t) {
+static int param_line(replay *r, const tj__line_tokens *t) {
   const char *key = t->tok[0];
   int rc;
   int32_t index, ndim = 0, shape[TJ_MAX_NDIM], strides[TJ_MAX_NDIM];
@@ -594,7 +585,7 @@ static int param_line(replay *r, const line_tokens *t) {
 
 /* The fields of a tensor map after its rank, from token `at`: dims, strides,
  * then box (tiled) or the im2col fields, element strides and the four flags. */
-static int tensormap_fields(replay *r, const line_tokens *t, int32_t at, tj_tensormap *map) {
+static int tensormap_fields(replay *r, const tj__line_tokens *t, int32_t at, tj_tensormap *map) {
   int rc;
   int32_t n = map->rank;
   const int32_t fields = map->im2col ? 3 * n - 1 + 2 * (n - 2) + 2 : 4 * n - 1;
@@ -628,7 +619,7 @@ static int tensormap_fields(replay *r, const line_tokens *t, int32_t at, tj_tens
 /* tensormap NAME PARAM TYPE RANK dims strides box element_strides FLAGS4;
  * tensormap_im2col NAME PARAM TYPE RANK dims strides element_strides lower upper
  * channels pixels FLAGS4 */
-static int tensormap_line(replay *r, const line_tokens *t) {
+static int tensormap_line(replay *r, const tj__line_tokens *t) {
   tj_tensormap map;
   memset(&map, 0, sizeof(map));
   map.name = t->tok[1];
@@ -647,7 +638,7 @@ static int tensormap_line(replay *r, const line_tokens *t) {
 
 /* abi ARGS..., or launch SYMBOL GRID3 BLOCK3 SHARED ARGS...: the kernel
  * function's arguments, and each CUDA launch. */
-static int launch_line(replay *r, const line_tokens *t) {
+static int launch_line(replay *r, const tj__line_tokens *t) {
   static _Thread_local tj_abi_arg args[TJ_MAX_PARAMS + TJ_MAX_SYMBOLS + 64];
   int32_t n, next, grid[3], block[3], shared;
   int rc;
@@ -666,7 +657,7 @@ static int launch_line(replay *r, const line_tokens *t) {
 }
 
 /* launch_attrs INDEX (CLUSTER3 | -) FLAGS */
-static int launch_attrs_line(replay *r, const line_tokens *t) {
+static int launch_attrs_line(replay *r, const tj__line_tokens *t) {
   int32_t index, cluster[3];
   int64_t v;
   int rc;
@@ -680,7 +671,7 @@ static int launch_attrs_line(replay *r, const line_tokens *t) {
                tj_kernel_set_launch_attrs(r->k, index, has_cluster ? cluster : NULL, (uint32_t)v));
 }
 
-static int replay_line(replay *r, line_tokens *t) {
+static int replay_line(replay *r, tj__line_tokens *t) {
   const char *key = t->tok[0];
   if (strcmp(key, "function") == 0 || strcmp(key, "arg") == 0 || strcmp(key, "out_idx") == 0)
     return TJ_OK; /* what kernel.h and the Python binding show; the core needs none */
@@ -703,21 +694,21 @@ static int replay_line(replay *r, line_tokens *t) {
 
 /* One line of signature.tj: the header on line 1, else an entry (comments skipped). */
 static int replay_text_line(replay *r, char *line) {
-  line_tokens t;
+  tj__line_tokens t;
   char *whole = strdup(line);
   if (whole == NULL) return tj_set_error(TJ_ENOMEM, "tilejit export %s: out of memory", r->m->dir);
-  split(line, whole, &t);
+  tj__split(line, whole, &t);
   int rc = TJ_OK;
   int64_t v;
   if (r->line == 1) {
     if (t.n != 2 || strcmp(t.tok[0], "tilejit-signature") != 0 ||
-        !parse_int(t.tok[1], 0, 1 << 30, &v))
+        !tj__parse_int(t.tok[1], 0, 1 << 30, &v))
       rc = bad(r, "not 'tilejit-signature <format version>'");
     else if (v != SIGNATURE_FORMAT)
       rc = bad(r, "signature format version %lld; this tilejit (%s) reads version %d", (long long)v,
                TJ_VERSION, SIGNATURE_FORMAT);
-  } else if (t.n == MAX_TOKENS) {
-    rc = bad(r, "more than %d fields", MAX_TOKENS - 1);
+  } else if (t.n == TJ__MAX_TOKENS) {
+    rc = bad(r, "more than %d fields", TJ__MAX_TOKENS - 1);
   } else if (t.n > 0 && t.tok[0][0] != '#') {
     rc = replay_line(r, &t);
   }
@@ -730,14 +721,14 @@ static int replay_text_line(replay *r, char *line) {
 static int replay_signature(manifest *m, tj_kernel **out) {
   const listed_file *f = listed(m, SIGNATURE_FILE);
   replay r = {m, NULL, 0, 0, 0, 0};
-  int nul = nul_line(f->data, f->size);
+  int nul = tj__nul_line(f->data, f->size);
   if (nul) return refuse(m, SIGNATURE_FILE, "line %d: a NUL byte", nul);
   char *text = malloc((size_t)f->size + 1);
   if (text == NULL) return tj_set_error(TJ_ENOMEM, "tilejit export %s: out of memory", m->dir);
   memcpy(text, f->data, (size_t)f->size + 1);
   char *cursor = text, *line;
   int rc = TJ_OK;
-  while (rc == TJ_OK && (line = next_line(&cursor)) != NULL) {
+  while (rc == TJ_OK && (line = tj__next_line(&cursor)) != NULL) {
     ++r.line;
     rc = replay_text_line(&r, line);
   }

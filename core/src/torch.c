@@ -3,10 +3,10 @@
  *
  * The dispatcher calls a boxed kernel `void fn(StableIValue *stack, uint64_t
  * nargs, uint64_t nouts)` and gives it no pointer of its own, so each
- * registration takes a slot and its own pair of functions (the backend kernel
- * and the autograd kernel of slot n, made below by the preprocessor), which
- * run the slot's kernel. Torch's functions are looked up in the process, never
- * linked: the core loads without torch.
+ * registration takes a slot and its own pair of entry points (the backend
+ * kernel and the autograd kernel of slot n: "Slot n's two boxed kernels"
+ * below), which run the slot's kernel. Torch's functions are looked up in the
+ * process, never linked: the core loads without torch.
  *
  * The stack, as torch's stable ABI lays it out: a Tensor is an
  * AtenTensorHandle the callee owns (deleted here once the call is over); a
@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "open.h"
 #include "tilejit/producer.h"
 
 typedef void *aten_tensor;
@@ -292,6 +293,11 @@ static torch_slot slots[TJ_TORCH_MAX_OPS];
 static int32_t nslots; /* under slots_lock */
 static pthread_mutex_t slots_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Whether input kind `kind` (TJ_TORCH_*) is a tensor, optional or not. */
+static bool is_tensor(char kind) {
+  return kind == TJ_TORCH_TENSOR || kind == TJ_TORCH_OPTIONAL_TENSOR;
+}
+
 static void free_box(uint64_t *box) {
   if (T.delete_stable_ivalue != NULL)
     T.delete_stable_ivalue(box);
@@ -311,8 +317,7 @@ static void unbox(const torch_slot *s, uint64_t *stack) {
 
 static void drop_inputs(const torch_slot *s, uint64_t *stack) {
   for (int32_t i = 0; i < s->ninputs; ++i)
-    if ((s->inputs[i] == TJ_TORCH_TENSOR || s->inputs[i] == TJ_TORCH_OPTIONAL_TENSOR) && stack[i])
-      T.delete_tensor((aten_tensor)(uintptr_t)stack[i]);
+    if (is_tensor(s->inputs[i]) && stack[i]) T.delete_tensor((aten_tensor)(uintptr_t)stack[i]);
 }
 
 /* The calling thread's copy of the thread-local word `symbol` (dlsym answers
@@ -341,18 +346,21 @@ static bool untangled_without_grad(const tj_torch_plain *p, const void *meta, co
 }
 
 /* Whether the autograd kernel may run the call at once (tj_torch_plain). The
- * thread's word is found once per thread (the first op call on it). */
+ * thread's word is found once per thread and symbol (every slot of tilejit's
+ * Python names the same one: found at the thread's first op call). */
 static bool plain_call(const torch_slot *s, const uint64_t *stack) {
-  static __thread const uint64_t *included; /* of the one symbol every slot names */
+  static __thread const uint64_t *included;
+  static __thread char included_for[sizeof(s->tls_symbol)];
   if (!s->has_plain) return false;
   const tj_torch_plain *p = &s->plain;
-  if (included == NULL && (included = tls_word(s->tls_symbol)) == NULL) return false;
+  if (included == NULL || strcmp(included_for, s->tls_symbol) != 0) {
+    if ((included = tls_word(s->tls_symbol)) == NULL) return false;
+    memcpy(included_for, s->tls_symbol, sizeof(included_for));
+  }
   if (*included != 0) return false;
   int grad = -1;
   for (int32_t i = 0; i < s->ninputs; ++i) {
-    if ((s->inputs[i] != TJ_TORCH_TENSOR && s->inputs[i] != TJ_TORCH_OPTIONAL_TENSOR) ||
-        stack[i] == 0)
-      continue;
+    if (!is_tensor(s->inputs[i]) || stack[i] == 0) continue;
     const void *handle = (const void *)(uintptr_t)stack[i];
     const char *impl = *(char *const *)handle; /* at::Tensor's TensorImpl * */
     const void *meta = *(void *const *)(impl + p->meta_offset);
@@ -555,7 +563,10 @@ int tj_torch_define(const char *ns, const char *schema) {
   return TJ_OK;
 }
 
-int tj_torch_impl(const tj_kernel *kernel, const tj_torch_op *op) {
+/* tj_torch_impl; *taken is set once a slot holds the kernel (torch may then
+ * call it, even when a later registration fails). */
+static int impl(const tj_kernel *kernel, const tj_torch_op *op, bool *taken) {
+  *taken = false;
   TJ__REFUSE_NULL("tj_torch_impl", kernel);
   TJ__REFUSE_NULL("tj_torch_impl", op);
   TJ__REFUSE_NULL("tj_torch_impl", op->ns);
@@ -588,6 +599,7 @@ int tj_torch_impl(const tj_kernel *kernel, const tj_torch_op *op) {
     return tj_set_error(TJ_ERUNTIME, "%s: all %d operator slots of this process are in use",
                         tj_kernel_name(kernel), TJ__SLOTS);
   torch_slot *s = &slots[n];
+  *taken = true;
   memcpy(s->order, order, sizeof(order));
   s->kernel = kernel;
   memcpy(s->inputs, op->inputs, ninputs + 1);
@@ -610,82 +622,105 @@ int tj_torch_impl(const tj_kernel *kernel, const tj_torch_op *op) {
   return rc;
 }
 
+int tj_torch_impl(const tj_kernel *kernel, const tj_torch_op *op) {
+  bool taken;
+  return impl(kernel, op, &taken);
+}
+
 /* ---- Exports -------------------------------------------------------------- */
 
-/* The next line of `text` (up to `end`) into `line` (NUL-terminated,
- * truncated to `size`); NULL at the end. */
-static const char *next_line(const char *text, const char *end, char *line, size_t size) {
-  if (text >= end) return NULL;
-  const char *stop = memchr(text, '\n', (size_t)(end - text));
-  if (stop == NULL) stop = end;
-  size_t n = (size_t)(stop - text);
-  if (n > 0 && text[n - 1] == '\r') --n;
-  if (n >= size) n = size - 1;
-  memcpy(line, text, n);
-  line[n] = '\0';
-  return stop + 1;
-}
+/* One line of torch_op.txt (tilejit/torch.h), split as open.c splits the
+ * export's other text files, into the fields it sets. */
+typedef struct {
+  char ns[256], schema[4096], inputs[TJ_MAX_PARAMS + 1];
+  int32_t order[TJ_MAX_OUTPUTS], norder;
+  bool have_order;
+} torch_op_text;
 
-/* The value of entry `key` on `line` ("key value..."), or NULL. */
-static const char *entry(const char *line, const char *key) {
-  size_t n = strlen(key);
-  return strncmp(line, key, n) == 0 && line[n] == ' ' ? line + n + 1 : NULL;
-}
-
-static int register_export(const char *dir, const tj_kernel *k, const char *text, int64_t size) {
-  char line[4096], ns[256] = "", schema[4096] = "", inputs[TJ_MAX_PARAMS + 2] = "";
-  int32_t order[TJ_MAX_OUTPUTS], norder = 0;
-  bool have_order = false;
-  const char *at = text, *end = text + size, *value;
-  int number = 0;
-  while ((at = next_line(at, end, line, sizeof(line))) != NULL) {
-    ++number;
-    if (number == 1) {
-      if (strcmp(line, "tilejit-torch-op 1") != 0)
-        return tj_set_error(TJ_EVALUE,
-                            "tilejit export %s: torch_op.txt: line 1: expected "
-                            "'tilejit-torch-op 1'",
-                            dir);
-    } else if ((value = entry(line, "namespace")) != NULL) {
-      snprintf(ns, sizeof(ns), "%.*s", (int)sizeof(ns) - 1, value);
-    } else if ((value = entry(line, "schema")) != NULL) {
-      snprintf(schema, sizeof(schema), "%s", value);
-    } else if ((value = entry(line, "inputs")) != NULL) {
-      snprintf(inputs, sizeof(inputs), "%.*s", (int)sizeof(inputs) - 1,
-               strcmp(value, "-") == 0 ? "" : value);
-    } else if ((value = entry(line, "order")) != NULL || strcmp(line, "order") == 0) {
-      have_order = true;
-      for (char *p = (char *)(value != NULL ? value : ""), *next; *p != '\0'; p = next) {
-        long r = strtol(p, &next, 10);
-        if (next == p || norder == TJ_MAX_OUTPUTS)
-          return tj_set_error(TJ_EVALUE,
-                              "tilejit export %s: torch_op.txt: line %d: expected "
-                              "output numbers",
-                              dir, number);
-        order[norder++] = (int32_t)r;
-        while (*next == ' ') ++next;
-      }
-    } else if (line[0] != '#' && line[0] != '\0') {
+static int torch_op_line(const char *dir, int number, tj__line_tokens *t, torch_op_text *op) {
+  int64_t v;
+  if (number == 1) {
+    if (t->n != 2 || strcmp(t->tok[0], "tilejit-torch-op") != 0 ||
+        !tj__parse_int(t->tok[1], 1, 1, &v))
       return tj_set_error(TJ_EVALUE,
-                          "tilejit export %s: torch_op.txt: line %d: unknown entry "
-                          "'%.40s'",
-                          dir, number, line);
+                          "tilejit export %s: torch_op.txt: line 1: expected "
+                          "'tilejit-torch-op 1'",
+                          dir);
+    return TJ_OK;
+  }
+  if (t->n == 0 || t->tok[0][0] == '#') return TJ_OK;
+  const char *key = t->tok[0];
+  if (strcmp(key, "namespace") == 0 && t->n == 2) {
+    snprintf(op->ns, sizeof(op->ns), "%.*s", (int)sizeof(op->ns) - 1, t->tok[1]);
+  } else if (strcmp(key, "schema") == 0 && t->n >= 2) {
+    snprintf(op->schema, sizeof(op->schema), "%.*s", (int)sizeof(op->schema) - 1, t->rest[1]);
+  } else if (strcmp(key, "inputs") == 0 && t->n == 2) {
+    snprintf(op->inputs, sizeof(op->inputs), "%.*s", (int)sizeof(op->inputs) - 1,
+             strcmp(t->tok[1], "-") == 0 ? "" : t->tok[1]);
+  } else if (strcmp(key, "order") == 0 && t->n - 1 <= TJ_MAX_OUTPUTS) {
+    op->have_order = true;
+    for (int32_t i = 1; i < t->n; ++i) {
+      if (!tj__parse_int(t->tok[i], 0, TJ_MAX_OUTPUTS - 1, &v))
+        return tj_set_error(TJ_EVALUE,
+                            "tilejit export %s: torch_op.txt: line %d: expected output "
+                            "numbers",
+                            dir, number);
+      op->order[op->norder++] = (int32_t)v;
+    }
+  } else {
+    return tj_set_error(TJ_EVALUE,
+                        "tilejit export %s: torch_op.txt: line %d: unknown entry '%.40s'", dir,
+                        number, t->rest[0]);
+  }
+  return TJ_OK;
+}
+
+/* Reads torch_op.txt (`text`, the bytes the core checked) and registers `k` as
+ * its operator; *taken as impl's. */
+static int register_export(const char *dir, const tj_kernel *k, const char *text, int64_t size,
+                           bool *taken) {
+  *taken = false;
+  int nul = tj__nul_line(text, size);
+  if (nul)
+    return tj_set_error(TJ_EVALUE, "tilejit export %s: torch_op.txt: line %d: a NUL byte", dir,
+                        nul);
+  torch_op_text *op = calloc(1, sizeof(*op));
+  tj__line_tokens *t = malloc(sizeof(*t));
+  char *copy = malloc((size_t)size + 1), *whole = malloc((size_t)size + 1);
+  int rc = op && t && copy && whole
+               ? TJ_OK
+               : tj_set_error(TJ_ENOMEM, "tilejit export %s: out of memory", dir);
+  if (rc == TJ_OK) {
+    memcpy(copy, text, (size_t)size);
+    copy[size] = '\0';
+    char *cursor = copy, *line;
+    for (int number = 1; rc == TJ_OK && (line = tj__next_line(&cursor)) != NULL; ++number) {
+      strcpy(whole, line);
+      tj__split(line, whole, t);
+      rc = torch_op_line(dir, number, t, op);
     }
   }
-  const char *name_end = strchr(schema, '(');
-  if (ns[0] == '\0' || name_end == NULL || name_end == schema || !have_order ||
-      norder != tj_kernel_num_outputs(k))
-    return tj_set_error(TJ_EVALUE,
-                        "tilejit export %s: torch_op.txt: expected a namespace, a "
-                        "schema, the inputs and the order of the kernel's %d "
-                        "outputs",
-                        dir, tj_kernel_num_outputs(k));
-  char name[256];
-  snprintf(name, sizeof(name), "%.*s", (int)(name_end - schema), schema);
-  int rc = tj_torch_define(ns, schema);
-  if (rc != TJ_OK) return rc;
-  tj_torch_op op = {ns, name, inputs, NULL, NULL, NULL, order};
-  return tj_torch_impl(k, &op);
+  const char *name_end = rc == TJ_OK ? strchr(op->schema, '(') : NULL;
+  if (rc == TJ_OK && (op->ns[0] == '\0' || name_end == NULL || name_end == op->schema ||
+                      !op->have_order || op->norder != tj_kernel_num_outputs(k)))
+    rc = tj_set_error(TJ_EVALUE,
+                      "tilejit export %s: torch_op.txt: expected a namespace, a "
+                      "schema, the inputs and the order of the kernel's %d "
+                      "outputs",
+                      dir, tj_kernel_num_outputs(k));
+  if (rc == TJ_OK) {
+    char name[256];
+    snprintf(name, sizeof(name), "%.*s", (int)(name_end - op->schema), op->schema);
+    if ((rc = tj_torch_define(op->ns, op->schema)) == TJ_OK) {
+      tj_torch_op spec = {op->ns, name, op->inputs, NULL, NULL, NULL, op->order};
+      rc = impl(k, &spec, taken);
+    }
+  }
+  free(op);
+  free(t);
+  free(copy);
+  free(whole);
+  return rc;
 }
 
 int tj_torch_open_export(const char *dir, tj_kernel **out) {
@@ -702,6 +737,7 @@ int tj_torch_open_export(const char *dir, tj_kernel **out) {
     if (tj_kernel_export_file(k, i, &file, &data, &size, NULL) != TJ_OK ||
         strcmp(file, "torch_op.txt") != 0)
       data = NULL;
+  bool taken = false;
   if (data == NULL)
     rc = tj_set_error(TJ_EVALUE,
                       "tilejit export %s: no torch_op.txt: the kernel of this export "
@@ -709,9 +745,9 @@ int tj_torch_open_export(const char *dir, tj_kernel **out) {
                       "writes one)",
                       dir);
   else
-    rc = register_export(dir, k, data, size);
+    rc = register_export(dir, k, data, size, &taken);
   if (rc != TJ_OK) {
-    tj_kernel_free(k); /* nothing of it is registered: the slot is taken last */
+    if (!taken) tj_kernel_free(k); /* else torch may call it: kept, as on success */
     return rc;
   }
   if (out != NULL) *out = k;

@@ -125,7 +125,9 @@ typedef struct tj_torch_op {
  * message; and, with op->fallback, its autograd kernel (dispatch key
  * Autograd). The operator must be defined (tj_torch_define, or torch's own
  * Library.define). Each registration takes one of a fixed number of slots
- * (TJ_TORCH_MAX_OPS): TJ_ERUNTIME once they are all used. */
+ * (TJ_TORCH_MAX_OPS): TJ_ERUNTIME once they are all used. A failure of
+ * torch's while registering leaves the kernels registered so far in place:
+ * the kernel must outlive the process then too. */
 #define TJ_TORCH_MAX_OPS 4096
 TJ_API int tj_torch_impl(const tj_kernel *kernel, const tj_torch_op *op);
 
