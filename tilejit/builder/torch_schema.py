@@ -32,50 +32,59 @@ def _arg_name(name: str) -> str:
     return f"{name}_" if keyword.iskeyword(name) or name == "out" else name
 
 
+def inputs(kernel) -> list[tuple[int, str, str]]:
+    """``(parameter index, name, kind)`` of each input of ``kernel``'s op in call order,
+    the kind one character as the core's C kernels read it (tilejit/torch.h): ``T`` a
+    Tensor, ``t`` a Tensor? (an optional buffer), ``i`` a SymInt, ``f`` a float, ``b`` a
+    bool. A ``T.Pointer`` parameter, which no op can take, is a TypeError."""
+    sig = kernel._sig
+    outputs = set(sig.out_idx)
+    found = []
+    for i, param in enumerate(kernel.params):
+        if i in outputs:
+            continue
+        if isinstance(param, Buffer):
+            kind = "t" if param.optional else "T"
+        elif isinstance(param, Scalar):
+            kind = ("b" if param.dtype == "bool" else
+                    "f" if param.dtype.startswith("float") else "i")
+        else:
+            assert isinstance(param, PointerParam)
+            raise TypeError(f"{sig.name}: parameter {i} '{sig.names[i]}' is a T.Pointer, which "
+                            "a torch op cannot take (it has no shape or device for torch to "
+                            "trace); declare it as a T.Buffer to use the kernel in torch")
+        found.append((i, sig.names[i], kind))
+    return found
+
+
+def input_kinds(kernel) -> str:
+    """The kinds of ``inputs``, one character each (``torch_op.txt``'s ``inputs``)."""
+    return "".join(kind for _, _, kind in inputs(kernel))
+
+
+_SCALAR_TYPES = {"i": "SymInt", "f": "float", "b": "bool"}
+
+
 def schema(kernel) -> tuple[str, tuple[str, ...]]:
     """``(schema, mutated argument names)`` for ``kernel``.
 
     >>> schema(vec_add)
     ('(Tensor A, Tensor B) -> Tensor', ())
     """
-    sig = kernel._sig
-    outputs = set(sig.out_idx)
     args, mutated = [], []
-    for i, param in enumerate(kernel.params):
-        if i in outputs:
-            continue
-        name = _arg_name(sig.names[i])
-        if isinstance(param, Buffer):
-            alias = "" if param.const else f"(a{len(mutated)}!)"
+    for i, name, kind in inputs(kernel):
+        name = _arg_name(name)
+        if kind in "Tt":
+            alias = "" if kernel.params[i].const else f"(a{len(mutated)}!)"
             if alias:
                 mutated.append(name)
-            kind = f"Tensor{alias}{'?' if param.optional else ''}"
-        elif isinstance(param, Scalar):
-            kind = ("bool" if param.dtype == "bool" else
-                    "float" if param.dtype.startswith("float") else "SymInt")
+            text = f"Tensor{alias}{'?' if kind == 't' else ''}"
         else:
-            assert isinstance(param, PointerParam)
-            raise TypeError(f"{sig.name}: parameter {i} '{sig.names[i]}' is a T.Pointer, which "
-                            "a torch op cannot take (it has no shape or device for torch to "
-                            "trace); declare it as a T.Buffer to use the kernel in torch")
-        args.append(f"{kind} {name}")
-    count = len(sig.out_idx)
+            text = _SCALAR_TYPES[kind]
+        args.append(f"{text} {name}")
+    count = len(kernel._sig.out_idx)
     returns = "Tensor" if count == 1 else f"({', '.join(['Tensor'] * count)})"
     return f"({', '.join(args)}) -> {returns}", tuple(mutated)
-
-
-def input_kinds(schema_text: str) -> str:
-    """One character per argument of ``schema_text`` (``schema``'s first part), as the
-    core's C kernels read them (tilejit/torch.h: T Tensor, t Tensor?, i SymInt, f float,
-    b bool)."""
-    inside = schema_text[schema_text.index("(") + 1:schema_text.rindex(") ->")]
-    kinds = []
-    for argument in filter(None, (a.strip() for a in inside.split(","))):
-        kind = argument.split()[0]
-        kinds.append("t" if kind.startswith("Tensor") and kind.endswith("?") else
-                     "T" if kind.startswith("Tensor") else
-                     {"SymInt": "i", "int": "i", "float": "f", "bool": "b"}[kind])
-    return "".join(kinds)
 
 
 def output_order(kernel) -> list[int]:
@@ -105,5 +114,5 @@ def export_text(kernel) -> str | None:
         return None
     return "\n".join([
         "tilejit-torch-op 1", f"namespace {NAMESPACE}", f"schema {op_name(kernel)}{text}",
-        f"inputs {input_kinds(text) or '-'}",
+        f"inputs {input_kinds(kernel) or '-'}",
         " ".join(["order", *map(str, output_order(kernel))]), ""])

@@ -156,7 +156,7 @@ def _handle_is_impl() -> bool:
     return True
 
 
-def autograd_in_c(kinds: str, mutates: bool) -> bool:
+def autograd_in_c(mutates: bool) -> bool:
     """Whether an op gets the C autograd kernel: not when it writes an argument (Python's
     bumps the version counters: ``op._versions_bumped``), nor when plain calls cannot be
     told (``plain_probe``: without fast paths), where every call would be handed to
@@ -164,7 +164,6 @@ def autograd_in_c(kinds: str, mutates: bool) -> bool:
     Python dispatcher on, which takes the op's Python autograd kernel instead
     (``op.definition`` registers it with ``py_impl``): an integer stays a ``SymInt``
     there, where a C kernel would read it as an int and specialize the graph."""
-    del kinds  # every kind of input is fine
     return not mutates and plain_probe() is not None
 
 
@@ -174,28 +173,28 @@ def register(kernel, op, name: str, namespace: str, mutates: bool) -> bool:
     if available() is not None or not schema.implementable_in_c(kernel):
         return False
     core = core_library()
-    kinds = schema.input_kinds(schema.schema(kernel)[0])
-    fallback = None if not autograd_in_c(kinds, mutates) else _FALLBACK(_fallback(kernel, op, name))
+    kinds = schema.input_kinds(kernel)
+    fallback = _FALLBACK(_fallback(kernel, op, name, kinds)) if autograd_in_c(mutates) else None
     plain = plain_probe() if fallback is not None else None
     returns = schema.output_order(kernel)
     order = (ctypes.c_int32 * max(len(returns), 1))(*returns)
     spec = _TorchOp(namespace.encode(), name.encode(), kinds.encode(),
                     fallback if fallback is not None else _FALLBACK(), None,
                     ctypes.pointer(plain) if plain is not None else None, order)
-    core_kernel = kernel._core_kernel
-    if core.tj_torch_impl(core_kernel.address, ctypes.byref(spec)):
+    # Kept whatever the answer: a registration torch failed half-way may still call it.
+    _kept.append((kernel._core_kernel, fallback))
+    if core.tj_torch_impl(kernel._core_kernel.address, ctypes.byref(spec)):
         message = core.tj_last_error().decode("utf-8", "replace")
         fast_paths.decided(f"torch op {name} in C", False, message)
         return False
-    _kept.append((core_kernel, fallback))
     return True
 
 
-def _fallback(kernel, op, name: str):
+def _fallback(kernel, op, name: str, kinds: str):
     """The C autograd kernel's way into Python's (``autograd.fallback_kernel``): the
-    stack's handles become tensors (stolen), the outputs new handles."""
+    stack's handles (inputs of ``kinds``) become tensors (stolen), the outputs new
+    handles."""
     steal, handle_of = _handles()
-    kinds = schema.input_kinds(schema.schema(kernel)[0])
     python_kernel = autograd.fallback_kernel(kernel, op, name)
     as_double = struct.Struct("<d").unpack
     as_bits = struct.Struct("<Q").pack

@@ -31,7 +31,7 @@ import threading
 
 import torch
 
-from ...builder.torch_schema import NAMESPACE, input_kinds, op_name, schema
+from ...builder.torch_schema import NAMESPACE, inputs, op_name, schema
 from ...language.lang import Buffer
 from . import autograd, fake, native_op
 from .results import kernel_result, op_result, outputs_of
@@ -101,8 +101,7 @@ def definition(kernel):
                        if arg.alias_info is not None and arg.alias_info.is_write]
             python_autograd = autograd.autograd_kernel(kernel, found, name)
             in_c = native_op.register(kernel, found, name, NAMESPACE, bool(written))
-            kinds = input_kinds(text)
-            if not in_c or not native_op.autograd_in_c(kinds, bool(written)):
+            if not in_c or not native_op.autograd_in_c(bool(written)):
                 _library.impl(name, python_autograd, "Autograd", with_keyset=True)
             else:  # tracers' Python dispatcher takes this one (native_op.autograd_in_c)
                 found.py_impl(torch._C.DispatchKey.Autograd)(
@@ -256,21 +255,9 @@ def _schema_inputs(kernel) -> tuple:
 
     found = kernel.__dict__.get("_torch_schema_inputs")
     if found is None:
-        outputs = set(kernel._sig.out_idx)
-        found = []
-        for i, (param, name) in enumerate(zip(kernel.params, kernel._sig.names)):
-            if i in outputs:
-                continue
-            if isinstance(param, Buffer):
-                kind = None
-            elif param.dtype == "bool":
-                kind = bool
-            elif param.dtype.startswith("float"):
-                kind = float
-            else:
-                kind = operator.index
-            found.append((kind, name))
-        found = kernel.__dict__.setdefault("_torch_schema_inputs", tuple(found))
+        conversions = {"T": None, "t": None, "b": bool, "f": float, "i": operator.index}
+        found = tuple((conversions[kind], name) for _, name, kind in inputs(kernel))
+        found = kernel.__dict__.setdefault("_torch_schema_inputs", found)
     return found
 
 
