@@ -57,6 +57,21 @@ def autograd_kernel(kernel, op, name: str):
         with below():
             return op.redispatch(keyset & after, *args)
 
+    def run_below(args):  # the op, below autograd, when there is no keyset to hand over
+        with below():
+            return op(*args)
+
+    def recorded(args) -> bool:
+        """What the Autograd kernel does with a call: tangents refused, then True to
+        record it, False to run it below autograd; refused without a backward."""
+        refuse_tangents(label, names, args)
+        position = requiring_grad(args)
+        if position is None:
+            return False
+        if name not in _backwards:
+            raise RuntimeError(_no_backward(label, position, names[position]))
+        return True
+
     # forward and setup_context apart, as torch.func's transforms require; the
     # dispatcher's keyset rides along as a last input that is no input of the kernel.
 
@@ -73,8 +88,7 @@ def autograd_kernel(kernel, op, name: str):
         # (claimed_call, None): the kernel, unclaimed (grad mode is off in here), outside
         # functorch's transforms; else the op, which grad mode off sends below.
         if keyset is _BELOW:
-            with below():
-                return op(*args)
+            return run_below(args)
         if keyset is not None:
             return run(keyset, args)
         if direct and not _transforms_active():
@@ -125,25 +139,12 @@ def autograd_kernel(kernel, op, name: str):
     _appliers[name] = apply
 
     def autograd_kernel(keyset, *args):
-        refuse_tangents(label, names, args)
-        position = requiring_grad(args)
-        if position is None:
-            return run(keyset, args)
-        if name not in _backwards:
-            raise RuntimeError(_no_backward(label, position, names[position]))
-        return Recorded.apply(*args, keyset)
+        return Recorded.apply(*args, keyset) if recorded(args) else run(keyset, args)
 
     def without_keyset(*args):
         # The same, for the op's C autograd kernel (native_op), which has no keyset to
         # hand over: below autograd is where grad mode off and the guard send the op.
-        refuse_tangents(label, names, args)
-        position = requiring_grad(args)
-        if position is None:
-            with below():
-                return op(*args)
-        if name not in _backwards:
-            raise RuntimeError(_no_backward(label, position, names[position]))
-        return _appliers[name](*args, _BELOW)
+        return _appliers[name](*args, _BELOW) if recorded(args) else run_below(args)
 
     _keyless[name] = without_keyset
     return autograd_kernel
@@ -192,7 +193,7 @@ def refuse_tangents(kernel_name: str, names: list, args: tuple) -> None:
     an input carrying a tangent, naming the kernel and the argument."""
     # The fast path: forward_ad's own record of the current level, -1 outside any
     # (checked once per process by tilejit.runtime.host); else every input is asked.
-    if FAST_PATHS and getattr(forward_ad, FORWARD_LEVEL, None) == IDLE_LEVEL:
+    if tangents_idle():
         return
     for position, value in enumerate(args):
         if isinstance(value, torch.Tensor) and forward_ad.unpack_dual(value).tangent is not None:
