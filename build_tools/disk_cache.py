@@ -517,8 +517,8 @@ def _rmtree(path: str) -> None:
 
 # The directories under a cache root that tilejit writes entries into, and how deep an
 # entry lies below each: kernels/<key[:2]>/<key>, core/<hash> (and core/<hash>-torch_op),
-# wrapper/<abi>/<hash>, bench/<stem>-<hash>. Nothing else under the root is tilejit's: a cache directory set to
-# a shared directory by mistake keeps its other files.
+# wrapper/<abi>/<hash>, bench/<stem>-<hash>. Nothing else under the root is tilejit's: a
+# cache directory set to a shared directory by mistake keeps its other files.
 _AREAS = {"kernels": 2, "core": 1, "wrapper": 2, "bench": 1}
 _KERNEL_SUFFIXES = (".so", ".cubin", ".ptx", ".fatbin")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")

@@ -152,13 +152,12 @@ TLS_INCLUDED = "_ZN3c104impl26raw_local_dispatch_key_setE"  # c10::impl::raw_loc
 
 def plain_call(torch, handle_is_impl, tls_word, handles):
     """``(meta_offset, keyset_offset, plain keysets, tls symbol, fw_grad, undefined)`` for
-    the C autograd
-    kernel of an op (``tj_torch_plain``, tilejit/torch.h), or None:
+    the C autograd kernel of an op (``tj_torch_plain``, tilejit/torch.h), or None:
 
     - where a ``TensorImpl`` keeps its autograd record (``_autograd_meta_offset``);
     - where it keeps its dispatch key set (``views.locate``), and the key sets of plain
-      dense tensors (CPU; CUDA when torch has a GPU), equal on tensors of every dtype and
-      on views, different on a conjugate view, a FakeTensor and a batched tensor;
+      dense tensors (CPU; CUDA when torch has a GPU), equal on tensors of several dtypes
+      and on views, different on a conjugate view and a FakeTensor;
     - libc10's exported thread-local ``c10::impl::raw_local_dispatch_key_set``, whose
       first word (the included keys XOR the default ones, read by ``tls_word``) is 0 on
       a fresh thread, as torch's default include set says, and not inside a
