@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch", reason="these tests run kernels as torch ops")
+from conftest import subprocess_env
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import tilejit
@@ -192,10 +193,8 @@ def test_autograd_records_through_the_c_kernel():
 
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess:
-    full = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]), **env}
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, env=full, timeout=600, check=False)
+                          text=True, env=subprocess_env(**env), timeout=600, check=False)
 
 
 def test_the_python_registration_behaves_the_same(tmp_path):
@@ -237,8 +236,7 @@ def test_the_torch_suites_pass_with_the_python_registration():
         # One backend: the op's registration is what differs, not the direct call.
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
          "-k", "not dlpack and not ctypes", *tests],
-        cwd=ROOT, env={**os.environ, "TILEJIT_TORCH_OPS": "python",
-                       "PYTHONPATH": str(ROOT)},
+        cwd=ROOT, env=subprocess_env(TILEJIT_TORCH_OPS="python"),
         capture_output=True, text=True, timeout=1200, check=False)
     tail = "\n".join(done.stdout.splitlines()[-20:])
     assert done.returncode == 0, tail + done.stderr[-3000:]
@@ -415,8 +413,7 @@ def test_the_cached_torch_op_so_is_an_entry_of_the_cache(exported, tilejit_cache
 
     listed = subprocess.run([sys.executable, "-m", "tilejit", "cache", "ls", "--json"],
                             capture_output=True, text=True, check=True, timeout=120,
-                            env={**os.environ, "PYTHONPATH": str(ROOT),
-                                 "TILEJIT_CACHE_DIR": str(tilejit_cache_dir)})
+                            env=subprocess_env(TILEJIT_CACHE_DIR=str(tilejit_cache_dir)))
     entries = [e for e in json.loads(listed.stdout) if e["name"] == "tilejit torch_op.so"]
     assert len(entries) == 1 and entries[0]["key"].endswith("-torch_op"), listed.stdout
     assert entries[0]["damaged"] is None
