@@ -247,6 +247,70 @@ def test_a_recorded_call_binds_no_signature_with_the_fast_paths(k, monkeypatch):
     assert bound
 
 
+def _python_frames(fn) -> list[str]:
+    """The Python functions ``fn()`` runs, in order (``module:function``)."""
+    import sys
+
+    seen = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            seen.append(f"{frame.f_globals.get('__name__')}:{frame.f_code.co_name}")
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def test_a_recorded_call_reaches_the_functions_apply_from_the_core(k):
+    # The core hands a call autograd records straight to the op's runner, which calls the
+    # C apply of its autograd.Function: no generic hand-over, adapter lookup or applier
+    # in between, only the op's forward and setup_context (and the user's).
+    from tilejit.runtime.fast_paths import FAST_PATHS
+
+    x = _x().requires_grad_()
+    k["sq"](x)  # the first claim installs the runner
+    # What the claim runs (the dlpack backend's imports call Python too, before it).
+    claim_path = ("tilejit.frameworks.torch.op:", "tilejit.frameworks.torch.autograd:",
+                  "tilejit.runtime.kernel:",
+                  "tilejit.runtime.frameworks:claimer")
+    frames = [f for f in _python_frames(lambda: k["sq"](x)) if f.startswith(claim_path)]
+    if FAST_PATHS:
+        assert frames == ["tilejit.frameworks.torch.op:run",
+                          "tilejit.frameworks.torch.autograd:forward",
+                          "tilejit.frameworks.torch.autograd:setup_context"], frames
+    else:  # the generic route, through autograd.Function.apply
+        assert "tilejit.runtime.kernel:_claimed_call" in frames
+    # Scalars reach the backward as the schema's types on that path too.
+    seen = []
+    k["axpy"].register_autograd(lambda ctx, g: (g * ctx.a, None, None, None),
+                                setup_context=lambda ctx, inputs, out: (
+                                    seen.append(inputs[1:]), setattr(ctx, "a", inputs[1])))
+    x = _x().requires_grad_()
+    for _ in range(2):
+        y = k["axpy"](x, np.float64(2.0), np.int64(3), True)
+    y.sum().backward()
+    assert [tuple(type(v) for v in s) for s in seen] == [(float, int, bool)] * 2
+    torch.testing.assert_close(x.grad, torch.full_like(x, 2.0))
+
+
+def test_the_runner_hands_other_claims_to_the_generic_route(k):
+    # Under no_grad, with a stream=, or inside torch.func: the runner's fast case does
+    # not hold, and the generic route gives the same answers as before.
+    x = _x().requires_grad_()
+    k["sq"](x)
+    with torch.no_grad():
+        assert k["sq"](x).grad_fn is None
+    with pytest.raises(ValueError, match=r"^sq: stream= cannot be given"):
+        k["sq"](x, stream=0)
+    torch.testing.assert_close(torch.func.grad(lambda t: k["sq"](t).sum())(_x()), 2 * _x())
+    with torch.inference_mode(), torch.enable_grad():
+        assert k["sq"](_x().requires_grad_()).grad_fn is None
+
+
 def test_a_tensor_left_by_a_finished_transform(k):
     # A tensor that escaped torch.func.grad (kept by a closure) is a dead wrapper once the
     # transform is over: autograd.Function.apply unwraps it, and so does the fast path.

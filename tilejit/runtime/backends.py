@@ -128,7 +128,9 @@ def bind(kernel, name: str, core_kernel, out_order: tuple) -> None:
     backend's side of ``kernel``, as a call plan (``tilejit.runtime.binding.Plan``).
     ``out_order[j]`` is the core's number (declaration order) of the j-th returned
     output."""
-    kernel._attach_plan(binding.Plan(kernel, core_kernel, name != "dlpack", out_order))
+    plan = binding.Plan(kernel, core_kernel, name != "dlpack", out_order)
+    kernel._attach_plan(plan)
+    kernel.__dict__["_call_plan"] = plan
 
 
 def unclaimed_entry(kernel, name: str, core_kernel, out_order: tuple):

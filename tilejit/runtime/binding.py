@@ -300,6 +300,15 @@ class Plan:
             unclaimed=int(unclaimed),
             stream_is_input=int(host.stream_is_input(core_kernel.input_names)))
         self.address = addressof(self.struct)
+        self._runners = []  # every runner the plan handed claims to: a call may be in one
+
+    def hand_claims_to(self, runner) -> None:
+        """Hands the calls a framework claims to ``runner(kernel, args, stream)`` instead
+        of the kernel class's ``_claimed_call``: one Python frame less for every call
+        autograd records. ``runner`` must take every call ``_claimed_call`` takes (it may
+        pass any on to it). Kept alive with the plan, as each earlier one."""
+        self._runners.append(runner)
+        self.struct.claimed = id(runner)
 
 
 class _MethodDef(ctypes.Structure):

@@ -171,6 +171,12 @@ class JITKernel:
             args = (*args, *(None,) * missing)
         return frameworks.claimer(args).claimed_call(self, args, stream)
 
+    def _hand_claims_to(self, runner) -> None:
+        """Lets a framework's ``runner(kernel, args, stream)`` take this kernel's claimed
+        calls straight from the core, ahead of ``_claimed_call`` (which it passes any call
+        it does not run itself)."""
+        self.__dict__["_call_plan"].hand_claims_to(runner)
+
     @property
     def _unclaimed(self):
         """The kernel called so that no framework claims the call back: what its torch

@@ -16,6 +16,7 @@ _recorded: dict = {}  # op name -> its autograd.Function (_autograd_kernel)
 _appliers: dict = {}  # op name -> how claimed_call records a call (`applier`)
 _BELOW = "below autograd"  # forward's keyset from `fallback_kernel`: the op, below autograd
 _keyless: dict = {}  # op name -> its autograd kernel without a keyset (`fallback_kernel`)
+_bases: dict = {}  # op name -> the C apply of its Function (`base_applier`), fast paths on
 
 # ``autograd.Function.apply`` binds its arguments to ``forward``'s signature with
 # ``inspect.signature`` at every call (about 15 us): needless for a forward that takes
@@ -27,8 +28,8 @@ try:  # what Function.apply calls before the C apply (torch.autograd.function)
 except ImportError:  # a torch without it does no unwrapping there either
     def _unwrap_dead_wrappers(args: tuple) -> tuple:
         return args
-_is_wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor",
-                      lambda tensor: True)  # without it: always unwrap, as Function.apply
+is_wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor",
+                     lambda tensor: True)  # without it: always unwrap, as Function.apply
 
 
 def input_names(kernel) -> list[str]:
@@ -131,9 +132,10 @@ def autograd_kernel(kernel, op, name: str):
             # As Function.apply does there: a tensor left by a finished transform is
             # unwrapped first (asked per tensor: the unwrapping copies the arguments).
             for arg in args:
-                if isinstance(arg, tensor) and _is_wrapped(arg):
+                if isinstance(arg, tensor) and is_wrapped(arg):
                     return base_apply(*_unwrap_dead_wrappers(args))
             return base_apply(*args)
+        _bases[name] = base_apply
     else:
         apply = Recorded.apply
     _appliers[name] = apply
@@ -217,6 +219,13 @@ def has_backward_named(name: str) -> bool:
 def recorded(name: str):
     """The ``autograd.Function`` that records calls of the op ``name``."""
     return _recorded[name]
+
+
+def base_applier(name: str):
+    """``apply(*args, None)`` without the checks of ``applier``: the C apply, for a caller
+    that has made sure no functorch transform is active and no input is a functorch
+    wrapper; None when the fast path is off (then ``applier``)."""
+    return _bases.get(name)
 
 
 def applier(name: str):

@@ -58,7 +58,9 @@ def _define_alive(kernel) -> None:
 def traced_call(kernel, /, *args, **keywords):
     """What ``torch.compile`` traces for ``kernel(*args, **keywords)``: the kernel's op.
     Dynamo inlines it in place of the kernel's ``__call__`` (``frameworks.traceable``)."""
-    args, stream = kernel._positional(args, keywords)
+    # Without keywords nothing is traced but the op: every attribute _positional reads
+    # would be a guard that each call of the compiled function checks.
+    args, stream = kernel._positional(args, keywords) if keywords else (args, None)
     return call_op(_traced_op_name(kernel._trace_key), *args, stream=stream)
 
 
@@ -89,7 +91,7 @@ def traced_layout_call(function, /, *args, **kwargs):
     kernel's op on the tensor arguments, in the kernel's order. The layout the kernel was
     specialised for is not guarded: a later call whose layout the kernel does not accept
     fails its validation (ValueError), as a direct call of that kernel would."""
-    stream = host.pop_stream(kwargs, function._names)
+    stream = host.pop_stream(kwargs, function._names) if kwargs else None
     name, order = _layout_entry(function._trace_key, *args, **kwargs)
     tensors = [value for value in (*args, *kwargs.values()) if isinstance(value, torch.Tensor)]
     return call_op(name, *[tensors[j] for j in order], stream=stream)

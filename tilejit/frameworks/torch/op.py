@@ -34,6 +34,7 @@ import torch
 from ...builder.torch_schema import NAMESPACE, inputs, op_name, schema
 from ...language.lang import Buffer
 from . import autograd, fake, native_op
+from .probes import FORWARD_LEVEL, IDLE_LEVEL
 from .results import kernel_result, op_result, outputs_of
 
 _lock = threading.RLock()
@@ -174,8 +175,57 @@ def claimed_call(kernel, args: tuple, stream):
                          "stream current instead: with torch.cuda.stream(s): ...")
     claimed = kernel.__dict__.get("_torch_claimed")
     if claimed is None:
-        claimed = kernel.__dict__.setdefault("_torch_claimed", _claimed(kernel))
+        with _lock:
+            claimed = kernel.__dict__.get("_torch_claimed")
+            if claimed is None:
+                claimed = kernel.__dict__["_torch_claimed"] = _claimed(kernel)
+                runner = _recording_runner(kernel)
+                if runner is not None:
+                    kernel._hand_claims_to(runner)
     return claimed(args)
+
+
+def _recording_runner(kernel):
+    """``run(kernel, args, stream)``, which the core calls for the kernel's claimed calls
+    in place of ``kernel._claimed_call``: the commonest claim (an eager call autograd
+    records: grad mode on, a torch tensor requires grad, no transform or tangent about)
+    straight to the C apply of the op's autograd.Function, every other call on to
+    ``_claimed_call``, whose meaning it keeps. None without the fast path (the C apply)
+    or without a plan to install it in."""
+    name = op_name(kernel)
+    apply = autograd.base_applier(name)
+    if apply is None or "_call_plan" not in kernel.__dict__:
+        return None
+    generic = type(kernel)._claimed_call
+    count = kernel._core_kernel.num_inputs
+    buffers_only = all(kind is None for kind, _ in _schema_inputs(kernel))
+    backwards, _ = autograd.backwards_and_appliers()
+    tensor, wrapped = torch.Tensor, autograd.is_wrapped
+    grad_enabled, inference = torch.is_grad_enabled, torch.is_inference_mode_enabled
+    transforms_active = torch._C._are_functorch_transforms_active
+    # autograd.tangents_idle, inline (the fast path it reads is on: there is a C apply).
+    forward_ad, level, idle = torch.autograd.forward_ad, FORWARD_LEVEL, IDLE_LEVEL
+
+    def run(kernel_object, args: tuple, stream):
+        if (stream is None and len(args) == count and name in backwards and grad_enabled()
+                and not inference() and not transforms_active()
+                and getattr(forward_ad, level, None) == idle):
+            recorded, as_schema = False, buffers_only
+            for value in args:
+                if isinstance(value, tensor):
+                    if wrapped(value):
+                        break
+                    recorded = recorded or value.requires_grad
+                elif value is not None:
+                    as_schema = False
+            else:
+                if recorded:
+                    result = apply(*(args if as_schema else _schema_args(kernel_object, args)),
+                                   None)
+                    return list(result) if isinstance(result, tuple) else result
+        return generic(kernel_object, args, stream)
+
+    return run
 
 
 def _claimed(kernel):
