@@ -101,6 +101,77 @@ def subprocess_env(**overrides: str) -> dict[str, str]:
     return env
 
 
+class Background:
+    """A long child process a test checks: started as soon as the session's tests are
+    collected (when a selected test is marked ``@pytest.mark.background(run)``), so that
+    it runs on another core while the other tests run, and waited for by the test
+    (``run.result()``). ``prepare()`` returns the command's argv, environment and
+    working directory, or a string: why it cannot run (the test then skips, or fails,
+    as it decides from that string). Output goes to files, never a pipe nobody reads."""
+
+    def __init__(self, prepare, timeout: float):
+        self._prepare = prepare
+        self._timeout = timeout
+        self._process = None
+        self._why_not = None
+        self._files = None
+
+    def start(self) -> None:
+        import tempfile
+
+        if self._process is not None or self._why_not is not None:
+            return
+        prepared = self._prepare()
+        if isinstance(prepared, str):
+            self._why_not = prepared
+            return
+        argv, env, cwd = prepared
+        self._files = (tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+"))
+        self._process = subprocess.Popen(argv, env=env, cwd=cwd, stdout=self._files[0],
+                                         stderr=self._files[1], text=True)
+
+    def result(self) -> subprocess.CompletedProcess | str:
+        """The finished process (stdout and stderr read back), or why it could not run."""
+        self.start()
+        if self._why_not is not None:
+            return self._why_not
+        try:
+            code = self._process.wait(timeout=self._timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            code = -9
+        out, err = (self._read(f) for f in self._files)
+        return subprocess.CompletedProcess(self._process.args, code, out, err)
+
+    @staticmethod
+    def _read(file) -> str:
+        file.seek(0)
+        return file.read()
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+
+
+_started: list[Background] = []
+
+
+def pytest_collection_finish(session) -> None:
+    """Starts the background runs of the selected tests (``-k``/``-m`` applied)."""
+    for item in session.items:
+        marker = item.get_closest_marker("background")
+        if marker is not None and not session.config.option.collectonly:
+            run = marker.args[0]
+            run.start()
+            _started.append(run)
+
+
+def pytest_sessionfinish(session) -> None:
+    for run in _started:  # those whose test never ran (-x, a keyboard interrupt)
+        run.stop()
+
+
 @pytest.fixture(scope="session")
 def child_env():
     """``child_env(**overrides)``: see `subprocess_env`."""

@@ -5,11 +5,11 @@ fallbacks alone; ``python -m tilejit doctor`` says which are active and why."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import Background, subprocess_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,13 +50,19 @@ def test_doctor_prints_one_screen(child_python):
     assert len(out.splitlines()) < 60
 
 
-@pytest.mark.slow
-def test_the_behaviour_suites_pass_with_every_fast_path_off(child_env):
+def _behaviour_suites_without_fast_paths():
     tests = [str(ROOT / "tests" / name) for name in BEHAVIOUR]
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-m", "not slow", "-p", "no:cacheprovider",
-         *tests], cwd=ROOT, env=child_env(TILEJIT_FAST_PATHS="0"), capture_output=True,
-        text=True, timeout=1200, check=False)
+    return ([sys.executable, "-m", "pytest", "-q", "-x", "-m", "not slow", "-p",
+             "no:cacheprovider", *tests], subprocess_env(TILEJIT_FAST_PATHS="0"), ROOT)
+
+
+FAST_PATHS_OFF = Background(_behaviour_suites_without_fast_paths, timeout=1200)
+
+
+@pytest.mark.slow
+@pytest.mark.background(FAST_PATHS_OFF)
+def test_the_behaviour_suites_pass_with_every_fast_path_off():
+    done = FAST_PATHS_OFF.result()
     tail = "\n".join(done.stdout.splitlines()[-30:])
     assert done.returncode == 0, tail + done.stderr[-3000:]
     assert " passed" in tail and "failed" not in tail

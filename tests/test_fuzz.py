@@ -12,13 +12,16 @@ Without clang (and its libFuzzer runtime) the test is skipped, except under CI
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import Background
 
 # Tooling, a minute of fuzzing: left out by `pytest -m "not slow"` (CONTRIBUTING.md).
 pytestmark = pytest.mark.slow
@@ -72,19 +75,32 @@ def test_missing_clang_fails_only_under_ci(tmp_path, monkeypatch, ci, outcome):
         _require_clang(tmp_path)
 
 
-def test_fuzz_target_runs_clean(tmp_path):
-    clang = _require_clang(tmp_path)
+def _fuzzing():
+    """Both targets through ``make fuzz``: the core's (FUZZ_SECONDS) and opening exports
+    (a third of that), new inputs into a private corpus (the committed seeds are only
+    read); or why they cannot run."""
+    work = Path(tempfile.mkdtemp(prefix="tilejit-fuzz-"))
+    atexit.register(shutil.rmtree, work, True)
+    clang, why = _clang_with_libfuzzer(work)
+    if clang is None:
+        return why
     if shutil.which("make") is None:
-        pytest.fail("make is required to build the fuzz target")
-    # New inputs go to a private corpus: the committed seeds are only read.
-    # Both targets: the core's (FUZZ_SECONDS) and opening exports (a third of that).
-    open_seconds = max(FUZZ_SECONDS // 3, 1)
-    result = subprocess.run(
-        ["make", "-C", str(CORE), "fuzz", f"FUZZ_CC={clang}", f"FUZZ_TIME={FUZZ_SECONDS}",
-         f"FUZZ_OPEN_TIME={open_seconds}", f"FUZZ_CORPUS={tmp_path / 'corpus'}",
-         f"FUZZ_OPEN_CORPUS={tmp_path / 'corpus_open'}"],
-        capture_output=True, text=True, check=False,
-        timeout=FUZZ_SECONDS + open_seconds + 900)
+        return "make is required to build the fuzz target"
+    return (["make", "-C", str(CORE), "fuzz", f"FUZZ_CC={clang}", f"FUZZ_TIME={FUZZ_SECONDS}",
+             f"FUZZ_OPEN_TIME={OPEN_SECONDS}", f"FUZZ_CORPUS={work / 'corpus'}",
+             f"FUZZ_OPEN_CORPUS={work / 'corpus_open'}"], None, None)
+
+
+OPEN_SECONDS = max(FUZZ_SECONDS // 3, 1)
+FUZZING = Background(_fuzzing, timeout=FUZZ_SECONDS + OPEN_SECONDS + 900)
+
+
+@pytest.mark.background(FUZZING)
+def test_fuzz_target_runs_clean(tmp_path):
+    result = FUZZING.result()
+    if isinstance(result, str):  # the reasons _require_clang gives, skipped or failed
+        _require_clang(tmp_path)
+        pytest.fail(result)
     output = result.stdout + result.stderr
     artifacts = re.findall(r"Test unit written to (\S+)", output)
     assert result.returncode == 0, (f"a fuzz target found something (input: {artifacts})\n"

@@ -265,7 +265,7 @@ def _python_frames(fn) -> list[str]:
     return seen
 
 
-def test_a_recorded_call_reaches_the_functions_apply_from_the_core(k):
+def test_a_recorded_call_reaches_the_functions_apply_from_the_core(k, build):
     # The core hands a call autograd records straight to the op's runner, which calls the
     # C apply of its autograd.Function: no generic hand-over, adapter lookup or applier
     # in between, only the op's forward and setup_context (and the user's).
@@ -284,14 +284,20 @@ def test_a_recorded_call_reaches_the_functions_apply_from_the_core(k):
                           "tilejit.frameworks.torch.autograd:setup_context"], frames
     else:  # the generic route, through autograd.Function.apply
         assert "tilejit.runtime.kernel:_claimed_call" in frames
-    # Scalars reach the backward as the schema's types on that path too.
+    # Scalars reach the backward as the schema's types on that path too (a kernel of its
+    # own: a backward is registered for every kernel of one op).
+    n = T.symbol("n")
+    axpy = build("axpy_recorded", [
+        T.Buffer((n,), "float64", name="X", const=True), T.Buffer((n,), "float64", name="Y"),
+        T.Scalar("float64", name="a"), T.Scalar("int64", name="k"),
+        T.Scalar("bool", name="flag")], AXPY.replace("axpy(", "axpy_recorded("), out_idx=1)
     seen = []
-    k["axpy"].register_autograd(lambda ctx, g: (g * ctx.a, None, None, None),
-                                setup_context=lambda ctx, inputs, out: (
-                                    seen.append(inputs[1:]), setattr(ctx, "a", inputs[1])))
+    axpy.register_autograd(lambda ctx, g: (g * ctx.a, None, None, None),
+                           setup_context=lambda ctx, inputs, out: (
+                               seen.append(inputs[1:]), setattr(ctx, "a", inputs[1])))
     x = _x().requires_grad_()
     for _ in range(2):
-        y = k["axpy"](x, np.float64(2.0), np.int64(3), True)
+        y = axpy(x, np.float64(2.0), np.int64(3), True)
     y.sum().backward()
     assert [tuple(type(v) for v in s) for s in seen] == [(float, int, bool)] * 2
     torch.testing.assert_close(x.grad, torch.full_like(x, 2.0))

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch", reason="these tests run kernels as torch ops")
-from conftest import subprocess_env
+from conftest import Background, subprocess_env
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import tilejit
@@ -228,16 +228,22 @@ def test_the_python_registration_behaves_the_same(tmp_path):
     assert "TILEJIT_TORCH_OPS='C': expected one of c, python" in bad.stderr
 
 
-@pytest.mark.slow
-def test_the_torch_suites_pass_with_the_python_registration():
+def _torch_suites_with_the_python_registration():
     tests = [str(ROOT / "tests" / name) for name in ("test_torch_op.py",
                                                       "test_torch_autograd.py")]
-    done = subprocess.run(
-        # One backend: the op's registration is what differs, not the direct call.
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-         "-k", "not dlpack and not ctypes", *tests],
-        cwd=ROOT, env=subprocess_env(TILEJIT_TORCH_OPS="python"),
-        capture_output=True, text=True, timeout=1200, check=False)
+    # One backend: the op's registration is what differs, not the direct call.
+    return ([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+             "-k", "not dlpack and not ctypes", *tests],
+            subprocess_env(TILEJIT_TORCH_OPS="python"), ROOT)
+
+
+PYTHON_REGISTRATION = Background(_torch_suites_with_the_python_registration, timeout=1200)
+
+
+@pytest.mark.slow
+@pytest.mark.background(PYTHON_REGISTRATION)
+def test_the_torch_suites_pass_with_the_python_registration():
+    done = PYTHON_REGISTRATION.result()
     tail = "\n".join(done.stdout.splitlines()[-20:])
     assert done.returncode == 0, tail + done.stderr[-3000:]
     assert " passed" in tail and "failed" not in tail
