@@ -126,7 +126,9 @@ class Background:
             self._why_not = prepared
             return
         argv, env, cwd = prepared
-        self._files = (tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+"))
+        # Open until result() reads them back and closes them.
+        self._files = (tempfile.TemporaryFile("w+"),  # noqa: SIM115
+                       tempfile.TemporaryFile("w+"))  # noqa: SIM115
         self._process = subprocess.Popen(argv, env=env, cwd=cwd, stdout=self._files[0],
                                          stderr=self._files[1], text=True)
 
@@ -145,8 +147,9 @@ class Background:
 
     @staticmethod
     def _read(file) -> str:
-        file.seek(0)
-        return file.read()
+        with file:
+            file.seek(0)
+            return file.read()
 
     def stop(self) -> None:
         if self._process is not None and self._process.poll() is None:
