@@ -175,6 +175,15 @@ def pytest_sessionfinish(session) -> None:
         run.stop()
 
 
+def clean_subprocess_env(cache_dir: Path, **overrides: str) -> dict[str, str]:
+    """`subprocess_env` without the developer's tilejit settings, caching in ``cache_dir``:
+    for a child started before the session's own cache exists (`Background`)."""
+    env = {name: value for name, value in subprocess_env().items() if name not in _TILEJIT_ENV}
+    env["TILEJIT_CACHE_DIR"] = str(cache_dir)
+    env.update(overrides)
+    return env
+
+
 @pytest.fixture(scope="session")
 def child_env():
     """``child_env(**overrides)``: see `subprocess_env`."""

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch", reason="these tests run kernels as torch ops")
-from conftest import Background, subprocess_env
+from conftest import Background, clean_subprocess_env, subprocess_env
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import tilejit
@@ -362,32 +362,69 @@ def test_a_c_program_links_the_core_inside_the_export(exported, tmp_path):
     assert (done.returncode, done.stdout, done.stderr) == (0, "affine 1\n", "")
 
 
+# The model's package and the kernel's export, made by a child process that starts once
+# the tests are collected (inductor's compile takes most of a minute) and writes them to
+# the directory it is given.
+AOTI_BUILD = """
+import sys
+from pathlib import Path
+
+import torch
+
+import tilejit
+from tilejit import T
+
+out = Path(sys.argv[1])
+n = T.symbol("n")
+add = tilejit.compile(tilejit.Program(
+    "aoti_add", [T.Buffer((n,), "float32", name="A", const=True),
+                 T.Buffer((n,), "float32", name="B", const=True),
+                 T.Buffer((n,), "float32", name="C")],
+    "void aoti_add(const float *A, const float *B, float *C, int64_t n) {\\n"
+    "  for (int64_t i = 0; i < n; ++i) C[i] = A[i] + B[i];\\n}\\n"), out_idx=-1)
+
+
+class Model(torch.nn.Module):
+    def forward(self, x, y):
+        return torch.relu(add(x, y)) * 2
+
+
+x, y = torch.randn(8), torch.randn(8)
+program = torch.export.export(Model(), (x, y))
+assert any(str(node.target).startswith("tilejit.") for node in program.graph.nodes)
+torch._inductor.aoti_compile_and_package(program, package_path=str(out / "model.pt2"))
+add.export(out / "aoti_add")
+torch.save((x, y, Model()(x, y)), out / "io.pt")
+"""
+_aoti_dirs: list[Path] = []
+
+
+def _aoti_package():
+    import atexit
+    import tempfile
+
+    work = Path(tempfile.mkdtemp(prefix="tilejit-aoti-"))
+    atexit.register(shutil.rmtree, work, True)
+    _aoti_dirs.append(work)
+    return ([sys.executable, "-c", AOTI_BUILD, str(work)],
+            clean_subprocess_env(work / "cache"), ROOT)
+
+
+AOTI_PACKAGE = Background(_aoti_package, timeout=900)
+
+
 @pytest.mark.slow
-def test_an_aotinductor_package_runs_with_only_torch_and_torch_op_so(tmp_path):
+@pytest.mark.background(AOTI_PACKAGE)
+def test_an_aotinductor_package_runs_with_only_torch_and_torch_op_so():
     pytest.importorskip("torch._inductor")
-    n = T.symbol("n")
-    add = tilejit.compile(tilejit.Program(
-        "aoti_add", [T.Buffer((n,), "float32", name="A", const=True),
-                     T.Buffer((n,), "float32", name="B", const=True),
-                     T.Buffer((n,), "float32", name="C")],
-        "void aoti_add(const float *A, const float *B, float *C, int64_t n) {\n"
-        "  for (int64_t i = 0; i < n; ++i) C[i] = A[i] + B[i];\n}\n"), out_idx=-1)
-
-    class Model(torch.nn.Module):
-        def forward(self, x, y):
-            return torch.relu(add(x, y)) * 2
-
-    x, y = torch.randn(8), torch.randn(8)
-    program = torch.export.export(Model(), (x, y))
-    assert any(str(node.target).startswith("tilejit.") for node in program.graph.nodes)
-    package = torch._inductor.aoti_compile_and_package(
-        program, package_path=str(tmp_path / "model.pt2"))
-    exported = add.export(tmp_path / "aoti_add")
-    torch.save((x, y, Model()(x, y)), tmp_path / "io.pt")
+    built = AOTI_PACKAGE.result()
+    assert built.returncode == 0, built.stderr[-3000:]
+    work = _aoti_dirs[-1]
+    package, exported = str(work / "model.pt2"), work / "aoti_add"
     done = _run(NO_TILEJIT + f"""
 torch.ops.load_library({str(exported / "torch_op.so")!r})
 runner = torch._inductor.aoti_load_package({package!r})
-x, y, expected = torch.load({str(tmp_path / "io.pt")!r})
+x, y, expected = torch.load({str(work / "io.pt")!r})
 torch.testing.assert_close(runner(x, y), expected)
 print("ok", sorted(m for m in sys.modules if m.startswith("tilejit")))
 """, PYTHONPATH="")
@@ -398,14 +435,14 @@ print("ok", sorted(m for m in sys.modules if m.startswith("tilejit")))
         return
     page = (ROOT / "docs" / "torch-compile.md").read_text()
     (source,) = re.findall(r"```cpp\n(.*?)```", page, re.DOTALL)
-    (tmp_path / "run_model.cpp").write_text(source)
+    (work / "run_model.cpp").write_text(source)
     lib = Path(torch.__file__).parent
-    subprocess.run(["g++", "-std=c++20", "-O1", str(tmp_path / "run_model.cpp"),
+    subprocess.run(["g++", "-std=c++20", "-O1", str(work / "run_model.cpp"),
                     f"-I{lib}/include", f"-I{lib}/include/torch/csrc/api/include",
                     f"-L{lib}/lib", "-Wl,--no-as-needed", "-ltorch", "-ltorch_cpu", "-lc10",
                     "-Wl,--as-needed", f"-Wl,-rpath,{lib}/lib",
-                    "-o", str(tmp_path / "run_model")], check=True, capture_output=True)
-    done = subprocess.run([str(tmp_path / "run_model"), package,
+                    "-o", str(work / "run_model")], check=True, capture_output=True)
+    done = subprocess.run([str(work / "run_model"), package,
                            str(exported / "torch_op.so")], capture_output=True, text=True,
                           timeout=120, check=False)
     x, y = torch.arange(8, dtype=torch.float32) - 4, torch.ones(8)

@@ -67,16 +67,21 @@ typedef struct {
   int active;
 } claim_state;
 
+/* Whether `object` has no autograd record (neither grad nor a tangent): the
+ * framework then claims nothing, and nothing need be asked. Inline: the answer
+ * for nearly every tensor of every call. */
+static inline int no_autograd_record(const tj_claim *claim, const void *object) {
+  if (claim->always || claim->requires_grad == NULL || claim->meta_offset < 0) return 0;
+  const void *impl = *(void *const *)((const char *)object + claim->offset);
+  return impl != NULL && *(void *const *)((const char *)impl + claim->meta_offset) == NULL;
+}
+
 /* How the producer's framework claims the call for `object` (tj_claim_kind),
  * or TJ_EPYERR. */
 static int claim_of(const tj_claim *claim, void *object, claim_state *state) {
   if (claim->always) return TJ_CLAIM_NOW;
   if (claim->requires_grad != NULL) {
     const void *impl = *(void *const *)((const char *)object + claim->offset);
-    /* No autograd record: neither grad nor a tangent, nothing to ask. */
-    if (impl != NULL && claim->meta_offset >= 0 &&
-        *(void *const *)((const char *)impl + claim->meta_offset) == NULL)
-      return TJ_CLAIM_NONE;
     if (impl != NULL && claim->requires_grad(impl)) {
       if (state->grad_enabled < 0) state->grad_enabled = claim->grad_enabled();
       if (state->grad_enabled) return TJ_CLAIM_VALIDATED;
@@ -107,7 +112,7 @@ static inline __attribute__((always_inline)) int import_one(const tj_kernel *k, 
                          tj_set_error(TJ_ETYPE, "the binding gave no producer for the object"));
   }
   const tj_claim *claim = unclaimed ? NULL : producer->claim;
-  if (claim != NULL) {
+  if (claim != NULL && !no_autograd_record(claim, object)) {
     int kind = claim_of(claim, object, state);
     if (kind == TJ_CLAIM_NOW) return claimed_by(k, i, "a tensor the framework traces");
     if (kind < 0) {

@@ -6,8 +6,8 @@
 - `FakeCudaTensor`: a tensor "on a CUDA device" that is only a fake device address, a
   shape and a dtype. Its type publishes the DLPack C exchange API (the
   ``__dlpack_c_exchange_api__`` capsule torch publishes), whose ``current_work_stream``
-  reports `SENTINEL_STREAM` and whose allocator makes new fake tensors; it also speaks
-  ``__dlpack__``. Nothing ever dereferences its address: the fake driver launches nothing.
+  reports `SENTINEL_STREAM` and whose allocator makes new fake tensors; its per-call
+  entries are C (``fake_exchange.c``), as torch's are; it also speaks ``__dlpack__``. Nothing ever dereferences its address: the fake driver launches nothing.
 
 Loaded by file path (tests/ is not a package):
 
@@ -172,7 +172,7 @@ class FakeCudaTensor:
 
     _next_address = 0x7F0000000000
     #: Calls the exchange API received: {"current_work_stream": n, "allocator": n}.
-    api_calls: ClassVar[dict] = {"current_work_stream": 0, "allocator": 0}
+    api_calls: ClassVar[_ApiCalls]
 
     def __init__(self, shape, dtype="float32", device_id=0, address=None, byte_offset=0,
                  strides=None):
@@ -189,6 +189,10 @@ class FakeCudaTensor:
         self._shape = (c_int64 * max(ndim, 1))(*self.shape)
         self._strides = None if strides is None else (c_int64 * max(ndim, 1))(*strides)
         self._exported = []  # managed tensors handed out by __dlpack__, kept alive
+        # What the exchange API's dltensor_from_py_object_no_sync copies (fake_exchange.c).
+        self._dl = DLTensor()
+        self._fill(self._dl)
+        self._dl_address = ctypes.addressof(self._dl)
 
     def data_ptr(self) -> int:
         return self.address + self.byte_offset
@@ -252,8 +256,48 @@ _CURRENT_STREAM = CFUNCTYPE(c_int, c_int32, c_int32, POINTER(c_void_p))
 _allocated: dict = {}
 
 
+def _build_exchange() -> ctypes.PyDLL:
+    """fake_exchange.c, compiled once per source into the temporary directory (published
+    atomically: several test processes may build it at once) and loaded."""
+    import hashlib
+    import tempfile
+
+    source = HERE / "fake_exchange.c"
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    out = Path(tempfile.gettempdir()) / f"tilejit-fake-exchange-{digest}.so"
+    if not out.is_file():
+        cc = shutil.which("cc") or shutil.which("gcc")
+        partial = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+        subprocess.run([cc, "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-shared",
+                        "-fPIC", str(source), "-o", str(partial)],
+                       check=True, capture_output=True, text=True)
+        os.replace(partial, out)
+    lib = ctypes.PyDLL(str(out))
+    lib.fake_exchange_init.argtypes = [ctypes.c_size_t]
+    lib.fake_exchange_stream_calls.restype = c_uint64
+    if lib.fake_exchange_init(SENTINEL_STREAM) != 0:
+        raise RuntimeError("fake_exchange.c: the Python C API is not in this process")
+    return lib
+
+
+_EXCHANGE = _build_exchange()
+
+
+class _ApiCalls:
+    """``FakeCudaTensor.api_calls``: the exchange API's calls by entry, read as a dict."""
+
+    _allocator = 0
+
+    def __getitem__(self, name: str) -> int:
+        if name == "current_work_stream":
+            return _EXCHANGE.fake_exchange_stream_calls()
+        if name == "allocator":
+            return self._allocator
+        raise KeyError(name)
+
+
 def _allocate(prototype, out, error_ctx, set_error):
-    FakeCudaTensor.api_calls["allocator"] += 1
+    FakeCudaTensor.api_calls._allocator += 1
     p = prototype.contents
     dtype = next(name for name, (code, bits) in _DTYPES.items()
                  if (code, bits) == (p.dtype.code, p.dtype.bits))
@@ -276,16 +320,6 @@ def _to_py(managed, out):
     return 0
 
 
-def _dltensor_from_py(obj, out):
-    _object(obj)._fill(out.contents)
-    return 0
-
-
-def _current_work_stream(device_type, device_id, out):
-    FakeCudaTensor.api_calls["current_work_stream"] += 1
-    out[0] = SENTINEL_STREAM if device_type == KDL_CUDA else None
-    return 0
-
 
 class _ExchangeAPI(Structure):
     _fields_ = [("version", DLPackVersion), ("prev_api", c_void_p),
@@ -296,8 +330,13 @@ class _ExchangeAPI(Structure):
                 ("current_work_stream", _CURRENT_STREAM)]
 
 
+def _c_entry(prototype, name: str):
+    return prototype(ctypes.cast(getattr(_EXCHANGE, name), c_void_p).value)
+
+
+FakeCudaTensor.api_calls = _ApiCalls()
 _API = _ExchangeAPI(DLPackVersion(1, 3), None, _ALLOCATOR(_allocate), _FROM_PY(_from_py),
-                    _TO_PY(_to_py), _DLTENSOR_FROM_PY(_dltensor_from_py),
-                    _CURRENT_STREAM(_current_work_stream))
+                    _TO_PY(_to_py), _c_entry(_DLTENSOR_FROM_PY, "fake_exchange_dltensor"),
+                    _c_entry(_CURRENT_STREAM, "fake_exchange_current_work_stream"))
 FakeCudaTensor.__dlpack_c_exchange_api__ = _capsule_new(ctypes.addressof(_API), _API_NAME,
                                                         None)
