@@ -278,15 +278,37 @@ def test_a_recorded_call_reaches_the_functions_apply_from_the_core(k, build):
                   "tilejit.runtime.kernel:",
                   "tilejit.runtime.frameworks:claimer")
     frames = [f for f in _python_frames(lambda: k["sq"](x)) if f.startswith(claim_path)]
+    n = T.symbol("n")
     if FAST_PATHS:
         assert frames == ["tilejit.frameworks.torch.op:run",
                           "tilejit.frameworks.torch.autograd:forward",
                           "tilejit.frameworks.torch.autograd:setup_context"], frames
     else:  # the generic route, through autograd.Function.apply
         assert "tilejit.runtime.kernel:_claimed_call" in frames
+    # Without a setup_context: the Function whose forward takes ctx, one frame less.
+    plus_one = build("plus_one", [T.Buffer((n,), "float64", name="X", const=True),
+                                  T.Buffer((n,), "float64", name="Y")],
+                     NOGRAD.replace("nograd(", "plus_one("), out_idx=-1)
+    plus_one.register_autograd(lambda ctx, g: g * 3)
+    x = _x().requires_grad_()
+    plus_one(x)
+    frames = [f for f in _python_frames(lambda: plus_one(x)) if f.startswith(claim_path)]
+    if FAST_PATHS:
+        assert frames == ["tilejit.frameworks.torch.op:run",
+                          "tilejit.frameworks.torch.autograd:forward"], frames
+    y = plus_one(x)
+    assert type(y.grad_fn).__name__ == "plus_oneBackward"
+    torch.testing.assert_close(y.detach(), x.detach() + 1)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, torch.full_like(x, 3.0))
+    # A setup_context registered later is used from then on.
+    plus_one.register_autograd(lambda ctx, g: g * ctx.k,
+                               setup_context=lambda ctx, inputs, out: setattr(ctx, "k", 5))
+    x.grad = None
+    plus_one(x).sum().backward()
+    torch.testing.assert_close(x.grad, torch.full_like(x, 5.0))
     # Scalars reach the backward as the schema's types on that path too (a kernel of its
     # own: a backward is registered for every kernel of one op).
-    n = T.symbol("n")
     axpy = build("axpy_recorded", [
         T.Buffer((n,), "float64", name="X", const=True), T.Buffer((n,), "float64", name="Y"),
         T.Scalar("float64", name="a"), T.Scalar("int64", name="k"),

@@ -17,6 +17,7 @@ _appliers: dict = {}  # op name -> how claimed_call records a call (`applier`)
 _BELOW = "below autograd"  # forward's keyset from `fallback_kernel`: the op, below autograd
 _keyless: dict = {}  # op name -> its autograd kernel without a keyset (`fallback_kernel`)
 _bases: dict = {}  # op name -> the C apply of its Function (`base_applier`), fast paths on
+_eager_bases: dict = {}  # op name -> the C apply of its Function without setup_context
 
 # ``autograd.Function.apply`` binds its arguments to ``forward``'s signature with
 # ``inspect.signature`` at every call (about 15 us): needless for a forward that takes
@@ -136,6 +137,8 @@ def autograd_kernel(kernel, op, name: str):
                     return base_apply(*_unwrap_dead_wrappers(args))
             return base_apply(*args)
         _bases[name] = base_apply
+        if direct:
+            _eager_bases[name] = _eager_apply(label, name, unclaimed)
     else:
         apply = Recorded.apply
     _appliers[name] = apply
@@ -150,6 +153,26 @@ def autograd_kernel(kernel, op, name: str):
 
     _keyless[name] = without_keyset
     return autograd_kernel
+
+
+def _eager_apply(label: str, name: str, unclaimed):
+    """The C apply of the op's other autograd.Function, for eager calls outside functorch's
+    transforms when no ``setup_context`` is registered: its forward takes ``ctx`` (no
+    ``setup_context`` frame, no keyset argument) and runs the kernel, its backward is the
+    registered one. Same name (``<kernel>Backward``), same gradients."""
+
+    def forward(ctx, *args):
+        result = unclaimed(*args)
+        return tuple(result) if isinstance(result, list) else result
+
+    def backward(ctx, *grads):
+        registered, _ = _backwards[name]
+        result = registered(ctx, *grads)
+        return result if isinstance(result, tuple) else (result,)
+
+    Eager = type(label, (torch.autograd.Function,), {
+        "forward": staticmethod(forward), "backward": staticmethod(backward)})
+    return super(torch.autograd.Function, Eager).apply
 
 
 def fallback_kernel(kernel, op, name: str):
@@ -226,6 +249,14 @@ def base_applier(name: str):
     that has made sure no functorch transform is active and no input is a functorch
     wrapper; None when the fast path is off (then ``applier``)."""
     return _bases.get(name)
+
+
+def eager_applier(name: str):
+    """``apply(*args)`` of the op's Function without ``setup_context`` (`_eager_apply`): for
+    a caller that has made sure of ``base_applier``'s conditions, that no
+    ``setup_context`` is registered, and that the op writes no argument; None when there
+    is none (fast paths off, or an op that writes an argument)."""
+    return _eager_bases.get(name)
 
 
 def applier(name: str):

@@ -206,9 +206,12 @@ def _recording_runner(kernel):
     # autograd.tangents_idle, inline (the fast path it reads is on: there is a C apply).
     forward_ad, level, idle = torch.autograd.forward_ad, FORWARD_LEVEL, IDLE_LEVEL
 
+    eager = autograd.eager_applier(name)
+
     def run(kernel_object, args: tuple, stream):
-        if (stream is None and len(args) == count and name in backwards and grad_enabled()
-                and not inference() and not transforms_active()
+        registered = backwards.get(name)
+        if (stream is None and len(args) == count and registered is not None
+                and grad_enabled() and not inference() and not transforms_active()
                 and getattr(forward_ad, level, None) == idle):
             recorded, as_schema = False, buffers_only
             for value in args:
@@ -220,8 +223,11 @@ def _recording_runner(kernel):
                     as_schema = False
             else:
                 if recorded:
-                    result = apply(*(args if as_schema else _schema_args(kernel_object, args)),
-                                   None)
+                    if not as_schema:
+                        args = _schema_args(kernel_object, args)
+                    # Without a setup_context, the Function whose forward takes ctx.
+                    result = (eager(*args) if eager is not None and registered[1] is None
+                              else apply(*args, None))
                     return list(result) if isinstance(result, tuple) else result
         return generic(kernel_object, args, stream)
 
