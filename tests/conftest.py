@@ -175,6 +175,23 @@ def pytest_sessionfinish(session) -> None:
         run.stop()
 
 
+def python_calls(fn) -> list[tuple[str, str, str]]:
+    """``(file, module, function)`` of every Python function ``fn()`` calls, in order."""
+    seen = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            seen.append((frame.f_code.co_filename, frame.f_globals.get("__name__", ""),
+                         frame.f_code.co_name))
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
 def clean_subprocess_env(cache_dir: Path, **overrides: str) -> dict[str, str]:
     """`subprocess_env` without the developer's tilejit settings, caching in ``cache_dir``:
     for a child started before the session's own cache exists (`Background`)."""

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="these tests run kernels on torch tensors")
+from conftest import python_calls
 from torch.autograd import forward_ad
 
 import tilejit
@@ -249,20 +250,7 @@ def test_a_recorded_call_binds_no_signature_with_the_fast_paths(k, monkeypatch):
 
 def _python_frames(fn) -> list[str]:
     """The Python functions ``fn()`` runs, in order (``module:function``)."""
-    import sys
-
-    seen = []
-
-    def profile(frame, event, arg):
-        if event == "call":
-            seen.append(f"{frame.f_globals.get('__name__')}:{frame.f_code.co_name}")
-
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return seen
+    return [f"{module}:{function}" for _, module, function in python_calls(fn)]
 
 
 def test_a_recorded_call_reaches_the_functions_apply_from_the_core(k, build):

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch", reason="these tests run kernels as torch ops")
-from conftest import Background, clean_subprocess_env, subprocess_env
+from conftest import Background, clean_subprocess_env, python_calls, subprocess_env
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import tilejit
@@ -78,17 +78,7 @@ def kernels(tilejit_cache_dir):
 def _python_frames(fn) -> list[str]:
     """The Python functions that run during ``fn()`` (file:function), besides torch's own
     OpOverload.__call__ (Python, for every op, torch's included)."""
-    seen = []
-
-    def profile(frame, event, arg):
-        if event == "call":
-            seen.append(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
-
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
+    seen = [f"{file}:{function}" for file, _, function in python_calls(fn)]
     return [f for f in seen if not f.endswith("_ops.py:__call__") and not f.startswith(__file__)]
 
 
