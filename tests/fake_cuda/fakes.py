@@ -280,17 +280,22 @@ def _build_exchange() -> ctypes.PyDLL:
     return lib
 
 
-_EXCHANGE = _build_exchange()
+try:
+    _EXCHANGE = _build_exchange()
+except (OSError, RuntimeError, subprocess.CalledProcessError, TypeError):
+    _EXCHANGE = None  # the same entries as ctypes callbacks (slower): see _c_entry
 
 
 class _ApiCalls:
     """``FakeCudaTensor.api_calls``: the exchange API's calls by entry, read as a dict."""
 
     _allocator = 0
+    _streams = 0  # without fake_exchange.c
 
     def __getitem__(self, name: str) -> int:
         if name == "current_work_stream":
-            return _EXCHANGE.fake_exchange_stream_calls()
+            return (self._streams if _EXCHANGE is None
+                    else _EXCHANGE.fake_exchange_stream_calls())
         if name == "allocator":
             return self._allocator
         raise KeyError(name)
@@ -330,7 +335,22 @@ class _ExchangeAPI(Structure):
                 ("current_work_stream", _CURRENT_STREAM)]
 
 
+def _dltensor_from_py(obj, out):
+    ctypes.memmove(out, _object(obj)._dl_address, ctypes.sizeof(DLTensor))
+    return 0
+
+
+def _current_work_stream(device_type, device_id, out):
+    FakeCudaTensor.api_calls._streams += 1
+    out[0] = SENTINEL_STREAM if device_type == KDL_CUDA else None
+    return 0
+
+
 def _c_entry(prototype, name: str):
+    """fake_exchange.c's entry ``name``, or its Python twin where that could not be built."""
+    if _EXCHANGE is None:
+        return prototype({"fake_exchange_dltensor": _dltensor_from_py,
+                          "fake_exchange_current_work_stream": _current_work_stream}[name])
     return prototype(ctypes.cast(getattr(_EXCHANGE, name), c_void_p).value)
 
 
