@@ -6,15 +6,12 @@ the rows tilejit is responsible for were timed.
 
 from __future__ import annotations
 
-import atexit
-import shutil
+import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import Background, clean_subprocess_env
 
 from tilejit.tools import bench_cuda
 
@@ -74,31 +71,16 @@ def _table_rows(report: str) -> dict[str, list[str]]:
     return rows
 
 
-# Both benches run in the background (conftest.Background), in a directory of their own,
-# caching into one cache of their own (they start before the session's exists).
-_work: list[Path] = []
-
-
-def _bench(*argv: str) -> Background:
-    def prepare():
-        if not _work:
-            _work.append(Path(tempfile.mkdtemp(prefix="tilejit-bench-")))
-            atexit.register(shutil.rmtree, _work[0], True)
-        return ([sys.executable, "-m", "tilejit", "bench", *argv],
-                clean_subprocess_env(_work[0] / "cache"), _work[0])
-
-    return Background(prepare, timeout=600)
-
-
-QUICK = _bench("--quick", "--calls", "2000", "--repeats", "1", "--out", "bench.md")
-TORCH_COMPILE = _bench("--torch-compile", "--calls", "200", "--repeats", "1")
-
-
-@pytest.mark.background(QUICK)
-def test_bench_quick_runs_and_reports_every_row():
-    done = QUICK.result()
+def test_bench_quick_runs_and_reports_every_row(tmp_path):
+    out = tmp_path / "bench.md"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done = subprocess.run(
+        [sys.executable, "-m", "tilejit", "bench", "--quick", "--calls", "2000",
+         "--repeats", "1", "--out", str(out)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    report = (_work[0] / "bench.md").read_text()
+    report = out.read_text()
     assert report in done.stdout
     assert "machine:" in report and "torch" in report
 
@@ -116,9 +98,13 @@ def test_bench_quick_runs_and_reports_every_row():
     assert "≤ 2× ctypes floor" in rows["tilejit ctypes"][-2]
 
 
-@pytest.mark.background(TORCH_COMPILE)
-def test_bench_torch_compile_runs_and_reports_every_row():
-    done = TORCH_COMPILE.result()
+def test_bench_torch_compile_runs_and_reports_every_row(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    done = subprocess.run(
+        [sys.executable, "-m", "tilejit", "bench", "--torch-compile", "--calls", "200",
+         "--repeats", "1"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     rows = _table_rows(done.stdout)
     assert len(rows) == 12 and all(cells[0] != "—" for cells in rows.values()), done.stdout
