@@ -33,6 +33,7 @@ import torch
 
 from ...builder.torch_schema import NAMESPACE, inputs, op_name, schema
 from ...language.lang import Buffer
+from ...runtime.fast_paths import FAST_PATHS
 from . import autograd, fake, native_op
 from .probes import FORWARD_LEVEL, IDLE_LEVEL
 from .results import kernel_result, op_result, outputs_of
@@ -178,98 +179,73 @@ def claimed_call(kernel, args: tuple, stream):
         with _lock:
             claimed = kernel.__dict__.get("_torch_claimed")
             if claimed is None:
-                claimed = kernel.__dict__["_torch_claimed"] = _claimed(kernel)
-                runner = _recording_runner(kernel)
-                if runner is not None:
-                    kernel._hand_claims_to(runner)
-    return claimed(args)
+                claimed = kernel.__dict__["_torch_claimed"] = _recorder(kernel, _as_op)
+                if "_call_plan" in kernel.__dict__ and autograd.base_applier(
+                        op_name(kernel)) is not None:
+                    # The core's hand-over goes to the recorder at once; a call it
+                    # does not record goes on to _claimed_call, whose meaning it keeps.
+                    kernel._hand_claims_to(_recorder(kernel, type(kernel)._claimed_call))
+    return claimed(kernel, args, None)
 
 
-def _recording_runner(kernel):
-    """``run(kernel, args, stream)``, which the core calls for the kernel's claimed calls
-    in place of ``kernel._claimed_call``: the commonest claim (an eager call autograd
-    records: grad mode on, a torch tensor requires grad, no transform or tangent about)
-    straight to the C apply of the op's autograd.Function, every other call on to
-    ``_claimed_call``, whose meaning it keeps. None without the fast path (the C apply)
-    or without a plan to install it in."""
+def _as_op(kernel, args: tuple, stream):
+    """A claimed call autograd does not record: the op, where a tracer's tensors reach
+    the fake implementation."""
+    return kernel_result(torch_op(kernel)(*_schema_args(kernel, args)))
+
+
+def _recorder(kernel, otherwise):
+    """``run(kernel, args, stream)``: a claimed call of ``kernel`` that autograd records
+    (grad mode on, not inference mode, a torch tensor requires grad, a backward
+    registered; no stream), else ``otherwise(kernel, args, stream)``. Made once per
+    kernel for `claimed_call` (``otherwise``: the op), and, with the fast path on, for
+    the kernel's call plan (``otherwise``: ``_claimed_call``), whose hand-over then
+    reaches it with no frame in between; so ``autograd.requiring_grad`` and the fast
+    check of ``autograd.refuse_tangents`` are written out in it. Recorded here, above
+    the dispatcher, where torch.func's transforms see the autograd.Function (they
+    cannot from inside an op's Autograd kernel): outside them, and with no functorch
+    wrapper among the inputs, straight through the C apply of the op's Function (the
+    one without ``setup_context`` when none is registered); else through ``applier``."""
     name = op_name(kernel)
-    apply = autograd.base_applier(name)
-    if apply is None or "_call_plan" not in kernel.__dict__:
-        return None
-    generic = type(kernel)._claimed_call
+    label = kernel.name
     count = kernel._core_kernel.num_inputs
+    # Buffers only: a call on torch tensors (and None) already has the schema's types.
     buffers_only = all(kind is None for kind, _ in _schema_inputs(kernel))
-    backwards, _ = autograd.backwards_and_appliers()
     tensor, wrapped = torch.Tensor, autograd.is_wrapped
+    names = autograd.input_names(kernel)
+    backwards, appliers = autograd.backwards_and_appliers()
+    apply, eager = autograd.base_applier(name), autograd.eager_applier(name)
     grad_enabled, inference = torch.is_grad_enabled, torch.is_inference_mode_enabled
     transforms_active = torch._C._are_functorch_transforms_active
-    # autograd.tangents_idle, inline (the fast path it reads is on: there is a C apply).
-    forward_ad, level, idle = torch.autograd.forward_ad, FORWARD_LEVEL, IDLE_LEVEL
-
-    eager = autograd.eager_applier(name)
+    # What autograd.tangents_idle reads, read inline.
+    fast, forward_ad, level, idle = FAST_PATHS, torch.autograd.forward_ad, FORWARD_LEVEL, \
+        IDLE_LEVEL
 
     def run(kernel_object, args: tuple, stream):
         registered = backwards.get(name)
-        if (stream is None and len(args) == count and registered is not None
-                and grad_enabled() and not inference() and not transforms_active()
-                and getattr(forward_ad, level, None) == idle):
-            recorded, as_schema = False, buffers_only
-            for value in args:
-                if isinstance(value, tensor):
-                    if wrapped(value):
-                        break
-                    recorded = recorded or value.requires_grad
-                elif value is not None:
-                    as_schema = False
-            else:
-                if recorded:
-                    if not as_schema:
-                        args = _schema_args(kernel_object, args)
-                    # Without a setup_context, the Function whose forward takes ctx.
-                    result = (eager(*args) if eager is not None and registered[1] is None
-                              else apply(*args, None))
-                    return list(result) if isinstance(result, tuple) else result
-        return generic(kernel_object, args, stream)
-
-    return run
-
-
-def _claimed(kernel):
-    """``run(args)``: how `claimed_call` runs a call of ``kernel``, with what it needs
-    looked up once per kernel (every call that records autograd comes here, so
-    ``autograd.requiring_grad`` and the fast check of ``autograd.refuse_tangents`` are
-    written out in it)."""
-    name = op_name(kernel)
-    label = kernel.name
-    # Buffers only: a call on torch tensors (and None) already has the schema's types.
-    buffers_only = all(kind is None for kind, _ in _schema_inputs(kernel))
-    tensor = torch.Tensor
-    names = autograd.input_names(kernel)
-    backwards, appliers = autograd.backwards_and_appliers()
-    grad_enabled, inference = torch.is_grad_enabled, torch.is_inference_mode_enabled
-    tangents_idle = autograd.tangents_idle
-
-    def run(args):
-        if name in backwards and grad_enabled() and not inference():
-            recorded = False
-            as_schema = buffers_only
-            for value in args:
-                if isinstance(value, tensor):
-                    recorded = recorded or value.requires_grad
-                elif value is not None:
-                    as_schema = False
-            if recorded:
-                # Recorded here, above the dispatcher, where torch.func's transforms see
-                # the autograd.Function (they cannot from inside an op's Autograd kernel).
-                if not tangents_idle():
-                    autograd.refuse_tangents(label, names, args)
-                # The backward's setup_context sees the inputs as the op's schema takes
-                # them.
-                if not as_schema:
-                    args = _schema_args(kernel, args)
-                result = appliers[name](*args, None)
-                return list(result) if isinstance(result, tuple) else result
-        return kernel_result(torch_op(kernel)(*_schema_args(kernel, args)))
+        if (stream is not None or len(args) != count or registered is None
+                or not grad_enabled() or inference()):
+            return otherwise(kernel_object, args, stream)
+        recorded, as_schema, unwrapped = False, buffers_only, True
+        for value in args:
+            if isinstance(value, tensor):
+                recorded = recorded or value.requires_grad
+                unwrapped = unwrapped and not wrapped(value)
+            elif value is not None:
+                as_schema = False
+        if not recorded:
+            return otherwise(kernel_object, args, stream)
+        if not (fast and getattr(forward_ad, level, None) == idle):
+            autograd.refuse_tangents(label, names, args)
+        # The backward's setup_context sees the inputs as the op's schema takes them.
+        if not as_schema:
+            args = _schema_args(kernel_object, args)
+        if apply is not None and unwrapped and not transforms_active():
+            result = (eager(*args) if eager is not None and registered[1] is None
+                      else apply(*args, None))
+        else:
+            result = appliers[name](*args, None)
+        return list(result) if isinstance(result, tuple) else result
 
     return run
 
