@@ -105,9 +105,11 @@ class Background:
     """A long child process a test checks: started as soon as the session's tests are
     collected (when a selected test is marked ``@pytest.mark.background(run)``), so that
     it runs on another core while the other tests run, and waited for by the test
-    (``run.result()``). ``prepare()`` returns the command's argv, environment and
+    (``run.result()``). ``prepare(work)`` returns the command's argv, environment and
     working directory, or a string: why it cannot run (the test then skips, or fails,
-    as it decides from that string). Output goes to files, never a pipe nobody reads."""
+    as it decides from that string); ``work`` (``run.work``) is a directory of the run's
+    own, removed when the session ends. Output goes to files, never a pipe nobody
+    reads."""
 
     def __init__(self, prepare, timeout: float):
         self._prepare = prepare
@@ -115,13 +117,15 @@ class Background:
         self._process = None
         self._why_not = None
         self._files = None
+        self.work = None
 
     def start(self) -> None:
         import tempfile
 
         if self._process is not None or self._why_not is not None:
             return
-        prepared = self._prepare()
+        self.work = Path(tempfile.mkdtemp(prefix="tilejit-background-"))
+        prepared = self._prepare(self.work)
         if isinstance(prepared, str):
             self._why_not = prepared
             return
@@ -155,6 +159,10 @@ class Background:
         if self._process is not None and self._process.poll() is None:
             self._process.kill()
             self._process.wait()
+        if self.work is not None:
+            import shutil
+
+            shutil.rmtree(self.work, ignore_errors=True)
 
 
 _started: list[Background] = []
@@ -171,7 +179,7 @@ def pytest_collection_finish(session) -> None:
 
 
 def pytest_sessionfinish(session) -> None:
-    for run in _started:  # those whose test never ran (-x, a keyboard interrupt)
+    for run in _started:  # a process still running: its test never ran (-x, ^C)
         run.stop()
 
 

@@ -50,7 +50,7 @@ def test_doctor_prints_one_screen(child_python):
     assert len(out.splitlines()) < 60
 
 
-def _behaviour_suites_without_fast_paths():
+def _behaviour_suites_without_fast_paths(work: Path):
     tests = [str(ROOT / "tests" / name) for name in BEHAVIOUR]
     return ([sys.executable, "-m", "pytest", "-q", "-x", "-m", "not slow", "-p",
              "no:cacheprovider", *tests], subprocess_env(TILEJIT_FAST_PATHS="0"), ROOT)

@@ -12,12 +12,10 @@ Without clang (and its libFuzzer runtime) the test is skipped, except under CI
 
 from __future__ import annotations
 
-import atexit
 import os
 import re
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -75,12 +73,10 @@ def test_missing_clang_fails_only_under_ci(tmp_path, monkeypatch, ci, outcome):
         _require_clang(tmp_path)
 
 
-def _fuzzing():
+def _fuzzing(work: Path):
     """Both targets through ``make fuzz``: the core's (FUZZ_SECONDS) and opening exports
     (a third of that), new inputs into a private corpus (the committed seeds are only
     read); or why they cannot run."""
-    work = Path(tempfile.mkdtemp(prefix="tilejit-fuzz-"))
-    atexit.register(shutil.rmtree, work, True)
     clang, why = _clang_with_libfuzzer(work)
     if clang is None:
         return why

@@ -218,7 +218,7 @@ def test_the_python_registration_behaves_the_same(tmp_path):
     assert "TILEJIT_TORCH_OPS='C': expected one of c, python" in bad.stderr
 
 
-def _torch_suites_with_the_python_registration():
+def _torch_suites_with_the_python_registration(work: Path):
     tests = [str(ROOT / "tests" / name) for name in ("test_torch_op.py",
                                                       "test_torch_autograd.py")]
     # One backend: the op's registration is what differs, not the direct call.
@@ -386,16 +386,7 @@ torch._inductor.aoti_compile_and_package(program, package_path=str(out / "model.
 add.export(out / "aoti_add")
 torch.save((x, y, Model()(x, y)), out / "io.pt")
 """
-_aoti_dirs: list[Path] = []
-
-
-def _aoti_package():
-    import atexit
-    import tempfile
-
-    work = Path(tempfile.mkdtemp(prefix="tilejit-aoti-"))
-    atexit.register(shutil.rmtree, work, True)
-    _aoti_dirs.append(work)
+def _aoti_package(work: Path):
     return ([sys.executable, "-c", AOTI_BUILD, str(work)],
             clean_subprocess_env(work / "cache"), ROOT)
 
@@ -409,7 +400,7 @@ def test_an_aotinductor_package_runs_with_only_torch_and_torch_op_so():
     pytest.importorskip("torch._inductor")
     built = AOTI_PACKAGE.result()
     assert built.returncode == 0, built.stderr[-3000:]
-    work = _aoti_dirs[-1]
+    work = AOTI_PACKAGE.work
     package, exported = str(work / "model.pt2"), work / "aoti_add"
     done = _run(NO_TILEJIT + f"""
 torch.ops.load_library({str(exported / "torch_op.so")!r})

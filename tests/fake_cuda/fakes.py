@@ -7,7 +7,8 @@
   shape and a dtype. Its type publishes the DLPack C exchange API (the
   ``__dlpack_c_exchange_api__`` capsule torch publishes), whose ``current_work_stream``
   reports `SENTINEL_STREAM` and whose allocator makes new fake tensors; its per-call
-  entries are C (``fake_exchange.c``), as torch's are; it also speaks ``__dlpack__``. Nothing ever dereferences its address: the fake driver launches nothing.
+  entries are C (``fake_exchange.c``), as torch's are; it also speaks ``__dlpack__``.
+  Nothing ever dereferences its address: the fake driver launches nothing.
 
 Loaded by file path (tests/ is not a package):
 
@@ -323,7 +324,6 @@ def _to_py(managed, out):
     _incref(tensor)  # a new reference for the caller
     out[0] = id(tensor)
     return 0
-
 
 
 class _ExchangeAPI(Structure):
