@@ -93,6 +93,19 @@ def build(tilejit_cache_dir, backend):
     return make
 
 
+# The start of a child's code for a process with torch and nothing of tilejit: importing
+# tilejit there fails (what a deployment that has only torch and an export sees).
+NO_TILEJIT = """
+import sys
+class _NoTilejit:
+    def find_spec(self, name, path=None, target=None):
+        if name == "tilejit" or name.startswith("tilejit."):
+            raise ImportError("tilejit is not installed in this process")
+sys.meta_path.insert(0, _NoTilejit())
+import torch
+"""
+
+
 def subprocess_env(**overrides: str) -> dict[str, str]:
     """The environment for a child Python that must import this checkout's tilejit."""
     paths = [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]

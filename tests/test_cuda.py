@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import load_fakes, no_nvrtc
+from conftest import NO_TILEJIT, load_fakes, no_nvrtc
 
 import tilejit
 from tilejit import T
@@ -1091,16 +1091,9 @@ torch.save((x.cpu(), y.cpu(), Model()(x, y).cpu()), out / "io.pt")
 print("built")
 """
 
-# Torch alone: importing tilejit fails; no compiler on PATH, an empty cache.
-TORCH_ALONE = """
-import sys
-class _NoTilejit:
-    def find_spec(self, name, path=None, target=None):
-        if name == "tilejit" or name.startswith("tilejit."):
-            raise ImportError("tilejit is not installed in this process")
-sys.meta_path.insert(0, _NoTilejit())
+# Torch alone (the test adds no compiler on PATH and an empty cache).
+TORCH_ALONE = NO_TILEJIT + """
 from pathlib import Path
-import torch
 out = Path(sys.argv[1])
 dev = torch.device("cuda")
 """

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch", reason="these tests run kernels as torch ops")
-from conftest import Background, clean_subprocess_env, python_calls, subprocess_env
+from conftest import NO_TILEJIT, Background, clean_subprocess_env, python_calls, subprocess_env
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import tilejit
@@ -241,16 +241,6 @@ def test_the_torch_suites_pass_with_the_python_registration():
 
 # ---- Exports: torch_op.so ------------------------------------------------------------------
 
-# A process with torch and nothing of tilejit: importing it fails.
-NO_TILEJIT = """
-import sys
-class _NoTilejit:
-    def find_spec(self, name, path=None, target=None):
-        if name == "tilejit" or name.startswith("tilejit."):
-            raise ImportError("tilejit is not installed in this process")
-sys.meta_path.insert(0, _NoTilejit())
-import torch
-"""
 
 
 @pytest.fixture(scope="module")
