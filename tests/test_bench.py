@@ -124,6 +124,7 @@ CUDA_ROWS = {
     bench_cuda.RAW_LOOP: True,
     bench_cuda.BUILTIN: True,
     bench_cuda.EXCHANGE: True,
+    bench_cuda.RAW_LOOP_CONTEXT: True,
     **{f"tilejit {backend} {what}": True for backend in ("cython", "dlpack", "ctypes")
        for what in (bench_cuda.DIRECT, bench_cuda.BOUND)},
     "tilejit cython out_idx call": True,

@@ -20,6 +20,9 @@ Rows, per kernel:
 - a C extension that reads the tensors through their type's DLPack exchange API (as
   ``python -m tilejit bench``'s floor does) and the ints through CPython's C API, asks the
   exchange API for the current stream, and launches: the floor of any framework binding;
+- the C loop again with ``cuCtxGetCurrent`` before each launch: the one query a
+  steady-state tilejit launch adds to the launch (its context, to choose the function
+  loaded there), priced alone;
 - tilejit's direct call, bound handle (``kernel.bind(...)``, then ``h()``) and ``out_idx``
   call (one output allocated per call) on every backend; the direct call given
   ``tilejit.from_dlpack`` views; ``kernel.torch_op``; and ``torch.add`` beside ``vec_add``.
@@ -83,6 +86,7 @@ TEST_DRIVER_TARGETS = {DIRECT: 3.0, BOUND: 1.5}
 GPU_MARGINS_NS = {DIRECT: 500.0, BOUND: 200.0}
 
 RAW_LOOP = "raw cuLaunchKernel loop in C, arguments packed once"
+RAW_LOOP_CONTEXT = "the same loop, cuCtxGetCurrent before each launch"
 BUILTIN = "builtin: one cuLaunchKernel per Python call, arguments packed once"
 EXCHANGE = "C extension: tensors through the exchange API, then cuLaunchKernel"
 VIEWS = f"tilejit cython {DIRECT}, tilejit.from_dlpack views"
@@ -233,14 +237,19 @@ static long long now_ns(void) {
 }
 
 static PyObject *loop(Launch *self, PyObject *const *args, Py_ssize_t nargs) {
-  if (nargs != 2) return PyErr_Format(PyExc_TypeError, "loop(calls, sync_each)");
+  if (nargs != 3) return PyErr_Format(PyExc_TypeError, "loop(calls, sync_each, query_context)");
   long long calls = PyLong_AsLongLong(args[0]);
-  int sync_each = PyObject_IsTrue(args[1]);
-  if ((calls == -1 && PyErr_Occurred()) || sync_each < 0) return NULL;
+  int sync_each = PyObject_IsTrue(args[1]), query_context = PyObject_IsTrue(args[2]);
+  if ((calls == -1 && PyErr_Occurred()) || sync_each < 0 || query_context < 0) return NULL;
   CUresult rc = 0;
   const char *what = "cuLaunchKernel";
   long long start = now_ns();
   for (long long i = 0; i < calls && rc == 0; ++i) {
+    CUcontext context = NULL;
+    if (query_context && (rc = drv.cuCtxGetCurrent(&context)) != 0) {
+      what = "cuCtxGetCurrent";
+      break;
+    }
     rc = launch_packed(self);
     if (rc == 0 && sync_each) {
       rc = drv.cuStreamSynchronize(self->stream);
@@ -259,8 +268,9 @@ static PyMethodDef launch_methods[] = {
      "launch_tensors(*args): the arguments read (tensors through the exchange API, ints "
      "through the C API), then one cuLaunchKernel on the exchange API's current stream."},
     {"loop", (PyCFunction)(void (*)(void))loop, METH_FASTCALL,
-     "loop(calls, sync_each) -> ns: calls launches in C, each followed by "
-     "cuStreamSynchronize with sync_each; the monotonic time they took."},
+     "loop(calls, sync_each, query_context) -> ns: calls launches in C, each preceded by "
+     "cuCtxGetCurrent with query_context and followed by cuStreamSynchronize with "
+     "sync_each; the monotonic time they took."},
     {"sync", (PyCFunction)sync_stream, METH_NOARGS, "sync(): cuStreamSynchronize on the stream."},
     {NULL, NULL, 0, NULL},
 };
@@ -485,11 +495,16 @@ def _case(device: Device, title: str, program, out_idx: int, args: tuple, kinds:
             grid, block, kinds, values, device.stream, type(args[0]))
     except Exception as exc:  # noqa: BLE001 - reported in the table
         case.rows[:0] = [_failed(name, exc, required=True)
-                         for name in (RAW_LOOP, BUILTIN, EXCHANGE)]
+                         for name in (RAW_LOOP, BUILTIN, EXCHANGE, RAW_LOOP_CONTEXT)]
         return case
-    case.rows[:0] = [Row(RAW_LOOP, launch.loop, required=True, note="timed in C"),
-                     Row(BUILTIN, launch.launch, required=True),
-                     Row(EXCHANGE, launch.launch_tensors, args, required=True)]
+    # The C loop and the builtin stay first: the launch + sync table's bases.
+    case.rows[:0] = [
+        Row(RAW_LOOP, lambda n, sync: launch.loop(n, sync, False), required=True,
+            note="timed in C"),
+        Row(BUILTIN, launch.launch, required=True),
+        Row(EXCHANGE, launch.launch_tensors, args, required=True),
+        Row(RAW_LOOP_CONTEXT, lambda n, sync: launch.loop(n, sync, True), required=True,
+            note="timed in C: the query a steady-state tilejit launch adds")]
     case.sync = launch.sync
     differs = device.same_launch([(f"tilejit {backend} {DIRECT}", lambda: plain(*args)),
                                   (BUILTIN, launch.launch),
@@ -534,7 +549,7 @@ def _batched(row: Row, calls: int, sync_each: bool, batch: int, case: Case,
     total = 0
     for start in range(0, calls, batch):
         n = min(batch, calls - start)
-        if row.name == RAW_LOOP:
+        if row.name in (RAW_LOOP, RAW_LOOP_CONTEXT):
             total += row.fn(n, sync_each)
         else:
             kwnames = tuple(row.kwargs)
