@@ -242,7 +242,6 @@ def test_the_torch_suites_pass_with_the_python_registration():
 # ---- Exports: torch_op.so ------------------------------------------------------------------
 
 
-
 @pytest.fixture(scope="module")
 def exported(kernels, tmp_path_factory):
     """The affine kernel's export, moved away from where it was written."""
