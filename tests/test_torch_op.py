@@ -325,6 +325,31 @@ def test_a_model_compiles_as_one_graph_and_matches_eager(kernels):
     assert sum(op.startswith("tilejit.") for op in ops) == 3
 
 
+def _leaf_guards(compiled) -> int:
+    """How many checks a call of ``compiled`` makes before it runs its latest graph (the
+    first cache entry: a lambda's code is shared by every test that made it)."""
+    latest = torch._dynamo.eval_frame._debug_get_cache_entry_list(
+        compiled._torchdynamo_orig_callable.__code__)[0]
+    return sum("+- " in line and "GuardManager" not in line
+               for line in str(latest.guard_manager).splitlines())
+
+
+def test_a_compiled_call_guards_the_kernel_and_its_op_only(kernels):
+    # Every global and attribute the traced call reads is a guard each call of the compiled
+    # function checks: against the same function calling torch's op, the kernel costs the
+    # checks on itself (its type, its __call__, its key) and on its op, not on the modules
+    # and helpers on the way.
+    if not hasattr(torch._dynamo.eval_frame, "_debug_get_cache_entry_list"):
+        pytest.skip("this torch has no torch._dynamo.eval_frame._debug_get_cache_entry_list")
+    pad1 = kernels["pad1"]
+    x = torch.rand(5)
+    ours = torch.compile(lambda t: pad1(t), fullgraph=True, backend="eager")
+    theirs = torch.compile(lambda t: torch.neg(t), fullgraph=True, backend="eager")
+    torch.testing.assert_close(ours(x)[:5], x)
+    theirs(x)
+    assert _leaf_guards(ours) - _leaf_guards(theirs) <= 8
+
+
 def test_dynamic_shapes_compile_once_for_every_size(kernels):
     model = _model(kernels)
     counter = torch._dynamo.testing.CompileCounter()
