@@ -228,6 +228,14 @@ static int launch(const tj_host *host, tj_frame *frame) {
   return rc;
 }
 
+/* Runs a CPU kernel on arguments the memo packed (tj__memo_pack). */
+static int launch_values(const tj_host *host, const tj_kernel *k, const tj_value *values) {
+  void *token = unlock(host);
+  int rc = tj__launch_values(k, values);
+  if (token != NULL) host->lock(token);
+  return rc;
+}
+
 /* With workspaces and an explicit stream that is not the producer's current
  * one, *wait is set: the allocator orders its memory on its current stream,
  * so workspaces released right after the launch could be handed to other work
@@ -291,10 +299,17 @@ int tj_call_run_binding(const tj_kernel *k, tj_call *call, const tj_call_binding
     for (int32_t i = nargs; i < k->ninputs; ++i) tj_arg_init(&call->args[i]);
     nargs = k->ninputs;
   }
+  tj_value values[TJ_MAX_ABI_ARGS];
   if (nargs != k->ninputs) {
     rc = tj__bind(k, NULL, nargs, &frame); /* reports the count */
-  } else if ((rc = import_args(k, call->args, nargs, b->unclaimed, &owned, &claimed)) == TJ_OK &&
-             (rc = tj__bind(k, call->args, nargs, &frame)) == TJ_OK) {
+  } else if ((rc = import_args(k, call->args, nargs, b->unclaimed, &owned, &claimed)) != TJ_OK) {
+    /* reported */
+  } else if (claimed < 0 && !call->has_stream && k->memo != NULL &&
+             tj__memo_pack(k, call->args, values)) {
+    /* A repeated CPU call with nothing to allocate: checked and packed by the
+     * memo in one pass, no frame (what the steps below do for it). */
+    rc = launch_values(b->host, k, values);
+  } else if ((rc = tj__bind(k, call->args, nargs, &frame)) == TJ_OK) {
     if (claimed >= 0) { /* validated; the framework runs it */
       rc = claimed_by(k, claimed, "requires grad");
       goto release;

@@ -260,7 +260,7 @@ static inline __attribute__((always_inline)) int classify(const tj_host_plan *pl
     tj_arg_object(arg, object, r->memo_info->producer);
     return TJ_OK;
   }
-  tj_arg_init(arg);
+  memset(arg, 0, sizeof(*arg)); /* tj_arg_init, inline: every scalar passes here */
   if (object == h->none) return TJ_OK;
   if (type == h->bool_type) {
     arg->kind = TJ_ARG_BOOL;

@@ -67,15 +67,19 @@ static int cpu_ready(const tj_kernel *k, const void *stream) {
   return TJ_OK;
 }
 
-/* Runs a CPU kernel on its packed arguments. */
-static int cpu_run(const tj_frame *f, const tj_value *values) {
-  const tj_kernel *k = f->kernel;
-  if (k->zero_fill) zero_workspaces(f);
+/* Calls a CPU kernel's function on its packed arguments. */
+static int cpu_enter(const tj_kernel *k, const tj_value *values) {
   int32_t status = k->entry(values);
   if (status != 0)
     return tj_set_error(TJ_ERUNTIME, "%s: the kernel returned status %d (0 is success)", k->name,
                         (int)status);
   return TJ_OK;
+}
+
+/* Runs a CPU kernel on its packed arguments. */
+static int cpu_run(const tj_frame *f, const tj_value *values) {
+  if (f->kernel->zero_fill) zero_workspaces(f);
+  return cpu_enter(f->kernel, values);
 }
 
 int tj_call_launch(tj_frame *f) {
@@ -88,6 +92,11 @@ int tj_call_launch(tj_frame *f) {
   tj_value values[TJ_MAX_ABI_ARGS];
   pack(f, values);
   return cpu_run(f, values);
+}
+
+int tj__launch_values(const tj_kernel *k, const tj_value *values) {
+  int rc = cpu_ready(k, NULL);
+  return rc ? rc : cpu_enter(k, values);
 }
 
 int tj__launch_pack(const tj_frame *f, tj__packed *p) {

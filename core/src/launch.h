@@ -25,4 +25,8 @@ int tj__launch_repack(const tj_frame *f, tj__packed *p);
 int tj__launch_replay(const tj_frame *f, const tj__packed *p, void *stream);
 void tj__launch_unpack(tj__packed *p);
 
+/* Runs a CPU kernel with nothing to allocate on arguments packed without a
+ * frame: by the memo (tj__memo_pack), which checked them as tj_call_bind would. */
+int tj__launch_values(const tj_kernel *k, const tj_value *values);
+
 #endif /* TILEJIT_LAUNCH_H_ */

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "frame.h"
 #include "internal.h"
 #include "validate.h"
 
@@ -54,6 +55,15 @@ typedef struct {
 
 enum { MEMO_RECORDS = 4 }; /* a power of two */
 
+/* How a hit packs one argument of a CPU kernel's function (tj__memo_pack):
+ * the address of the tensor, the value of the scalar at caller argument `at`,
+ * or a record's word `at` of the packed integers (symbols, expressions). */
+enum { PACK_ADDRESS, PACK_INT, PACK_FLOAT, PACK_WORD };
+typedef struct {
+  int32_t how;
+  int32_t at;
+} pack_step;
+
 /* Record r is words[r * stride ...]: its sequence (even: stable; odd: being
  * written; 0: nothing yet), then its words. */
 typedef struct tj__memo {
@@ -62,7 +72,9 @@ typedef struct tj__memo {
   int32_t ninputs;
   memo_input inputs[TJ_MAX_PARAMS];
   int32_t frame;  /* in a record: device, has_device | first_tensor, symbols, output shapes */
+  int32_t packed; /* in a record: the packed integers; -1: hits pack no launch */
   int32_t stride; /* words a record takes, its sequence included */
+  pack_step pack[TJ_MAX_ABI_ARGS]; /* per argument of the kernel function, when packed >= 0 */
   uint64_t words[];
 } tj__memo;
 
@@ -92,8 +104,33 @@ static inline void buffer_key(const tj_arg *arg, uint64_t key[KEY_WORDS]) {
   key[KEY_NO_STRIDES] = arg->tensor.strides == NULL;
 }
 
+/* How hits pack the kernel function's arguments, and the integers a record
+ * keeps for them; -1 when they cannot: a CUDA kernel (cuda.c packs its
+ * launches), or outputs or workspaces to allocate first. */
+static int32_t pack_steps(const tj_kernel *k, pack_step *steps) {
+  if (k->target != TJ_TARGET_CPU || k->nallocs != 0) return -1;
+  int32_t words = 0;
+  for (int32_t a = 0; a < k->nabi; ++a) {
+    const tj_abi_arg *entry = &k->abi[a];
+    if (entry->source == TJ_ABI_SYMBOL || entry->source == TJ_ABI_EXPR) {
+      steps[a] = (pack_step){PACK_WORD, words++};
+      continue;
+    }
+    if (entry->source != TJ_ABI_PARAM) return -1;
+    const tj__param *p = &k->params[entry->index];
+    if (p->kind == TJ_PARAM_BUFFER)
+      steps[a] = (pack_step){PACK_ADDRESS, p->position};
+    else if (p->kind == TJ_PARAM_SCALAR)
+      steps[a] = (pack_step){p->dtype.code == kDLFloat ? PACK_FLOAT : PACK_INT, p->position};
+    else
+      return -1;
+  }
+  return words;
+}
+
 int tj__memo_create(tj_kernel *k) {
   memo_input inputs[TJ_MAX_PARAMS];
+  pack_step steps[TJ_MAX_ABI_ARGS];
   int32_t words = 0, n = 0;
   for (int32_t i = 0; i < k->nparams; ++i) {
     const tj__param *p = &k->params[i];
@@ -112,12 +149,16 @@ int tj__memo_create(tj_kernel *k) {
   int32_t frame = words;
   words += 2 + k->nsymbols;
   for (int32_t o = 0; o < k->nallocs; ++o) words += k->params[k->output_params[o]].ndim;
+  const int32_t packed = pack_steps(k, steps);
+  if (packed >= 0) words += packed;
   const int32_t stride = 1 + words;
   tj__memo *m = calloc(1, sizeof(*m) + (size_t)MEMO_RECORDS * (size_t)stride * sizeof(uint64_t));
   if (m == NULL) return tj_set_error(TJ_ENOMEM, "%s: out of memory", k->name);
   memcpy(m->inputs, inputs, (size_t)n * sizeof(inputs[0]));
   m->ninputs = n;
   m->frame = frame;
+  m->packed = packed >= 0 ? words - packed : -1;
+  if (packed >= 0) memcpy(m->pack, steps, (size_t)k->nabi * sizeof(steps[0]));
   m->stride = stride;
   m->last = m->words;
   k->memo = m;
@@ -161,13 +202,11 @@ static inline int scalar_matches(const tj_arg *arg, const uint64_t *r) {
   return arg_head(arg) == LOAD(r[0]) && (uint64_t)arg->value.i == LOAD(r[1]);
 }
 
-/* Binds from one record: 1 when the arguments match it, read whole. */
-__attribute__((always_inline)) static inline int record_bind(const tj_kernel *k, const tj__memo *m,
-                                                             const uint64_t *record, tj_arg *args,
-                                                             tj_frame *frame) {
-  const uint64_t seq = __atomic_load_n(&record[0], __ATOMIC_ACQUIRE);
-  if (seq == 0 || (seq & 1)) return 0;
-  const uint64_t *words = record + 1;
+/* Whether the arguments match a record's words and pass what a match leaves
+ * to check; with a frame, each bound into it as it passes. */
+__attribute__((always_inline)) static inline int inputs_match(const tj__memo *m, tj_arg *args,
+                                                              const uint64_t *words,
+                                                              tj_frame *frame) {
   for (int32_t j = 0; j < m->ninputs; ++j) {
     const memo_input *in = &m->inputs[j];
     tj_arg *arg = &args[in->position];
@@ -175,8 +214,19 @@ __attribute__((always_inline)) static inline int record_bind(const tj_kernel *k,
         : in->ndim < 0 ? !scalar_matches(arg, &words[in->record])
                        : !buffer_matches(in, arg, &words[in->record]))
       return 0;
-    frame->params[in->index] = arg;
+    if (frame != NULL) frame->params[in->index] = arg;
   }
+  return 1;
+}
+
+/* Binds from one record: 1 when the arguments match it, read whole. */
+__attribute__((always_inline)) static inline int record_bind(const tj_kernel *k, const tj__memo *m,
+                                                             const uint64_t *record, tj_arg *args,
+                                                             tj_frame *frame) {
+  const uint64_t seq = __atomic_load_n(&record[0], __ATOMIC_ACQUIRE);
+  if (seq == 0 || (seq & 1)) return 0;
+  const uint64_t *words = record + 1;
+  if (!inputs_match(m, args, words, frame)) return 0;
   const uint64_t *f = &words[m->frame];
   uint64_t device = LOAD(f[0]), where = LOAD(f[1]);
   memcpy(&frame->device, &device, sizeof(device));
@@ -221,6 +271,28 @@ int tj__memo_bind(const tj_kernel *k, tj_arg *args, tj_frame *frame) {
   tj__memo *m = k->memo;
   const uint64_t *last = LOAD(m->last);
   return record_bind(k, m, last, args, frame) || other_record_bind(k, m, last, args, frame);
+}
+
+int tj__memo_pack(const tj_kernel *k, tj_arg *args, tj_value *values) {
+  const tj__memo *m = k->memo;
+  if (m->packed < 0) return 0;
+  const uint64_t *record = LOAD(m->last);
+  const uint64_t seq = __atomic_load_n(&record[0], __ATOMIC_ACQUIRE);
+  if (seq == 0 || (seq & 1)) return 0;
+  const uint64_t *words = record + 1;
+  if (!inputs_match(m, args, words, NULL)) return 0;
+  const uint64_t *integers = &words[m->packed];
+  for (int32_t a = 0; a < k->nabi; ++a) {
+    const pack_step step = m->pack[a];
+    switch (step.how) {
+      case PACK_ADDRESS: values[a].p = tj__tensor_address(&args[step.at]); break;
+      case PACK_INT: values[a].i = args[step.at].value.i; break;
+      case PACK_FLOAT: values[a].f = tj__float_value(&args[step.at]); break;
+      default: values[a].i = (int64_t)LOAD(integers[step.at]); break;
+    }
+  }
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  return __atomic_load_n(&record[0], __ATOMIC_RELAXED) == seq;
 }
 
 void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *frame) {
@@ -271,6 +343,15 @@ void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *fram
   for (int32_t o = 0; o < k->nallocs; ++o)
     for (int32_t d = 0; d < frame->out_ndim[o]; ++d)
       STORE(*shapes++, (uint64_t)frame->out_shape[o][d]);
+  if (m->packed >= 0) {
+    uint64_t *integers = &words[m->packed];
+    for (int32_t a = 0; a < k->nabi; ++a) {
+      if (m->pack[a].how != PACK_WORD) continue;
+      int64_t value = 0; /* tj_call_bind evaluated every expression: none fails */
+      tj__abi_integer(frame, &k->abi[a], &value);
+      STORE(integers[m->pack[a].at], (uint64_t)value);
+    }
+  }
   __atomic_store_n(&record[0], seq + 2, __ATOMIC_RELEASE);
   STORE(m->last, (const uint64_t *)record);
 }

@@ -421,34 +421,6 @@ static const char *kind_name(const tj_arg *arg) {
   return arg->type_name ? arg->type_name : "an unsupported object";
 }
 
-/* Whether a finite double rounds to infinity as a float32: |v| at or beyond
- * FLT_MAX plus half its last place (the tie rounds to even, which is up).
- * Infinities and NaN are float32 values as they are. */
-static inline int float32_overflows(double v) { return isfinite(v) && fabs(v) >= 0x1.ffffffp127; }
-
-/* An int too large for a double: it is no float value at all. */
-static inline int int_beyond_double(const tj_arg *arg) {
-  return (arg->flags & TJ_ARG_OUT_OF_RANGE) && !isfinite(arg->value.f);
-}
-
-/* Whether a scalar argument is of a kind the parameter takes, and in its
- * type's range: the binding flags Python ints that did not even fit int64
- * (a float parameter takes them as a double does). */
-int tj__scalar_fits(const tj__param *p, const tj_arg *arg) {
-  if (p->dtype.code == kDLBool) return arg->kind == TJ_ARG_BOOL;
-  if (p->dtype.code == kDLFloat)
-    return (arg->kind == TJ_ARG_FLOAT || (arg->kind == TJ_ARG_INT && !int_beyond_double(arg))) &&
-           (p->dtype.bits != 32 || !float32_overflows(tj__float_value(arg)));
-  if (arg->kind != TJ_ARG_INT || (arg->flags & TJ_ARG_OUT_OF_RANGE)) return 0;
-  if (arg->flags & TJ_ARG_UNSIGNED) return p->dtype.code == kDLUInt && p->dtype.bits == 64;
-  int64_t v = arg->value.i;
-  if (p->dtype.code == kDLInt) {
-    int64_t hi = p->dtype.bits == 64 ? INT64_MAX : ((int64_t)1 << (p->dtype.bits - 1)) - 1;
-    return v >= -hi - 1 && v <= hi;
-  }
-  return v >= 0 && (p->dtype.bits == 64 || v <= ((int64_t)1 << p->dtype.bits) - 1);
-}
-
 /* The fewest significant digits that read back as `v` ("1e+300"), as
  * Python's repr writes a float. */
 static const char *shortest_double(double v, char *buf, int32_t size) {
@@ -474,7 +446,7 @@ TJ__COLD static int scalar_refused(binder *b, int32_t index, const tj_arg *arg) 
              dt, kind_name(arg));
     return fail(b, TJ_ETYPE, index, msg);
   }
-  if (p->dtype.code == kDLFloat && int_beyond_double(arg))
+  if (p->dtype.code == kDLFloat && tj__int_beyond_double(arg))
     snprintf(msg, sizeof(msg), "value is an int too large for %s", dt);
   else if (p->dtype.code == kDLFloat)
     snprintf(msg, sizeof(msg), "value %s is out of range for %s (it would round to inf)",

@@ -6,6 +6,8 @@
 #ifndef TILEJIT_VALIDATE_H_
 #define TILEJIT_VALIDATE_H_
 
+#include <math.h>
+
 #include "internal.h"
 
 /* Validates the arguments and binds the symbols into `frame`, every check
@@ -27,8 +29,37 @@ static inline int tj__span_fits(const DLTensor *t, uint64_t below, uint64_t abov
          !__builtin_add_overflow(*first, (uintptr_t)above, &edge);
 }
 
-/* 1 when a scalar argument is of a kind the parameter takes, within range. */
-int tj__scalar_fits(const tj__param *p, const tj_arg *arg);
+/* Whether a finite double rounds to infinity as a float32: |v| at or beyond
+ * FLT_MAX plus half its last place (the tie rounds to even, which is up).
+ * Infinities and NaN are float32 values as they are. */
+static inline int tj__float32_overflows(double v) {
+  return isfinite(v) && fabs(v) >= 0x1.ffffffp127;
+}
+
+/* An int too large for a double: it is no float value at all. */
+static inline int tj__int_beyond_double(const tj_arg *arg) {
+  return (arg->flags & TJ_ARG_OUT_OF_RANGE) && !isfinite(arg->value.f);
+}
+
+/* Whether a scalar argument is of a kind the parameter takes, and in its
+ * type's range: the binding flags Python ints that did not even fit int64
+ * (a float parameter takes them as a double does). Inline: the memo checks
+ * every scalar of every call it recognises. */
+static inline int tj__scalar_fits(const tj__param *p, const tj_arg *arg) {
+  if (p->dtype.code == kDLBool) return arg->kind == TJ_ARG_BOOL;
+  if (p->dtype.code == kDLFloat)
+    return (arg->kind == TJ_ARG_FLOAT ||
+            (arg->kind == TJ_ARG_INT && !tj__int_beyond_double(arg))) &&
+           (p->dtype.bits != 32 || !tj__float32_overflows(tj__float_value(arg)));
+  if (arg->kind != TJ_ARG_INT || (arg->flags & TJ_ARG_OUT_OF_RANGE)) return 0;
+  if (arg->flags & TJ_ARG_UNSIGNED) return p->dtype.code == kDLUInt && p->dtype.bits == 64;
+  int64_t v = arg->value.i;
+  if (p->dtype.code == kDLInt) {
+    int64_t hi = p->dtype.bits == 64 ? INT64_MAX : ((int64_t)1 << (p->dtype.bits - 1)) - 1;
+    return v >= -hi - 1 && v <= hi;
+  }
+  return v >= 0 && (p->dtype.bits == 64 || v <= ((int64_t)1 << p->dtype.bits) - 1);
+}
 
 /* Checks tensor `arg` in place of input buffer parameter `index` of a bound
  * frame, every symbol keeping its value and the device the frame's: what a

@@ -382,6 +382,54 @@ TEST(call_run_streams) {
   tj_kernel_free(k);
 }
 
+static int32_t failing_entry(const tj_value *args) {
+  (void)args;
+  return 3;
+}
+
+/* A repeated CPU call with nothing to allocate is checked and packed by the
+ * memo without a frame: the kernel gets the same arguments, a changed address
+ * or shape reaches it, and what the full path refuses is refused alike. */
+TEST(call_run_packs_repeated_cpu_calls) {
+  memset(&rec, 0, sizeof(rec));
+  tj_kernel *k = adder(0);
+  static float c1[8], c2[8], small[4];
+  tjt_object a, b, c, other, four;
+  object_tensor(&a, a_data, 8);
+  object_tensor(&b, b_data, 8);
+  object_tensor(&c, c1, 8);
+  object_tensor(&other, c2, 8);
+  object_tensor(&four, small, 4);
+  tjt_object *outs[5] = {&c, &c, &c, &other, &four};
+  for (int i = 0; i < 5; ++i) {
+    tj_arg args[3];
+    object_arg(&args[0], i == 4 ? &four : &a);
+    object_arg(&args[1], i == 4 ? &four : &b);
+    object_arg(&args[2], outs[i]);
+    tj_call call = {args, 3, 0, NULL, NULL};
+    CHECK_OK(tj_call_run(k, &call));
+  }
+  CHECK(c1[7] == 88.0f && c2[0] == 11.0f && c2[7] == 88.0f && small[3] == 0.0f);
+  tj_arg args[3];
+  object_arg(&args[0], &a);
+  object_arg(&args[1], &b);
+  object_arg(&args[2], &c);
+  tj_call call = {args, 3, 1, (void *)0x1234, NULL}; /* a stream: the full path refuses it */
+  CHECK_STATUS(tj_call_run(k, &call), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("vec_add: a stream was given to a cpu kernel");
+  /* The kernel's status, from a packed call as from the first. */
+  CHECK_OK(tj_kernel_set_entry(k, failing_entry));
+  for (int i = 0; i < 2; ++i) {
+    object_arg(&args[0], &a);
+    object_arg(&args[1], &b);
+    object_arg(&args[2], &c);
+    call.has_stream = 0;
+    CHECK_STATUS(tj_call_run(k, &call), TJ_ERUNTIME);
+    CHECK_EQ_STR(tj_last_error(), "vec_add: the kernel returned status 3 (0 is success)");
+  }
+  tj_kernel_free(k);
+}
+
 TEST(call_run_releases_owned_imports) {
   memset(&rec, 0, sizeof(rec));
   rec.own = 1;

@@ -53,6 +53,7 @@
   X(call_run_allocation_failure)                   \
   X(call_run_producer_error_pending)               \
   X(call_run_streams)                              \
+  X(call_run_packs_repeated_cpu_calls)             \
   X(call_run_releases_owned_imports)               \
   X(call_run_no_tensor_fallback)                   \
   X(bound_launch_binds_once_and_replays)           \
@@ -70,6 +71,7 @@
   X(arg_from_capsule)                              \
   /* test_memo.c */                                \
   X(memo_matches_full_checks)                      \
+  X(memo_pack_matches_full_checks)                 \
   X(memo_hit_rechecks_addresses)                   \
   X(memo_keeps_a_few_shapes)                       \
   X(memo_not_kept_for_pointers)                    \

@@ -11,13 +11,21 @@
 
 #include "builders.h"
 #include "internal.h"
+#include "launch.h"
 #include "memo.h"
 
+static int32_t no_op_entry(const tj_value *args) {
+  (void)args;
+  return 0;
+}
+
 /* k(A: (m, n) f32 with strides (s, 1), B: (n,) f32 const, C: (m + 1,) f32
- * optional, alpha: int8, beta: float64, D: (m, n) f32 output). */
-static tj_kernel *walk_kernel(int keep_memo) {
+ * optional, alpha: int8, beta: float64, D: (m, n) f32 output). Without
+ * `output` no D, and the kernel function also takes m, m + 1, n and s: a
+ * kernel whose repeated calls the memo packs (tj__memo_pack). */
+static tj_kernel *walk_kernel_of(int keep_memo, int output) {
   tj_kernel *k = NULL;
-  CHECK_OK(tj_kernel_create("walk", 6, TJ_TARGET_CPU, &k));
+  CHECK_OK(tj_kernel_create("walk", output ? 6 : 5, TJ_TARGET_CPU, &k));
   CHECK_OK(tj_kernel_add_symbol(k, "m", 1));
   CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
   CHECK_OK(tj_kernel_add_symbol(k, "s", 2));
@@ -29,12 +37,25 @@ static tj_kernel *walk_kernel(int keep_memo) {
   tjt_buffer(k, 2, "C", TJT_F32, 1, &m1, NULL, 0, TJ_BUF_OPTIONAL);
   CHECK_OK(tj_kernel_set_scalar(k, 3, "alpha", TJT_DTYPE(kDLInt, 8)));
   CHECK_OK(tj_kernel_set_scalar(k, 4, "beta", TJT_F64));
-  tjt_buffer(k, 5, "D", TJT_F32, 2, a_shape, NULL, 0, TJ_BUF_OUTPUT);
+  if (output) {
+    tjt_buffer(k, 5, "D", TJT_F32, 2, a_shape, NULL, 0, TJ_BUF_OUTPUT);
+  } else {
+    tj_abi_arg abi[9];
+    for (int32_t i = 0; i < 5; ++i) abi[i] = (tj_abi_arg){TJ_ABI_PARAM, i, {0, 0, 0}};
+    abi[5] = (tj_abi_arg){TJ_ABI_SYMBOL, 0, {0, 0, 0}};
+    abi[6] = (tj_abi_arg){TJ_ABI_EXPR, m1, TJT_DTYPE(kDLInt, 64)};
+    abi[7] = (tj_abi_arg){TJ_ABI_SYMBOL, 1, {0, 0, 0}};
+    abi[8] = (tj_abi_arg){TJ_ABI_SYMBOL, 2, {0, 0, 0}};
+    CHECK_OK(tj_kernel_set_abi(k, 9, abi));
+    CHECK_OK(tj_kernel_set_entry(k, no_op_entry));
+  }
   CHECK_OK(tj_kernel_finalize(k));
   CHECK(k->memo != NULL);
   if (!keep_memo) tj__memo_free(k);
   return k;
 }
+
+static tj_kernel *walk_kernel(int keep_memo) { return walk_kernel_of(keep_memo, 1); }
 
 static uint64_t next(uint64_t *state) { /* splitmix64 */
   uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
@@ -170,6 +191,49 @@ TEST(memo_matches_full_checks) {
   CHECK(oks > steps / 5 && hits > oks / 2 && oks - hits > 100);
   tj_kernel_free(with);
   tj_kernel_free(without);
+}
+
+/* The memo's packed launch (tj__memo_pack) against the full checks and the
+ * packing of their frame: a hit must be a call the full checks accept, packed
+ * to the same values; anything else must be no hit. */
+TEST(memo_pack_matches_full_checks) {
+  tj_kernel *with = walk_kernel_of(1, 0), *without = walk_kernel_of(0, 0);
+  tj_kernel *outputs = walk_kernel(1); /* a kernel that allocates: never packed */
+  uint64_t rng = 7;
+  walk_args w;
+  walk_reset(&w);
+  int32_t hits = 0, oks = 0, steps = 20000;
+  for (int32_t step = 0; step < steps; ++step) {
+    walk_step(&w, &rng);
+    walk_fill(&w);
+    tj_arg a1[5], a2[5];
+    memcpy(a1, w.args, sizeof(a1));
+    memcpy(a2, w.args, sizeof(a2));
+    tj_value v1[TJ_MAX_ABI_ARGS];
+    tj_frame f1, f2;
+    int packed = tj__memo_pack(with, a1, v1);
+    CHECK(!tj__memo_pack(outputs, a1, v1));
+    if (!packed) (void)tj_call_bind(with, a1, 5, &f1); /* recorded when it binds */
+    int rc = tj_call_bind(without, a2, 5, &f2);
+    oks += rc == TJ_OK;
+    if (!packed) continue;
+    if (rc != TJ_OK)
+      tjt_fail(__FILE__, __LINE__, "step %d: packed by the memo, refused by the full checks: %s",
+               step, tj_last_error());
+    ++hits;
+    tj__packed p;
+    CHECK_OK(tj__launch_pack(&f2, &p));
+    for (int32_t a = 0; a < without->nabi; ++a)
+      if (memcmp(&v1[a], &p.values[a], sizeof(tj_value)) != 0)
+        tjt_fail(__FILE__, __LINE__, "step %d: argument %d of the kernel function differs", step,
+                 a);
+    tj__launch_unpack(&p);
+  }
+  tjt_note("%d steps: %d bound, %d of them packed by the memo", steps, oks, hits);
+  CHECK(oks > steps / 5 && hits > oks / 2 && oks - hits > 100);
+  tj_kernel_free(with);
+  tj_kernel_free(without);
+  tj_kernel_free(outputs);
 }
 
 TEST(memo_hit_rechecks_addresses) {
