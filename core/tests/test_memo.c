@@ -139,6 +139,14 @@ static void walk_fill(walk_args *w) {
   if (w->beta_kind == TJ_ARG_INT && w->alpha == 149) w->args[4].flags = TJ_ARG_OUT_OF_RANGE;
 }
 
+/* The walk's next call, in two copies: one for each twin. */
+static void walk_next(walk_args *w, uint64_t *rng, tj_arg a1[5], tj_arg a2[5]) {
+  walk_step(w, rng);
+  walk_fill(w);
+  memcpy(a1, w->args, sizeof(w->args));
+  memcpy(a2, w->args, sizeof(w->args));
+}
+
 static void check_same_frame(const tj_kernel *k, const tj_frame *x, const tj_frame *y,
                              const tj_arg *xa, const tj_arg *ya) {
   CHECK(x->kernel != NULL && y->kernel != NULL);
@@ -165,11 +173,8 @@ TEST(memo_matches_full_checks) {
   walk_reset(&w);
   int32_t hits = 0, oks = 0, steps = 20000;
   for (int32_t step = 0; step < steps; ++step) {
-    walk_step(&w, &rng);
-    walk_fill(&w);
     tj_arg a1[5], a2[5];
-    memcpy(a1, w.args, sizeof(a1));
-    memcpy(a2, w.args, sizeof(a2));
+    walk_next(&w, &rng, a1, a2);
     tj_frame f1, f2;
     uint32_t before = __atomic_load_n((uint32_t *)with->memo, __ATOMIC_RELAXED);
     int rc1 = tj_call_bind(with, a1, 5, &f1);
@@ -204,11 +209,8 @@ TEST(memo_pack_matches_full_checks) {
   walk_reset(&w);
   int32_t hits = 0, oks = 0, steps = 20000;
   for (int32_t step = 0; step < steps; ++step) {
-    walk_step(&w, &rng);
-    walk_fill(&w);
     tj_arg a1[5], a2[5];
-    memcpy(a1, w.args, sizeof(a1));
-    memcpy(a2, w.args, sizeof(a2));
+    walk_next(&w, &rng, a1, a2);
     tj_value v1[TJ_MAX_ABI_ARGS];
     tj_frame f1, f2;
     int packed = tj__memo_pack(with, a1, v1);
