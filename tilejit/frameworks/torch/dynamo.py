@@ -11,9 +11,9 @@ import functools
 
 import torch
 
+from ...builder.torch_schema import NAMESPACE
 from ...runtime import frameworks, host
 from ...runtime.fast_paths import FAST_PATHS
-from ...builder.torch_schema import NAMESPACE
 from .op import call_op, definition, is_defined, op_name
 
 
