@@ -202,6 +202,18 @@ static inline int scalar_matches(const tj_arg *arg, const uint64_t *r) {
   return arg_head(arg) == LOAD(r[0]) && (uint64_t)arg->value.i == LOAD(r[1]);
 }
 
+/* A record's sequence when it holds a stable record (0: it does not), read
+ * before its words; record_unchanged after them tells a torn read. */
+static inline uint64_t record_sequence(const uint64_t *record) {
+  const uint64_t seq = __atomic_load_n(&record[0], __ATOMIC_ACQUIRE);
+  return (seq & 1) ? 0 : seq;
+}
+
+static inline int record_unchanged(const uint64_t *record, uint64_t seq) {
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  return __atomic_load_n(&record[0], __ATOMIC_RELAXED) == seq;
+}
+
 /* Whether the arguments match a record's words and pass what a match leaves
  * to check; with a frame, each bound into it as it passes. */
 __attribute__((always_inline)) static inline int inputs_match(const tj__memo *m, tj_arg *args,
@@ -223,8 +235,8 @@ __attribute__((always_inline)) static inline int inputs_match(const tj__memo *m,
 __attribute__((always_inline)) static inline int record_bind(const tj_kernel *k, const tj__memo *m,
                                                              const uint64_t *record, tj_arg *args,
                                                              tj_frame *frame) {
-  const uint64_t seq = __atomic_load_n(&record[0], __ATOMIC_ACQUIRE);
-  if (seq == 0 || (seq & 1)) return 0;
+  const uint64_t seq = record_sequence(record);
+  if (seq == 0) return 0;
   const uint64_t *words = record + 1;
   if (!inputs_match(m, args, words, frame)) return 0;
   const uint64_t *f = &words[m->frame];
@@ -243,8 +255,7 @@ __attribute__((always_inline)) static inline int record_bind(const tj_kernel *k,
   }
   frame->kernel = k;
   frame->stream = NULL;
-  __atomic_thread_fence(__ATOMIC_ACQUIRE);
-  return __atomic_load_n(&record[0], __ATOMIC_RELAXED) == seq;
+  return record_unchanged(record, seq);
 }
 
 static inline const uint64_t *record_at(const tj__memo *m, uint32_t r) {
@@ -277,8 +288,8 @@ int tj__memo_pack(const tj_kernel *k, tj_arg *args, tj_value *values) {
   const tj__memo *m = k->memo;
   if (m->packed < 0) return 0;
   const uint64_t *record = LOAD(m->last);
-  const uint64_t seq = __atomic_load_n(&record[0], __ATOMIC_ACQUIRE);
-  if (seq == 0 || (seq & 1)) return 0;
+  const uint64_t seq = record_sequence(record);
+  if (seq == 0) return 0;
   const uint64_t *words = record + 1;
   if (!inputs_match(m, args, words, NULL)) return 0;
   const uint64_t *integers = &words[m->packed];
@@ -291,8 +302,7 @@ int tj__memo_pack(const tj_kernel *k, tj_arg *args, tj_value *values) {
       default: values[a].i = (int64_t)LOAD(integers[step.at]); break;
     }
   }
-  __atomic_thread_fence(__ATOMIC_ACQUIRE);
-  return __atomic_load_n(&record[0], __ATOMIC_RELAXED) == seq;
+  return record_unchanged(record, seq);
 }
 
 void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *frame) {
