@@ -450,7 +450,7 @@ def test_the_trace_time_constants_are_marked_as_torch_marks_them():
 
     torch.compiler.assume_constant_result(probe)
     marked = {name: value for name, value in vars(probe).items()}
-    assert marked == {name: vars(dynamo._traced_op_name)[name] for name in marked}
+    assert marked == {name: vars(dynamo._traced_op_entry)[name] for name in marked}
 
 
 def test_a_kernel_made_before_torch_is_imported(kernels, backend, child_python):

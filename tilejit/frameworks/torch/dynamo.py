@@ -37,17 +37,11 @@ def _registered_op_name(kernel) -> str:
 
 
 @_constant_at_trace_time
-def _traced_op_name(key: str) -> str:
-    """The op name of the kernel ``key`` names (``frameworks.register_traced``), computed
-    and the op registered while Dynamo traces, outside the graph: Dynamo calls this at
-    trace time and keeps the result as a constant."""
-    return _registered_op_name(frameworks.traced_object(key))
-
-
-@_constant_at_trace_time
 def _traced_op_entry(key: str) -> tuple:
-    """``(op name, whether it returns several outputs)`` for the kernel ``key`` names,
-    the op registered, at trace time (see ``_traced_op_name``)."""
+    """``(op name, whether it returns several outputs)`` for the kernel ``key`` names
+    (``frameworks.register_traced``), computed and the op registered while Dynamo traces,
+    outside the graph: Dynamo calls this at trace time and keeps the result as a
+    constant."""
     kernel = frameworks.traced_object(key)
     return _registered_op_name(kernel), len(kernel._sig.out_idx) > 1
 
@@ -75,10 +69,10 @@ def traced_call(kernel, /, *args, **keywords):
     # Without keywords nothing is traced but the op, read through the fewest globals:
     # every attribute and global read here is a guard that each call of the compiled
     # function checks (measured: about 80 ns each).
+    name, several = _traced_op_entry(kernel._trace_key)
     if keywords:
         args, stream = kernel._positional(args, keywords)
-        return call_op(_traced_op_name(kernel._trace_key), *args, stream=stream)
-    name, several = _traced_op_entry(kernel._trace_key)
+        return call_op(name, *args, stream=stream)
     result = getattr(_namespace, name).default(*args)
     return list(result) if several else result
 
