@@ -42,19 +42,6 @@ enum { KEY_HEAD, KEY_DEVICE, KEY_FORM, KEY_NO_STRIDES, KEY_WORDS };
  * which the symbol and everything computed from it depend on. */
 #define SCALAR_WORDS 2
 
-/* What the memo reads of each input parameter, packed: the parameter table
- * itself is wide, and the hit path should touch little memory. */
-typedef struct {
-  const tj__param *param;
-  int32_t index;       /* the parameter's */
-  int32_t position;    /* caller argument */
-  int32_t record;      /* first word of a buffer's or binding scalar's record; -1: other scalars */
-  int32_t ndim;        /* a buffer's; -1: an integer scalar binding a symbol (value recorded) */
-  uint64_t misaligned; /* align - 1 */
-} memo_input;
-
-enum { MEMO_RECORDS = 4 }; /* a power of two */
-
 /* How a hit packs one argument of a CPU kernel's function (tj__memo_pack):
  * the address of the tensor, the value of the scalar at caller argument `at`,
  * or a record's word `at` of the packed integers (symbols, expressions). */
@@ -63,6 +50,22 @@ typedef struct {
   int32_t how;
   int32_t at;
 } pack_step;
+
+/* What the memo reads of each input parameter, packed: the parameter table
+ * itself is wide, and the hit path should touch little memory. */
+typedef struct {
+  const tj__param *param;
+  int32_t index;       /* the parameter's */
+  int32_t position;    /* caller argument */
+  int32_t record;      /* first word of a buffer's or binding scalar's record; -1: other scalars */
+  int32_t ndim;        /* a buffer's; -1: an integer scalar binding a symbol (value recorded) */
+  int32_t slot;        /* the kernel function's argument a hit packs it into; -1: none */
+  int32_t how;         /* PACK_ADDRESS, PACK_INT or PACK_FLOAT, when slot >= 0 */
+  uint64_t misaligned; /* align - 1 */
+} memo_input;
+
+enum { MEMO_RECORDS = 4 }; /* a power of two */
+
 
 /* Record r is words[r * stride ...]: its sequence (even: stable; odd: being
  * written; 0: nothing yet), then its words. */
@@ -73,8 +76,9 @@ typedef struct tj__memo {
   memo_input inputs[TJ_MAX_PARAMS];
   int32_t frame;  /* in a record: device, has_device | first_tensor, symbols, output shapes */
   int32_t packed; /* in a record: the packed integers; -1: hits pack no launch */
+  int32_t npacked; /* how many */
   int32_t stride; /* words a record takes, its sequence included */
-  pack_step pack[TJ_MAX_ABI_ARGS]; /* per argument of the kernel function, when packed >= 0 */
+  int32_t word_slots[TJ_MAX_ABI_ARGS]; /* packed integer w: the argument it packs into */
   uint64_t words[];
 } tj__memo;
 
@@ -128,6 +132,26 @@ static int32_t pack_steps(const tj_kernel *k, pack_step *steps) {
   return words;
 }
 
+/* Hands each step of `steps` to what performs it on a hit: an input's value to
+ * the input (its slot), a packed integer to word_slots. 0 when an input would
+ * pack into two arguments: hits then pack nothing. */
+static int assign_slots(const tj_kernel *k, const pack_step *steps, memo_input *inputs, int32_t n,
+                        int32_t *word_slots) {
+  for (int32_t j = 0; j < n; ++j) inputs[j].slot = -1;
+  for (int32_t a = 0; a < k->nabi; ++a) {
+    if (steps[a].how == PACK_WORD) {
+      word_slots[steps[a].at] = a;
+      continue;
+    }
+    int32_t j = 0;
+    while (j < n && inputs[j].position != steps[a].at) ++j;
+    if (j == n || inputs[j].slot >= 0) return 0;
+    inputs[j].slot = a;
+    inputs[j].how = steps[a].how;
+  }
+  return 1;
+}
+
 int tj__memo_create(tj_kernel *k) {
   memo_input inputs[TJ_MAX_PARAMS];
   pack_step steps[TJ_MAX_ABI_ARGS];
@@ -142,6 +166,8 @@ int tj__memo_create(tj_kernel *k) {
                                p->position,
                                buffer || binds ? words : -1,
                                binds ? -1 : p->ndim,
+                               -1,
+                               PACK_ADDRESS,
                                (uint64_t)p->align - 1};
     if (buffer) words += RECORD_WORDS(p->ndim);
     if (binds) words += SCALAR_WORDS;
@@ -149,7 +175,9 @@ int tj__memo_create(tj_kernel *k) {
   int32_t frame = words;
   words += 2 + k->nsymbols;
   for (int32_t o = 0; o < k->nallocs; ++o) words += k->params[k->output_params[o]].ndim;
-  const int32_t packed = pack_steps(k, steps);
+  int32_t word_slots[TJ_MAX_ABI_ARGS];
+  int32_t packed = pack_steps(k, steps);
+  if (packed >= 0 && !assign_slots(k, steps, inputs, n, word_slots)) packed = -1;
   if (packed >= 0) words += packed;
   const int32_t stride = 1 + words;
   tj__memo *m = calloc(1, sizeof(*m) + (size_t)MEMO_RECORDS * (size_t)stride * sizeof(uint64_t));
@@ -158,7 +186,8 @@ int tj__memo_create(tj_kernel *k) {
   m->ninputs = n;
   m->frame = frame;
   m->packed = packed >= 0 ? words - packed : -1;
-  if (packed >= 0) memcpy(m->pack, steps, (size_t)k->nabi * sizeof(steps[0]));
+  m->npacked = packed >= 0 ? packed : 0;
+  if (packed > 0) memcpy(m->word_slots, word_slots, (size_t)packed * sizeof(word_slots[0]));
   m->stride = stride;
   m->last = m->words;
   k->memo = m;
@@ -215,10 +244,11 @@ static inline int record_unchanged(const uint64_t *record, uint64_t seq) {
 }
 
 /* Whether the arguments match a record's words and pass what a match leaves
- * to check; with a frame, each bound into it as it passes. */
+ * to check; with a frame, each bound into it as it passes; with values, each
+ * packed into the kernel function's arguments (the inputs' part of a hit). */
 __attribute__((always_inline)) static inline int inputs_match(const tj__memo *m, tj_arg *args,
                                                               const uint64_t *words,
-                                                              tj_frame *frame) {
+                                                              tj_frame *frame, tj_value *values) {
   for (int32_t j = 0; j < m->ninputs; ++j) {
     const memo_input *in = &m->inputs[j];
     tj_arg *arg = &args[in->position];
@@ -227,6 +257,15 @@ __attribute__((always_inline)) static inline int inputs_match(const tj__memo *m,
                        : !buffer_matches(in, arg, &words[in->record]))
       return 0;
     if (frame != NULL) frame->params[in->index] = arg;
+    if (values != NULL && in->slot >= 0) {
+      tj_value *v = &values[in->slot];
+      if (in->how == PACK_ADDRESS)
+        v->p = tj__tensor_address(arg);
+      else if (in->how == PACK_INT)
+        v->i = arg->value.i;
+      else
+        v->f = tj__float_value(arg);
+    }
   }
   return 1;
 }
@@ -238,7 +277,7 @@ __attribute__((always_inline)) static inline int record_bind(const tj_kernel *k,
   const uint64_t seq = record_sequence(record);
   if (seq == 0) return 0;
   const uint64_t *words = record + 1;
-  if (!inputs_match(m, args, words, frame)) return 0;
+  if (!inputs_match(m, args, words, frame, NULL)) return 0;
   const uint64_t *f = &words[m->frame];
   uint64_t device = LOAD(f[0]), where = LOAD(f[1]);
   memcpy(&frame->device, &device, sizeof(device));
@@ -290,18 +329,9 @@ int tj__memo_pack(const tj_kernel *k, tj_arg *args, tj_value *values) {
   const uint64_t *record = LOAD(m->last);
   const uint64_t seq = record_sequence(record);
   if (seq == 0) return 0;
-  const uint64_t *words = record + 1;
-  if (!inputs_match(m, args, words, NULL)) return 0;
-  const uint64_t *integers = &words[m->packed];
-  for (int32_t a = 0; a < k->nabi; ++a) {
-    const pack_step step = m->pack[a];
-    switch (step.how) {
-      case PACK_ADDRESS: values[a].p = tj__tensor_address(&args[step.at]); break;
-      case PACK_INT: values[a].i = args[step.at].value.i; break;
-      case PACK_FLOAT: values[a].f = tj__float_value(&args[step.at]); break;
-      default: values[a].i = (int64_t)LOAD(integers[step.at]); break;
-    }
-  }
+  const uint64_t *words = record + 1, *integers = &words[m->packed];
+  if (!inputs_match(m, args, words, NULL, values)) return 0;
+  for (int32_t w = 0; w < m->npacked; ++w) values[m->word_slots[w]].i = (int64_t)LOAD(integers[w]);
   return record_unchanged(record, seq);
 }
 
@@ -353,14 +383,11 @@ void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *fram
   for (int32_t o = 0; o < k->nallocs; ++o)
     for (int32_t d = 0; d < frame->out_ndim[o]; ++d)
       STORE(*shapes++, (uint64_t)frame->out_shape[o][d]);
-  if (m->packed >= 0) {
-    uint64_t *integers = &words[m->packed];
-    for (int32_t a = 0; a < k->nabi; ++a) {
-      if (m->pack[a].how != PACK_WORD) continue;
-      int64_t value = 0; /* tj_call_bind evaluated every expression: none fails */
-      tj__abi_integer(frame, &k->abi[a], &value);
-      STORE(integers[m->pack[a].at], (uint64_t)value);
-    }
+  uint64_t *integers = words + (m->packed >= 0 ? m->packed : 0);
+  for (int32_t w = 0; w < m->npacked; ++w) {
+    int64_t value = 0; /* tj_call_bind evaluated every expression: none fails */
+    tj__abi_integer(frame, &k->abi[m->word_slots[w]], &value);
+    STORE(integers[w], (uint64_t)value);
   }
   __atomic_store_n(&record[0], seq + 2, __ATOMIC_RELEASE);
   STORE(m->last, (const uint64_t *)record);

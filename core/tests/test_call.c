@@ -430,6 +430,61 @@ TEST(call_run_packs_repeated_cpu_calls) {
   tj_kernel_free(k);
 }
 
+static tj_value seen[4];
+
+static int32_t seen_entry(const tj_value *args) {
+  memcpy(seen, args, sizeof(seen));
+  return 0;
+}
+
+/* Repeated calls hand the kernel function what the first call handed it, in
+ * the order of its arguments: reordered, one buffer validated but not passed,
+ * an expression, and (second kernel) one buffer passed twice. */
+TEST(call_run_packs_in_the_functions_order) {
+  static float c_data[2][8];
+  for (int twice = 0; twice < 2; ++twice) {
+    tj_kernel *k = NULL;
+    CHECK_OK(tj_kernel_create("reordered", 3, TJ_TARGET_CPU, &k));
+    CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+    int32_t n = tjt_sym(k, 0), n1 = tjt_binop_const(k, "n + 1", 0, TJ_OP_ADD, 1);
+    tjt_buffer(k, 0, "A", TJT_F32, 1, &n, NULL, 0, 0);
+    tjt_buffer(k, 1, "B", TJT_F32, 1, &n, NULL, 0, 0);
+    tjt_buffer(k, 2, "C", TJT_F32, 1, &n, NULL, 0, 0);
+    const tj_abi_arg abi[4] = {{TJ_ABI_EXPR, n1, TJT_DTYPE(kDLInt, 32)},
+                               {TJ_ABI_PARAM, 2, {0, 0, 0}},
+                               twice ? (tj_abi_arg){TJ_ABI_PARAM, 2, {0, 0, 0}}
+                                     : (tj_abi_arg){TJ_ABI_SYMBOL, 0, {0, 0, 0}},
+                               {TJ_ABI_PARAM, 0, {0, 0, 0}}};
+    CHECK_OK(tj_kernel_set_abi(k, 4, abi));
+    CHECK_OK(tj_kernel_finalize(k));
+    CHECK_OK(tj_kernel_set_entry(k, seen_entry));
+    tjt_object a, b, c[2];
+    object_tensor(&a, a_data, 8);
+    object_tensor(&b, b_data, 8);
+    object_tensor(&c[0], c_data[0], 8);
+    object_tensor(&c[1], c_data[1], 8);
+    for (int round = 0; round < 4; ++round) { /* C alternates: each call's own address */
+      const int which = round % 2;
+      const float *c_now = c_data[which];
+      memset(seen, 0, sizeof(seen));
+      tj_arg args[3];
+      object_arg(&args[0], &a);
+      object_arg(&args[1], &b);
+      object_arg(&args[2], &c[which]);
+      tj_call call = {args, 3, 0, NULL, NULL};
+      CHECK_OK(tj_call_run(k, &call));
+      CHECK_EQ_INT(seen[0].i, 9);
+      CHECK(seen[1].p == c_now);
+      if (twice)
+        CHECK(seen[2].p == c_now);
+      else
+        CHECK_EQ_INT(seen[2].i, 8);
+      CHECK(seen[3].p == a_data);
+    }
+    tj_kernel_free(k);
+  }
+}
+
 TEST(call_run_releases_owned_imports) {
   memset(&rec, 0, sizeof(rec));
   rec.own = 1;

@@ -54,6 +54,7 @@
   X(call_run_producer_error_pending)               \
   X(call_run_streams)                              \
   X(call_run_packs_repeated_cpu_calls)             \
+  X(call_run_packs_in_the_functions_order)         \
   X(call_run_releases_owned_imports)               \
   X(call_run_no_tensor_fallback)                   \
   X(bound_launch_binds_once_and_replays)           \
