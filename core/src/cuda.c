@@ -496,29 +496,37 @@ static int allow_smem(const driver *d, const tj_kernel *k, ctx_entry *e, int32_t
 }
 
 /* Evaluates expression `id` into *out and checks it lies in [low, high]. */
-static int eval_value(const tj_frame *f, const char *who, const char *what, int32_t id, int64_t low,
-                      int64_t high, int64_t *out) {
+/* Expression `id` over the bound symbols into *out: 1 when it evaluates within
+ * [low, high]; else 0, and *evaluated says whether it evaluated at all. */
+static int eval_within(const tj_frame *f, int32_t id, int64_t low, int64_t high, int64_t *out,
+                       int *evaluated) {
   const tj__expr *e = &f->kernel->exprs[id];
-  if (tj_expr_eval(e->code, e->n, f->symbols, out) != TJ_OK) {
+  *out = 0; /* what a failed evaluation leaves */
+  *evaluated = tj_expr_eval(e->code, e->n, f->symbols, out) == TJ_OK;
+  return *evaluated && *out >= low && *out <= high;
+}
+
+/* The error of value `what` (expression `id`) of `who`, which eval_within refused. */
+static int eval_refused(const tj_frame *f, const char *who, const char *what, int32_t id,
+                        int evaluated, int64_t value, int64_t low, int64_t high) {
+  const tj__expr *e = &f->kernel->exprs[id];
+  if (!evaluated) {
     char why[400];
     snprintf(why, sizeof(why), "%s", tj_last_error());
     return tj_set_error(TJ_EVALUE, "%s: cannot evaluate %s = %s: %s", who, what, e->text, why);
   }
-  if (*out < low || *out > high)
-    return tj_set_error(TJ_EVALUE, "%s: %s = %s evaluates to %lld, expected %lld to %lld", who,
-                        what, e->text, (long long)*out, (long long)low, (long long)high);
-  return TJ_OK;
+  return tj_set_error(TJ_EVALUE, "%s: %s = %s evaluates to %lld, expected %lld to %lld", who,
+                      what, e->text, (long long)value, (long long)low, (long long)high);
 }
 
 /* Launch `l`'s configuration: grid, block, shared memory, cluster (1 1 1
- * without one). */
+ * without one). The launch is named only in a message: one that evaluates
+ * writes no text. */
 static int eval_launch(const tj_frame *f, int32_t l, int64_t out[10]) {
   static const char *const what[10] = {"grid[0]",    "grid[1]",   "grid[2]",    "block[0]",
                                        "block[1]",   "block[2]",  "shared_mem", "cluster[0]",
                                        "cluster[1]", "cluster[2]"};
   const tj__launch *launch = &f->kernel->launches[l];
-  char who[300];
-  launch_label(f->kernel, l, who, sizeof(who));
   for (int i = 0; i < 10; ++i) {
     if (i >= 7 && !launch->has_cluster) {
       out[i] = 1;
@@ -526,8 +534,12 @@ static int eval_launch(const tj_frame *f, int32_t l, int64_t out[10]) {
     }
     int32_t id = i < 7 ? launch->config[i] : launch->cluster[i - 7];
     int64_t low = (i >= 3 && i != 6) ? 1 : 0;
-    int rc = eval_value(f, who, what[i], id, low, UINT32_MAX, &out[i]);
-    if (rc) return rc;
+    int evaluated;
+    if (!eval_within(f, id, low, UINT32_MAX, &out[i], &evaluated)) {
+      char who[300];
+      launch_label(f->kernel, l, who, sizeof(who));
+      return eval_refused(f, who, what[i], id, evaluated, out[i], low, UINT32_MAX);
+    }
   }
   return TJ_OK;
 }
@@ -597,14 +609,16 @@ static int check_im2col(const char *who, const tj_tensormap *t, const int64_t *l
 }
 
 /* Evaluates `n` expression ids of a tensor map's field `name` into out, each
- * within [low, high] (eval_value). */
+ * within [low, high] (eval_within). */
 static int eval_fields(const tj_frame *f, const char *who, const char *name, const int32_t *ids,
                        int32_t n, int64_t low, int64_t high, int64_t *out) {
   for (int32_t i = 0; i < n; ++i) {
-    char what[64];
-    snprintf(what, sizeof(what), "%s[%d]", name, i);
-    int rc = eval_value(f, who, what, ids[i], low, high, &out[i]);
-    if (rc) return rc;
+    int evaluated;
+    if (!eval_within(f, ids[i], low, high, &out[i], &evaluated)) {
+      char what[64];
+      snprintf(what, sizeof(what), "%s[%d]", name, i);
+      return eval_refused(f, who, what, ids[i], evaluated, out[i], low, high);
+    }
   }
   return TJ_OK;
 }
