@@ -166,16 +166,17 @@ static inline __attribute__((always_inline)) int import_args(const tj_kernel *k,
   return TJ_OK;
 }
 
+/* The stream a launch on `device` runs on: the call's, else the producer's
+ * current one (asked at every launch, never kept); *stream is left as it is
+ * when neither says (a CPU kernel). */
 static int choose_stream(const tj_kernel *k, const tj_call *call, const tj_producer *like,
-                         tj_frame *frame) {
+                         DLDevice device, void **stream) {
   if (call->has_stream) {
-    frame->stream = call->stream;
+    *stream = call->stream;
     return TJ_OK;
   }
-  if (frame->device.device_type == kDLCPU || like == NULL || like->current_stream == NULL)
-    return TJ_OK;
-  int rc = like->current_stream(like, frame->device.device_type, frame->device.device_id,
-                                &frame->stream);
+  if (device.device_type == kDLCPU || like == NULL || like->current_stream == NULL) return TJ_OK;
+  int rc = like->current_stream(like, device.device_type, device.device_id, stream);
   if (rc == TJ_EPYERR) {
     tj_set_error(rc, "%s: the producer's current stream", k->name);
     return tj_error_at(rc, -1, -1, TJ_PRODUCER_STREAM);
@@ -228,11 +229,18 @@ static int launch(const tj_host *host, tj_frame *frame) {
   return rc;
 }
 
-/* Runs a CPU kernel on arguments the memo packed (tj__memo_pack). */
-static int launch_values(const tj_host *host, const tj_kernel *k, const tj_value *values) {
-  void *token = unlock(host);
-  int rc = tj__launch_values(k, values);
-  if (token != NULL) host->lock(token);
+/* Runs a call the memo packed (tj__memo_pack) on the stream it chooses, as
+ * the frame's steps below would: no output or workspace to allocate. */
+static int launch_hit(const tj_kernel *k, const tj_call *call, const tj_call_binding *b,
+                      const tj__hit *hit) {
+  const tj_producer *like =
+      hit->first_tensor >= 0 ? call->args[hit->first_tensor].producer : b->fallback;
+  void *stream = NULL;
+  int rc = choose_stream(k, call, like, hit->device, &stream);
+  if (rc != TJ_OK) return rc;
+  void *token = unlock(b->host);
+  rc = tj__launch_values(k, hit, stream);
+  if (token != NULL) b->host->lock(token);
   return rc;
 }
 
@@ -299,23 +307,22 @@ int tj_call_run_binding(const tj_kernel *k, tj_call *call, const tj_call_binding
     for (int32_t i = nargs; i < k->ninputs; ++i) tj_arg_init(&call->args[i]);
     nargs = k->ninputs;
   }
-  tj_value values[TJ_MAX_ABI_ARGS];
+  tj__hit hit;
   if (nargs != k->ninputs) {
     rc = tj__bind(k, NULL, nargs, &frame); /* reports the count */
   } else if ((rc = import_args(k, call->args, nargs, b->unclaimed, &owned, &claimed)) != TJ_OK) {
     /* reported */
-  } else if (claimed < 0 && !call->has_stream && k->memo != NULL &&
-             tj__memo_pack(k, call->args, values)) {
-    /* A repeated CPU call with nothing to allocate: checked and packed by the
+  } else if (claimed < 0 && k->memo != NULL && tj__memo_pack(k, call->args, &hit)) {
+    /* A repeated call with nothing to allocate: checked and packed by the
      * memo in one pass, no frame (what the steps below do for it). */
-    rc = launch_values(b->host, k, values);
+    rc = launch_hit(k, call, b, &hit);
   } else if ((rc = tj__bind(k, call->args, nargs, &frame)) == TJ_OK) {
     if (claimed >= 0) { /* validated; the framework runs it */
       rc = claimed_by(k, claimed, "requires grad");
       goto release;
     }
     like = frame.first_tensor >= 0 ? call->args[frame.first_tensor].producer : b->fallback;
-    if ((rc = choose_stream(k, call, like, &frame)) == TJ_OK &&
+    if ((rc = choose_stream(k, call, like, frame.device, &frame.stream)) == TJ_OK &&
         (rc = allocate_outputs(k, like, &frame, outs, objects)) == TJ_OK)
       rc = k->nworkspaces == 0 ? launch(b->host, &frame)
                                : launch_with_workspaces(k, call, b->host, like, &frame);
@@ -415,7 +422,7 @@ int tj_bound_launch(tj_bound *b, int32_t has_stream, void *stream) {
   /* The stream is chosen at every launch, as a call chooses it: the
    * producer's current one is asked again each time, never kept. */
   b->frame.stream = NULL;
-  int rc = choose_stream(k, &call, b->like, &b->frame);
+  int rc = choose_stream(k, &call, b->like, b->frame.device, &b->frame.stream);
   if (rc != TJ_OK) return rc;
   int wait = 0;
   if (k->nworkspaces > 0 && (rc = workspaces_wait(k, &call, b->like, &b->frame, &wait))) return rc;

@@ -816,16 +816,16 @@ static void pack(const tj_frame *f, const tj__launch *launch, const CUtensorMap 
 
 /* Launches launch `l` with configuration `cfg` (eval_launch): through
  * cuLaunchKernelEx when it has attributes, else cuLaunchKernel. */
-static int launch_one(const driver *d, const tj_frame *f, int32_t l, CUfunction function,
+static int launch_one(const driver *d, const tj_kernel *k, int32_t l, CUfunction function,
                       const int64_t cfg[10], void **params, void *stream) {
-  const tj__launch *launch = &f->kernel->launches[l];
+  const tj__launch *launch = &k->launches[l];
   CUresult rc;
   const char *via = "cuLaunchKernel";
   if (launch->has_cluster || launch->flags) {
     via = "cuLaunchKernelEx";
     if (d->cuLaunchKernelEx == NULL) {
       char who[300];
-      launch_label(f->kernel, l, who, sizeof(who));
+      launch_label(k, l, who, sizeof(who));
       return tj_set_error(TJ_ERUNTIME,
                           "%s: the CUDA driver has no cuLaunchKernelEx, needed for cluster, "
                           "cooperative and programmatic dependent launches (CUDA 12 or newer)",
@@ -866,7 +866,7 @@ static int launch_one(const driver *d, const tj_frame *f, int32_t l, CUfunction 
   }
   if (rc == 0) return TJ_OK;
   char who[300], call[400];
-  launch_label(f->kernel, l, who, sizeof(who));
+  launch_label(k, l, who, sizeof(who));
   int used = snprintf(call, sizeof(call),
                       "%s(grid (%lld, %lld, %lld), block (%lld, %lld, %lld), shared memory "
                       "%lld bytes",
@@ -1002,7 +1002,7 @@ int tj__cuda_launch(const tj_frame *f) {
     slot slots[TJ_MAX_ABI_ARGS];
     void *params[TJ_MAX_ABI_ARGS];
     pack(f, &k->launches[l], maps, slots, params);
-    status = launch_one(d, f, l, c.entry->functions[l], cfg[l], params, f->stream);
+    status = launch_one(d, k, l, c.entry->functions[l], cfg[l], params, f->stream);
   }
   leave_context(d, &c);
   return status;
@@ -1063,13 +1063,39 @@ int tj__cuda_replay(const tj_frame *f, const tj__cuda_packed *p, void *stream) {
     const int64_t *cfg = p->cfg[l];
     if (!cfg[0] || !cfg[1] || !cfg[2]) continue;
     if (cfg[6] > DEFAULT_DYNAMIC_SMEM && (status = allow_smem(d, k, c.entry, l, cfg[6]))) break;
-    status = launch_one(d, f, l, c.entry->functions[l], cfg, (void **)p->params[l], stream);
+    status = launch_one(d, k, l, c.entry->functions[l], cfg, (void **)p->params[l], stream);
   }
   leave_context(d, &c);
   return status;
 }
 
 void tj__cuda_packed_free(tj__cuda_packed *p) { free(p); }
+
+/* ---- Launches the memo packed (tj__memo_pack) ---------------------------------- */
+
+int tj__cuda_config(const tj_frame *f, int64_t cfg[10]) { return eval_launch(f, 0, cfg); }
+
+int tj__cuda_launch_values(const tj_kernel *k, int32_t device, const int64_t cfg[10],
+                           const tj_value *values, void *stream) {
+  int status = launch_ready(k);
+  if (status) return status;
+  const driver *d = get_driver(k->name);
+  if (d == NULL) return TJ_ERUNTIME;
+  if (!cfg[0] || !cfg[1] || !cfg[2]) return TJ_OK; /* an empty grid: nothing to run */
+  launch_context c;
+  if ((status = enter_context(d, k, device, &c))) return status;
+  status = ensure_loaded(d, k, &c, stream);
+  if (!status && cfg[6] > DEFAULT_DYNAMIC_SMEM) status = allow_smem(d, k, c.entry, 0, cfg[6]);
+  if (!status) {
+    /* Each argument at the start of its word: the driver copies the bytes the
+     * kernel's parameter has (the memo wrote narrower values there). */
+    void *params[TJ_MAX_ABI_ARGS];
+    for (int32_t a = 0; a < k->nabi; ++a) params[a] = (void *)&values[a];
+    status = launch_one(d, k, 0, c.entry->functions[0], cfg, params, stream);
+  }
+  leave_context(d, &c);
+  return status;
+}
 
 /* ---- Loading ahead ------------------------------------------------------------- */
 

@@ -94,9 +94,12 @@ int tj_call_launch(tj_frame *f) {
   return cpu_run(f, values);
 }
 
-int tj__launch_values(const tj_kernel *k, const tj_value *values) {
-  int rc = cpu_ready(k, NULL);
-  return rc ? rc : cpu_enter(k, values);
+int tj__launch_values(const tj_kernel *k, const tj__hit *hit, void *stream) {
+  if (k->target == TJ_TARGET_CUDA)
+    return tj__cuda_launch_values(k, hit->has_device ? hit->device.device_id : -1, hit->cfg,
+                                  hit->values, stream);
+  int rc = cpu_ready(k, stream);
+  return rc ? rc : cpu_enter(k, hit->values);
 }
 
 int tj__launch_pack(const tj_frame *f, tj__packed *p) {

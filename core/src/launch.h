@@ -25,8 +25,19 @@ int tj__launch_repack(const tj_frame *f, tj__packed *p);
 int tj__launch_replay(const tj_frame *f, const tj__packed *p, void *stream);
 void tj__launch_unpack(tj__packed *p);
 
-/* Runs a CPU kernel with nothing to allocate on arguments packed without a
- * frame: by the memo (tj__memo_pack), which checked them as tj_call_bind would. */
-int tj__launch_values(const tj_kernel *k, const tj_value *values);
+/* A call with nothing to allocate, checked and packed without a frame by the
+ * memo (tj__memo_pack) as tj_call_bind and the launch would have: what its
+ * launch needs. */
+typedef struct {
+  tj_value values[TJ_MAX_ABI_ARGS]; /* the kernel function's arguments (CUDA: launch 0's) */
+  DLDevice device;                  /* the tensors' (has_device), as tj_frame.device */
+  int32_t has_device;
+  int32_t first_tensor; /* the caller argument whose producer gives the stream; -1: none */
+  int64_t cfg[10];      /* CUDA: the launch's grid, block, shared memory and cluster */
+} tj__hit;
+
+/* Runs a packed call: a CPU kernel now (`stream` must be NULL), a CUDA kernel
+ * enqueued on `stream`. */
+int tj__launch_values(const tj_kernel *k, const tj__hit *hit, void *stream);
 
 #endif /* TILEJIT_LAUNCH_H_ */

@@ -31,6 +31,7 @@
 
 #include "frame.h"
 #include "internal.h"
+#include "target_cuda.h"
 #include "validate.h"
 
 /* Per input buffer: four key words, the shape and the strides (ndim each),
@@ -42,10 +43,14 @@ enum { KEY_HEAD, KEY_DEVICE, KEY_FORM, KEY_NO_STRIDES, KEY_WORDS };
  * which the symbol and everything computed from it depend on. */
 #define SCALAR_WORDS 2
 
-/* How a hit packs one argument of a CPU kernel's function (tj__memo_pack):
- * the address of the tensor, the value of the scalar at caller argument `at`,
- * or a record's word `at` of the packed integers (symbols, expressions). */
-enum { PACK_ADDRESS, PACK_INT, PACK_FLOAT, PACK_WORD };
+/* How a hit packs one argument of the kernel's function (tj__memo_pack): the
+ * address of the tensor, the value of the scalar at caller argument `at` (a
+ * CUDA kernel's float32 as a float, what its parameter holds), or a record's
+ * word `at` of the packed integers (symbols, expressions). */
+enum { PACK_ADDRESS, PACK_INT, PACK_FLOAT, PACK_FLOAT32, PACK_WORD };
+/* Words a CUDA kernel's record adds after its packed integers: the launch's
+ * configuration (tj__cuda_config). */
+enum { CONFIG_WORDS = 10 };
 typedef struct {
   int32_t how;
   int32_t at;
@@ -109,10 +114,15 @@ static inline void buffer_key(const tj_arg *arg, uint64_t key[KEY_WORDS]) {
 }
 
 /* How hits pack the kernel function's arguments, and the integers a record
- * keeps for them; -1 when they cannot: a CUDA kernel (cuda.c packs its
- * launches), or outputs or workspaces to allocate first. */
+ * keeps for them; -1 when they cannot: outputs or workspaces to allocate
+ * first, a CUDA kernel of several launches or with tensor maps. A CUDA
+ * kernel's integers narrower than 64 bits are read from the start of their
+ * word, which holds them there on a little-endian machine alone. */
 static int32_t pack_steps(const tj_kernel *k, pack_step *steps) {
-  if (k->target != TJ_TARGET_CPU || k->nallocs != 0) return -1;
+  const int cuda = k->target == TJ_TARGET_CUDA;
+  if (k->nallocs != 0 || (cuda && (k->nlaunches != 1 || k->ntensormaps != 0)) ||
+      (cuda && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__))
+    return -1;
   int32_t words = 0;
   for (int32_t a = 0; a < k->nabi; ++a) {
     const tj_abi_arg *entry = &k->abi[a];
@@ -125,7 +135,10 @@ static int32_t pack_steps(const tj_kernel *k, pack_step *steps) {
     if (p->kind == TJ_PARAM_BUFFER)
       steps[a] = (pack_step){PACK_ADDRESS, p->position};
     else if (p->kind == TJ_PARAM_SCALAR)
-      steps[a] = (pack_step){p->dtype.code == kDLFloat ? PACK_FLOAT : PACK_INT, p->position};
+      steps[a] = (pack_step){p->dtype.code != kDLFloat             ? PACK_INT
+                             : cuda && p->dtype.bits == 32 ? PACK_FLOAT32
+                                                           : PACK_FLOAT,
+                             p->position};
     else
       return -1;
   }
@@ -178,14 +191,16 @@ int tj__memo_create(tj_kernel *k) {
   int32_t word_slots[TJ_MAX_ABI_ARGS];
   int32_t packed = pack_steps(k, steps);
   if (packed >= 0 && !assign_slots(k, steps, inputs, n, word_slots)) packed = -1;
-  if (packed >= 0) words += packed;
+  if (packed >= 0) words += packed + (k->target == TJ_TARGET_CUDA ? CONFIG_WORDS : 0);
   const int32_t stride = 1 + words;
   tj__memo *m = calloc(1, sizeof(*m) + (size_t)MEMO_RECORDS * (size_t)stride * sizeof(uint64_t));
   if (m == NULL) return tj_set_error(TJ_ENOMEM, "%s: out of memory", k->name);
   memcpy(m->inputs, inputs, (size_t)n * sizeof(inputs[0]));
   m->ninputs = n;
   m->frame = frame;
-  m->packed = packed >= 0 ? words - packed : -1;
+  m->packed = packed < 0                      ? -1
+              : k->target == TJ_TARGET_CUDA ? words - packed - CONFIG_WORDS
+                                            : words - packed;
   m->npacked = packed >= 0 ? packed : 0;
   if (packed > 0) memcpy(m->word_slots, word_slots, (size_t)packed * sizeof(word_slots[0]));
   m->stride = stride;
@@ -243,6 +258,13 @@ static inline int record_unchanged(const uint64_t *record, uint64_t seq) {
   return __atomic_load_n(&record[0], __ATOMIC_RELAXED) == seq;
 }
 
+/* A float32 parameter's value at the start of its word (a CUDA parameter). */
+static inline void pack_float32(tj_value *v, const tj_arg *arg) {
+  const float f = (float)tj__float_value(arg);
+  v->i = 0;
+  memcpy(v, &f, sizeof(f));
+}
+
 /* Whether the arguments match a record's words and pass what a match leaves
  * to check; with a frame, each bound into it as it passes; with values, each
  * packed into the kernel function's arguments (the inputs' part of a hit). */
@@ -263,8 +285,10 @@ __attribute__((always_inline)) static inline int inputs_match(const tj__memo *m,
         v->p = tj__tensor_address(arg);
       else if (in->how == PACK_INT)
         v->i = arg->value.i;
-      else
+      else if (in->how == PACK_FLOAT)
         v->f = tj__float_value(arg);
+      else
+        pack_float32(v, arg);
     }
   }
   return 1;
@@ -323,20 +347,33 @@ int tj__memo_bind(const tj_kernel *k, tj_arg *args, tj_frame *frame) {
   return record_bind(k, m, last, args, frame) || other_record_bind(k, m, last, args, frame);
 }
 
-int tj__memo_pack(const tj_kernel *k, tj_arg *args, tj_value *values) {
+int tj__memo_pack(const tj_kernel *k, tj_arg *args, tj__hit *hit) {
   const tj__memo *m = k->memo;
   if (m->packed < 0) return 0;
   const uint64_t *record = LOAD(m->last);
   const uint64_t seq = record_sequence(record);
   if (seq == 0) return 0;
   const uint64_t *words = record + 1, *integers = &words[m->packed];
-  if (!inputs_match(m, args, words, NULL, values)) return 0;
-  for (int32_t w = 0; w < m->npacked; ++w) values[m->word_slots[w]].i = (int64_t)LOAD(integers[w]);
+  if (!inputs_match(m, args, words, NULL, hit->values)) return 0;
+  for (int32_t w = 0; w < m->npacked; ++w)
+    hit->values[m->word_slots[w]].i = (int64_t)LOAD(integers[w]);
+  const uint64_t *f = &words[m->frame];
+  uint64_t device = LOAD(f[0]), where = LOAD(f[1]);
+  memcpy(&hit->device, &device, sizeof(device));
+  hit->has_device = (int32_t)(uint32_t)where;
+  hit->first_tensor = (int32_t)(where >> 32);
+  if (k->target == TJ_TARGET_CUDA)
+    for (int32_t c = 0; c < CONFIG_WORDS; ++c) hit->cfg[c] = (int64_t)LOAD(integers[m->npacked + c]);
   return record_unchanged(record, seq);
 }
 
 void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *frame) {
   tj__memo *m = k->memo;
+  int64_t cfg[CONFIG_WORDS];
+  /* A configuration that does not evaluate is not recorded: the launch then
+   * reports it, call after call. */
+  if (m->packed >= 0 && k->target == TJ_TARGET_CUDA && tj__cuda_config(frame, cfg) != TJ_OK)
+    return;
   /* The oldest record: records are written in turn. */
   const uint32_t r = __atomic_fetch_add(&m->stores, 1, __ATOMIC_RELAXED) & (MEMO_RECORDS - 1);
   uint64_t *record = (uint64_t *)record_at(m, r), *words = record + 1;
@@ -389,6 +426,8 @@ void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *fram
     tj__abi_integer(frame, &k->abi[m->word_slots[w]], &value);
     STORE(integers[w], (uint64_t)value);
   }
+  if (m->packed >= 0 && k->target == TJ_TARGET_CUDA)
+    for (int32_t c = 0; c < CONFIG_WORDS; ++c) STORE(integers[m->npacked + c], (uint64_t)cfg[c]);
   __atomic_store_n(&record[0], seq + 2, __ATOMIC_RELEASE);
   STORE(m->last, (const uint64_t *)record);
 }

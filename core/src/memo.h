@@ -9,16 +9,18 @@
 #define TILEJIT_MEMO_H_
 
 #include "internal.h"
+#include "launch.h"
 
 /* Makes k->memo at finalize; kernels it cannot serve keep NULL. */
 int tj__memo_create(tj_kernel *k);
 void tj__memo_free(tj_kernel *k);
 /* 1 and a bound frame when the arguments match a record; 0 otherwise. */
 int tj__memo_bind(const tj_kernel *k, tj_arg *args, tj_frame *frame);
-/* A CPU kernel with nothing to allocate: 1 and its function's arguments packed
- * into `values` when the arguments match the record that matched last, the
- * checks passed that tj_call_bind would make; 0 otherwise (bind them). */
-int tj__memo_pack(const tj_kernel *k, tj_arg *args, tj_value *values);
+/* A kernel with nothing to allocate (a CUDA kernel: one launch, no tensor
+ * map): 1 and its launch packed into *hit when the arguments match the record
+ * that matched last, the checks passed that tj_call_bind would make; 0
+ * otherwise (bind them). */
+int tj__memo_pack(const tj_kernel *k, tj_arg *args, tj__hit *hit);
 /* Records a call the full checks accepted (and bound into `frame`). */
 void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *frame);
 

@@ -24,6 +24,13 @@ int tj__cuda_pack(const tj_frame *f, tj__cuda_packed **out);
 int tj__cuda_repack(const tj_frame *f, tj__cuda_packed *p);
 int tj__cuda_replay(const tj_frame *f, const tj__cuda_packed *p, void *stream);
 void tj__cuda_packed_free(tj__cuda_packed *p);
+/* A one-launch kernel's launch from arguments packed without a frame (the
+ * memo's, tj__memo_pack): tj__cuda_config evaluates its configuration once
+ * for the record, tj__cuda_launch_values enqueues it on `stream` in device
+ * `device`'s context (-1: no tensor says), as tj__cuda_launch would. */
+int tj__cuda_config(const tj_frame *f, int64_t cfg[10]);
+int tj__cuda_launch_values(const tj_kernel *k, int32_t device, const int64_t cfg[10],
+                           const tj_value *values, void *stream);
 /* 1 when `stream` is being captured into a CUDA graph (the driver says so);
  * 0 otherwise, or with no driver loaded. */
 int tj__cuda_capturing(const tj_kernel *k, void *stream);

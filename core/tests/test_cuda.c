@@ -820,6 +820,99 @@ TEST(cuda_abi_order_and_widths) {
   tj_kernel_free(k);
 }
 
+/* axpy(alpha: f32, k: int32, n: int32 symbol, 2n: int64, A, C): a scalar of
+ * each width, a symbol and an expression, then the buffers. */
+static const char AXPY_PTX[] =
+    ".version 8.0\n.target sm_80\n.address_size 64\n"
+    ".visible .entry axpy(\n"
+    "  .param .f32 axpy_param_0, .param .u32 axpy_param_1, .param .u32 axpy_param_2,\n"
+    "  .param .u64 axpy_param_3, .param .u64 axpy_param_4, .param .u64 axpy_param_5\n"
+    ")\n{\n  ret;\n}\n";
+
+/* Calls axpy through tj_call_run (the direct call's path) on `stream`, C at `c`. */
+static int call_axpy(tj_kernel *k, double alpha, int64_t scalar, uintptr_t c, void *stream) {
+  tjt_tensor a, ct;
+  cuda_tensor(&a, 0x10000000, 1000, 0);
+  cuda_tensor(&ct, c, 1000, 0);
+  tj_arg args[4];
+  tj_arg_init(&args[0]);
+  args[0].kind = TJ_ARG_FLOAT;
+  args[0].value.f = alpha;
+  tj_arg_init(&args[1]);
+  args[1].kind = TJ_ARG_INT;
+  args[1].value.i = scalar;
+  tjt_arg_tensor(&args[2], &a, 0);
+  tjt_arg_tensor(&args[3], &ct, 0);
+  tj_call call = {args, 4, stream != NULL, stream, NULL};
+  return tj_call_run(k, &call);
+}
+
+/* A repeated direct call is checked and packed by the memo, with no frame: it
+ * launches what the first call launched, with each call's own scalars,
+ * addresses and stream, in one query and the launch, also while captured. */
+TEST(cuda_repeated_calls_launch_as_the_first) {
+  use_fake();
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("axpy", 4, TJ_TARGET_CUDA, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  CHECK_OK(tj_kernel_set_symbol_dtype(k, 0, TJT_DTYPE(kDLInt, 32)));
+  int32_t n = tjt_sym(k, 0), one = tjt_const(k, 1);
+  int32_t twice = tjt_binop_const(k, "n * 2", 0, TJ_OP_MUL, 2);
+  CHECK_OK(tj_kernel_set_scalar(k, 0, "alpha", TJT_F32));
+  CHECK_OK(tj_kernel_set_scalar(k, 1, "k", TJT_DTYPE(kDLInt, 32)));
+  tjt_buffer(k, 2, "A", TJT_F32, 1, &n, NULL, 0, TJ_BUF_CONST);
+  tjt_buffer(k, 3, "C", TJT_F32, 1, &n, NULL, 0, 0);
+  int32_t grid[3] = {tjt_binop_const(k, "ceildiv(n, 128)", 0, TJ_OP_CEILDIV, 128), one, one};
+  int32_t block[3] = {tjt_const(k, 128), one, one};
+  CHECK_OK(tj_kernel_set_launch(k, grid, block, tjt_binop_const(k, "n * 4", 0, TJ_OP_MUL, 4)));
+  const tj_abi_arg abi[6] = {{TJ_ABI_PARAM, 0, {0, 0, 0}},
+                             {TJ_ABI_PARAM, 1, {0, 0, 0}},
+                             {TJ_ABI_SYMBOL, 0, {0, 0, 0}},
+                             {TJ_ABI_EXPR, twice, TJT_DTYPE(kDLInt, 64)},
+                             {TJ_ABI_PARAM, 2, {0, 0, 0}},
+                             {TJ_ABI_PARAM, 3, {0, 0, 0}}};
+  CHECK_OK(tj_kernel_set_abi(k, 6, abi));
+  CHECK_OK(tj_kernel_finalize(k));
+  CHECK_OK(tj_kernel_set_image(k, AXPY_PTX, (int64_t)sizeof(AXPY_PTX) - 1, "axpy"));
+  CHECK(k->memo != NULL);
+  char first[2048], again[2048], calls[2048], h[6][20], want[400];
+  CHECK_OK(call_axpy(k, 1.5, -3, 0x20000000, DEVICE_PTR(0x55))); /* bound in full */
+  last_launch(first, sizeof(first));
+  snprintf(want, sizeof(want), "\"args\": [\"%s\", \"%s\", \"%s\", \"%s\", \"%s\", \"%s\"]",
+           hex(0x3fc00000, 4, h[0]), hex((uint32_t)-3, 4, h[1]), hex(1000, 4, h[2]),
+           hex(2000, 8, h[3]), hex(0x10000000, 8, h[4]), hex(0x20000000, 8, h[5]));
+  CHECK_RECORDED(want);
+  CHECK_RECORDED("\"grid\": [8, 1, 1], \"block\": [128, 1, 1], \"shared_mem\": 4000");
+  for (int round = 0; round < 2; ++round) { /* from the memo */
+    fake.reset();
+    CHECK_OK(call_axpy(k, 1.5, -3, 0x20000000, DEVICE_PTR(0x55)));
+    CHECK_EQ_STR(recorded_calls(calls, sizeof(calls)), "cuCtxGetCurrent cuLaunchKernel");
+    last_launch(again, sizeof(again));
+    CHECK_EQ_STR(again, first);
+  }
+  /* Each call's own scalars, address and stream. */
+  fake.reset();
+  CHECK_OK(call_axpy(k, -0.25, 7, 0x30000000, DEVICE_PTR(0x66)));
+  snprintf(want, sizeof(want), "\"args\": [\"%s\", \"%s\", \"%s\", \"%s\", \"%s\", \"%s\"]",
+           hex(0xbe800000, 4, h[0]), hex(7, 4, h[1]), hex(1000, 4, h[2]), hex(2000, 8, h[3]),
+           hex(0x10000000, 8, h[4]), hex(0x30000000, 8, h[5]));
+  CHECK_RECORDED(want);
+  CHECK_RECORDED("\"stream\": 102");
+  /* What the full checks refuse, a hit refuses alike: k beyond int32, C misaligned. */
+  CHECK_STATUS(call_axpy(k, 1.5, (int64_t)1 << 40, 0x20000000, DEVICE_PTR(0x55)), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("axpy: argument 1 'k'");
+  CHECK_STATUS(call_axpy(k, 1.5, -3, 0x20000002, DEVICE_PTR(0x55)), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("axpy: argument 3 'C'");
+  /* Captured: the launch alone, nothing forbidden. */
+  fake.reset();
+  capture(0x55, 1);
+  CHECK_OK(call_axpy(k, 1.5, -3, 0x20000000, DEVICE_PTR(0x55)));
+  capture(0x55, 0);
+  CHECK_RECORDED("\"captured\": 1");
+  CHECK_EQ_INT(((int (*)(void))dlsym(fake.handle, "fake_cuda_forbidden"))(), 0);
+  tj_kernel_free(k);
+}
+
 TEST(cuda_param_info_checked) {
   use_fake();
   /* The image takes n as 8 bytes; the signature declares int32. */

@@ -211,10 +211,10 @@ TEST(memo_pack_matches_full_checks) {
   for (int32_t step = 0; step < steps; ++step) {
     tj_arg a1[5], a2[5];
     walk_next(&w, &rng, a1, a2);
-    tj_value v1[TJ_MAX_ABI_ARGS];
+    tj__hit hit, never;
     tj_frame f1, f2;
-    int packed = tj__memo_pack(with, a1, v1);
-    CHECK(!tj__memo_pack(outputs, a1, v1));
+    int packed = tj__memo_pack(with, a1, &hit);
+    CHECK(!tj__memo_pack(outputs, a1, &never));
     if (!packed) (void)tj_call_bind(with, a1, 5, &f1); /* recorded when it binds */
     int rc = tj_call_bind(without, a2, 5, &f2);
     oks += rc == TJ_OK;
@@ -225,8 +225,12 @@ TEST(memo_pack_matches_full_checks) {
     ++hits;
     tj__packed p;
     CHECK_OK(tj__launch_pack(&f2, &p));
+    CHECK_EQ_INT(hit.has_device, f2.has_device);
+    CHECK_EQ_INT(hit.device.device_type, f2.device.device_type);
+    CHECK_EQ_INT(hit.device.device_id, f2.device.device_id);
+    CHECK_EQ_INT(hit.first_tensor, f2.first_tensor);
     for (int32_t a = 0; a < without->nabi; ++a)
-      if (memcmp(&v1[a], &p.values[a], sizeof(tj_value)) != 0)
+      if (memcmp(&hit.values[a], &p.values[a], sizeof(tj_value)) != 0)
         tjt_fail(__FILE__, __LINE__, "step %d: argument %d of the kernel function differs", step,
                  a);
     tj__launch_unpack(&p);
