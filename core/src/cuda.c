@@ -1073,7 +1073,10 @@ void tj__cuda_packed_free(tj__cuda_packed *p) { free(p); }
 
 /* ---- Launches the memo packed (tj__memo_pack) ---------------------------------- */
 
-int tj__cuda_config(const tj_frame *f, int64_t cfg[10]) { return eval_launch(f, 0, cfg); }
+int tj__cuda_config(const tj_frame *f, int64_t cfg[10]) {
+  int status = launch_ready(f->kernel);
+  return status ? status : eval_launch(f, 0, cfg);
+}
 
 int tj__cuda_launch_values(const tj_kernel *k, int32_t device, const int64_t cfg[10],
                            const tj_value *values, void *stream) {

@@ -48,3 +48,23 @@ TEST(fuzz_object_without_producer) {
   CHECK_STATUS(tj_call_run(k, &call), TJ_ETYPE);
   tj_kernel_free(k);
 }
+
+/* Finding 3: a CUDA kernel with no launch configuration (and no expression),
+ * bound, had its configuration evaluated for the memo's record, through a NULL
+ * expression table. It is refused at the launch, call after call. */
+TEST(fuzz_cuda_record_without_launch) {
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("no_launch", 1, TJ_TARGET_CUDA, &k));
+  CHECK_OK(tj_kernel_set_scalar(k, 0, "n", TJT_DTYPE(kDLInt, 32)));
+  CHECK_OK(tj_kernel_finalize(k));
+  for (int round = 0; round < 2; ++round) {
+    tj_arg arg;
+    tj_arg_init(&arg);
+    arg.kind = TJ_ARG_INT;
+    arg.value.i = 3;
+    tj_call call = {&arg, 1, 1, NULL, NULL};
+    CHECK_STATUS(tj_call_run(k, &call), TJ_ERUNTIME);
+    CHECK_ERROR_CONTAINS("no_launch: no");
+  }
+  tj_kernel_free(k);
+}

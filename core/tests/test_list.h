@@ -173,6 +173,7 @@
   /* test_fuzz_findings.c */                       \
   X(fuzz_exchange_chain_cycle)                     \
   X(fuzz_object_without_producer)                  \
+  X(fuzz_cuda_record_without_launch)               \
   /* test_open.c */                                \
   X(open_sha256)                                   \
   X(open_calls_an_export)                          \
