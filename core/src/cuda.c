@@ -515,8 +515,8 @@ static int eval_refused(const tj_frame *f, const char *who, const char *what, in
     snprintf(why, sizeof(why), "%s", tj_last_error());
     return tj_set_error(TJ_EVALUE, "%s: cannot evaluate %s = %s: %s", who, what, e->text, why);
   }
-  return tj_set_error(TJ_EVALUE, "%s: %s = %s evaluates to %lld, expected %lld to %lld", who,
-                      what, e->text, (long long)value, (long long)low, (long long)high);
+  return tj_set_error(TJ_EVALUE, "%s: %s = %s evaluates to %lld, expected %lld to %lld", who, what,
+                      e->text, (long long)value, (long long)low, (long long)high);
 }
 
 /* Launch `l`'s configuration: grid, block, shared memory, cluster (1 1 1

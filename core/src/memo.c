@@ -71,7 +71,6 @@ typedef struct {
 
 enum { MEMO_RECORDS = 4 }; /* a power of two */
 
-
 /* Record r is words[r * stride ...]: its sequence (even: stable; odd: being
  * written; 0: nothing yet), then its words. */
 typedef struct tj__memo {
@@ -79,10 +78,10 @@ typedef struct tj__memo {
   const uint64_t *last; /* the record that matched or was written last */
   int32_t ninputs;
   memo_input inputs[TJ_MAX_PARAMS];
-  int32_t frame;  /* in a record: device, has_device | first_tensor, symbols, output shapes */
-  int32_t packed; /* in a record: the packed integers; -1: hits pack no launch */
+  int32_t frame;   /* in a record: device, has_device | first_tensor, symbols, output shapes */
+  int32_t packed;  /* in a record: the packed integers; -1: hits pack no launch */
   int32_t npacked; /* how many */
-  int32_t stride; /* words a record takes, its sequence included */
+  int32_t stride;  /* words a record takes, its sequence included */
   int32_t word_slots[TJ_MAX_ABI_ARGS]; /* packed integer w: the argument it packs into */
   uint64_t words[];
 } tj__memo;
@@ -135,7 +134,7 @@ static int32_t pack_steps(const tj_kernel *k, pack_step *steps) {
     if (p->kind == TJ_PARAM_BUFFER)
       steps[a] = (pack_step){PACK_ADDRESS, p->position};
     else if (p->kind == TJ_PARAM_SCALAR)
-      steps[a] = (pack_step){p->dtype.code != kDLFloat             ? PACK_INT
+      steps[a] = (pack_step){p->dtype.code != kDLFloat     ? PACK_INT
                              : cuda && p->dtype.bits == 32 ? PACK_FLOAT32
                                                            : PACK_FLOAT,
                              p->position};
@@ -198,7 +197,7 @@ int tj__memo_create(tj_kernel *k) {
   memcpy(m->inputs, inputs, (size_t)n * sizeof(inputs[0]));
   m->ninputs = n;
   m->frame = frame;
-  m->packed = packed < 0                      ? -1
+  m->packed = packed < 0                    ? -1
               : k->target == TJ_TARGET_CUDA ? words - packed - CONFIG_WORDS
                                             : words - packed;
   m->npacked = packed >= 0 ? packed : 0;
@@ -363,7 +362,8 @@ int tj__memo_pack(const tj_kernel *k, tj_arg *args, tj__hit *hit) {
   hit->has_device = (int32_t)(uint32_t)where;
   hit->first_tensor = (int32_t)(where >> 32);
   if (k->target == TJ_TARGET_CUDA)
-    for (int32_t c = 0; c < CONFIG_WORDS; ++c) hit->cfg[c] = (int64_t)LOAD(integers[m->npacked + c]);
+    for (int32_t c = 0; c < CONFIG_WORDS; ++c)
+      hit->cfg[c] = (int64_t)LOAD(integers[m->npacked + c]);
   return record_unchanged(record, seq);
 }
 
@@ -372,8 +372,7 @@ void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *fram
   int64_t cfg[CONFIG_WORDS];
   /* A configuration that does not evaluate is not recorded: the launch then
    * reports it, call after call. */
-  if (m->packed >= 0 && k->target == TJ_TARGET_CUDA && tj__cuda_config(frame, cfg) != TJ_OK)
-    return;
+  if (m->packed >= 0 && k->target == TJ_TARGET_CUDA && tj__cuda_config(frame, cfg) != TJ_OK) return;
   /* The oldest record: records are written in turn. */
   const uint32_t r = __atomic_fetch_add(&m->stores, 1, __ATOMIC_RELAXED) & (MEMO_RECORDS - 1);
   uint64_t *record = (uint64_t *)record_at(m, r), *words = record + 1;

@@ -865,12 +865,10 @@ TEST(cuda_repeated_calls_launch_as_the_first) {
   int32_t grid[3] = {tjt_binop_const(k, "ceildiv(n, 128)", 0, TJ_OP_CEILDIV, 128), one, one};
   int32_t block[3] = {tjt_const(k, 128), one, one};
   CHECK_OK(tj_kernel_set_launch(k, grid, block, tjt_binop_const(k, "n * 4", 0, TJ_OP_MUL, 4)));
-  const tj_abi_arg abi[6] = {{TJ_ABI_PARAM, 0, {0, 0, 0}},
-                             {TJ_ABI_PARAM, 1, {0, 0, 0}},
-                             {TJ_ABI_SYMBOL, 0, {0, 0, 0}},
-                             {TJ_ABI_EXPR, twice, TJT_DTYPE(kDLInt, 64)},
-                             {TJ_ABI_PARAM, 2, {0, 0, 0}},
-                             {TJ_ABI_PARAM, 3, {0, 0, 0}}};
+  const tj_abi_arg abi[6] = {
+      {TJ_ABI_PARAM, 0, {0, 0, 0}},  {TJ_ABI_PARAM, 1, {0, 0, 0}},
+      {TJ_ABI_SYMBOL, 0, {0, 0, 0}}, {TJ_ABI_EXPR, twice, TJT_DTYPE(kDLInt, 64)},
+      {TJ_ABI_PARAM, 2, {0, 0, 0}},  {TJ_ABI_PARAM, 3, {0, 0, 0}}};
   CHECK_OK(tj_kernel_set_abi(k, 6, abi));
   CHECK_OK(tj_kernel_finalize(k));
   CHECK_OK(tj_kernel_set_image(k, AXPY_PTX, (int64_t)sizeof(AXPY_PTX) - 1, "axpy"));

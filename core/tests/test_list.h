@@ -151,7 +151,7 @@
   X(cuda_device_capability)                        \
   X(cuda_threads)                                  \
   X(cuda_abi_order_and_widths)                     \
-  X(cuda_repeated_calls_launch_as_the_first)      \
+  X(cuda_repeated_calls_launch_as_the_first)       \
   X(cuda_param_info_checked)                       \
   X(cuda_tensor_map_encode_error_names_the_map)    \
   X(cuda_im2col_map_and_zeroed_workspace)          \
