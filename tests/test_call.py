@@ -403,6 +403,18 @@ def test_scalars_reach_the_kernel(scalars):
     assert np.from_dlpack(scalars(-2**31, 2**63 - 1, 0.0, 0.0, False, 0, 0))[0] == -2**31
 
 
+def test_ints_of_every_size_and_sign_reach_the_kernel_whole(scalars):
+    # One 30-bit digit or more, cached small ints and ints made by arithmetic: what
+    # the core reads in place (exact ints of one digit) or asks the interpreter for.
+    big = 2**40
+    values = [0, 1, -1, 5, -5, 256, -257, 2**30 - 1, -(2**30 - 1), 2**30, -2**30, 2**30 + 1,
+              (big + 7) - big, -((big + 7) - big), big - big, 2**31 - 1, -2**31]
+    for a in values:
+        for b in (a, a * 3, 2**52 + a, -2**52 - a):
+            out = np.from_dlpack(scalars(a, b, 0.0, 0.0, False, 0, 0))
+            assert out[:2].tolist() == [a, b], (a, b)
+
+
 def test_float_scalars_take_ints_beyond_64_bits_as_float_does(scalars):
     # float(2**70) and float(-3**100): a double holds them (rounded), as Python's float does.
     out = np.from_dlpack(scalars(1, 2, 2**70, -3**100, True, 0, 0))

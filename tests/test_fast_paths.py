@@ -24,7 +24,8 @@ BEHAVIOUR = ["test_torch_autograd.py", "test_torch_op.py", "test_torch_native.py
 FAST_PATHS = {"autograd claim (libc10)", "forward-AD level", "lazy-view bits (TensorImpl)",
               "vectorcall (CPython type flags)", "Dynamo inline (_torchdynamo_inline)",
               "Dynamo constant (_dynamo_marked_constant)",
-              "torch op autograd kernel in C (plain calls)"}
+              "torch op autograd kernel in C (plain calls)",
+              "exact ints read in place (PyLongObject)"}
 
 
 def test_doctor_reports_every_fast_path(child_python):

@@ -28,6 +28,63 @@ def float_value_offset():
     return <Py_ssize_t>(<char *>&head.ob_fval - <char *>head)
 
 
+cdef extern from *:
+    """
+    /* Where this interpreter's headers keep an int's digit count (or tag) and first
+     * digit (cpython/longintrepr.h): what tilejit's core reads in place for exact ints
+     * of one digit (tj_host.int_layout). 0: a layout it does not read. */
+    #if PYLONG_BITS_IN_DIGIT != 30
+    #define TJW_INT_LAYOUT 0
+    #define TJW_INT_HEAD 0
+    #define TJW_INT_DIGIT 0
+    #elif PY_VERSION_HEX >= 0x030C0000
+    #define TJW_INT_LAYOUT 2
+    #define TJW_INT_HEAD offsetof(PyLongObject, long_value.lv_tag)
+    #define TJW_INT_DIGIT offsetof(PyLongObject, long_value.ob_digit)
+    #else
+    #define TJW_INT_LAYOUT 1
+    #define TJW_INT_HEAD offsetof(PyVarObject, ob_size)
+    #define TJW_INT_DIGIT offsetof(PyLongObject, ob_digit)
+    #endif
+    """
+    const Py_ssize_t TJW_INT_LAYOUT
+    const Py_ssize_t TJW_INT_HEAD
+    const Py_ssize_t TJW_INT_DIGIT
+
+
+cdef bint _reads_as(object value, Py_ssize_t layout, Py_ssize_t head_at, Py_ssize_t digit_at):
+    """Whether the core's in-place read of the exact int ``value`` (host.c's
+    compact_int) gives ``value``, or declines for an int of more than one digit."""
+    cdef char *base = <char *><PyObject *>value
+    cdef size_t head = (<size_t *>(base + head_at))[0]
+    cdef long long sign
+    cdef bint compact = (head + 1 <= 2) if layout == 1 else (head < (2 << 3))
+    if not compact:
+        return not (-(1 << 30) < value < (1 << 30))
+    sign = <Py_ssize_t>head if layout == 1 else 1 - <long long>(head & 3)
+    if sign == 0:
+        return value == 0
+    return sign * <long long>(<unsigned int *>(base + digit_at))[0] == value
+
+
+def int_layout():
+    """How this interpreter keeps an exact int of one digit, as its headers lay out
+    PyLongObject: ``(layout, head offset, digit offset)`` for the host table's
+    ``int_layout`` fields, checked here on ints of every size and sign (values and
+    results of arithmetic), or ``(-1, -1, -1)`` when the headers' layout is not one the
+    core reads or the check fails."""
+    if TJW_INT_LAYOUT == 0:
+        return (-1, -1, -1)
+    big = 1 << 40
+    samples = [0, 1, -1, 2, -2, 255, 1000, -1000, (1 << 30) - 1, -((1 << 30) - 1), 1 << 30,
+               -(1 << 30), big, -big, (1 << 63) - 1, -(1 << 63), 1 << 64, big - big,
+               int("7"), int("-123456"), (big + 5) - big, -((big + 5) - big), True + 0]
+    for value in samples:
+        if not _reads_as(value, TJW_INT_LAYOUT, TJW_INT_HEAD, TJW_INT_DIGIT):
+            return (-1, -1, -1)
+    return (TJW_INT_LAYOUT, TJW_INT_HEAD, TJW_INT_DIGIT)
+
+
 # Layout views (_layout.pxi): [0] under the dlpack backend, [1] with the exchange API.
 cdef tj_producer _view_producers[2]
 

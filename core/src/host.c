@@ -248,6 +248,23 @@ static int read_described(const tj_host *h, const tj_host_type *info, void *obje
   return rc;
 }
 
+/* An exact int of one digit, read in place where the host states its layout
+ * (tj_host.int_layout): 1 and its value; 0 for any other (ask int64_of). */
+static inline int compact_int(const tj_host *h, const void *object, int64_t *value) {
+  if (h->int_layout != TJ_HOST_INT_SIZE && h->int_layout != TJ_HOST_INT_TAG) return 0;
+  uintptr_t head;
+  uint32_t digit;
+  memcpy(&head, (const char *)object + h->int_head_offset, sizeof(head));
+  if (h->int_layout == TJ_HOST_INT_SIZE ? head + 1 > 2 : head >= (2u << 3)) return 0;
+  const int64_t sign = h->int_layout == TJ_HOST_INT_SIZE ? (int64_t)(intptr_t)head
+                                                          : 1 - (int64_t)(head & 3);
+  *value = 0;
+  if (sign == 0) return 1; /* zero: no digit need be there */
+  memcpy(&digit, (const char *)object + h->int_digit_offset, sizeof(digit));
+  *value = sign * (int64_t)digit;
+  return 1;
+}
+
 /* One argument. Tensors are left as objects for tj_call_run to import. */
 /* Inline: every argument of every call passes here (a bound launch's bind
  * shares it, which would otherwise make the compiler call it out of line). */
@@ -267,7 +284,13 @@ static inline __attribute__((always_inline)) int classify(const tj_host_plan *pl
     arg->value.i = object == h->true_object;
     return TJ_OK;
   }
-  if (type == h->int_type) return read_int(h, object, arg);
+  if (type == h->int_type) {
+    if (compact_int(h, object, &arg->value.i)) {
+      arg->kind = TJ_ARG_INT;
+      return TJ_OK;
+    }
+    return read_int(h, object, arg);
+  }
   if (type == h->float_type) {
     arg->kind = TJ_ARG_FLOAT;
     if (h->float_value_offset >= 0)

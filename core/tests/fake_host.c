@@ -52,6 +52,14 @@ static void release(void *object) {
 fh_object *fh_int(long long value) {
   fh_object *o = make(&fh_int_type, FH_INT);
   o->i = value;
+  /* As CPython keeps it: 30-bit digits, the count signed (3.11) or in a tag
+   * above the sign bits (3.12). */
+  unsigned long long magnitude = value < 0 ? 0ull - (unsigned long long)value : (unsigned long long)value;
+  intptr_t digits = 0;
+  for (unsigned long long m = magnitude; m != 0; m >>= 30) ++digits;
+  o->size_head = value < 0 ? -digits : digits;
+  o->tag_head = (uintptr_t)digits << 3 | (value < 0 ? 2u : value == 0 ? 1u : 0u);
+  o->digit = (uint32_t)(magnitude & ((1u << 30) - 1));
   return o;
 }
 
@@ -299,6 +307,9 @@ void fh_host(tj_host *host) {
   host->release = release;
   host->type_offset = (intptr_t)offsetof(fh_object, type);
   host->float_value_offset = (intptr_t)offsetof(fh_object, f);
+  host->int_layout = -1;
+  host->int_head_offset = (intptr_t)offsetof(fh_object, tag_head);
+  host->int_digit_offset = (intptr_t)offsetof(fh_object, digit);
   host->sequence_size = sequence_size;
   host->sequence_item = sequence_item;
   host->tuple_new = tuple_new;

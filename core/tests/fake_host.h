@@ -38,6 +38,11 @@ struct fh_object {
   int overflow; /* FH_INT: beyond int64 (+1 / -1) */
   int fits_u64; /* FH_INT with overflow +1: the value fits uint64 (in u) */
   unsigned long long u;
+  /* FH_INT made by fh_int: its value in both layouts tj_host.int_layout
+   * states (a digit count, a tag; the first 30-bit digit). */
+  intptr_t size_head;
+  uintptr_t tag_head;
+  uint32_t digit;
   double f;    /* FH_FLOAT (or FH_OBJECT: what __float__ gives) */
   char s[256]; /* FH_STR; FH_CAPSULE: its name */
   fh_object *items[FH_MAX_ITEMS];
@@ -56,7 +61,8 @@ extern fh_object fh_int_type, fh_float_type, fh_bool_type, fh_exception_types[TJ
 extern fh_object *fh_error_type;
 extern fh_object *fh_error_value;
 
-/* Fills `host` with the operations over these objects (hooks left NULL). */
+/* Fills `host` with the operations over these objects (hooks left NULL; ints
+ * read through int64_of: int_layout -1). */
 void fh_host(tj_host *host);
 
 /* New objects (one reference, the caller's). */

@@ -223,6 +223,54 @@ TEST(host_call_classifies_builtin_scalars) {
   setup_free(&s, k);
 }
 
+static int64_t k_seen;
+
+static int32_t k_entry(const tj_value *args) {
+  k_seen = args[0].i;
+  return 0;
+}
+
+/* Exact ints read in place where the host states their layout, each as
+ * int64_of reads it: one digit in place, more through int64_of, for either
+ * layout and for none. */
+TEST(host_call_reads_exact_ints_in_place) {
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("takes_k", 1, TJ_TARGET_CPU, &k));
+  CHECK_OK(tj_kernel_set_scalar(k, 0, "k", TJT_DTYPE(kDLInt, 64)));
+  CHECK_OK(tj_kernel_set_entry(k, k_entry));
+  CHECK_OK(tj_kernel_finalize(k));
+  setup s;
+  setup_init(&s, k);
+  static const long long values[] = {0, 1, -1, 2, 1000, -1000, (1 << 30) - 1, -((1 << 30) - 1),
+                                     1 << 30, -(1 << 30), 123456789012LL, INT64_MAX, INT64_MIN};
+  const struct {
+    intptr_t layout;
+    size_t head;
+  } layouts[3] = {{-1, 0},
+                  {TJ_HOST_INT_SIZE, offsetof(fh_object, size_head)},
+                  {TJ_HOST_INT_TAG, offsetof(fh_object, tag_head)}};
+  for (int l = 0; l < 3; ++l) {
+    s.host.int_layout = layouts[l].layout;
+    if (layouts[l].layout > 0) s.host.int_head_offset = (intptr_t)layouts[l].head;
+    for (size_t v = 0; v < sizeof(values) / sizeof(values[0]); ++v) {
+      fh_object *value = fh_int(values[v]);
+      value->i = values[v];
+      /* A value int64_of would give otherwise: only the layout can read the right one. */
+      if (layouts[l].layout > 0 && values[v] > -(1 << 30) && values[v] < (1 << 30))
+        value->i = values[v] + 17;
+      void *args[1] = {value};
+      k_seen = -42;
+      CHECK(call_n(&s, args, 1) == &fh_none);
+      if (k_seen != values[v])
+        tjt_fail(__FILE__, __LINE__, "layout %d: %lld read as %lld", l, values[v],
+                 (long long)k_seen);
+      s.host.release(value);
+      s.host.release(&fh_none);
+    }
+  }
+  setup_free(&s, k);
+}
+
 TEST(host_call_described_kinds) {
   tj_kernel *k = mix_kernel(1);
   setup s;

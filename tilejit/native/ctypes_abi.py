@@ -81,6 +81,8 @@ class TjHost(Structure):
         "describe", "dlpack_capsule", "allocate", "framework_stream", "stream_handle",
         "lazy_view", "producer_error", "claims")]
     _fields_ += [("float_value_offset", c_ssize_t)]
+    _fields_ += [("int_layout", c_ssize_t), ("int_head_offset", c_ssize_t),
+                 ("int_digit_offset", c_ssize_t)]
 
 
 class TjViewBits(Structure):

@@ -250,7 +250,8 @@ def host_table() -> TjHost:
         if _host is None:
             table = TjHost(**{field: _c_function(name) for field, name in _FUNCTIONS.items()},
                            **{field: id(fn) for field, fn in _HOOKS.items()},
-                           type_offset=-1, float_value_offset=-1, none=id(None),
+                           type_offset=-1, float_value_offset=-1, int_layout=-1,
+                           int_head_offset=-1, int_digit_offset=-1, none=id(None),
                            true_object=id(True), int_type=id(int), float_type=id(float),
                            bool_type=id(bool))
             table.exceptions[:] = _exception_classes()
@@ -263,15 +264,20 @@ def host_address() -> int:
     return addressof(host_table())
 
 
-def use_type_offset(offset: int, float_value_offset: int = -1) -> None:
+def use_type_offset(offset: int, float_value_offset: int = -1,
+                    int_layout: tuple = (-1, -1, -1)) -> None:
     """Lets the core read an object's type in place, at byte ``offset`` of the object,
     instead of calling ``PyObject_Type`` and ``Py_DecRef``, and an exact float's value at
     ``float_value_offset`` instead of calling ``PyFloat_AsDouble``: the Cython wrapper
     states ``offsetof(PyObject, ob_type)`` and ``offsetof(PyFloatObject, ob_fval)`` as
-    the interpreter's headers give them."""
+    the interpreter's headers give them. ``int_layout`` ``(layout, head offset, digit
+    offset)``: where an exact int of one digit keeps its value (the wrapper's
+    ``int_layout()``, a fast path), read in place instead of calling
+    ``PyLong_AsLongLongAndOverflow``; ``(-1, -1, -1)``: not read in place."""
     table = host_table()
     table.type_offset = offset
     table.float_value_offset = float_value_offset
+    table.int_layout, table.int_head_offset, table.int_digit_offset = int_layout
 
 
 # ---- Kernels -----------------------------------------------------------------------------

@@ -143,7 +143,24 @@ struct tj_host {
    * PyFloat_AS_DOUBLE reads, as a binding compiled against the interpreter's
    * headers states it), read in place; -1: the core asks double_of. */
   intptr_t float_value_offset;
+
+  /* Optional, like float_value_offset: where an exact int (int_type) of one
+   * digit keeps its value, read in place (for CPython, PyLongObject as a
+   * binding compiled against the interpreter's headers states it, after
+   * checking it on that interpreter). int_layout TJ_HOST_INT_SIZE: a signed
+   * digit count (intptr_t) at int_head_offset, the value's sign (ob_size,
+   * CPython 3.11 and older); TJ_HOST_INT_TAG: a tag (uintptr_t) there whose
+   * two low bits are the sign (0 positive, 1 zero, 2 negative) and whose bits
+   * from the fourth up are the digit count (lv_tag, CPython 3.12 and newer);
+   * the first digit, 30 bits in a uint32_t, at int_digit_offset. Any other
+   * int_layout (-1): the core asks int64_of. */
+  intptr_t int_layout;
+  intptr_t int_head_offset;
+  intptr_t int_digit_offset;
 };
+
+/* tj_host.int_layout. */
+enum { TJ_HOST_INT_SIZE = 1, TJ_HOST_INT_TAG = 2 };
 
 /* How arguments of one host type are read (tj_host_type.kind). */
 typedef enum {
