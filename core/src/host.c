@@ -256,8 +256,8 @@ static inline int compact_int(const tj_host *h, const void *object, int64_t *val
   uint32_t digit;
   memcpy(&head, (const char *)object + h->int_head_offset, sizeof(head));
   if (h->int_layout == TJ_HOST_INT_SIZE ? head + 1 > 2 : head >= (2u << 3)) return 0;
-  const int64_t sign = h->int_layout == TJ_HOST_INT_SIZE ? (int64_t)(intptr_t)head
-                                                          : 1 - (int64_t)(head & 3);
+  const int64_t sign =
+      h->int_layout == TJ_HOST_INT_SIZE ? (int64_t)(intptr_t)head : 1 - (int64_t)(head & 3);
   *value = 0;
   if (sign == 0) return 1; /* zero: no digit need be there */
   memcpy(&digit, (const char *)object + h->int_digit_offset, sizeof(digit));

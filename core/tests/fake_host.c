@@ -54,7 +54,8 @@ fh_object *fh_int(long long value) {
   o->i = value;
   /* As CPython keeps it: 30-bit digits, the count signed (3.11) or in a tag
    * above the sign bits (3.12). */
-  unsigned long long magnitude = value < 0 ? 0ull - (unsigned long long)value : (unsigned long long)value;
+  unsigned long long magnitude =
+      value < 0 ? 0ull - (unsigned long long)value : (unsigned long long)value;
   intptr_t digits = 0;
   for (unsigned long long m = magnitude; m != 0; m >>= 30) ++digits;
   o->size_head = value < 0 ? -digits : digits;

@@ -241,8 +241,19 @@ TEST(host_call_reads_exact_ints_in_place) {
   CHECK_OK(tj_kernel_finalize(k));
   setup s;
   setup_init(&s, k);
-  static const long long values[] = {0, 1, -1, 2, 1000, -1000, (1 << 30) - 1, -((1 << 30) - 1),
-                                     1 << 30, -(1 << 30), 123456789012LL, INT64_MAX, INT64_MIN};
+  static const long long values[] = {0,
+                                     1,
+                                     -1,
+                                     2,
+                                     1000,
+                                     -1000,
+                                     (1 << 30) - 1,
+                                     -((1 << 30) - 1),
+                                     1 << 30,
+                                     -(1 << 30),
+                                     123456789012LL,
+                                     INT64_MAX,
+                                     INT64_MIN};
   const struct {
     intptr_t layout;
     size_t head;

@@ -35,7 +35,7 @@
   X(arg_from_dltensor)                             \
   /* test_host.c */                                \
   X(host_call_classifies_builtin_scalars)          \
-  X(host_call_reads_exact_ints_in_place)          \
+  X(host_call_reads_exact_ints_in_place)           \
   X(host_call_described_kinds)                     \
   X(host_registry_grows)                           \
   X(host_call_stream_and_keywords)                 \
