@@ -233,11 +233,13 @@ static int launch(const tj_host *host, tj_frame *frame) {
  * the frame's steps below would: no output or workspace to allocate. */
 static int launch_hit(const tj_kernel *k, const tj_call *call, const tj_call_binding *b,
                       const tj__hit *hit) {
-  const tj_producer *like =
-      hit->first_tensor >= 0 ? call->args[hit->first_tensor].producer : b->fallback;
-  void *stream = NULL;
-  int rc = choose_stream(k, call, like, hit->device, &stream);
-  if (rc != TJ_OK) return rc;
+  void *stream = call->has_stream ? call->stream : NULL;
+  int rc;
+  if (k->target == TJ_TARGET_CUDA) { /* a CPU kernel has no stream to ask for */
+    const tj_producer *like =
+        hit->first_tensor >= 0 ? call->args[hit->first_tensor].producer : b->fallback;
+    if ((rc = choose_stream(k, call, like, hit->device, &stream)) != TJ_OK) return rc;
+  }
   void *token = unlock(b->host);
   rc = tj__launch_values(k, hit, stream);
   if (token != NULL) b->host->lock(token);

@@ -30,10 +30,11 @@ void tj__launch_unpack(tj__packed *p);
  * launch needs. */
 typedef struct {
   tj_value values[TJ_MAX_ABI_ARGS]; /* the kernel function's arguments (CUDA: launch 0's) */
-  DLDevice device;                  /* the tensors' (has_device), as tj_frame.device */
+  /* CUDA alone: */
+  DLDevice device; /* the tensors' (has_device), as tj_frame.device */
   int32_t has_device;
   int32_t first_tensor; /* the caller argument whose producer gives the stream; -1: none */
-  int64_t cfg[10];      /* CUDA: the launch's grid, block, shared memory and cluster */
+  int64_t cfg[10];      /* the launch's grid, block, shared memory and cluster */
 } tj__hit;
 
 /* Runs a packed call: a CPU kernel now (`stream` must be NULL), a CUDA kernel

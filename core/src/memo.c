@@ -356,14 +356,15 @@ int tj__memo_pack(const tj_kernel *k, tj_arg *args, tj__hit *hit) {
   if (!inputs_match(m, args, words, NULL, hit->values)) return 0;
   for (int32_t w = 0; w < m->npacked; ++w)
     hit->values[m->word_slots[w]].i = (int64_t)LOAD(integers[w]);
-  const uint64_t *f = &words[m->frame];
-  uint64_t device = LOAD(f[0]), where = LOAD(f[1]);
-  memcpy(&hit->device, &device, sizeof(device));
-  hit->has_device = (int32_t)(uint32_t)where;
-  hit->first_tensor = (int32_t)(where >> 32);
-  if (k->target == TJ_TARGET_CUDA)
+  if (k->target == TJ_TARGET_CUDA) { /* the device, the stream's producer, the launch */
+    const uint64_t *f = &words[m->frame];
+    uint64_t device = LOAD(f[0]), where = LOAD(f[1]);
+    memcpy(&hit->device, &device, sizeof(device));
+    hit->has_device = (int32_t)(uint32_t)where;
+    hit->first_tensor = (int32_t)(where >> 32);
     for (int32_t c = 0; c < CONFIG_WORDS; ++c)
       hit->cfg[c] = (int64_t)LOAD(integers[m->npacked + c]);
+  }
   return record_unchanged(record, seq);
 }
 

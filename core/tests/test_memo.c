@@ -225,10 +225,6 @@ TEST(memo_pack_matches_full_checks) {
     ++hits;
     tj__packed p;
     CHECK_OK(tj__launch_pack(&f2, &p));
-    CHECK_EQ_INT(hit.has_device, f2.has_device);
-    CHECK_EQ_INT(hit.device.device_type, f2.device.device_type);
-    CHECK_EQ_INT(hit.device.device_id, f2.device.device_id);
-    CHECK_EQ_INT(hit.first_tensor, f2.first_tensor);
     for (int32_t a = 0; a < without->nabi; ++a)
       if (memcmp(&hit.values[a], &p.values[a], sizeof(tj_value)) != 0)
         tjt_fail(__FILE__, __LINE__, "step %d: argument %d of the kernel function differs", step,
