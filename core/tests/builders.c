@@ -55,6 +55,23 @@ tj_kernel *tjt_vec_add(uint32_t c_flags, int64_t div) {
   return k;
 }
 
+tj_kernel *tjt_reordered(uint32_t c_flags, tj_abi_arg third) {
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("reordered", 3, TJ_TARGET_CPU, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  int32_t n = tjt_sym(k, 0), n1 = tjt_binop_const(k, "n + 1", 0, TJ_OP_ADD, 1);
+  tjt_buffer(k, 0, "A", TJT_F32, 1, &n, NULL, 0, 0);
+  tjt_buffer(k, 1, "B", TJT_F32, 1, &n, NULL, 0, 0);
+  tjt_buffer(k, 2, "C", TJT_F32, 1, &n, NULL, 0, c_flags);
+  const tj_abi_arg abi[4] = {{TJ_ABI_EXPR, n1, TJT_DTYPE(kDLInt, 32)},
+                             {TJ_ABI_PARAM, 2, {0, 0, 0}},
+                             third,
+                             {TJ_ABI_PARAM, 0, {0, 0, 0}}};
+  CHECK_OK(tj_kernel_set_abi(k, 4, abi));
+  CHECK_OK(tj_kernel_finalize(k));
+  return k;
+}
+
 void tjt_tensor_init(tjt_tensor *tt, void *data, DLDataType dtype, int32_t ndim,
                      const int64_t *shape, const int64_t *strides) {
   CHECK(ndim >= 0 && ndim <= TJ_MAX_NDIM);

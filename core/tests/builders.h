@@ -36,6 +36,9 @@ void tjt_buffer(tj_kernel *k, int32_t index, const char *name, DLDataType dtype,
 void tjt_fixture_path(const char *name, char *buf, size_t size);
 
 tj_kernel *tjt_vec_add(uint32_t c_flags, int64_t div);
+/* reordered(A, B, C: (n,) float32, C with c_flags), whose function takes
+ * (n + 1 as int32, C, `third`, A): B is validated but not passed. Finalized. */
+tj_kernel *tjt_reordered(uint32_t c_flags, tj_abi_arg third);
 
 /* A DLTensor together with the arrays it points into. Do not copy it once
  * initialised (t.shape/t.strides point into the struct). */

@@ -443,20 +443,8 @@ static int32_t seen_entry(const tj_value *args) {
 TEST(call_run_packs_in_the_functions_order) {
   static float c_data[2][8];
   for (int twice = 0; twice < 2; ++twice) {
-    tj_kernel *k = NULL;
-    CHECK_OK(tj_kernel_create("reordered", 3, TJ_TARGET_CPU, &k));
-    CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
-    int32_t n = tjt_sym(k, 0), n1 = tjt_binop_const(k, "n + 1", 0, TJ_OP_ADD, 1);
-    tjt_buffer(k, 0, "A", TJT_F32, 1, &n, NULL, 0, 0);
-    tjt_buffer(k, 1, "B", TJT_F32, 1, &n, NULL, 0, 0);
-    tjt_buffer(k, 2, "C", TJT_F32, 1, &n, NULL, 0, 0);
-    const tj_abi_arg abi[4] = {{TJ_ABI_EXPR, n1, TJT_DTYPE(kDLInt, 32)},
-                               {TJ_ABI_PARAM, 2, {0, 0, 0}},
-                               twice ? (tj_abi_arg){TJ_ABI_PARAM, 2, {0, 0, 0}}
-                                     : (tj_abi_arg){TJ_ABI_SYMBOL, 0, {0, 0, 0}},
-                               {TJ_ABI_PARAM, 0, {0, 0, 0}}};
-    CHECK_OK(tj_kernel_set_abi(k, 4, abi));
-    CHECK_OK(tj_kernel_finalize(k));
+    tj_kernel *k = tjt_reordered(0, twice ? (tj_abi_arg){TJ_ABI_PARAM, 2, {0, 0, 0}}
+                                          : (tj_abi_arg){TJ_ABI_SYMBOL, 0, {0, 0, 0}});
     CHECK_OK(tj_kernel_set_entry(k, seen_entry));
     tjt_object a, b, c[2];
     object_tensor(&a, a_data, 8);

@@ -520,19 +520,7 @@ TEST(call_run_exchange_vec_add) {
 TEST(launch_abi_order) {
   /* vec_add(A, B, C: output) received as (n + 1 as int32, C, n, A); B is
    * validated and binds nothing new but is not passed. */
-  tj_kernel *k = NULL;
-  CHECK_OK(tj_kernel_create("reordered", 3, TJ_TARGET_CPU, &k));
-  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
-  int32_t n = tjt_sym(k, 0), n1 = tjt_binop_const(k, "n + 1", 0, TJ_OP_ADD, 1);
-  tjt_buffer(k, 0, "A", TJT_F32, 1, &n, NULL, 0, 0);
-  tjt_buffer(k, 1, "B", TJT_F32, 1, &n, NULL, 0, 0);
-  tjt_buffer(k, 2, "C", TJT_F32, 1, &n, NULL, 0, TJ_BUF_OUTPUT);
-  const tj_abi_arg abi[4] = {{TJ_ABI_EXPR, n1, TJT_DTYPE(kDLInt, 32)},
-                             {TJ_ABI_PARAM, 2, {0, 0, 0}},
-                             {TJ_ABI_SYMBOL, 0, {0, 0, 0}},
-                             {TJ_ABI_PARAM, 0, {0, 0, 0}}};
-  CHECK_OK(tj_kernel_set_abi(k, 4, abi));
-  CHECK_OK(tj_kernel_finalize(k));
+  tj_kernel *k = tjt_reordered(TJ_BUF_OUTPUT, (tj_abi_arg){TJ_ABI_SYMBOL, 0, {0, 0, 0}});
   CHECK_OK(tj_kernel_set_entry(k, capture_entry));
   tjt_tensor ta, tb, tc;
   tjt_tensor_1d(&ta, tjt_data, TJT_F32, 6);
