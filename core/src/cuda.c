@@ -738,14 +738,15 @@ static int zero_workspaces(const driver *d, const tj_frame *f, void *stream) {
     int64_t bytes;
     void *address = tj__workspace_to_zero(f, o, &bytes);
     if (address == NULL) continue;
-    char who[300];
-    snprintf(who, sizeof(who), "%s: workspace '%s'", k->name, k->params[k->output_params[o]].name);
+    const char *name = k->params[k->output_params[o]].name;
     if (d->cuMemsetD8Async == NULL)
-      return tj_set_error(TJ_ERUNTIME, "%s: the CUDA driver has no cuMemsetD8Async", who);
+      return tj_set_error(TJ_ERUNTIME, "%s: workspace '%s': the CUDA driver has no cuMemsetD8Async",
+                          k->name, name);
     CUresult rc = d->cuMemsetD8Async((unsigned long long)(uintptr_t)address, 0, (size_t)bytes,
                                      (CUstream)stream);
-    if (rc != 0) {
-      char call[200];
+    if (rc != 0) { /* the workspace is named in a message alone */
+      char who[300], call[200];
+      snprintf(who, sizeof(who), "%s: workspace '%s'", k->name, name);
       snprintf(call, sizeof(call), "cuMemsetD8Async(%p, 0, %lld bytes, stream %p)", address,
                (long long)bytes, stream);
       return driver_error(d, who, call, rc);

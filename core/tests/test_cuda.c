@@ -1113,6 +1113,10 @@ TEST(cuda_im2col_map_and_zeroed_workspace) {
   snprintf(want, sizeof(want), "\"function\": \"conv\"");
   CHECK_RECORDED(want);
   CHECK_RECORDED(hex(0x30000000, 8, h)); /* the workspace reaches the kernel */
+  /* A memset the driver refuses names the kernel, the workspace and the call. */
+  fake.fail("cuMemsetD8Async", 1, 1); /* CUDA_ERROR_INVALID_VALUE, once */
+  CHECK_STATUS(launch_conv(k, 4, (void *)(uintptr_t)0x5eed), TJ_ERUNTIME);
+  CHECK_ERROR_STARTS_WITH("conv: workspace 'W': cuMemsetD8Async(");
   tj_kernel_free(k);
   /* The driver's limits, checked first and named: channels per pixel, corners by rank. */
   k = conv_kernel(300, -1);
