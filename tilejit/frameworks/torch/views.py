@@ -119,21 +119,18 @@ def _find() -> tuple[int, int, int, int] | None:
             return None
         (block_offset,) = block
         # The word of the key set: one bit apart between a tensor and its conjugate, another
-        # between a tensor and its negative.
-        z, y = torch.zeros(2, dtype=torch.complex64), torch.zeros(2)
-        impls = [memory.words(t._cdata, _SPAN) for t in (z, z.conj(), y, torch._neg_view(y))]
-        if any(words is None for words in impls):
-            return None
-        plain_z, conj, plain_y, neg = impls
-        candidates = []
-        for i in range(min(map(len, impls))):
-            c, n = plain_z[i] ^ conj[i], plain_y[i] ^ neg[i]
-            if (_one_bit(c) and _one_bit(n) and c != n and conj[i] & c and neg[i] & n
-                    and not (plain_z[i] | plain_y[i]) & (c | n)):
-                candidates.append((8 * i, c, n))
+        # between a tensor and its negative. Two heap pointers can differ by one bit too,
+        # by chance of where the tensors were allocated: only the word that does so for
+        # every one of several fresh pairs is the key set.
+        candidates, kept = None, []
+        for _ in range(_PAIRS):
+            found = _key_set_candidates(torch, memory, kept)
+            if found is None:
+                return None
+            candidates = found if candidates is None else candidates & found
         if len(candidates) != 1:
             return None
-        word_offset, c, n = candidates[0]
+        ((word_offset, c, n),) = candidates
         # Checked on every kind of tensor, against torch's own answer.
         for tensor in samples:
             words = memory.words(tensor._cdata + word_offset, 8)
@@ -145,6 +142,30 @@ def _find() -> tuple[int, int, int, int] | None:
         return block_offset, word_offset, c, n
     finally:
         memory.close()
+
+
+_PAIRS = 4  # fresh tensor pairs the key set's word must be found in
+
+
+def _key_set_candidates(torch, memory, kept: list) -> set | None:
+    """``{(offset, conjugate bit, negative bit)}`` of the TensorImpl words one bit apart
+    between a fresh complex tensor and its conjugate and another between a fresh real
+    tensor and its negative (the tensors are kept in ``kept``, so that the next pair is
+    allocated elsewhere); None when a TensorImpl cannot be read."""
+    z, y = torch.zeros(2, dtype=torch.complex64), torch.zeros(2)
+    tensors = (z, z.conj(), y, torch._neg_view(y))
+    kept.extend(tensors)
+    impls = [memory.words(t._cdata, _SPAN) for t in tensors]
+    if any(words is None for words in impls):
+        return None
+    plain_z, conj, plain_y, neg = impls
+    found = set()
+    for i in range(min(map(len, impls))):
+        c, n = plain_z[i] ^ conj[i], plain_y[i] ^ neg[i]
+        if (_one_bit(c) and _one_bit(n) and c != n and conj[i] & c and neg[i] & n
+                and not (plain_z[i] | plain_y[i]) & (c | n)):
+            found.add((8 * i, c, n))
+    return found
 
 
 def _one_bit(value: int) -> bool:
