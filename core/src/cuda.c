@@ -495,7 +495,6 @@ static int allow_smem(const driver *d, const tj_kernel *k, ctx_entry *e, int32_t
   return status;
 }
 
-/* Evaluates expression `id` into *out and checks it lies in [low, high]. */
 /* Expression `id` over the bound symbols into *out: 1 when it evaluates within
  * [low, high]; else 0, and *evaluated says whether it evaluated at all. */
 static int eval_within(const tj_frame *f, int32_t id, int64_t low, int64_t high, int64_t *out,

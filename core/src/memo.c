@@ -65,7 +65,7 @@ typedef struct {
   int32_t record;      /* first word of a buffer's or binding scalar's record; -1: other scalars */
   int32_t ndim;        /* a buffer's; -1: an integer scalar binding a symbol (value recorded) */
   int32_t slot;        /* the kernel function's argument a hit packs it into; -1: none */
-  int32_t how;         /* PACK_ADDRESS, PACK_INT or PACK_FLOAT, when slot >= 0 */
+  int32_t how;         /* PACK_ADDRESS, PACK_INT, PACK_FLOAT or PACK_FLOAT32, when slot >= 0 */
   uint64_t misaligned; /* align - 1 */
 } memo_input;
 
@@ -81,6 +81,7 @@ typedef struct tj__memo {
   int32_t frame;   /* in a record: device, has_device | first_tensor, symbols, output shapes */
   int32_t packed;  /* in a record: the packed integers; -1: hits pack no launch */
   int32_t npacked; /* how many */
+  int32_t config;  /* in a record: a CUDA launch's configuration (CONFIG_WORDS); -1: none */
   int32_t stride;  /* words a record takes, its sequence included */
   int32_t word_slots[TJ_MAX_ABI_ARGS]; /* packed integer w: the argument it packs into */
   uint64_t words[];
@@ -119,8 +120,8 @@ static inline void buffer_key(const tj_arg *arg, uint64_t key[KEY_WORDS]) {
  * word, which holds them there on a little-endian machine alone. */
 static int32_t pack_steps(const tj_kernel *k, pack_step *steps) {
   const int cuda = k->target == TJ_TARGET_CUDA;
-  if (k->nallocs != 0 || (cuda && (k->nlaunches != 1 || k->ntensormaps != 0)) ||
-      (cuda && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__))
+  if (k->nallocs != 0 || (cuda && (k->nlaunches != 1 || k->ntensormaps != 0 ||
+                                   __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__)))
     return -1;
   int32_t words = 0;
   for (int32_t a = 0; a < k->nabi; ++a) {
@@ -145,11 +146,10 @@ static int32_t pack_steps(const tj_kernel *k, pack_step *steps) {
 }
 
 /* Hands each step of `steps` to what performs it on a hit: an input's value to
- * the input (its slot), a packed integer to word_slots. 0 when an input would
+ * the input (its slot, -1 until then), a packed integer to word_slots. 0 when an input would
  * pack into two arguments: hits then pack nothing. */
 static int assign_slots(const tj_kernel *k, const pack_step *steps, memo_input *inputs, int32_t n,
                         int32_t *word_slots) {
-  for (int32_t j = 0; j < n; ++j) inputs[j].slot = -1;
   for (int32_t a = 0; a < k->nabi; ++a) {
     if (steps[a].how == PACK_WORD) {
       word_slots[steps[a].at] = a;
@@ -190,17 +190,19 @@ int tj__memo_create(tj_kernel *k) {
   int32_t word_slots[TJ_MAX_ABI_ARGS];
   int32_t packed = pack_steps(k, steps);
   if (packed >= 0 && !assign_slots(k, steps, inputs, n, word_slots)) packed = -1;
-  if (packed >= 0) words += packed + (k->target == TJ_TARGET_CUDA ? CONFIG_WORDS : 0);
+  const int32_t integers = packed >= 0 ? words : -1;
+  if (packed >= 0) words += packed;
+  const int32_t config = packed >= 0 && k->target == TJ_TARGET_CUDA ? words : -1;
+  if (config >= 0) words += CONFIG_WORDS;
   const int32_t stride = 1 + words;
   tj__memo *m = calloc(1, sizeof(*m) + (size_t)MEMO_RECORDS * (size_t)stride * sizeof(uint64_t));
   if (m == NULL) return tj_set_error(TJ_ENOMEM, "%s: out of memory", k->name);
   memcpy(m->inputs, inputs, (size_t)n * sizeof(inputs[0]));
   m->ninputs = n;
   m->frame = frame;
-  m->packed = packed < 0                    ? -1
-              : k->target == TJ_TARGET_CUDA ? words - packed - CONFIG_WORDS
-                                            : words - packed;
+  m->packed = integers;
   m->npacked = packed >= 0 ? packed : 0;
+  m->config = config;
   if (packed > 0) memcpy(m->word_slots, word_slots, (size_t)packed * sizeof(word_slots[0]));
   m->stride = stride;
   m->last = m->words;
@@ -257,6 +259,16 @@ static inline int record_unchanged(const uint64_t *record, uint64_t seq) {
   return __atomic_load_n(&record[0], __ATOMIC_RELAXED) == seq;
 }
 
+/* The device and `where` words of a record's frame (tj__memo_store): the
+ * device, whether the tensors gave it, the first tensor's caller argument. */
+static inline void read_device(const uint64_t *f, DLDevice *device, int32_t *has_device,
+                               int32_t *first_tensor) {
+  uint64_t word = LOAD(f[0]), where = LOAD(f[1]);
+  memcpy(device, &word, sizeof(word));
+  *has_device = (int32_t)(uint32_t)where;
+  *first_tensor = (int32_t)(where >> 32);
+}
+
 /* A float32 parameter's value at the start of its word (a CUDA parameter). */
 static inline void pack_float32(tj_value *v, const tj_arg *arg) {
   const float f = (float)tj__float_value(arg);
@@ -302,10 +314,7 @@ __attribute__((always_inline)) static inline int record_bind(const tj_kernel *k,
   const uint64_t *words = record + 1;
   if (!inputs_match(m, args, words, frame, NULL)) return 0;
   const uint64_t *f = &words[m->frame];
-  uint64_t device = LOAD(f[0]), where = LOAD(f[1]);
-  memcpy(&frame->device, &device, sizeof(device));
-  frame->has_device = (int32_t)(uint32_t)where;
-  frame->first_tensor = (int32_t)(where >> 32);
+  read_device(f, &frame->device, &frame->has_device, &frame->first_tensor);
   const uint64_t *symbols = f + 2, *shapes = symbols + k->nsymbols;
   for (int32_t s = 0; s < k->nsymbols; ++s) frame->symbols[s] = (int64_t)LOAD(symbols[s]);
   for (int32_t o = 0; o < k->nallocs; ++o) {
@@ -356,14 +365,9 @@ int tj__memo_pack(const tj_kernel *k, tj_arg *args, tj__hit *hit) {
   if (!inputs_match(m, args, words, NULL, hit->values)) return 0;
   for (int32_t w = 0; w < m->npacked; ++w)
     hit->values[m->word_slots[w]].i = (int64_t)LOAD(integers[w]);
-  if (k->target == TJ_TARGET_CUDA) { /* the device, the stream's producer, the launch */
-    const uint64_t *f = &words[m->frame];
-    uint64_t device = LOAD(f[0]), where = LOAD(f[1]);
-    memcpy(&hit->device, &device, sizeof(device));
-    hit->has_device = (int32_t)(uint32_t)where;
-    hit->first_tensor = (int32_t)(where >> 32);
-    for (int32_t c = 0; c < CONFIG_WORDS; ++c)
-      hit->cfg[c] = (int64_t)LOAD(integers[m->npacked + c]);
+  if (m->config >= 0) { /* CUDA: the device, the stream's producer, the launch */
+    read_device(&words[m->frame], &hit->device, &hit->has_device, &hit->first_tensor);
+    for (int32_t c = 0; c < CONFIG_WORDS; ++c) hit->cfg[c] = (int64_t)LOAD(words[m->config + c]);
   }
   return record_unchanged(record, seq);
 }
@@ -373,7 +377,7 @@ void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *fram
   int64_t cfg[CONFIG_WORDS];
   /* A configuration that does not evaluate is not recorded: the launch then
    * reports it, call after call. */
-  if (m->packed >= 0 && k->target == TJ_TARGET_CUDA && tj__cuda_config(frame, cfg) != TJ_OK) return;
+  if (m->config >= 0 && tj__cuda_config(frame, cfg) != TJ_OK) return;
   /* The oldest record: records are written in turn. */
   const uint32_t r = __atomic_fetch_add(&m->stores, 1, __ATOMIC_RELAXED) & (MEMO_RECORDS - 1);
   uint64_t *record = (uint64_t *)record_at(m, r), *words = record + 1;
@@ -420,14 +424,13 @@ void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *fram
   for (int32_t o = 0; o < k->nallocs; ++o)
     for (int32_t d = 0; d < frame->out_ndim[o]; ++d)
       STORE(*shapes++, (uint64_t)frame->out_shape[o][d]);
-  uint64_t *integers = words + (m->packed >= 0 ? m->packed : 0);
   for (int32_t w = 0; w < m->npacked; ++w) {
     int64_t value = 0; /* tj_call_bind evaluated every expression: none fails */
     tj__abi_integer(frame, &k->abi[m->word_slots[w]], &value);
-    STORE(integers[w], (uint64_t)value);
+    STORE(words[m->packed + w], (uint64_t)value);
   }
-  if (m->packed >= 0 && k->target == TJ_TARGET_CUDA)
-    for (int32_t c = 0; c < CONFIG_WORDS; ++c) STORE(integers[m->npacked + c], (uint64_t)cfg[c]);
+  if (m->config >= 0)
+    for (int32_t c = 0; c < CONFIG_WORDS; ++c) STORE(words[m->config + c], (uint64_t)cfg[c]);
   __atomic_store_n(&record[0], seq + 2, __ATOMIC_RELEASE);
   STORE(m->last, (const uint64_t *)record);
 }
