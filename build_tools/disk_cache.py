@@ -640,8 +640,13 @@ def walk(root: Path) -> tuple[list[Entry], int]:
             last_used = 0.0
             with contextlib.suppress(OSError):
                 last_used = os.stat(entry).st_mtime
-        created = meta.get("created", last_used)
-        found.append(Entry(entry, meta, size, float(created), float(last_used), damage))
+        # The file system stamps times from a coarser clock than time.time(), so a record
+        # read right after it was written can look used a few milliseconds before it was
+        # created; it was created no later than its first use.
+        created = float(meta.get("created", last_used))
+        if last_used:
+            created = min(created, float(last_used))
+        found.append(Entry(entry, meta, size, created, float(last_used), damage))
     return found, foreign
 
 

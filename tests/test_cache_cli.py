@@ -108,6 +108,21 @@ def test_ls_size_and_path(cache):
     assert cli(cache, "path").stdout.strip() == str(cache)
 
 
+def test_a_record_is_never_listed_as_used_before_it_was_created(cache):
+    # The file system's clock is coarser than time.time(): a record's meta file can be
+    # stamped a few milliseconds before the creation time written inside it.
+    compile_in_child(cache, 5)
+    entry = Path(kernels(cache)["scale_5"]["path"])
+    meta_file = entry / "meta.json"
+    stamp = meta_file.stat().st_mtime
+    meta = json.loads(meta_file.read_text())
+    meta["created"] = stamp + 0.004
+    meta_file.write_text(json.dumps(meta))
+    os.utime(meta_file, (stamp, stamp))
+    e = kernels(cache)["scale_5"]
+    assert e["created"] <= e["last_used"] == round(stamp, 3)
+
+
 def test_last_used_is_the_last_load_by_a_process(cache):
     compile_in_child(cache, 4)
     before = kernels(cache)["scale_4"]
