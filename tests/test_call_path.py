@@ -195,3 +195,99 @@ def test_a_producers_error_names_the_argument(add, backend):
                                          r"through DLPack: ") as info:
         kernel(torch.ones(3), torch.ones(3, device="meta"))
     assert info.value.__cause__ is not None
+
+
+AXPB = r"""
+void axpb(const float *x, float *y, float a, int32_t b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = a * x[i] + (float)b;
+}
+"""
+
+
+def _axpb():
+    n = T.symbol("n")
+    return tilejit.compile(tilejit.Program("axpb", [
+        T.Buffer((n,), "float32", name="x", const=True), T.Buffer((n,), "float32", name="y"),
+        T.Scalar("float32", name="a"), T.Scalar("int32", name="b")], AXPB))
+
+
+def _outcome(k, *args, **kwargs):
+    try:
+        k(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - compared between two kernels
+        return type(exc), str(exc)
+    return None
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_repeated_call_is_checked_as_a_first_call(backend):
+    # A call that repeats the last one's dtypes, shapes and strides is read, checked and
+    # launched in one pass; whatever differs takes the full path. Each argument below
+    # follows calls that used that pass, and must end as it does on a fresh kernel.
+    warm, x, y = _axpb().with_backend(backend), torch.arange(8.0), torch.empty(8)
+    for _ in range(3):
+        warm(x, y, 2.0, 1)
+    assert torch.equal(y, 2 * x + 1)
+    base = torch.zeros(16, dtype=torch.float32)
+    cases = {
+        "another shape": (torch.arange(5.0), torch.empty(5), 2.0, 1),
+        "shapes that differ": (torch.arange(5.0), torch.empty(6), 2.0, 1),
+        "float64": (x.double(), y, 2.0, 1),
+        "requires grad": (x.clone().requires_grad_(), y, 2.0, 1),
+        "negative view": (torch._neg_view(x), y, 2.0, 1),
+        "sparse": (x.to_sparse(), y, 2.0, 1),
+        "strided": (torch.arange(16.0)[::2], y, 2.0, 1),
+        "misaligned": (x, base[1:9], 2.0, 1),
+        "a numpy array": (x, np.zeros(8, np.float32), 2.0, 1),
+        "int of two digits": (x, y, 2.0, 2**31 - 1),
+        "int out of range": (x, y, 2.0, 2**40),
+        "negative int": (x, y, 2.0, -(2**20)),
+        "int for the float": (x, y, 3, 1),
+        "float for the int": (x, y, 2.0, 1.0),
+        "bool for the int": (x, y, 2.0, True),
+        "float32 overflow": (x, y, 1e39, 1),
+        "numpy scalars": (x, y, np.float32(0.5), np.int64(3)),
+        "None": (x, y, None, 1),
+        "stream=0": (x, y, 2.0, 1),
+    }
+    for name, args in cases.items():
+        cold = _axpb().with_backend(backend)
+        if name == "stream=0":
+            got, want = _outcome(warm, *args, stream=0), _outcome(cold, *args, stream=0)
+        else:
+            out_warm = args[1].clone() if isinstance(args[1], torch.Tensor) else args[1]
+            got = _outcome(warm, args[0], out_warm, *args[2:])
+            want = _outcome(cold, *args)
+            if got is None and isinstance(args[1], torch.Tensor):
+                assert torch.equal(out_warm, args[1]), name
+        assert got == want, name
+        warm(x, y, 2.0, 1)  # the usual call again: the next case follows a repeat
+    # What ran wrote what the kernel computes.
+    ran = torch.empty(8)
+    warm(x, ran, 0.5, -(2**20))
+    assert torch.equal(ran, 0.5 * x - 2**20)
+
+
+def test_repeated_calls_from_threads_with_their_own_shapes():
+    # Each thread's shape replaces the record the others read: every call still gets
+    # its own arguments (a record changing under a reader is a miss, never a mix).
+    import threading
+
+    k = _axpb()
+    failures = []
+
+    def work(n):
+        x = torch.arange(float(n))
+        for i in range(2000):
+            y = torch.empty(n)
+            k(x, y, 1.0, i)
+            if not torch.equal(y, x + i):
+                failures.append((n, i))
+                return
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in (3, 5, 8, 13)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []

@@ -67,15 +67,6 @@ typedef struct {
   int active;
 } claim_state;
 
-/* Whether `object` has no autograd record (neither grad nor a tangent): the
- * framework then claims nothing, and nothing need be asked. Inline: the answer
- * for nearly every tensor of every call. */
-static inline int no_autograd_record(const tj_claim *claim, const void *object) {
-  if (claim->always || claim->requires_grad == NULL || claim->meta_offset < 0) return 0;
-  const void *impl = *(void *const *)((const char *)object + claim->offset);
-  return impl != NULL && *(void *const *)((const char *)impl + claim->meta_offset) == NULL;
-}
-
 /* How the producer's framework claims the call for `object` (tj_claim_kind),
  * or TJ_EPYERR. */
 static int claim_of(const tj_claim *claim, void *object, claim_state *state) {
@@ -112,7 +103,7 @@ static inline __attribute__((always_inline)) int import_one(const tj_kernel *k, 
                          tj_set_error(TJ_ETYPE, "the binding gave no producer for the object"));
   }
   const tj_claim *claim = unclaimed ? NULL : producer->claim;
-  if (claim != NULL && !no_autograd_record(claim, object)) {
+  if (claim != NULL && !tj__no_autograd_record(claim, object)) {
     int kind = claim_of(claim, object, state);
     if (kind == TJ_CLAIM_NOW) return claimed_by(k, i, "a tensor the framework traces");
     if (kind < 0) {
@@ -124,11 +115,8 @@ static inline __attribute__((always_inline)) int import_one(const tj_kernel *k, 
   arg->kind = TJ_ARG_NONE;
   arg->producer = NULL;
   /* Lazy views: the common case (bits read in place, none set) inline. */
-  const tj_view_bits *bits = producer->view_bits;
   int rc;
-  if ((bits != NULL ? (tj__view_word(bits, object) & (bits->conjugate | bits->negative)) != 0
-                    : producer->view != NULL) &&
-      (rc = tj_producer_check_view(producer, object)) != TJ_OK)
+  if (tj__may_be_view(producer, object) && (rc = tj_producer_check_view(producer, object)) != TJ_OK)
     return view_refused(k, i, rc);
   rc = producer->import == tj__exchange_import ? tj__exchange_import_inline(producer, object, arg)
                                                : producer->import(producer, object, arg);
@@ -229,10 +217,10 @@ static int launch(const tj_host *host, tj_frame *frame) {
   return rc;
 }
 
-/* Runs a call the memo packed (tj__memo_pack) on the stream it chooses, as
- * the frame's steps below would: no output or workspace to allocate. */
-static int launch_hit(const tj_kernel *k, const tj_call *call, const tj_call_binding *b,
-                      const tj__hit *hit) {
+/* A call the memo packed (launch.h), on the stream the frame's steps below
+ * would choose: no output or workspace to allocate. */
+int tj__call_hit(const tj_kernel *k, const tj_call *call, const tj_call_binding *b,
+                 const tj__hit *hit) {
   void *stream = call->has_stream ? call->stream : NULL;
   int rc;
   if (k->target == TJ_TARGET_CUDA) { /* a CPU kernel has no stream to ask for */
@@ -317,7 +305,7 @@ int tj_call_run_binding(const tj_kernel *k, tj_call *call, const tj_call_binding
   } else if (claimed < 0 && k->memo != NULL && tj__memo_pack(k, call->args, &hit)) {
     /* A repeated call with nothing to allocate: checked and packed by the
      * memo in one pass, no frame (what the steps below do for it). */
-    rc = launch_hit(k, call, b, &hit);
+    rc = tj__call_hit(k, call, b, &hit);
   } else if ((rc = tj__bind(k, call->args, nargs, &frame)) == TJ_OK) {
     if (claimed >= 0) { /* validated; the framework runs it */
       rc = claimed_by(k, claimed, "requires grad");

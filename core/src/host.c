@@ -11,6 +11,8 @@
 #include <string.h>
 
 #include "internal.h"
+#include "launch.h"
+#include "memo.h"
 
 /* ---- Calls into the host ------------------------------------------------------- */
 
@@ -308,6 +310,81 @@ static inline __attribute__((always_inline)) int classify(const tj_host_plan *pl
   return read_described(h, info, object, arg);
 }
 
+/* ---- The repeated call: read, checked and packed in one pass ------------------- */
+
+/* Reads one argument for the one-pass call (repeat_call): a tensor whose
+ * producer imports it through the exchange API's view with nothing to ask
+ * first (no claim, no lazy-view bit), or an exact bool, int or float; 0 for
+ * anything else, which the full path reads (an import's error is cleared:
+ * the full path imports again and reports it). */
+static inline __attribute__((always_inline)) int read_plain(const tj_host_plan *plan, void *object,
+                                                            int buffer, tj_arg *arg) {
+  const tj_host *h = plan->host;
+  void *type = type_of(h, object);
+  if (buffer) {
+    const registry *r = &registries[plan->exchange != 0];
+    const tj_host_type *info = type == r->memo_type ? r->memo_info : registry_find(r, type);
+    if (info == NULL || info->kind != TJ_HOST_TENSOR) return 0;
+    const tj_producer *producer = info->producer;
+    if (producer == NULL || producer->import != tj__exchange_import) return 0;
+    const DLPackExchangeAPI *api = producer->api;
+    const tj_claim *claim = plan->unclaimed ? NULL : producer->claim;
+    if (api->dltensor_from_py_object_no_sync == NULL ||
+        (claim != NULL && !tj__no_autograd_record(claim, object)) ||
+        tj__may_be_view(producer, object))
+      return 0;
+    if (api->dltensor_from_py_object_no_sync(object, &arg->tensor) != 0) {
+      h->error_clear();
+      return 0;
+    }
+    arg->kind = TJ_ARG_TENSOR;
+    arg->flags = 0;
+    arg->producer = producer;
+    return 1;
+  }
+  arg->flags = 0;
+  if (type == h->float_type && h->float_value_offset >= 0) {
+    arg->kind = TJ_ARG_FLOAT;
+    memcpy(&arg->value.f, (const char *)object + h->float_value_offset, sizeof(double));
+    return 1;
+  }
+  if (type == h->int_type) {
+    arg->kind = TJ_ARG_INT;
+    return compact_int(h, object, &arg->value.i);
+  }
+  if (type == h->bool_type) {
+    arg->kind = TJ_ARG_BOOL;
+    arg->value.i = object == h->true_object;
+    return 1;
+  }
+  return 0;
+}
+
+/* A kernel's repeated call with nothing to allocate, every argument read
+ * plainly (read_plain): each read, checked against the memo's record and
+ * packed as it comes, then launched. 1 and *rc when it ran (or its launch
+ * failed); 0 when the call is not such a call, which the full path then runs
+ * from the start. What tj_call_run does for it, in one pass. */
+static inline __attribute__((always_inline)) int repeat_call(const tj_host_plan *plan,
+                                                             void *const *args, tj_call *call,
+                                                             const tj_call_binding *b, int *rc) {
+  const tj_kernel *k = plan->kernel;
+  const tj__memo *m = k->memo;
+  tj__memo_reader rd;
+  if (m == NULL || call->nargs != k->ninputs || !tj__memo_open(m, &rd)) return 0;
+  tj__hit hit;
+  for (int32_t j = 0; j < m->ninputs; ++j) {
+    const memo_input *in = &m->inputs[j];
+    tj_arg *arg = &call->args[in->position];
+    if (!read_plain(plan, args[in->position], in->record >= 0 && in->ndim >= 0, arg) ||
+        !tj__memo_take(m, &rd, j, arg, &hit))
+      return 0;
+  }
+  if (!tj__memo_close(m, &rd, &hit)) return 0;
+  *rc = tj__call_hit(k, call, b, &hit);
+  return 1;
+}
+
 /* ---- The __dlpack__ producer: tilejit's host functions over a host type ------- */
 
 static int dlpack_import(const tj_producer *self, void *object, tj_arg *arg) {
@@ -482,16 +559,19 @@ static void *hand_over(const tj_host_plan *plan, void *fn, void *a, void *b) {
 
 /* The handle of a stream= value: a non-negative int as it is; anything else as
  * tj_host.stream_handle reads it (or refuses it, naming the kernel). */
+/* 1 and the handle when `stream` is a non-negative int, which needs no asking. */
+static int plain_stream(const tj_host *h, void *stream, void **out) {
+  if (type_of(h, stream) != h->int_type) return 0;
+  int overflow = 0;
+  long long value = h->int64_of(stream, &overflow);
+  if (overflow || value < 0) return 0; /* asked of the host, refused with the kernel's name */
+  *out = (void *)(uintptr_t)value;
+  return 1;
+}
+
 static int stream_handle(const tj_host_plan *plan, void *stream, void **out) {
   const tj_host *h = plan->host;
-  if (type_of(h, stream) == h->int_type) {
-    int overflow = 0;
-    long long value = h->int64_of(stream, &overflow);
-    if (!overflow && value >= 0) {
-      *out = (void *)(uintptr_t)value;
-      return TJ_OK;
-    }
-  }
+  if (plain_stream(h, stream, out)) return TJ_OK;
   void *items[2] = {retained(h, stream), retained(h, plan->name)};
   unsigned long long handle = 0;
   int rc = call_for_u64(h, h->stream_handle, 2, items, &handle);
@@ -540,15 +620,22 @@ void *tj_host_call(const tj_host_plan *plan, void *const *args, size_t nargsf, v
   tj_call call = {argv, count < 0x7fffffff ? (int32_t)count : 0x7fffffff, 0, NULL, made};
   const tj_call_binding binding = {plan->fallback, h, plan->unclaimed};
   const tj_kernel *k = plan->kernel;
+  if (stream == h->none) stream = NULL;
+  if (stream != NULL) call.has_stream = plain_stream(h, stream, &call.stream);
+  int rc;
+  if ((stream == NULL || call.has_stream) && repeat_call(plan, args, &call, &binding, &rc)) {
+    if (rc == TJ_OK) return retained(h, h->none); /* it allocated nothing: no outputs */
+    return raise_failure(plan, rc, args, (intptr_t)count);
+  }
   if (count <= (size_t)k->ninputs) { /* else the core reports the count, reading none */
     for (int32_t i = 0; i < call.nargs; ++i)
       if (classify(plan, args[i], &argv[i]) != TJ_OK) return conversion_failed(plan, args, i);
   }
-  if (stream != NULL && stream != h->none) {
+  if (stream != NULL && !call.has_stream) {
     if (stream_handle(plan, stream, &call.stream) != TJ_OK) return NULL;
     call.has_stream = 1;
   }
-  int rc = tj_call_run_binding(k, &call, &binding);
+  rc = tj_call_run_binding(k, &call, &binding);
   if (rc == TJ_OK) return result_of(plan, made);
   for (int32_t o = 0; o < k->noutputs; ++o)
     if (made[o] != NULL) h->release(made[o]);

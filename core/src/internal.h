@@ -159,6 +159,24 @@ static inline uint64_t tj__view_word(const tj_view_bits *bits, const void *objec
   return word;
 }
 
+/* Whether `object` may be a lazy view its producer must check
+ * (tj_producer_check_view): a conjugate or negative bit set where the bits
+ * are read in place, and always where they are asked of the framework. */
+static inline int tj__may_be_view(const tj_producer *producer, const void *object) {
+  const tj_view_bits *bits = producer->view_bits;
+  return bits != NULL ? (tj__view_word(bits, object) & (bits->conjugate | bits->negative)) != 0
+                      : producer->view != NULL;
+}
+
+/* Whether `object` has no autograd record (neither grad nor a tangent): the
+ * framework then claims nothing, and nothing need be asked. Inline: the answer
+ * for nearly every tensor of every call. */
+static inline int tj__no_autograd_record(const tj_claim *claim, const void *object) {
+  if (claim->always || claim->requires_grad == NULL || claim->meta_offset < 0) return 0;
+  const void *impl = *(void *const *)((const char *)object + claim->offset);
+  return impl != NULL && *(void *const *)((const char *)impl + claim->meta_offset) == NULL;
+}
+
 /* The import of a producer made by tj_producer_from_exchange: the exchange
  * API's view when the table has it (nothing to release), else its owning
  * export. Inline for the sequencer, which calls it in place for such

@@ -41,4 +41,11 @@ typedef struct {
  * enqueued on `stream`. */
 int tj__launch_values(const tj_kernel *k, const tj__hit *hit, void *stream);
 
+/* Runs a call the memo packed (tj__memo_pack, or tj__memo_take for each input
+ * and tj__memo_close) on the stream tj_call_run would choose (the call's
+ * stream=, else the producer's current one), the host's lock dropped as for
+ * any launch (call.c). */
+int tj__call_hit(const tj_kernel *k, const tj_call *call, const tj_call_binding *b,
+                 const tj__hit *hit);
+
 #endif /* TILEJIT_LAUNCH_H_ */

@@ -34,85 +34,6 @@
 #include "target_cuda.h"
 #include "validate.h"
 
-/* Per input buffer: four key words, the shape and the strides (ndim each),
- * then what the full checks derived: the span around the first element and
- * whether there is one (an empty tensor has none to check). */
-enum { KEY_HEAD, KEY_DEVICE, KEY_FORM, KEY_NO_STRIDES, KEY_WORDS };
-#define RECORD_WORDS(ndim) (KEY_WORDS + 2 * (ndim) + 3)
-/* Per integer scalar that binds a symbol: its kind and flags, and its value,
- * which the symbol and everything computed from it depend on. */
-#define SCALAR_WORDS 2
-
-/* How a hit packs one argument of the kernel's function (tj__memo_pack): the
- * address of the tensor, the value of the scalar at caller argument `at` (a
- * CUDA kernel's float32 as a float, what its parameter holds), or a record's
- * word `at` of the packed integers (symbols, expressions). */
-enum { PACK_ADDRESS, PACK_INT, PACK_FLOAT, PACK_FLOAT32, PACK_WORD };
-/* Words a CUDA kernel's record adds after its packed integers: the launch's
- * configuration (tj__cuda_config). */
-enum { CONFIG_WORDS = 10 };
-typedef struct {
-  int32_t how;
-  int32_t at;
-} pack_step;
-
-/* What the memo reads of each input parameter, packed: the parameter table
- * itself is wide, and the hit path should touch little memory. */
-typedef struct {
-  const tj__param *param;
-  int32_t index;       /* the parameter's */
-  int32_t position;    /* caller argument */
-  int32_t record;      /* first word of a buffer's or binding scalar's record; -1: other scalars */
-  int32_t ndim;        /* a buffer's; -1: an integer scalar binding a symbol (value recorded) */
-  int32_t slot;        /* the kernel function's argument a hit packs it into; -1: none */
-  int32_t how;         /* PACK_ADDRESS, PACK_INT, PACK_FLOAT or PACK_FLOAT32, when slot >= 0 */
-  uint64_t misaligned; /* align - 1 */
-} memo_input;
-
-enum { MEMO_RECORDS = 4 }; /* a power of two */
-
-/* Record r is words[r * stride ...]: its sequence (even: stable; odd: being
- * written; 0: nothing yet), then its words. */
-typedef struct tj__memo {
-  uint32_t stores;      /* records written so far: the first field, tests read it */
-  const uint64_t *last; /* the record that matched or was written last */
-  int32_t ninputs;
-  memo_input inputs[TJ_MAX_PARAMS];
-  int32_t frame;   /* in a record: device, has_device | first_tensor, symbols, output shapes */
-  int32_t packed;  /* in a record: the packed integers; -1: hits pack no launch */
-  int32_t npacked; /* how many */
-  int32_t config;  /* in a record: a CUDA launch's configuration (CONFIG_WORDS); -1: none */
-  int32_t stride;  /* words a record takes, its sequence included */
-  int32_t word_slots[TJ_MAX_ABI_ARGS]; /* packed integer w: the argument it packs into */
-  uint64_t words[];
-} tj__memo;
-
-/* The memo's words are read while another thread may write them: relaxed
- * atomics (plain moves on the machines we run on), checked by the sequence. */
-#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
-#define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
-
-/* The key words of a buffer argument, read as the record keeps them: the
- * argument's kind and flags, its device, its ndim and dtype, and whether it
- * has strides. Any kind of argument: an absent one's tensor is all zero. */
-/* An argument's kind and flags as one word. */
-static inline uint64_t arg_head(const tj_arg *arg) {
-  uint64_t head;
-  memcpy(&head, &arg->kind, sizeof(head));
-  return head;
-}
-
-static inline void buffer_key(const tj_arg *arg, uint64_t key[KEY_WORDS]) {
-  _Static_assert(offsetof(tj_arg, flags) == offsetof(tj_arg, kind) + 4 &&
-                     offsetof(DLTensor, dtype) == offsetof(DLTensor, ndim) + 4 &&
-                     sizeof(DLDataType) == 4 && sizeof(DLDevice) == 8,
-                 "key words");
-  key[KEY_HEAD] = arg_head(arg);
-  memcpy(&key[KEY_DEVICE], &arg->tensor.device, sizeof(uint64_t));
-  memcpy(&key[KEY_FORM], &arg->tensor.ndim, sizeof(uint64_t));
-  key[KEY_NO_STRIDES] = arg->tensor.strides == NULL;
-}
-
 /* How hits pack the kernel function's arguments, and the integers a record
  * keeps for them; -1 when they cannot: outputs or workspaces to allocate
  * first, a CUDA kernel of several launches or with tensor maps. A CUDA
@@ -215,92 +136,16 @@ void tj__memo_free(tj_kernel *k) {
   k->memo = NULL;
 }
 
-/* Whether a buffer argument matches its record, and its address passes.
- * Inlined: the compiler would otherwise call it once per buffer per call. */
-__attribute__((always_inline)) static inline int buffer_matches(const memo_input *in,
-                                                                const tj_arg *arg,
-                                                                const uint64_t *r) {
-  uint64_t key[KEY_WORDS];
-  buffer_key(arg, key);
-  if (((key[KEY_HEAD] ^ LOAD(r[KEY_HEAD])) | (key[KEY_DEVICE] ^ LOAD(r[KEY_DEVICE])) |
-       (key[KEY_FORM] ^ LOAD(r[KEY_FORM])) | (key[KEY_NO_STRIDES] ^ LOAD(r[KEY_NO_STRIDES]))) != 0)
-    return 0;
-  if (arg->kind != TJ_ARG_TENSOR) return 1; /* absent, as recorded */
-  /* The key holds ndim: it is the parameter's here. */
-  const DLTensor *t = &arg->tensor;
-  const int32_t n = in->ndim;
-  const uint64_t *shape = r + KEY_WORDS, *strides = shape + n, *span = strides + n;
-  if (n > 0 && t->shape == NULL) return 0;
-  for (int32_t d = 0; d < n; ++d)
-    if ((uint64_t)t->shape[d] != LOAD(shape[d])) return 0;
-  if (t->strides != NULL)
-    for (int32_t d = 0; d < n; ++d)
-      if ((uint64_t)t->strides[d] != LOAD(strides[d])) return 0;
-  if (!LOAD(span[2])) return 1; /* empty */
-  uintptr_t first;
-  return tj__span_fits(t, LOAD(span[0]), LOAD(span[1]), &first) && (first & in->misaligned) == 0;
-}
-
-/* Whether a binding scalar's argument is the one recorded: same kind and
- * flags, same value (which the full checks accepted). */
-static inline int scalar_matches(const tj_arg *arg, const uint64_t *r) {
-  return arg_head(arg) == LOAD(r[0]) && (uint64_t)arg->value.i == LOAD(r[1]);
-}
-
-/* A record's sequence when it holds a stable record (0: it does not), read
- * before its words; record_unchanged after them tells a torn read. */
-static inline uint64_t record_sequence(const uint64_t *record) {
-  const uint64_t seq = __atomic_load_n(&record[0], __ATOMIC_ACQUIRE);
-  return (seq & 1) ? 0 : seq;
-}
-
-static inline int record_unchanged(const uint64_t *record, uint64_t seq) {
-  __atomic_thread_fence(__ATOMIC_ACQUIRE);
-  return __atomic_load_n(&record[0], __ATOMIC_RELAXED) == seq;
-}
-
-/* The device and `where` words of a record's frame (tj__memo_store): the
- * device, whether the tensors gave it, the first tensor's caller argument. */
-static inline void read_device(const uint64_t *f, DLDevice *device, int32_t *has_device,
-                               int32_t *first_tensor) {
-  uint64_t word = LOAD(f[0]), where = LOAD(f[1]);
-  memcpy(device, &word, sizeof(word));
-  *has_device = (int32_t)(uint32_t)where;
-  *first_tensor = (int32_t)(where >> 32);
-}
-
-/* A float32 parameter's value at the start of its word (a CUDA parameter). */
-static inline void pack_float32(tj_value *v, const tj_arg *arg) {
-  const float f = (float)tj__float_value(arg);
-  v->i = 0;
-  memcpy(v, &f, sizeof(f));
-}
-
 /* Whether the arguments match a record's words and pass what a match leaves
- * to check; with a frame, each bound into it as it passes; with values, each
- * packed into the kernel function's arguments (the inputs' part of a hit). */
+ * to check, each bound into the frame as it passes. */
 __attribute__((always_inline)) static inline int inputs_match(const tj__memo *m, tj_arg *args,
                                                               const uint64_t *words,
-                                                              tj_frame *frame, tj_value *values) {
+                                                              tj_frame *frame) {
   for (int32_t j = 0; j < m->ninputs; ++j) {
     const memo_input *in = &m->inputs[j];
     tj_arg *arg = &args[in->position];
-    if (in->record < 0 ? !tj__scalar_fits(in->param, arg)
-        : in->ndim < 0 ? !scalar_matches(arg, &words[in->record])
-                       : !buffer_matches(in, arg, &words[in->record]))
-      return 0;
-    if (frame != NULL) frame->params[in->index] = arg;
-    if (values != NULL && in->slot >= 0) {
-      tj_value *v = &values[in->slot];
-      if (in->how == PACK_ADDRESS)
-        v->p = tj__tensor_address(arg);
-      else if (in->how == PACK_INT)
-        v->i = arg->value.i;
-      else if (in->how == PACK_FLOAT)
-        v->f = tj__float_value(arg);
-      else
-        pack_float32(v, arg);
-    }
+    if (!memo_input_matches(in, arg, words, NULL)) return 0;
+    frame->params[in->index] = arg;
   }
   return 1;
 }
@@ -309,24 +154,24 @@ __attribute__((always_inline)) static inline int inputs_match(const tj__memo *m,
 __attribute__((always_inline)) static inline int record_bind(const tj_kernel *k, const tj__memo *m,
                                                              const uint64_t *record, tj_arg *args,
                                                              tj_frame *frame) {
-  const uint64_t seq = record_sequence(record);
+  const uint64_t seq = memo_record_sequence(record);
   if (seq == 0) return 0;
   const uint64_t *words = record + 1;
-  if (!inputs_match(m, args, words, frame, NULL)) return 0;
+  if (!inputs_match(m, args, words, frame)) return 0;
   const uint64_t *f = &words[m->frame];
-  read_device(f, &frame->device, &frame->has_device, &frame->first_tensor);
+  memo_read_device(f, &frame->device, &frame->has_device, &frame->first_tensor);
   const uint64_t *symbols = f + 2, *shapes = symbols + k->nsymbols;
-  for (int32_t s = 0; s < k->nsymbols; ++s) frame->symbols[s] = (int64_t)LOAD(symbols[s]);
+  for (int32_t s = 0; s < k->nsymbols; ++s) frame->symbols[s] = (int64_t)MEMO_LOAD(symbols[s]);
   for (int32_t o = 0; o < k->nallocs; ++o) {
     const tj__param *p = &k->params[k->output_params[o]];
     frame->params[k->output_params[o]] = NULL;
     frame->out_ndim[o] = p->ndim;
     frame->out_dtype[o] = p->dtype;
-    for (int32_t d = 0; d < p->ndim; ++d) frame->out_shape[o][d] = (int64_t)LOAD(*shapes++);
+    for (int32_t d = 0; d < p->ndim; ++d) frame->out_shape[o][d] = (int64_t)MEMO_LOAD(*shapes++);
   }
   frame->kernel = k;
   frame->stream = NULL;
-  return record_unchanged(record, seq);
+  return memo_record_unchanged(record, seq);
 }
 
 static inline const uint64_t *record_at(const tj__memo *m, uint32_t r) {
@@ -342,7 +187,7 @@ __attribute__((noinline)) static int other_record_bind(const tj_kernel *k, tj__m
   for (uint32_t t = 1; t < MEMO_RECORDS; ++t) {
     const uint32_t r = (last + t) & (MEMO_RECORDS - 1);
     if (record_bind(k, m, record_at(m, r), args, frame)) {
-      STORE(m->last, record_at(m, r));
+      MEMO_STORE(m->last, record_at(m, r));
       return 1;
     }
   }
@@ -351,25 +196,17 @@ __attribute__((noinline)) static int other_record_bind(const tj_kernel *k, tj__m
 
 int tj__memo_bind(const tj_kernel *k, tj_arg *args, tj_frame *frame) {
   tj__memo *m = k->memo;
-  const uint64_t *last = LOAD(m->last);
+  const uint64_t *last = MEMO_LOAD(m->last);
   return record_bind(k, m, last, args, frame) || other_record_bind(k, m, last, args, frame);
 }
 
 int tj__memo_pack(const tj_kernel *k, tj_arg *args, tj__hit *hit) {
   const tj__memo *m = k->memo;
-  if (m->packed < 0) return 0;
-  const uint64_t *record = LOAD(m->last);
-  const uint64_t seq = record_sequence(record);
-  if (seq == 0) return 0;
-  const uint64_t *words = record + 1, *integers = &words[m->packed];
-  if (!inputs_match(m, args, words, NULL, hit->values)) return 0;
-  for (int32_t w = 0; w < m->npacked; ++w)
-    hit->values[m->word_slots[w]].i = (int64_t)LOAD(integers[w]);
-  if (m->config >= 0) { /* CUDA: the device, the stream's producer, the launch */
-    read_device(&words[m->frame], &hit->device, &hit->has_device, &hit->first_tensor);
-    for (int32_t c = 0; c < CONFIG_WORDS; ++c) hit->cfg[c] = (int64_t)LOAD(words[m->config + c]);
-  }
-  return record_unchanged(record, seq);
+  tj__memo_reader rd;
+  if (!tj__memo_open(m, &rd)) return 0;
+  for (int32_t j = 0; j < m->ninputs; ++j)
+    if (!tj__memo_take(m, &rd, j, &args[m->inputs[j].position], hit)) return 0;
+  return tj__memo_close(m, &rd, hit);
 }
 
 void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *frame) {
@@ -392,47 +229,47 @@ void tj__memo_store(const tj_kernel *k, const tj_arg *args, const tj_frame *fram
     uint64_t *r = &words[in->record], key[KEY_WORDS];
     const tj_arg *arg = &args[in->position];
     if (in->ndim < 0) {
-      STORE(r[0], arg_head(arg));
-      STORE(r[1], (uint64_t)arg->value.i);
+      MEMO_STORE(r[0], memo_arg_head(arg));
+      MEMO_STORE(r[1], (uint64_t)arg->value.i);
       continue;
     }
-    buffer_key(arg, key);
-    for (int32_t w = 0; w < KEY_WORDS; ++w) STORE(r[w], key[w]);
+    memo_buffer_key(arg, key);
+    for (int32_t w = 0; w < KEY_WORDS; ++w) MEMO_STORE(r[w], key[w]);
     if (arg->kind != TJ_ARG_TENSOR) continue;
     const DLTensor *t = &arg->tensor;
     const int32_t n = in->ndim;
     uint64_t *shape = r + KEY_WORDS, *strides = shape + n, *span = strides + n;
     int empty = 0;
     for (int32_t d = 0; d < n; ++d) {
-      STORE(shape[d], (uint64_t)t->shape[d]);
-      STORE(strides[d], t->strides != NULL ? (uint64_t)t->strides[d] : 0);
+      MEMO_STORE(shape[d], (uint64_t)t->shape[d]);
+      MEMO_STORE(strides[d], t->strides != NULL ? (uint64_t)t->strides[d] : 0);
       empty |= t->shape[d] == 0;
     }
     /* tj_call_bind accepted it: a non-empty tensor's span fits. */
     uint64_t below = 0, above = 0;
     if (!empty) tj__buffer_span(in->param, t, &below, &above);
-    STORE(span[0], below);
-    STORE(span[1], above);
-    STORE(span[2], (uint64_t)!empty);
+    MEMO_STORE(span[0], below);
+    MEMO_STORE(span[1], above);
+    MEMO_STORE(span[2], (uint64_t)!empty);
   }
   uint64_t *f = &words[m->frame], device;
   memcpy(&device, &frame->device, sizeof(device));
-  STORE(f[0], device);
-  STORE(f[1], (uint32_t)frame->has_device | (uint64_t)(uint32_t)frame->first_tensor << 32);
+  MEMO_STORE(f[0], device);
+  MEMO_STORE(f[1], (uint32_t)frame->has_device | (uint64_t)(uint32_t)frame->first_tensor << 32);
   uint64_t *symbols = f + 2, *shapes = symbols + k->nsymbols;
-  for (int32_t s = 0; s < k->nsymbols; ++s) STORE(symbols[s], (uint64_t)frame->symbols[s]);
+  for (int32_t s = 0; s < k->nsymbols; ++s) MEMO_STORE(symbols[s], (uint64_t)frame->symbols[s]);
   for (int32_t o = 0; o < k->nallocs; ++o)
     for (int32_t d = 0; d < frame->out_ndim[o]; ++d)
-      STORE(*shapes++, (uint64_t)frame->out_shape[o][d]);
+      MEMO_STORE(*shapes++, (uint64_t)frame->out_shape[o][d]);
   for (int32_t w = 0; w < m->npacked; ++w) {
     int64_t value = 0; /* tj_call_bind evaluated every expression: none fails */
     tj__abi_integer(frame, &k->abi[m->word_slots[w]], &value);
-    STORE(words[m->packed + w], (uint64_t)value);
+    MEMO_STORE(words[m->packed + w], (uint64_t)value);
   }
   if (m->config >= 0)
-    for (int32_t c = 0; c < CONFIG_WORDS; ++c) STORE(words[m->config + c], (uint64_t)cfg[c]);
+    for (int32_t c = 0; c < CONFIG_WORDS; ++c) MEMO_STORE(words[m->config + c], (uint64_t)cfg[c]);
   __atomic_store_n(&record[0], seq + 2, __ATOMIC_RELEASE);
-  STORE(m->last, (const uint64_t *)record);
+  MEMO_STORE(m->last, (const uint64_t *)record);
 }
 
 int tj__bind_recorded(const tj_kernel *k, tj_arg *args, int32_t nargs, tj_frame *frame) {

@@ -5,11 +5,13 @@
  * exceptions, the builtin entry; every reference the core takes or makes is
  * given back (fh_alive returns to 0, static objects to their counts).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "builders.h"
 #include "fake_host.h"
+#include "memo.h"
 
 /* ---- Tensors: objects holding a tjt_tensor, and their producer ----------------- */
 
@@ -545,4 +547,234 @@ TEST(host_method_entry) {
   fh_clear();
   tj_host_method_install(NULL);
   setup_free(&s, k);
+}
+
+/* ---- A repeated call, read and checked in one pass ------------------------------- */
+
+/* rep(x: (n,) f32 const, y: (n,) f32 aligned to 16, a: f32, b: int32): nothing
+ * to allocate, so a call repeating the last one is read, checked and packed in
+ * one pass (host.c, repeat_call) when its tensors come through an exchange
+ * API's view. The entry logs what it was given. */
+static struct {
+  int calls;
+  const float *x;
+  float *y;
+  float a;
+  int32_t b;
+  int64_t n;
+} rep_seen;
+
+static int32_t rep_entry(const tj_value *args) {
+  rep_seen.calls++;
+  rep_seen.x = args[0].p;
+  rep_seen.y = args[1].p;
+  rep_seen.a = (float)args[2].f;
+  rep_seen.b = (int32_t)args[3].i;
+  rep_seen.n = args[4].i;
+  return 0;
+}
+
+static tj_kernel *rep_kernel(int keep_memo) {
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("rep", 4, TJ_TARGET_CPU, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  int32_t n = tjt_sym(k, 0);
+  tjt_buffer(k, 0, "x", TJT_F32, 1, &n, NULL, 0, TJ_BUF_CONST);
+  tjt_buffer(k, 1, "y", TJT_F32, 1, &n, NULL, 16, 0);
+  CHECK_OK(tj_kernel_set_scalar(k, 2, "a", TJT_F32));
+  CHECK_OK(tj_kernel_set_scalar(k, 3, "b", TJT_DTYPE(kDLInt, 32)));
+  CHECK_OK(tj_kernel_set_entry(k, rep_entry));
+  CHECK_OK(tj_kernel_finalize(k));
+  CHECK(k->memo != NULL);
+  if (!keep_memo) tj__memo_free(k); /* every call takes the full checks */
+  return k;
+}
+
+/* An exchange API whose view reads the tjt_tensor an object holds. */
+static int view_imports, view_fails;
+static int xv_view(void *object, DLTensor *out) {
+  view_imports++;
+  if (view_fails) {
+    fh_raise(&fh_exception_types[6], "the producer refused");
+    return -1;
+  }
+  *out = ((tjt_tensor *)((fh_object *)object)->pointer)->t;
+  return 0;
+}
+static int xv_alloc(DLTensor *proto, DLManagedTensorVersioned **out, void *ctx,
+                    void (*set_error)(void *, const char *, const char *)) {
+  (void)proto, (void)out, (void)ctx, (void)set_error;
+  return -1;
+}
+static int xv_export(void *object, DLManagedTensorVersioned **out) {
+  (void)object, (void)out;
+  return -1;
+}
+static int xv_to_object(DLManagedTensorVersioned *m, void **out) {
+  (void)m, (void)out;
+  return -1;
+}
+static int xv_stream(DLDeviceType type, int32_t id, void **out) {
+  (void)type, (void)id;
+  *out = NULL;
+  return 0;
+}
+
+static uint64_t next_u64(uint64_t *state) { /* splitmix64 */
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* One step's arguments: x, y and the scalars, changed a little at each step. */
+typedef struct {
+  float data[2][40];
+  tjt_tensor tx, ty;
+  fh_object x, y;
+  fh_object *a, *b;
+} rep_args;
+
+static void rep_args_reset(rep_args *r, fh_object *tensor_type_) {
+  tjt_tensor_1d(&r->tx, &r->data[0][0], TJT_F32, 8);
+  tjt_tensor_1d(&r->ty, &r->data[1][0], TJT_F32, 8);
+  fh_object_init(&r->x, tensor_type_);
+  fh_object_init(&r->y, tensor_type_);
+  r->x.pointer = &r->tx;
+  r->y.pointer = &r->ty;
+}
+
+/* The twins' answers to one call: the result, the error, what the entry saw. */
+typedef struct {
+  void *result;
+  fh_object *error_type;
+  char message[256];
+  int calls;
+  const float *x;
+  float *y;
+  float a;
+  int32_t b;
+  int64_t n;
+} rep_answer;
+
+static rep_answer rep_call(setup *s, tj_kernel *k, rep_args *r) {
+  rep_answer out;
+  memset(&out, 0, sizeof(out));
+  memset(&rep_seen, 0, sizeof(rep_seen));
+  s->plan.kernel = k;
+  void *args[4] = {&r->x, &r->y, r->a, r->b};
+  out.result = call_n(s, args, 4);
+  out.error_type = fh_error_type;
+  if (fh_error_value != NULL) snprintf(out.message, sizeof(out.message), "%s", fh_error_value->s);
+  fh_clear();
+  if (out.result != NULL) s->host.release(out.result);
+  out.calls = rep_seen.calls, out.x = rep_seen.x, out.y = rep_seen.y;
+  out.a = rep_seen.a, out.b = rep_seen.b, out.n = rep_seen.n;
+  return out;
+}
+
+/* A long random walk of arguments, mostly repeats, through the host's call of
+ * two twin kernels: one whose memo lets repeated calls take the one pass, one
+ * whose every call takes the full checks. Both give the same result, the same
+ * error and the same arguments to the kernel, step after step. */
+TEST(host_call_repeats_in_one_pass_as_the_full_checks) {
+  tj_kernel *fast = rep_kernel(1), *full = rep_kernel(0);
+  setup s;
+  setup_init(&s, fast);
+  s.host.int_layout = TJ_HOST_INT_TAG; /* ints of one digit read in place */
+  DLPackExchangeAPI api;
+  memset(&api, 0, sizeof(api));
+  api.header.version.major = TJ_DLPACK_MAJOR;
+  api.managed_tensor_allocator = xv_alloc;
+  api.managed_tensor_from_py_object_no_sync = xv_export;
+  api.managed_tensor_to_py_object_no_sync = xv_to_object;
+  api.dltensor_from_py_object_no_sync = xv_view;
+  api.current_work_stream = xv_stream;
+  static fh_object xtensor_type;
+  static tj_producer xproducer;
+  static tj_host_type xtensor_info = {TJ_HOST_TENSOR, &xproducer, "XTensor"};
+  CHECK_OK(tj_producer_from_exchange(&xproducer, &api.header, &xtensor_type));
+  fh_type_init(&xtensor_type, &xtensor_info);
+  rep_args r;
+  rep_args_reset(&r, &xtensor_type);
+  r.a = fh_float(1.5);
+  r.b = fh_int(7);
+  view_imports = view_fails = 0;
+
+  /* Repeats: the first call records, each after it reads each tensor once. */
+  for (int i = 0; i < 3; ++i) {
+    rep_answer got = rep_call(&s, fast, &r);
+    CHECK(got.result == &fh_none && got.calls == 1 && got.n == 8 && got.b == 7 && got.a == 1.5f);
+  }
+  CHECK_EQ_INT(view_imports, 6);
+  /* A failed view in the one pass is read again by the full path, which reports
+   * it as any first call would. */
+  view_fails = 1;
+  view_imports = 0;
+  rep_answer failed = rep_call(&s, fast, &r);
+  CHECK(failed.result == NULL && failed.calls == 0);
+  CHECK_EQ_INT(view_imports, 2); /* the one pass's, then the full path's */
+  CHECK(strstr(failed.message, "rep: argument 0 'x'") != NULL);
+  view_imports = 0;
+  rep_answer twin = rep_call(&s, full, &r);
+  CHECK_EQ_INT(view_imports, 1);
+  CHECK(twin.error_type == failed.error_type);
+  CHECK_EQ_STR(twin.message, failed.message);
+  view_fails = 0;
+
+  uint64_t state = 42;
+  int steps = 3000, oks = 0, refusals = 0;
+  for (int step = 0; step < steps; ++step) {
+    uint64_t z = next_u64(&state);
+    if (z % 2 == 0) { /* back to the usual call, changed below or not */
+      s.host.release(r.a);
+      s.host.release(r.b);
+      rep_args_reset(&r, &xtensor_type);
+      r.a = fh_float(1.5);
+      r.b = fh_int(7);
+    }
+    switch ((z >> 8) % 48) {
+      case 0: tjt_tensor_1d(&r.tx, &r.data[0][0], TJT_F32, 4 + (int64_t)(z >> 16) % 3); break;
+      case 1: r.ty.t.data = (char *)r.ty.t.data + 4 * ((z >> 16) % 4); break; /* alignment */
+      case 2: r.tx.t.data = NULL; break;
+      case 3: r.tx.t.dtype = TJT_F64; break;
+      case 4: r.tx.strides[0] = 2; break;
+      case 5: r.ty.t.device.device_type = kDLCUDA; break;
+      case 6: r.tx.t.byte_offset = 4; break;
+      case 7: r.tx.t.shape = NULL; break;
+      case 8: r.ty.t.strides = NULL; break;
+      case 9: {
+        static const double values[] = {0.0, -2.25, 1e39, -1e39, 3.4028235e38, 1.0 / 0.0};
+        s.host.release(r.a);
+        r.a = fh_float(values[(z >> 16) % 6]);
+        break;
+      }
+      case 10: {
+        static const long long values[] = {0, -1, 1 << 20, 1LL << 31, -(1LL << 31), 1LL << 40};
+        s.host.release(r.b);
+        r.b = fh_int(values[(z >> 16) % 6]);
+        break;
+      }
+      case 11: s.host.release(r.a), r.a = fh_int(3); break;     /* an int for the float */
+      case 12: s.host.release(r.b), r.b = fh_float(3.0); break; /* a float for the int */
+      case 13: s.host.release(r.b), r.b = &fh_true, s.host.retain(&fh_true); break;
+      case 14: s.host.release(r.a), r.a = &fh_none, s.host.retain(&fh_none); break;
+      case 15: r.x.type = &tensor_type; break; /* another producer: no exchange view */
+      default: break;                          /* a repeat */
+    }
+    rep_answer a = rep_call(&s, fast, &r), b = rep_call(&s, full, &r);
+    if (a.result != b.result || a.error_type != b.error_type || strcmp(a.message, b.message) != 0 ||
+        a.calls != b.calls || a.x != b.x || a.y != b.y || a.a != b.a || a.b != b.b || a.n != b.n)
+      tjt_fail(__FILE__, __LINE__, "step %d: one pass %s (%s), full checks %s (%s)", step,
+               a.result ? "ran" : "refused", a.message, b.result ? "ran" : "refused", b.message);
+    oks += a.result != NULL;
+    refusals += a.result == NULL;
+  }
+  tjt_note("%d steps: %d ran, %d refused", steps, oks, refusals);
+  CHECK(oks > steps / 2 && refusals > steps / 8);
+  s.host.release(r.a);
+  s.host.release(r.b);
+  s.plan.kernel = fast;
+  tj_kernel_free(full);
+  setup_free(&s, fast);
 }
