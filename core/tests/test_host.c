@@ -555,14 +555,16 @@ TEST(host_method_entry) {
  * to allocate, so a call repeating the last one is read, checked and packed in
  * one pass (host.c, repeat_call) when its tensors come through an exchange
  * API's view. The entry logs what it was given. */
-static struct {
+typedef struct {
   int calls;
   const float *x;
   float *y;
   float a;
   int32_t b;
   int64_t n;
-} rep_seen;
+} rep_launch;
+
+static rep_launch rep_seen;
 
 static int32_t rep_entry(const tj_value *args) {
   rep_seen.calls++;
@@ -649,12 +651,7 @@ typedef struct {
   void *result;
   fh_object *error_type;
   char message[256];
-  int calls;
-  const float *x;
-  float *y;
-  float a;
-  int32_t b;
-  int64_t n;
+  rep_launch seen;
 } rep_answer;
 
 static rep_answer rep_call(setup *s, tj_kernel *k, rep_args *r) {
@@ -668,8 +665,7 @@ static rep_answer rep_call(setup *s, tj_kernel *k, rep_args *r) {
   if (fh_error_value != NULL) snprintf(out.message, sizeof(out.message), "%s", fh_error_value->s);
   fh_clear();
   if (out.result != NULL) s->host.release(out.result);
-  out.calls = rep_seen.calls, out.x = rep_seen.x, out.y = rep_seen.y;
-  out.a = rep_seen.a, out.b = rep_seen.b, out.n = rep_seen.n;
+  out.seen = rep_seen;
   return out;
 }
 
@@ -704,7 +700,8 @@ TEST(host_call_repeats_in_one_pass_as_the_full_checks) {
   /* Repeats: the first call records, each after it reads each tensor once. */
   for (int i = 0; i < 3; ++i) {
     rep_answer got = rep_call(&s, fast, &r);
-    CHECK(got.result == &fh_none && got.calls == 1 && got.n == 8 && got.b == 7 && got.a == 1.5f);
+    CHECK(got.result == &fh_none && got.seen.calls == 1 && got.seen.n == 8 && got.seen.b == 7 &&
+          got.seen.a == 1.5f);
   }
   CHECK_EQ_INT(view_imports, 6);
   /* A failed view in the one pass is read again by the full path, which reports
@@ -712,7 +709,7 @@ TEST(host_call_repeats_in_one_pass_as_the_full_checks) {
   view_fails = 1;
   view_imports = 0;
   rep_answer failed = rep_call(&s, fast, &r);
-  CHECK(failed.result == NULL && failed.calls == 0);
+  CHECK(failed.result == NULL && failed.seen.calls == 0);
   CHECK_EQ_INT(view_imports, 2); /* the one pass's, then the full path's */
   CHECK(strstr(failed.message, "rep: argument 0 'x'") != NULL);
   view_imports = 0;
@@ -764,7 +761,8 @@ TEST(host_call_repeats_in_one_pass_as_the_full_checks) {
     }
     rep_answer a = rep_call(&s, fast, &r), b = rep_call(&s, full, &r);
     if (a.result != b.result || a.error_type != b.error_type || strcmp(a.message, b.message) != 0 ||
-        a.calls != b.calls || a.x != b.x || a.y != b.y || a.a != b.a || a.b != b.b || a.n != b.n)
+        a.seen.calls != b.seen.calls || a.seen.x != b.seen.x || a.seen.y != b.seen.y ||
+        a.seen.a != b.seen.a || a.seen.b != b.seen.b || a.seen.n != b.seen.n)
       tjt_fail(__FILE__, __LINE__, "step %d: one pass %s (%s), full checks %s (%s)", step,
                a.result ? "ran" : "refused", a.message, b.result ? "ran" : "refused", b.message);
     oks += a.result != NULL;
