@@ -377,7 +377,7 @@ static inline __attribute__((always_inline)) int repeat_call(const tj_host_plan 
     const memo_input *in = &m->inputs[j];
     tj_arg *arg = &call->args[in->position];
     if (!read_plain(plan, args[in->position], in->record >= 0 && in->ndim >= 0, arg) ||
-        !tj__memo_take(m, &rd, j, arg, &hit))
+        (!tj__memo_take(m, &rd, j, arg, &hit) && !tj__memo_switch(k, &rd, call->args, j, &hit)))
       return 0;
   }
   if (!tj__memo_close(m, &rd, &hit)) return 0;

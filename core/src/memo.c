@@ -200,12 +200,33 @@ int tj__memo_bind(const tj_kernel *k, tj_arg *args, tj_frame *frame) {
   return record_bind(k, m, last, args, frame) || other_record_bind(k, m, last, args, frame);
 }
 
+int tj__memo_switch(const tj_kernel *k, tj__memo_reader *rd, const tj_arg *args, int32_t upto,
+                    tj__hit *hit) {
+  tj__memo *m = k->memo;
+  const uint32_t last = (uint32_t)((rd->record - m->words) / m->stride);
+  for (uint32_t t = 1; t < MEMO_RECORDS; ++t) {
+    const uint64_t *record = record_at(m, (last + t) & (MEMO_RECORDS - 1));
+    tj__memo_reader other = {record, memo_record_sequence(record)};
+    if (other.seq == 0) continue;
+    int32_t j = 0;
+    while (j <= upto && tj__memo_take(m, &other, j, &args[m->inputs[j].position], hit)) ++j;
+    if (j > upto) {
+      *rd = other;
+      MEMO_STORE(m->last, record);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 int tj__memo_pack(const tj_kernel *k, tj_arg *args, tj__hit *hit) {
   const tj__memo *m = k->memo;
   tj__memo_reader rd;
   if (!tj__memo_open(m, &rd)) return 0;
   for (int32_t j = 0; j < m->ninputs; ++j)
-    if (!tj__memo_take(m, &rd, j, &args[m->inputs[j].position], hit)) return 0;
+    if (!tj__memo_take(m, &rd, j, &args[m->inputs[j].position], hit) &&
+        !tj__memo_switch(k, &rd, args, j, hit))
+      return 0;
   return tj__memo_close(m, &rd, hit);
 }
 

@@ -196,9 +196,9 @@ __attribute__((always_inline)) static inline int memo_input_matches(const memo_i
  * the record that matched last, when the kernel's hits pack its launch (0:
  * they do not, or no record is stable); tj__memo_take checks input j (of
  * m->inputs, at caller argument m->inputs[j].position) against it and packs
- * it into hit->values; tj__memo_close packs the rest of the hit, 1 when the
- * record did not change meanwhile. A call whose every input was taken and
- * that closes is checked as tj_call_bind would check it. */
+ * it into hit->values (tj__memo_switch when it does not); tj__memo_close
+ * packs the rest of the hit, 1 when the record did not change meanwhile. A call whose every input
+ * was taken and that closes is checked as tj_call_bind would check it. */
 typedef struct {
   const uint64_t *record;
   uint64_t seq;
@@ -216,6 +216,13 @@ __attribute__((always_inline)) static inline int tj__memo_take(const tj__memo *m
                                                                const tj_arg *arg, tj__hit *hit) {
   return memo_input_matches(&m->inputs[j], arg, rd->record + 1, hit->values);
 }
+
+/* When input `upto` does not match the reader's record: 1 when another record
+ * matches inputs 0 to `upto` (read into args, by caller argument), which the
+ * reader then reads and the memo tries first from then on; 0 when none does.
+ * A kernel called with a few shapes in turn keeps the one pass. */
+int tj__memo_switch(const tj_kernel *k, tj__memo_reader *rd, const tj_arg *args, int32_t upto,
+                    tj__hit *hit);
 
 static inline int tj__memo_close(const tj__memo *m, const tj__memo_reader *rd, tj__hit *hit) {
   const uint64_t *words = rd->record + 1, *integers = &words[m->packed];

@@ -718,6 +718,17 @@ TEST(host_call_repeats_in_one_pass_as_the_full_checks) {
   CHECK(twin.error_type == failed.error_type);
   CHECK_EQ_STR(twin.message, failed.message);
   view_fails = 0;
+  /* Shapes in turn: each recorded by its first call, after which every call reads
+   * each tensor once (the one pass moves to the record that matches). */
+  view_imports = 0;
+  for (int i = 0; i < 12; ++i) {
+    const int64_t n = i % 3 == 0 ? 3 : i % 3 == 1 ? 5 : 8;
+    tjt_tensor_1d(&r.tx, &r.data[0][0], TJT_F32, n);
+    tjt_tensor_1d(&r.ty, &r.data[1][0], TJT_F32, n);
+    rep_answer got = rep_call(&s, fast, &r);
+    CHECK(got.result == &fh_none && got.seen.n == n);
+  }
+  CHECK_EQ_INT(view_imports, 3 + 3 + 2 * 10); /* 3 and 5 new: one pass, then the full path */
 
   uint64_t state = 42;
   int steps = 3000, oks = 0, refusals = 0;
@@ -757,7 +768,14 @@ TEST(host_call_repeats_in_one_pass_as_the_full_checks) {
       case 13: s.host.release(r.b), r.b = &fh_true, s.host.retain(&fh_true); break;
       case 14: s.host.release(r.a), r.a = &fh_none, s.host.retain(&fh_none); break;
       case 15: r.x.type = &tensor_type; break; /* another producer: no exchange view */
-      default: break;                          /* a repeat */
+      case 16:
+      case 17: { /* another shape for both */
+        const int64_t n = 3 + (int64_t)((z >> 16) % 3) * 2;
+        tjt_tensor_1d(&r.tx, &r.data[0][0], TJT_F32, n);
+        tjt_tensor_1d(&r.ty, &r.data[1][0], TJT_F32, n);
+        break;
+      }
+      default: break; /* a repeat */
     }
     rep_answer a = rep_call(&s, fast, &r), b = rep_call(&s, full, &r);
     if (a.result != b.result || a.error_type != b.error_type || strcmp(a.message, b.message) != 0 ||
