@@ -557,8 +557,6 @@ static void *hand_over(const tj_host_plan *plan, void *fn, void *a, void *b) {
 
 /* ---- The call ------------------------------------------------------------------- */
 
-/* The handle of a stream= value: a non-negative int as it is; anything else as
- * tj_host.stream_handle reads it (or refuses it, naming the kernel). */
 /* 1 and the handle when `stream` is a non-negative int, which needs no asking. */
 static int plain_stream(const tj_host *h, void *stream, void **out) {
   if (type_of(h, stream) != h->int_type) return 0;
@@ -569,6 +567,8 @@ static int plain_stream(const tj_host *h, void *stream, void **out) {
   return 1;
 }
 
+/* The handle of a stream= value: a non-negative int as it is; anything else as
+ * tj_host.stream_handle reads it (or refuses it, naming the kernel). */
 static int stream_handle(const tj_host_plan *plan, void *stream, void **out) {
   const tj_host *h = plan->host;
   if (plain_stream(h, stream, out)) return TJ_OK;
