@@ -34,6 +34,12 @@
 #include "target_cuda.h"
 #include "validate.h"
 
+/* One argument of the kernel's function, as hits pack it (PACK_*, `at`). */
+typedef struct {
+  int32_t how;
+  int32_t at;
+} pack_step;
+
 /* How hits pack the kernel function's arguments, and the integers a record
  * keeps for them; -1 when they cannot: outputs or workspaces to allocate
  * first, a CUDA kernel of several launches or with tensor maps. A CUDA

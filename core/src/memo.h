@@ -40,10 +40,6 @@ enum { PACK_ADDRESS, PACK_INT, PACK_FLOAT, PACK_FLOAT32, PACK_WORD };
 /* Words a CUDA kernel's record adds after its packed integers: the launch's
  * configuration (tj__cuda_config). */
 enum { CONFIG_WORDS = 10 };
-typedef struct {
-  int32_t how;
-  int32_t at;
-} pack_step;
 
 /* What the memo reads of each input parameter, packed: the parameter table
  * itself is wide, and the hit path should touch little memory. */
@@ -81,9 +77,6 @@ typedef struct tj__memo {
 #define MEMO_LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 #define MEMO_STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELAXED)
 
-/* The key words of a buffer argument, read as the record keeps them: the
- * argument's kind and flags, its device, its ndim and dtype, and whether it
- * has strides. Any kind of argument: an absent one's tensor is all zero. */
 /* An argument's kind and flags as one word. */
 static inline uint64_t memo_arg_head(const tj_arg *arg) {
   uint64_t head;
@@ -91,6 +84,9 @@ static inline uint64_t memo_arg_head(const tj_arg *arg) {
   return head;
 }
 
+/* The key words of a buffer argument, read as the record keeps them: the
+ * argument's kind and flags, its device, its ndim and dtype, and whether it
+ * has strides. Any kind of argument: an absent one's tensor is all zero. */
 static inline void memo_buffer_key(const tj_arg *arg, uint64_t key[KEY_WORDS]) {
   _Static_assert(offsetof(tj_arg, flags) == offsetof(tj_arg, kind) + 4 &&
                      offsetof(DLTensor, dtype) == offsetof(DLTensor, ndim) + 4 &&
