@@ -107,7 +107,8 @@ int tj__memo_create(tj_kernel *k) {
                                binds ? -1 : p->ndim,
                                -1,
                                PACK_ADDRESS,
-                               (uint64_t)p->align - 1};
+                               (uint64_t)p->align - 1,
+                               tj__scalar_range_of(p)};
     if (buffer) words += RECORD_WORDS(p->ndim);
     if (binds) words += SCALAR_WORDS;
   }

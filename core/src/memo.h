@@ -52,6 +52,7 @@ typedef struct {
   int32_t slot;        /* the kernel function's argument a hit packs it into; -1: none */
   int32_t how;         /* PACK_ADDRESS, PACK_INT, PACK_FLOAT or PACK_FLOAT32, when slot >= 0 */
   uint64_t misaligned; /* align - 1 */
+  tj__scalar_range range; /* a scalar's, for its re-check (record -1) */
 } memo_input;
 
 enum { MEMO_RECORDS = 4 }; /* a power of two */
@@ -168,7 +169,7 @@ __attribute__((always_inline)) static inline int memo_input_matches(const memo_i
                                                                     const tj_arg *arg,
                                                                     const uint64_t *words,
                                                                     tj_value *values) {
-  if (in->record < 0 ? !tj__scalar_fits(in->param, arg)
+  if (in->record < 0 ? !tj__scalar_fits_range(&in->range, in->param, arg)
       : in->ndim < 0 ? !memo_scalar_matches(arg, &words[in->record])
                      : !memo_buffer_matches(in, arg, &words[in->record]))
     return 0;

@@ -61,6 +61,45 @@ static inline int tj__scalar_fits(const tj__param *p, const tj_arg *arg) {
   return v >= 0 && (p->dtype.bits == 64 || v <= ((int64_t)1 << p->dtype.bits) - 1);
 }
 
+/* What tj__scalar_fits concludes for the commonest arguments, worked out once
+ * per parameter (the memo keeps it for each scalar input): an INT without
+ * flags fits when lo <= value <= hi (lo > hi: no INT does); a FLOAT without
+ * flags fits always (`floats` 1), unless it overflows float32 (2), or never
+ * (0). */
+typedef struct {
+  int64_t lo, hi;
+  int32_t floats;
+} tj__scalar_range;
+
+static inline tj__scalar_range tj__scalar_range_of(const tj__param *p) {
+  tj__scalar_range r = {1, 0, 0};
+  const int bits = p->dtype.bits;
+  if (p->dtype.code == kDLBool) return r;
+  if (p->dtype.code == kDLFloat) { /* any int64 is a double, and no float32 overflow */
+    r.lo = INT64_MIN, r.hi = INT64_MAX, r.floats = bits == 32 ? 2 : 1;
+    return r;
+  }
+  if (p->dtype.code == kDLInt) {
+    r.hi = bits == 64 ? INT64_MAX : ((int64_t)1 << (bits - 1)) - 1;
+    r.lo = -r.hi - 1;
+    return r;
+  }
+  r.lo = 0, r.hi = bits == 64 ? INT64_MAX : ((int64_t)1 << bits) - 1;
+  return r;
+}
+
+/* tj__scalar_fits through the parameter's range: the same answer, fewer steps
+ * for an INT or FLOAT without flags. */
+static inline int tj__scalar_fits_range(const tj__scalar_range *r, const tj__param *p,
+                                        const tj_arg *arg) {
+  if (arg->flags == 0) {
+    if (arg->kind == TJ_ARG_INT) return arg->value.i >= r->lo && arg->value.i <= r->hi;
+    if (arg->kind == TJ_ARG_FLOAT)
+      return r->floats == 1 || (r->floats == 2 && !tj__float32_overflows(arg->value.f));
+  }
+  return tj__scalar_fits(p, arg);
+}
+
 /* Checks tensor `arg` in place of input buffer parameter `index` of a bound
  * frame, every symbol keeping its value and the device the frame's: what a
  * bound launch's update allows (tj_bound_update). Borrows both. */

@@ -81,6 +81,7 @@
   X(memo_threads)                                     \
   /* test_validate.c */                               \
   X(validate_ok)                                      \
+  X(scalar_range_answers_as_scalar_fits)              \
   X(validate_wrong_arg_count)                         \
   X(validate_non_tensor)                              \
   X(validate_none_not_optional)                       \

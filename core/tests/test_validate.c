@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "builders.h"
+#include "validate.h"
 
 /* A two-input bind of vec_add(A, B) -> C with C an output. */
 static int bind_ab(tj_kernel *k, tjt_tensor *a, uint32_t a_flags, tjt_tensor *b, uint32_t b_flags,
@@ -1569,4 +1570,65 @@ TEST(validate_null_data) {
   CHECK_STATUS(tj_call_bind(k, &arg, 1, &f), TJ_EVALUE);
   CHECK_ERROR_CONTAINS("expected data + byte_offset within the address space");
   tj_kernel_free(k);
+}
+
+/* The memo re-checks scalars through a range worked out once per parameter
+ * (tj__scalar_range_of): for every scalar dtype and every kind of argument,
+ * at and around every boundary, the same answer as the full check. */
+TEST(scalar_range_answers_as_scalar_fits) {
+  static const DLDataType dtypes[] = {
+      {kDLBool, 8, 1},  {kDLInt, 8, 1},    {kDLInt, 16, 1},   {kDLInt, 32, 1},
+      {kDLInt, 64, 1},  {kDLUInt, 8, 1},   {kDLUInt, 16, 1},  {kDLUInt, 32, 1},
+      {kDLUInt, 64, 1}, {kDLFloat, 16, 1}, {kDLFloat, 32, 1}, {kDLFloat, 64, 1},
+  };
+  static const int64_t ints[] = {
+      0,         1,          -1,         127,       128,       -128,      -129,        255,
+      256,       32767,      32768,      -32768,    -32769,    65535,     65536,       INT32_MAX,
+      INT32_MIN, 4294967295, 4294967296, INT64_MAX, INT64_MIN, 1LL << 53, -(1LL << 53)};
+  static const double floats[] = {0.0,
+                                  -0.0,
+                                  1.5,
+                                  -2.25,
+                                  3.4028234e38,
+                                  3.4028236e38,
+                                  0x1.ffffffp127,
+                                  0x1.fffffefffp127,
+                                  -0x1.ffffffp127,
+                                  1e39,
+                                  -1e39,
+                                  1e308,
+                                  INFINITY,
+                                  -INFINITY,
+                                  NAN};
+  static const uint32_t int_flags[] = {0, TJ_ARG_UNSIGNED, TJ_ARG_OUT_OF_RANGE};
+  int compared = 0;
+  for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); ++d) {
+    tj__param p;
+    memset(&p, 0, sizeof(p));
+    p.kind = TJ_PARAM_SCALAR;
+    p.dtype = dtypes[d];
+    const tj__scalar_range range = tj__scalar_range_of(&p);
+    for (int kind = TJ_ARG_NONE; kind <= TJ_ARG_OTHER; ++kind) {
+      for (size_t f = 0; f < 3; ++f) {
+        const size_t n = kind == TJ_ARG_FLOAT ? sizeof(floats) / sizeof(floats[0])
+                                              : sizeof(ints) / sizeof(ints[0]);
+        for (size_t v = 0; v < n; ++v) {
+          tj_arg arg;
+          tj_arg_init(&arg);
+          arg.kind = kind;
+          arg.flags = int_flags[f];
+          if (kind == TJ_ARG_FLOAT || (arg.flags & TJ_ARG_OUT_OF_RANGE))
+            arg.value.f = kind == TJ_ARG_FLOAT ? floats[v] : (v % 2 ? INFINITY : 1e19);
+          else
+            arg.value.i = ints[v];
+          const int want = tj__scalar_fits(&p, &arg), got = tj__scalar_fits_range(&range, &p, &arg);
+          if (want != got)
+            tjt_fail(__FILE__, __LINE__, "dtype %d/%d, kind %d, flags %u, value %zu: %d, not %d",
+                     p.dtype.code, p.dtype.bits, kind, arg.flags, v, got, want);
+          ++compared;
+        }
+      }
+    }
+  }
+  tjt_note("%d arguments compared", compared);
 }
