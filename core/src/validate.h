@@ -62,29 +62,36 @@ static inline int tj__scalar_fits(const tj__param *p, const tj_arg *arg) {
 }
 
 /* What tj__scalar_fits concludes for the commonest arguments, worked out once
- * per parameter (the memo keeps it for each scalar input): an INT without
- * flags fits when lo <= value <= hi (lo > hi: no INT does); a FLOAT without
- * flags fits always (`floats` 1), unless it overflows float32 (2), or never
- * (0). */
+ * per scalar parameter (the memo keeps it for each scalar input): an INT
+ * without flags fits when lo <= value <= hi (lo > hi: no INT does); a FLOAT
+ * without flags fits always (`floats` 1), unless it overflows float32 (2), or
+ * never (0). `known` 0: not worked out (not a scalar of the dtypes scalars
+ * take): tj__scalar_fits answers every argument. */
 typedef struct {
   int64_t lo, hi;
   int32_t floats;
+  int32_t known;
 } tj__scalar_range;
 
 static inline tj__scalar_range tj__scalar_range_of(const tj__param *p) {
-  tj__scalar_range r = {1, 0, 0};
+  tj__scalar_range r = {1, 0, 0, 1};
   const int bits = p->dtype.bits;
-  if (p->dtype.code == kDLBool) return r;
-  if (p->dtype.code == kDLFloat) { /* any int64 is a double, and no float32 overflow */
+  const int int_bits = bits == 8 || bits == 16 || bits == 32 || bits == 64;
+  if (p->kind != TJ_PARAM_SCALAR || p->dtype.lanes != 1) {
+    r.known = 0;
+  } else if (p->dtype.code == kDLBool) {
+    /* takes BOOL alone: no INT, no FLOAT */
+  } else if (p->dtype.code == kDLFloat && (bits == 16 || bits == 32 || bits == 64)) {
+    /* any int64 is a double, and none overflows float32 */
     r.lo = INT64_MIN, r.hi = INT64_MAX, r.floats = bits == 32 ? 2 : 1;
-    return r;
-  }
-  if (p->dtype.code == kDLInt) {
+  } else if (p->dtype.code == kDLInt && int_bits) {
     r.hi = bits == 64 ? INT64_MAX : ((int64_t)1 << (bits - 1)) - 1;
     r.lo = -r.hi - 1;
-    return r;
+  } else if (p->dtype.code == kDLUInt && int_bits) {
+    r.lo = 0, r.hi = bits == 64 ? INT64_MAX : ((int64_t)1 << bits) - 1;
+  } else {
+    r.known = 0;
   }
-  r.lo = 0, r.hi = bits == 64 ? INT64_MAX : ((int64_t)1 << bits) - 1;
   return r;
 }
 
@@ -92,7 +99,7 @@ static inline tj__scalar_range tj__scalar_range_of(const tj__param *p) {
  * for an INT or FLOAT without flags. */
 static inline int tj__scalar_fits_range(const tj__scalar_range *r, const tj__param *p,
                                         const tj_arg *arg) {
-  if (arg->flags == 0) {
+  if (r->known && arg->flags == 0) {
     if (arg->kind == TJ_ARG_INT) return arg->value.i >= r->lo && arg->value.i <= r->hi;
     if (arg->kind == TJ_ARG_FLOAT)
       return r->floats == 1 || (r->floats == 2 && !tj__float32_overflows(arg->value.f));

@@ -1631,4 +1631,18 @@ TEST(scalar_range_answers_as_scalar_fits) {
     }
   }
   tjt_note("%d arguments compared", compared);
+  /* Anything else (a buffer, of any dtype; a dtype no scalar takes) is not worked
+   * out, and its shifts are never taken (a 128-bit buffer found by the fuzzer). */
+  static const DLDataType others[] = {
+      {kDLComplex, 128, 1}, {kDLUInt, 128, 1}, {kDLInt, 0, 1}, {kDLFloat, 8, 1}, {kDLInt, 32, 4}};
+  for (size_t d = 0; d < sizeof(others) / sizeof(others[0]); ++d) {
+    tj__param p;
+    memset(&p, 0, sizeof(p));
+    p.kind = TJ_PARAM_SCALAR;
+    p.dtype = others[d];
+    CHECK(!tj__scalar_range_of(&p).known);
+    p.kind = TJ_PARAM_BUFFER;
+    p.dtype = TJT_F32;
+    CHECK(!tj__scalar_range_of(&p).known);
+  }
 }
