@@ -149,7 +149,7 @@ def run_block(block: Block, where: str, namespace: dict) -> None:
     block is only compiled."""
     filename = f"{where}, line {block.line}"
     if block.no_run:
-        compile(block.code, filename, "exec")
+        compile(block.code, filename, "exec", dont_inherit=True)
         return
     namespace.setdefault("_md_prints", _prints)
     namespace.setdefault("_md_raises", _raises)
@@ -157,4 +157,4 @@ def run_block(block: Block, where: str, namespace: dict) -> None:
     # inspect.getsource (which TileLang's @prim_func reads its function with) finds the
     # block's text through linecache, as it would a file's.
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    exec(compile(source, filename, "exec"), namespace)  # noqa: S102
+    exec(compile(source, filename, "exec", dont_inherit=True), namespace)  # noqa: S102

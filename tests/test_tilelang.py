@@ -7,7 +7,8 @@ T.Kernel blocks, a kernel with cluster dims) and launched against the fake drive
 recorded value asserted for several M; on a GPU (marked ``cuda``) they run against torch.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: the TileLang kernels defined here must have
+# their annotations evaluated (see tilejit/tools/tilelang_defs.py).
 
 import os
 import subprocess

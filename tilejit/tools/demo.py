@@ -13,6 +13,7 @@ import time
 
 from .. import Program, T, compile
 from ..runtime.backends import resolve as resolve_backend
+from .tilelang_defs import tilelang_kernels
 
 VEC_ADD = r"""
 void vec_add(const float *A, const float *B, float *C, int64_t n) {
@@ -259,46 +260,6 @@ def run_cuda(print_fn=print) -> bool:
 
 
 # ---- TileLang kernels through tilejit (--tilelang) -------------------------------------------
-
-
-def tilelang_kernels(TL):
-    """An elementwise kernel, a row reduction and a GEMM with a dynamic M, as TileLang users
-    write them (``TL`` is ``tilelang.language``)."""
-    m, n = TL.dynamic("m"), TL.dynamic("n")
-
-    @TL.prim_func
-    def axpy(X: TL.Tensor((m, n), "float32"), Y: TL.Tensor((m, n), "float32"),
-             Z: TL.Tensor((m, n), "float32")):
-        with TL.Kernel(TL.ceildiv(n, 32), TL.ceildiv(m, 8), threads=128) as (bx, by):
-            for i, j in TL.Parallel(8, 32):
-                if by * 8 + i < m and bx * 32 + j < n:
-                    Z[by * 8 + i, bx * 32 + j] = (2.0 * X[by * 8 + i, bx * 32 + j]
-                                                  + Y[by * 8 + i, bx * 32 + j])
-
-    @TL.prim_func
-    def row_sum(A: TL.Tensor((m, 64), "float32"), S: TL.Tensor((m,), "float32")):
-        with TL.Kernel(m, threads=1) as bx:
-            acc = TL.alloc_local((1,), "float32")
-            acc[0] = 0.0
-            for j in TL.serial(64):
-                acc[0] += A[bx, j]
-            S[bx] = acc[0]
-
-    @TL.prim_func
-    def gemm(A: TL.Tensor((m, 256), "float16"), B: TL.Tensor((256, 256), "float16"),
-             C: TL.Tensor((m, 256), "float16")):
-        with TL.Kernel(4, TL.ceildiv(m, 64), threads=128) as (bx, by):
-            a_s = TL.alloc_shared((64, 32), "float16")
-            b_s = TL.alloc_shared((32, 64), "float16")
-            c_l = TL.alloc_fragment((64, 64), "float")
-            TL.clear(c_l)
-            for ko in TL.Pipelined(8, num_stages=2):
-                TL.copy(A[by * 64, ko * 32], a_s)
-                TL.copy(B[ko * 32, bx * 64], b_s)
-                TL.gemm(a_s, b_s, c_l)
-            TL.copy(c_l, C[by * 64, bx * 64])
-
-    return axpy, row_sum, gemm
 
 
 def run_tilelang(print_fn=print) -> bool:
