@@ -185,16 +185,21 @@ static inline const uint64_t *record_at(const tj__memo *m, uint32_t r) {
   return &m->words[(size_t)r * (size_t)m->stride];
 }
 
+/* The record `t` places after `record`, in the order records are tried. */
+static inline const uint64_t *record_after(const tj__memo *m, const uint64_t *record, uint32_t t) {
+  const uint32_t r = (uint32_t)((record - m->words) / m->stride);
+  return record_at(m, (r + t) & (MEMO_RECORDS - 1));
+}
+
 /* The records after the one that matched last, in turn; the one that
  * matches becomes the first tried. */
 __attribute__((noinline)) static int other_record_bind(const tj_kernel *k, tj__memo *m,
                                                        const uint64_t *record, tj_arg *args,
                                                        tj_frame *frame) {
-  const uint32_t last = (uint32_t)((record - m->words) / m->stride);
   for (uint32_t t = 1; t < MEMO_RECORDS; ++t) {
-    const uint32_t r = (last + t) & (MEMO_RECORDS - 1);
-    if (record_bind(k, m, record_at(m, r), args, frame)) {
-      MEMO_STORE(m->last, record_at(m, r));
+    const uint64_t *other = record_after(m, record, t);
+    if (record_bind(k, m, other, args, frame)) {
+      MEMO_STORE(m->last, other);
       return 1;
     }
   }
@@ -210,9 +215,8 @@ int tj__memo_bind(const tj_kernel *k, tj_arg *args, tj_frame *frame) {
 int tj__memo_switch(const tj_kernel *k, tj__memo_reader *rd, const tj_arg *args, int32_t upto,
                     tj__hit *hit) {
   tj__memo *m = k->memo;
-  const uint32_t last = (uint32_t)((rd->record - m->words) / m->stride);
   for (uint32_t t = 1; t < MEMO_RECORDS; ++t) {
-    const uint64_t *record = record_at(m, (last + t) & (MEMO_RECORDS - 1));
+    const uint64_t *record = record_after(m, rd->record, t);
     tj__memo_reader other = {record, memo_record_sequence(record)};
     if (other.seq == 0) continue;
     int32_t j = 0;
