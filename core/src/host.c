@@ -71,12 +71,30 @@ typedef struct {
   const tj_host_type *info;
 } registry_slot;
 
+/* How the one-pass call (read_plain) reads the objects of a type, worked out
+ * from its producer when the type becomes the registry's memo: `view` is the
+ * exchange API's view (NULL: its objects take the full path: not tensors, not
+ * imported through the exchange API, or lazy views the host must be asked
+ * about); `claim` and `bits` what is checked before it. When the claim's
+ * autograd record and the lazy-view bits are read through the same block
+ * (torch: the TensorImpl), `block` is its offset and one read serves both
+ * checks; -1 otherwise (each read as tj__no_autograd_record and
+ * tj__may_be_view read it). */
+typedef struct {
+  int (*view)(void *object, DLTensor *out);
+  const tj_producer *producer;
+  const tj_claim *claim; /* checked unless the plan is unclaimed; NULL: none */
+  int64_t block, meta, word;
+  uint64_t lazy;
+} plain_type;
+
 typedef struct {
   registry_slot *slots;
   size_t capacity; /* a power of two, or 0 */
   size_t count;
   void *memo_type; /* the last type asked for: a call's tensors share one */
   const tj_host_type *memo_info;
+  plain_type memo_plain; /* how read_plain reads memo_type's objects */
 } registry;
 
 static registry registries[2];
@@ -99,7 +117,7 @@ static int registry_add(registry *r, void *type, const tj_host_type *info) {
     size_t capacity = r->capacity ? 2 * r->capacity : 64;
     registry_slot *slots = calloc(capacity, sizeof(*slots));
     if (slots == NULL) return tj_set_error(TJ_ENOMEM, "out of memory for the type registry");
-    registry grown = {slots, capacity, 0, NULL, NULL};
+    registry grown = {slots, capacity, 0, NULL, NULL, {0}};
     for (size_t i = 0; i < r->capacity; ++i)
       if (r->slots[i].type != NULL) registry_add(&grown, r->slots[i].type, r->slots[i].info);
     free(r->slots);
@@ -123,6 +141,27 @@ static const tj_host_type *describe(const tj_host *h, void *type, int32_t exchan
   return (const tj_host_type *)(uintptr_t)address;
 }
 
+static void plain_of(const tj_host_type *info, plain_type *p) {
+  memset(p, 0, sizeof(*p));
+  p->block = -1;
+  const tj_producer *producer = info->kind == TJ_HOST_TENSOR ? info->producer : NULL;
+  if (producer == NULL || producer->import != tj__exchange_import ||
+      (producer->view_bits == NULL && producer->view != NULL))
+    return;
+  p->view = producer->api->dltensor_from_py_object_no_sync;
+  p->producer = producer;
+  p->claim = producer->claim;
+  const tj_claim *c = producer->claim;
+  const tj_view_bits *bits = producer->view_bits;
+  if (c != NULL && bits != NULL && !c->always && c->requires_grad != NULL && c->meta_offset >= 0 &&
+      c->offset == bits->block_offset) {
+    p->block = bits->block_offset;
+    p->meta = c->meta_offset;
+    p->word = bits->word_offset;
+    p->lazy = bits->conjugate | bits->negative;
+  }
+}
+
 const tj_host_type *tj_host_type_of(const tj_host *h, void *type, int32_t exchange) {
   registry *r = &registries[exchange != 0];
   if (type == r->memo_type) return r->memo_info;
@@ -136,6 +175,7 @@ const tj_host_type *tj_host_type_of(const tj_host *h, void *type, int32_t exchan
   }
   r->memo_type = type;
   r->memo_info = info;
+  plain_of(info, &r->memo_plain);
   return info;
 }
 
@@ -323,23 +363,36 @@ static inline __attribute__((always_inline)) int read_plain(const tj_host_plan *
   void *type = type_of(h, object);
   if (buffer) {
     const registry *r = &registries[plan->exchange != 0];
-    const tj_host_type *info = type == r->memo_type ? r->memo_info : registry_find(r, type);
-    if (info == NULL || info->kind != TJ_HOST_TENSOR) return 0;
-    const tj_producer *producer = info->producer;
-    if (producer == NULL || producer->import != tj__exchange_import) return 0;
-    const DLPackExchangeAPI *api = producer->api;
-    const tj_claim *claim = plan->unclaimed ? NULL : producer->claim;
-    if (api->dltensor_from_py_object_no_sync == NULL ||
-        (claim != NULL && !tj__no_autograd_record(claim, object)) ||
-        tj__may_be_view(producer, object))
+    plain_type other;
+    const plain_type *p = &r->memo_plain;
+    if (type != r->memo_type) { /* a call with tensors of several types */
+      const tj_host_type *info = registry_find(r, type);
+      if (info == NULL) return 0;
+      plain_of(info, &other);
+      p = &other;
+    }
+    if (p->view == NULL) return 0;
+    if (p->block >= 0) { /* the autograd record and the lazy-view bits, one block */
+      const char *block;
+      memcpy(&block, (const char *)object + p->block, sizeof(block));
+      uint64_t word;
+      const void *meta;
+      if (block == NULL) return 0;
+      memcpy(&word, block + p->word, sizeof(word));
+      memcpy(&meta, block + p->meta, sizeof(meta));
+      if ((word & p->lazy) != 0 || (!plan->unclaimed && meta != NULL)) return 0;
+    } else if ((!plan->unclaimed && p->claim != NULL &&
+                !tj__no_autograd_record(p->claim, object)) ||
+               tj__may_be_view(p->producer, object)) {
       return 0;
-    if (api->dltensor_from_py_object_no_sync(object, &arg->tensor) != 0) {
+    }
+    if (p->view(object, &arg->tensor) != 0) {
       h->error_clear();
       return 0;
     }
     arg->kind = TJ_ARG_TENSOR;
     arg->flags = 0;
-    arg->producer = producer;
+    arg->producer = p->producer;
     return 1;
   }
   arg->flags = 0;

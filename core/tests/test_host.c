@@ -5,6 +5,7 @@
  * exceptions, the builtin entry; every reference the core takes or makes is
  * given back (fh_alive returns to 0, static objects to their counts).
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -630,20 +631,39 @@ static uint64_t next_u64(uint64_t *state) { /* splitmix64 */
 }
 
 /* One step's arguments: x, y and the scalars, changed a little at each step. */
+/* What a tensor object of the walk points to (as a torch.Tensor points to its
+ * TensorImpl), for producers whose claim and lazy-view bits read it: its key
+ * word (bit 1: conjugate, bit 2: negative), its autograd record and whether
+ * that record requires grad. */
+typedef struct {
+  uint64_t keys;
+  const void *meta;
+  int requires;
+} rep_block;
+
+static bool rep_requires_grad(const void *block) { return ((const rep_block *)block)->requires; }
+static bool rep_grad_enabled(void) { return true; }
+
 typedef struct {
   float data[2][40];
   tjt_tensor tx, ty;
+  rep_block bx, by;
   fh_object x, y;
   fh_object *a, *b;
 } rep_args;
 
+/* Each tensor object holds its tensor, and its block at items[0] and items[1]. */
 static void rep_args_reset(rep_args *r, fh_object *tensor_type_) {
   tjt_tensor_1d(&r->tx, &r->data[0][0], TJT_F32, 8);
   tjt_tensor_1d(&r->ty, &r->data[1][0], TJT_F32, 8);
+  memset(&r->bx, 0, sizeof(r->bx));
+  memset(&r->by, 0, sizeof(r->by));
   fh_object_init(&r->x, tensor_type_);
   fh_object_init(&r->y, tensor_type_);
   r->x.pointer = &r->tx;
   r->y.pointer = &r->ty;
+  r->x.items[0] = r->x.items[1] = (fh_object *)&r->bx;
+  r->y.items[0] = r->y.items[1] = (fh_object *)&r->by;
 }
 
 /* The twins' answers to one call: the result, the error, what the entry saw. */
@@ -672,13 +692,104 @@ static rep_answer rep_call(setup *s, tj_kernel *k, rep_args *r) {
 /* A long random walk of arguments, mostly repeats, through the host's call of
  * two twin kernels: one whose memo lets repeated calls take the one pass, one
  * whose every call takes the full checks. Both give the same result, the same
- * error and the same arguments to the kernel, step after step. */
+ * error and the same arguments to the kernel, step after step. Tensors are
+ * objects of `type` (an exchange-API producer's); the walk also sets their
+ * blocks' conjugate and negative bits and autograd records, which producers
+ * with a claim and view bits read. */
+static void rep_walk(setup *s, tj_kernel *fast, tj_kernel *full, fh_object *type, uint64_t state) {
+  rep_args r;
+  rep_args_reset(&r, type);
+  r.a = fh_float(1.5);
+  r.b = fh_int(7);
+  static const int meta_word = 1;
+  int steps = 3000, oks = 0, refusals = 0;
+  for (int step = 0; step < steps; ++step) {
+    uint64_t z = next_u64(&state);
+    if (z % 2 == 0) { /* back to the usual call, changed below or not */
+      s->host.release(r.a);
+      s->host.release(r.b);
+      rep_args_reset(&r, type);
+      r.a = fh_float(1.5);
+      r.b = fh_int(7);
+      s->plan.unclaimed = 0;
+    }
+    switch ((z >> 8) % 56) {
+      case 0: tjt_tensor_1d(&r.tx, &r.data[0][0], TJT_F32, 4 + (int64_t)(z >> 16) % 3); break;
+      case 1: r.ty.t.data = (char *)r.ty.t.data + 4 * ((z >> 16) % 4); break; /* alignment */
+      case 2: r.tx.t.data = NULL; break;
+      case 3: r.tx.t.dtype = TJT_F64; break;
+      case 4: r.tx.strides[0] = 2; break;
+      case 5: r.ty.t.device.device_type = kDLCUDA; break;
+      case 6: r.tx.t.byte_offset = 4; break;
+      case 7: r.tx.t.shape = NULL; break;
+      case 8: r.ty.t.strides = NULL; break;
+      case 9: {
+        static const double values[] = {0.0, -2.25, 1e39, -1e39, 3.4028235e38, 1.0 / 0.0};
+        s->host.release(r.a);
+        r.a = fh_float(values[(z >> 16) % 6]);
+        break;
+      }
+      case 10: {
+        static const long long values[] = {0, -1, 1 << 20, 1LL << 31, -(1LL << 31), 1LL << 40};
+        s->host.release(r.b);
+        r.b = fh_int(values[(z >> 16) % 6]);
+        break;
+      }
+      case 11: s->host.release(r.a), r.a = fh_int(3); break;     /* an int for the float */
+      case 12: s->host.release(r.b), r.b = fh_float(3.0); break; /* a float for the int */
+      case 13: s->host.release(r.b), r.b = &fh_true, s->host.retain(&fh_true); break;
+      case 14: s->host.release(r.a), r.a = &fh_none, s->host.retain(&fh_none); break;
+      case 15: r.x.type = &tensor_type; break; /* another producer: no exchange view */
+      case 16:
+      case 17: { /* another shape for both */
+        const int64_t n = 3 + (int64_t)((z >> 16) % 3) * 2;
+        tjt_tensor_1d(&r.tx, &r.data[0][0], TJT_F32, n);
+        tjt_tensor_1d(&r.ty, &r.data[1][0], TJT_F32, n);
+        break;
+      }
+      case 18: r.bx.keys = 1 + (z >> 16) % 3; break;             /* conjugate, negative or both */
+      case 19: r.by.keys = 4; break;                             /* another key: not a lazy view */
+      case 20: r.bx.meta = &meta_word; break;                    /* an autograd record, no grad */
+      case 21: r.by.meta = &meta_word, r.by.requires = 1; break; /* requires grad */
+      case 22: r.x.items[0] = r.x.items[1] = NULL; break;        /* no block */
+      case 23: s->plan.unclaimed = 1; break; /* the framework's own call: no claim */
+      default: break;                        /* a repeat */
+    }
+    rep_answer a = rep_call(s, fast, &r), b = rep_call(s, full, &r);
+    if (a.result != b.result || a.error_type != b.error_type || strcmp(a.message, b.message) != 0 ||
+        a.seen.calls != b.seen.calls || a.seen.x != b.seen.x || a.seen.y != b.seen.y ||
+        a.seen.a != b.seen.a || a.seen.b != b.seen.b || a.seen.n != b.seen.n)
+      tjt_fail(__FILE__, __LINE__, "step %d: one pass %s (%s), full checks %s (%s)", step,
+               a.result ? "ran" : "refused", a.message, b.result ? "ran" : "refused", b.message);
+    oks += a.result != NULL && a.seen.calls == 1;
+    refusals += a.result == NULL;
+  }
+  tjt_note("%d steps: %d ran, %d refused", steps, oks, refusals);
+  CHECK(oks > steps / 3 && refusals > steps / 8);
+  s->host.release(r.a);
+  s->host.release(r.b);
+  s->plan.unclaimed = 0;
+}
+
+/* An exchange-API producer of XTensors for the walk: `claim` and `bits` given
+ * or NULL. */
+static void rep_producer(const DLPackExchangeAPI *api, fh_object *type, tj_producer *producer,
+                         tj_host_type *info, const tj_claim *claim, const tj_view_bits *bits) {
+  info->kind = TJ_HOST_TENSOR;
+  info->producer = producer;
+  info->name = "XTensor";
+  CHECK_OK(tj_producer_from_exchange(producer, &api->header, type));
+  producer->claim = claim;
+  producer->view_bits = bits;
+  fh_type_init(type, info);
+}
+
 TEST(host_call_repeats_in_one_pass_as_the_full_checks) {
   tj_kernel *fast = rep_kernel(1), *full = rep_kernel(0);
   setup s;
   setup_init(&s, fast);
   s.host.int_layout = TJ_HOST_INT_TAG; /* ints of one digit read in place */
-  DLPackExchangeAPI api;
+  static DLPackExchangeAPI api;
   memset(&api, 0, sizeof(api));
   api.header.version.major = TJ_DLPACK_MAJOR;
   api.managed_tensor_allocator = xv_alloc;
@@ -686,13 +797,33 @@ TEST(host_call_repeats_in_one_pass_as_the_full_checks) {
   api.managed_tensor_to_py_object_no_sync = xv_to_object;
   api.dltensor_from_py_object_no_sync = xv_view;
   api.current_work_stream = xv_stream;
-  static fh_object xtensor_type;
-  static tj_producer xproducer;
-  static tj_host_type xtensor_info = {TJ_HOST_TENSOR, &xproducer, "XTensor"};
-  CHECK_OK(tj_producer_from_exchange(&xproducer, &api.header, &xtensor_type));
-  fh_type_init(&xtensor_type, &xtensor_info);
+  /* Three producers (each of its own type: a producer is not changed once its
+   * type is registered): none with a claim or view bits; one whose claim and
+   * view bits read one block (as torch's do: one read serves both checks); one
+   * whose read the same block through two pointers. */
+  static fh_object types[3];
+  static tj_producer producers[3];
+  static tj_host_type infos[3];
+  const int32_t first = (int32_t)offsetof(fh_object, items), second = first + sizeof(void *);
+  static tj_claim claims[2];
+  static tj_view_bits bits[2];
+  for (int i = 0; i < 2; ++i) {
+    const int32_t block = i == 0 ? first : second;
+    claims[i] = (tj_claim){0,
+                           first,
+                           rep_requires_grad,
+                           rep_grad_enabled,
+                           NULL,
+                           NULL,
+                           NULL,
+                           (int32_t)offsetof(rep_block, meta)};
+    bits[i] = (tj_view_bits){block, (int64_t)offsetof(rep_block, keys), 1, 2};
+  }
+  rep_producer(&api, &types[0], &producers[0], &infos[0], NULL, NULL);
+  rep_producer(&api, &types[1], &producers[1], &infos[1], &claims[0], &bits[0]);
+  rep_producer(&api, &types[2], &producers[2], &infos[2], &claims[1], &bits[1]);
   rep_args r;
-  rep_args_reset(&r, &xtensor_type);
+  rep_args_reset(&r, &types[0]);
   r.a = fh_float(1.5);
   r.b = fh_int(7);
   view_imports = view_fails = 0;
@@ -729,67 +860,22 @@ TEST(host_call_repeats_in_one_pass_as_the_full_checks) {
     CHECK(got.result == &fh_none && got.seen.n == n);
   }
   CHECK_EQ_INT(view_imports, 3 + 3 + 2 * 10); /* 3 and 5 new: one pass, then the full path */
-
-  uint64_t state = 42;
-  int steps = 3000, oks = 0, refusals = 0;
-  for (int step = 0; step < steps; ++step) {
-    uint64_t z = next_u64(&state);
-    if (z % 2 == 0) { /* back to the usual call, changed below or not */
-      s.host.release(r.a);
-      s.host.release(r.b);
-      rep_args_reset(&r, &xtensor_type);
-      r.a = fh_float(1.5);
-      r.b = fh_int(7);
-    }
-    switch ((z >> 8) % 48) {
-      case 0: tjt_tensor_1d(&r.tx, &r.data[0][0], TJT_F32, 4 + (int64_t)(z >> 16) % 3); break;
-      case 1: r.ty.t.data = (char *)r.ty.t.data + 4 * ((z >> 16) % 4); break; /* alignment */
-      case 2: r.tx.t.data = NULL; break;
-      case 3: r.tx.t.dtype = TJT_F64; break;
-      case 4: r.tx.strides[0] = 2; break;
-      case 5: r.ty.t.device.device_type = kDLCUDA; break;
-      case 6: r.tx.t.byte_offset = 4; break;
-      case 7: r.tx.t.shape = NULL; break;
-      case 8: r.ty.t.strides = NULL; break;
-      case 9: {
-        static const double values[] = {0.0, -2.25, 1e39, -1e39, 3.4028235e38, 1.0 / 0.0};
-        s.host.release(r.a);
-        r.a = fh_float(values[(z >> 16) % 6]);
-        break;
-      }
-      case 10: {
-        static const long long values[] = {0, -1, 1 << 20, 1LL << 31, -(1LL << 31), 1LL << 40};
-        s.host.release(r.b);
-        r.b = fh_int(values[(z >> 16) % 6]);
-        break;
-      }
-      case 11: s.host.release(r.a), r.a = fh_int(3); break;     /* an int for the float */
-      case 12: s.host.release(r.b), r.b = fh_float(3.0); break; /* a float for the int */
-      case 13: s.host.release(r.b), r.b = &fh_true, s.host.retain(&fh_true); break;
-      case 14: s.host.release(r.a), r.a = &fh_none, s.host.retain(&fh_none); break;
-      case 15: r.x.type = &tensor_type; break; /* another producer: no exchange view */
-      case 16:
-      case 17: { /* another shape for both */
-        const int64_t n = 3 + (int64_t)((z >> 16) % 3) * 2;
-        tjt_tensor_1d(&r.tx, &r.data[0][0], TJT_F32, n);
-        tjt_tensor_1d(&r.ty, &r.data[1][0], TJT_F32, n);
-        break;
-      }
-      default: break; /* a repeat */
-    }
-    rep_answer a = rep_call(&s, fast, &r), b = rep_call(&s, full, &r);
-    if (a.result != b.result || a.error_type != b.error_type || strcmp(a.message, b.message) != 0 ||
-        a.seen.calls != b.seen.calls || a.seen.x != b.seen.x || a.seen.y != b.seen.y ||
-        a.seen.a != b.seen.a || a.seen.b != b.seen.b || a.seen.n != b.seen.n)
-      tjt_fail(__FILE__, __LINE__, "step %d: one pass %s (%s), full checks %s (%s)", step,
-               a.result ? "ran" : "refused", a.message, b.result ? "ran" : "refused", b.message);
-    oks += a.result != NULL;
-    refusals += a.result == NULL;
-  }
-  tjt_note("%d steps: %d ran, %d refused", steps, oks, refusals);
-  CHECK(oks > steps / 2 && refusals > steps / 8);
   s.host.release(r.a);
   s.host.release(r.b);
+  /* With a claim and view bits read in one block, repeated calls still take the
+   * one pass: each tensor read once. */
+  rep_args_reset(&r, &types[1]);
+  r.a = fh_float(1.5);
+  r.b = fh_int(7);
+  for (int i = 0; i < 2; ++i) rep_call(&s, fast, &r);
+  view_imports = 0;
+  rep_answer again = rep_call(&s, fast, &r);
+  CHECK(again.result == &fh_none && again.seen.calls == 1);
+  CHECK_EQ_INT(view_imports, 2);
+  s.host.release(r.a);
+  s.host.release(r.b);
+
+  for (int i = 0; i < 3; ++i) rep_walk(&s, fast, full, &types[i], 42 + (uint64_t)i);
   s.plan.kernel = fast;
   tj_kernel_free(full);
   setup_free(&s, fast);
