@@ -140,3 +140,14 @@ def test_a_handle_keeps_its_tensors_alive(vec_add):
     del h
     gc.collect()
     assert torch.equal(out, torch.ones(1000))  # the output outlives the handle
+
+
+def test_update_takes_an_input_named_self(build):
+    # Any parameter name can be given by name, `self` included.
+    n = T.symbol("n")
+    copy = build("copy_self", [T.Buffer((n,), "float32", name="self", const=True),
+                               T.Buffer((n,), "float32", name="out")],
+                 "void copy_self(const float *s, float *o, int64_t n) {"
+                 " for (int64_t i = 0; i < n; ++i) o[i] = s[i]; }", out_idx=-1)
+    h = copy.bind(torch.zeros(3))
+    assert torch.equal(h.update(self=torch.ones(3))(), torch.ones(3))

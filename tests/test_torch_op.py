@@ -123,7 +123,8 @@ def kernels(build):
 def test_schema_comes_from_the_signature(kernels):
     assert top.schema(kernels["sum_diff"]) == ("(Tensor A, Tensor B) -> (Tensor, Tensor)", ())
     assert top.schema(kernels["scale_"]) == ("(Tensor(a0!) X, float factor) -> ()", ("X",))
-    assert top.schema(kernels["add_bias"]) == ("(Tensor A, Tensor? bias) -> Tensor", ())
+    # A trailing optional buffer may be left out, as in a direct call.
+    assert top.schema(kernels["add_bias"]) == ("(Tensor A, Tensor? bias=None) -> Tensor", ())
     assert top.schema(kernels["affine"]) == (
         "(Tensor X, float a, SymInt k, bool flag) -> Tensor", ())
     op = kernels["pad1"].torch_op
@@ -255,6 +256,53 @@ def test_requires_grad_without_a_backward_says_so(kernels, build):
     with pytest.raises(ValueError, match=r"^pad1: stream= cannot be given to a call that torch "
                                          r"runs as an op"):
         kernels["pad1"](x, stream=0)
+
+
+def test_a_module_whose_parameter_feeds_a_kernel_without_a_backward_exports(kernels):
+    # As a torch custom op without autograd: torch.export (and AOTInductor, which exports)
+    # captures the op, though the parameter requires grad. Eager calls still refuse it.
+    pad1 = kernels["pad1"]
+
+    class Padded(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.rand(4))
+
+        def forward(self, x):
+            return pad1(x * self.weight)
+
+    model, x = Padded(), torch.rand(4)
+    program = torch.export.export(model, (x,))
+    assert any(node.target is pad1.torch_op for node in program.graph.nodes)
+    with torch.no_grad():  # run eagerly, the refusal below applies
+        torch.testing.assert_close(program.module()(x), pad1(x * model.weight))
+    with pytest.raises(RuntimeError, match=r"^pad1: argument 0 'A' requires grad, but no "
+                                           r"backward is registered"):
+        model(x)
+
+
+def test_the_op_refuses_tensors_on_two_devices(kernels):
+    # Meta tensors run the op's fake implementation: it allocates on one device, so
+    # tensors on two are refused with the core's words, as a direct call refuses them.
+    sum_diff = kernels["sum_diff"]
+    cpu, meta = torch.rand(4), torch.rand(4, device="meta")
+    with pytest.raises(ValueError, match=r"^sum_diff: argument 1 'B': expected device cpu:0 "
+                                         r"\(that of argument 0 'A'\), got meta:0$"):
+        sum_diff.torch_op(cpu, meta)
+    with pytest.raises(ValueError, match=r"^sum_diff: argument 1 'B': expected device meta:0 "
+                                         r"\(that of argument 0 'A'\), got cpu:0$"):
+        sum_diff.torch_op(meta, cpu)
+    s, d = sum_diff.torch_op(meta, meta)
+    assert s.device.type == d.device.type == "meta" and s.shape == (4,)
+
+
+def test_a_trailing_optional_buffer_may_be_left_out_of_the_op(kernels):
+    add_bias = kernels["add_bias"]
+    a, bias = torch.rand(4), torch.rand(4)
+    torch.testing.assert_close(add_bias.torch_op(a), add_bias(a))
+    torch.testing.assert_close(add_bias.torch_op(a, bias), add_bias(a, bias))
+    compiled = torch.compile(lambda t: add_bias(t) * 2, fullgraph=True, backend="eager")
+    torch.testing.assert_close(compiled(a), add_bias(a) * 2)
 
 
 def test_gradcheck_through_a_registered_tilejit_backward(kernels):

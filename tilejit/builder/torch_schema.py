@@ -72,7 +72,13 @@ def schema(kernel) -> tuple[str, tuple[str, ...]]:
     ('(Tensor A, Tensor B) -> Tensor', ())
     """
     args, mutated = [], []
-    for i, name, kind in inputs(kernel):
+    found = inputs(kernel)
+    # The optional buffers after the last required input may be left out, as in a direct
+    # call: they default to None.
+    kinds = [kind for _, _, kind in found]
+    trailing = len(kinds) - next((j for j, kind in enumerate(reversed(kinds)) if kind != "t"),
+                                 len(kinds))
+    for j, (i, name, kind) in enumerate(found):
         name = _arg_name(name)
         if kind in "Tt":
             alias = "" if kernel.params[i].const else f"(a{len(mutated)}!)"
@@ -81,7 +87,7 @@ def schema(kernel) -> tuple[str, tuple[str, ...]]:
             text = f"Tensor{alias}{'?' if kind == 't' else ''}"
         else:
             text = _SCALAR_TYPES[kind]
-        args.append(f"{text} {name}")
+        args.append(f"{text} {name}{'=None' if j >= trailing else ''}")
     count = len(kernel._sig.out_idx)
     returns = "Tensor" if count == 1 else f"({', '.join(['Tensor'] * count)})"
     return f"({', '.join(args)}) -> {returns}", tuple(mutated)

@@ -33,7 +33,7 @@ class BoundLaunch:
     def __call__(self, /, *args, **stream):
         return self._launch(*args, **stream)
 
-    def update(self, **tensors) -> BoundLaunch:
+    def update(self, /, **tensors) -> BoundLaunch:
         """Swaps tensor arguments, given by their input names; returns the handle."""
         names = self.kernel._core_kernel.input_names
         for name, tensor in tensors.items():

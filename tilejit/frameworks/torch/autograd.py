@@ -71,6 +71,10 @@ def autograd_kernel(kernel, op, name: str):
         if position is None:
             return False
         if name not in _backwards:
+            # torch.export (and AOTInductor, which exports) captures the op as it does a
+            # torch custom op without autograd: a module's parameters require grad there.
+            if torch.compiler.is_exporting():
+                return False
             raise RuntimeError(_no_backward(label, position, names[position]))
         return True
 

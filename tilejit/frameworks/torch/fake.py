@@ -35,6 +35,7 @@ def bind_symbols(kernel, args) -> dict:
     firm: dict[Symbol, tuple] = {}  # symbol -> (value, label of the argument binding it)
     loose: dict[Symbol, object] = {}
     bound_by_scalars = {s for s in sig.symbols if s.scalar is not None}
+    first = None  # (device, label) of the first tensor: every other must be on its device
     for position, (i, value) in enumerate(zip(inputs, args)):
         param = params[i]
         label = f"argument {position} '{sig.names[i]}'"
@@ -43,6 +44,11 @@ def bind_symbols(kernel, args) -> dict:
             continue
         if not isinstance(param, Buffer) or value is None:
             continue
+        if first is None:
+            first = (value.device, label)
+        elif value.device != first[0]:
+            raise ValueError(f"{sig.name}: {label}: expected device {_device(first[0])} (that "
+                             f"of {first[1]}), got {_device(value.device)}")
         _check_tensor(sig, label, param, value)
 
         shape = tuple(value.shape)
@@ -120,6 +126,11 @@ def _check_compact(sig, label: str, shape: tuple, strides: tuple) -> None:
         raise ValueError(f"{sig.name}: {label}: expected a compact row-major tensor (strides "
                          f"{_tuple(want)}), got strides {_tuple(strides)}; declare strides to "
                          "accept strided tensors")
+
+
+def _device(device) -> str:
+    """A device as the core names it (``cpu:0``, ``cuda:1``, ``meta:0``)."""
+    return f"{device.type}:{device.index or 0}"
 
 
 def _tuple(values) -> str:
