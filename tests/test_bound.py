@@ -151,3 +151,22 @@ def test_update_takes_an_input_named_self(build):
                  " for (int64_t i = 0; i < n; ++i) o[i] = s[i]; }", out_idx=-1)
     h = copy.bind(torch.zeros(3))
     assert torch.equal(h.update(self=torch.ones(3))(), torch.ones(3))
+
+
+def test_update_names_a_trailing_optional_buffer_left_out_at_the_bind(build):
+    # Left out or given None: the same handle, the same answer to an update.
+    n = T.symbol("n")
+    add_bias = build("add_bias_opt", [T.Buffer((n,), "float32", name="X", const=True),
+                                      T.Buffer((n,), "float32", name="bias", const=True,
+                                               optional=True),
+                                      T.Buffer((n,), "float32", name="Y")],
+                     "void add_bias_opt(const float *x, const float *b, float *y, int64_t n) {"
+                     " for (int64_t i = 0; i < n; ++i) y[i] = x[i] + (b ? b[i] : 1.0f); }",
+                     out_idx=-1)
+    x = torch.zeros(3)
+    for h in (add_bias.bind(x), add_bias.bind(x, None)):
+        assert torch.equal(h(), torch.ones(3))
+        with pytest.raises(TypeError, match=r"^add_bias_opt: argument 1 'bias': update swaps a "
+                                            r"tensor argument for another; 'bias' is bound to "
+                                            r"None$"):
+            h.update(bias=torch.ones(3))

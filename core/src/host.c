@@ -773,8 +773,9 @@ void *tj_host_bind_method(void *self, void *const *args, intptr_t nargs, void *k
   }
   hb->plan = plan;
   h->retain(plan->kernel_object);
-  hb->nargs = count;
-  for (int32_t i = 0; i < count; ++i) hb->held[i] = retained(h, args[i]);
+  /* Trailing optional buffers left out are held as None: update() names them. */
+  hb->nargs = k->ninputs;
+  for (int32_t i = 0; i < k->ninputs; ++i) hb->held[i] = retained(h, i < count ? args[i] : h->none);
   for (int32_t o = 0; o < k->noutputs; ++o) hb->outputs[o] = made[o];
   void *result = bound_result(hb);
   void *items[2] = {h->int_new((long long)(uintptr_t)hb), result};
