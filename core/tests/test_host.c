@@ -674,6 +674,8 @@ typedef struct {
   rep_launch seen;
 } rep_answer;
 
+static fh_object rep_claimed;
+
 static rep_answer rep_call(setup *s, tj_kernel *k, rep_args *r) {
   rep_answer out;
   memset(&out, 0, sizeof(out));
@@ -684,7 +686,10 @@ static rep_answer rep_call(setup *s, tj_kernel *k, rep_args *r) {
   out.error_type = fh_error_type;
   if (fh_error_value != NULL) snprintf(out.message, sizeof(out.message), "%s", fh_error_value->s);
   fh_clear();
+  /* A claimed call's result is a new object each time: what the walk compares
+   * is that there was one (rep_claimed stands for it once released). */
   if (out.result != NULL) s->host.release(out.result);
+  if (out.result != NULL && out.result != &fh_none) out.result = &rep_claimed;
   out.seen = rep_seen;
   return out;
 }
