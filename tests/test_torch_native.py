@@ -133,6 +133,20 @@ def test_refusals_carry_the_direct_calls_message(kernels, case):
     assert str(direct.value).startswith("affine: argument ")
 
 
+def test_none_for_a_required_buffer_carries_the_direct_calls_message(kernels):
+    # torch hands None for a Tensor to the op as an undefined tensor: refused as None,
+    # not as a tensor DLPack cannot read.
+    affine = kernels["affine"]
+    with pytest.raises(TypeError) as direct:
+        affine(None, None, 1.0, 1, True)
+    # A RuntimeError from the C registration (torch's stable C ABI throws none of its
+    # TypeErrors), the TypeError itself from the Python one.
+    with pytest.raises((RuntimeError, TypeError)) as through_op:
+        affine.torch_op(None, None, 1.0, 1, True)
+    assert str(through_op.value) == str(direct.value)
+    assert str(direct.value).endswith("got None (the parameter is not optional)")
+
+
 def test_a_dispatch_mode_sees_the_op_and_its_python_autograd_runs(kernels):
     op = kernels["sum_diff"].torch_op
     a, b = torch.arange(3.0), torch.ones(3)

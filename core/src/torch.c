@@ -58,6 +58,7 @@ static struct {
   aoti_error (*cuda_stream)(int32_t, void **);    /* optional: a CUDA build */
   const char *(*exception_what)(void);            /* optional */
   bool (*grad_enabled)(void);                     /* optional */
+  aoti_error (*is_defined)(aten_tensor, bool *);  /* optional */
   __attribute__((noreturn)) void (*throw_runtime_error)(const char *);
   __attribute__((noreturn)) void (*throw_invalid_argument)(const char *);
   int32_t cpu, cuda, strided;
@@ -139,6 +140,7 @@ static void init(void) {
   TJ__FIND(T.delete_stable_ivalue, "torch_delete_stable_ivalue");
   TJ__FIND(T.exception_what, "torch_exception_get_what_without_backtrace");
   TJ__FIND(T.grad_enabled, "aoti_torch_grad_mode_is_enabled");
+  TJ__FIND(T.is_defined, "aoti_torch_is_defined");
   int32_t (*cpu)(void) = NULL, (*cuda)(void) = NULL, (*strided)(void) = NULL;
   TJ__NEED(cpu, "aoti_torch_device_type_cpu");
   TJ__NEED(cuda, "aoti_torch_device_type_cuda");
@@ -374,6 +376,12 @@ static bool plain_call(const torch_slot *s, const uint64_t *stack) {
   return true;
 }
 
+/* Whether `t` is a defined tensor (where torch cannot tell: taken as one). */
+static int defined(aten_tensor t) {
+  bool answer = true;
+  return T.is_defined == NULL || T.is_defined(t, &answer) != 0 || answer;
+}
+
 /* Runs the slot's kernel on the stack; TJ_OK with the outputs pushed, or the
  * core's status with its message in `message`. */
 static int run_kernel(const torch_slot *s, uint64_t *stack, uint64_t nouts, char *message,
@@ -387,7 +395,10 @@ static int run_kernel(const torch_slot *s, uint64_t *stack, uint64_t nouts, char
     switch (s->inputs[i]) {
       case TJ_TORCH_TENSOR:
       case TJ_TORCH_OPTIONAL_TENSOR:
-        if (stack[i] != 0) tj_arg_object(arg, (void *)(uintptr_t)stack[i], &handle_producer);
+        /* None for a Tensor reaches a kernel as an undefined tensor: left as None,
+         * which the core refuses for a required buffer as a direct call does. */
+        if (stack[i] != 0 && defined((aten_tensor)(uintptr_t)stack[i]))
+          tj_arg_object(arg, (void *)(uintptr_t)stack[i], &handle_producer);
         break;
       case TJ_TORCH_INT:
         arg->kind = TJ_ARG_INT;
