@@ -170,3 +170,16 @@ def test_update_names_a_trailing_optional_buffer_left_out_at_the_bind(build):
                                             r"tensor argument for another; 'bias' is bound to "
                                             r"None$"):
             h.update(bias=torch.ones(3))
+
+
+def test_stream_takes_an_integer_of_any_type(vec_add):
+    a, b = torch.ones(3), torch.ones(3)
+    h = vec_add.bind(a, b)
+    for zero in (0, np.int64(0), np.uint8(0)):
+        assert torch.equal(vec_add(a, b, stream=zero), a + b)
+        assert torch.equal(h(stream=zero), a + b)
+    with pytest.raises(TypeError, match=r"^vec_add: stream= is the launch stream .*got "
+                                        r"numpy\.bool"):
+        vec_add(a, b, stream=np.bool_(False))
+    with pytest.raises(ValueError, match=r"^vec_add: a stream was given to a cpu kernel"):
+        vec_add(a, b, stream=np.int64(3))
