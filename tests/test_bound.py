@@ -183,3 +183,16 @@ def test_stream_takes_an_integer_of_any_type(vec_add):
         vec_add(a, b, stream=np.bool_(False))
     with pytest.raises(ValueError, match=r"^vec_add: a stream was given to a cpu kernel"):
         vec_add(a, b, stream=np.int64(3))
+
+
+def test_an_update_of_several_tensors_is_all_or_nothing(vec_add):
+    a, b = torch.zeros(4), torch.zeros(4)
+    h = vec_add.bind(a, b)
+    with pytest.raises(ValueError, match=r"^vec_add: argument 1 'B': expected shape\[0\] == n "
+                                         r"\(= 4, bound by the inputs\), got 5$"):
+        h.update(A=torch.ones(4), B=torch.ones(5))
+    assert torch.equal(h(), torch.zeros(4))  # A was swapped back
+    with pytest.raises(TypeError, match=r"update\(\) got an unexpected keyword argument 'Z'"):
+        h.update(A=torch.ones(4), Z=torch.ones(4))
+    assert torch.equal(h(), torch.zeros(4))
+    assert torch.equal(h.update(A=torch.ones(4), B=torch.ones(4))(), torch.full((4,), 2.0))

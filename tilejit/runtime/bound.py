@@ -23,25 +23,42 @@ class BoundLaunch:
     >>> h.update(A=a2)()            # with another A
     """
 
-    __slots__ = ("_launch", "_update", "kernel", "outputs")
+    __slots__ = ("_bound", "_launch", "_update", "kernel", "outputs")
 
     def __init__(self, kernel, entry, args: tuple):
         self.kernel = kernel
         address, self.outputs = entry(*args)
         self._launch, self._update = binding.bound_entries(address)
+        self._bound = list(args)  # what each input is bound to now, for update's undo
 
     def __call__(self, /, *args, **stream):
         return self._launch(*args, **stream)
 
     def update(self, /, **tensors) -> BoundLaunch:
-        """Swaps tensor arguments, given by their input names; returns the handle."""
+        """Swaps tensor arguments, given by their input names; returns the handle. All or
+        nothing: when one is refused, those swapped before it are swapped back."""
         names = self.kernel._core_kernel.input_names
-        for name, tensor in tensors.items():
+        for name in tensors:
             if name not in names:
                 raise TypeError(f"{self.kernel.name}: update() got an unexpected keyword "
                                 f"argument '{name}' (inputs: {', '.join(names)})")
-            self._update(names.index(name), tensor)
+        done = []
+        try:
+            for name, tensor in tensors.items():
+                index = names.index(name)
+                self._update(index, tensor)
+                done.append((index, self._bound[index] if index < len(self._bound) else None))
+                self._set_bound(index, tensor)
+        except BaseException:
+            for index, previous in reversed(done):  # accepted before: accepted again
+                self._update(index, previous)
+                self._set_bound(index, previous)
+            raise
         return self
+
+    def _set_bound(self, index: int, value) -> None:
+        self._bound.extend([None] * (index + 1 - len(self._bound)))
+        self._bound[index] = value
 
     def __repr__(self) -> str:
         return f"<BoundLaunch of {self.kernel.name}>"
