@@ -296,6 +296,20 @@ def test_the_op_refuses_tensors_on_two_devices(kernels):
     assert s.device.type == d.device.type == "meta" and s.shape == (4,)
 
 
+def test_a_negative_output_size_is_refused_in_the_kernels_words_when_traced(build):
+    n, k = T.symbol("n"), T.Scalar("int64", name="k")
+    rep = build("rep_neg", [T.Buffer((n,), "float32", name="X", const=True), k,
+                            T.Buffer((k * n,), "float32", name="Y")],
+                "void rep_neg(const float *x, int64_t k, float *y, int64_t n)"
+                " { (void)x; (void)k; (void)y; (void)n; }", out_idx=-1)
+    words = r"rep_neg: output 'Y': shape\[0\] == k \* n evaluates to -6, which is negative"
+    for call in (rep, rep.torch_op):
+        with pytest.raises(ValueError, match="^" + words + "$"):
+            call(torch.ones(3), -2)
+    with FakeTensorMode(), pytest.raises(ValueError, match="^" + words + "$"):
+        rep.torch_op(torch.ones(3), -2)
+
+
 def test_a_trailing_optional_buffer_may_be_left_out_of_the_op(kernels):
     add_bias = kernels["add_bias"]
     a, bias = torch.rand(4), torch.rand(4)

@@ -161,6 +161,12 @@ def fake(kernel):
         outputs = []
         for i in sig.out_idx:
             shape = [e.evaluate(values) if isinstance(e, Expr) else e for e in params[i].shape]
+            for d, (e, size) in enumerate(zip(params[i].shape, shape)):
+                # The core's words, for a size torch's symbols may hold (checked, or
+                # guarded on, as torch checks its own sizes).
+                torch._check_value(size >= 0, lambda i=i, d=d, e=e, size=size: (
+                    f"{sig.name}: output '{sig.names[i]}': shape[{d}] == {e} evaluates to "
+                    f"{size}, which is negative"))
             outputs.append(torch.empty(shape, dtype=torch_dtype(params[i].dtype),
                                        device=device))
         return op_result(outputs)
