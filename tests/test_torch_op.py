@@ -429,6 +429,22 @@ def test_dynamic_shapes_compile_once_for_every_size(kernels):
     assert counter.frame_count == 1
 
 
+def test_data_dependent_sizes_compile(kernels):
+    # A masked tensor's size is unknown while tracing: the fake implementation takes what
+    # it cannot tell as unknown rather than guarding on it (the kernel checks at run time).
+    sum_diff = kernels["sum_diff"]
+    x = torch.tensor([0.1, 0.9, 0.7, 0.2])
+
+    def masked(t):
+        kept = t[t > 0.5]
+        return sum_diff(kept, kept * 2)
+
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        got = torch.compile(masked, fullgraph=True, backend="eager")(x)
+    for g, w in zip(got, masked(x)):
+        torch.testing.assert_close(g, w)
+
+
 def test_inductor(kernels, backend):
     if backend != "cython":
         pytest.skip("inductor compiles once, behind the default backend (slow)")

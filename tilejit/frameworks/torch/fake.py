@@ -14,6 +14,12 @@ import torch
 from ...language.lang import Buffer, Expr, Scalar, Symbol
 from .results import op_result
 
+try:  # a condition on sizes torch may not know yet (data-dependent): taken as False
+    from torch.fx.experimental.symbolic_shapes import guard_or_false as _known
+except ImportError:  # an older torch: every size is known here
+    def _known(condition) -> bool:
+        return bool(condition)
+
 
 def torch_dtype(name: str):
     return getattr(torch, name)
@@ -54,13 +60,13 @@ def bind_symbols(kernel, args) -> dict:
         shape = tuple(value.shape)
         for d, (e, size) in enumerate(zip(param.shape, shape)):
             _bind_one(sig, label, firm, loose, ("shape", d, e, size))
-        empty = any(size == 0 for size in shape)
+        empty = any(_known(size == 0) for size in shape)
         if param.strides is None:
             if not empty:
                 _check_compact(sig, label, shape, tuple(value.stride()))
             continue
         for d, (e, stride) in enumerate(zip(param.strides, value.stride())):
-            if empty or shape[d] == 1:  # never stepped over: binds only loosely
+            if empty or _known(shape[d] == 1):  # never stepped over: binds only loosely
                 if isinstance(e, Symbol) and e not in firm and e not in loose:
                     loose[e] = stride
             else:
@@ -77,15 +83,15 @@ def _bind_one(sig, label: str, firm: dict, loose: dict, dim: tuple) -> None:
         if _agrees(sig, label, firm, e, actual, lambda bound: f"{what}[{d}] == {e.name} "
                                                               f"(= {bound}, "):
             return
-        if actual < 0:
+        if _known(actual < 0):
             raise ValueError(f"{sig.name}: {label}: {what}[{d}] = {actual} is negative, and "
                              f"negative strides are not declared (symbol {e.name})")
-        if actual % e.divisibility != 0:
+        if _known(actual % e.divisibility != 0):
             raise ValueError(f"{sig.name}: {label}: {what}[{d}] = {actual} binds {e.name}, "
                              f"which must be divisible by {e.divisibility}")
         firm[e] = (actual, label)
         loose.pop(e, None)
-    elif isinstance(e, int) and actual != e:
+    elif isinstance(e, int) and _known(actual != e):
         raise ValueError(f"{sig.name}: {label}: expected {what}[{d}] == {e}, got {actual}")
 
 
@@ -95,7 +101,7 @@ def _agrees(sig, label: str, firm: dict, symbol: Symbol, actual, expected) -> bo
     if symbol not in firm:
         return False
     bound, by = firm[symbol]
-    if actual != bound:
+    if _known(actual != bound):
         raise ValueError(f"{sig.name}: {label}: expected {expected(bound)}bound by {by}), got "
                          f"{actual}")
     return True
@@ -107,7 +113,7 @@ def _bind_scalar(sig, label: str, firm: dict, loose: dict, symbol: Symbol, value
     as declared."""
     if _agrees(sig, label, firm, symbol, value, lambda bound: f"{symbol.name} == {bound} ("):
         return
-    if value % symbol.divisibility != 0:
+    if _known(value % symbol.divisibility != 0):
         raise ValueError(f"{sig.name}: {label}: value {value} binds {symbol.name}, which must "
                          f"be divisible by {symbol.divisibility}")
     firm[symbol] = (value, label)
@@ -122,7 +128,7 @@ def _check_compact(sig, label: str, shape: tuple, strides: tuple) -> None:
         want.append(expected)
         expected *= size
     want.reverse()
-    if any(size != 1 and stride != w for size, stride, w in zip(shape, strides, want)):
+    if any(_known(size != 1) and _known(stride != w) for size, stride, w in zip(shape, strides, want)):
         raise ValueError(f"{sig.name}: {label}: expected a compact row-major tensor (strides "
                          f"{_tuple(want)}), got strides {_tuple(strides)}; declare strides to "
                          "accept strided tensors")
