@@ -133,7 +133,10 @@ def _array_of_ones(n: int):
 
 
 def _python_calls(fn) -> list[str]:
-    """The Python functions entered while ``fn()`` runs (C functions not counted)."""
+    """The Python functions entered while ``fn()`` runs (C functions not counted). The
+    garbage of earlier tests is collected first, and no collection runs meanwhile: the
+    weakref callbacks of objects it frees are Python functions too."""
+    import gc
     import sys
 
     seen = []
@@ -143,11 +146,16 @@ def _python_calls(fn) -> list[str]:
             seen.append(frame.f_code.co_qualname if hasattr(frame.f_code, "co_qualname")
                         else frame.f_code.co_name)
 
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
     sys.setprofile(profile)
     try:
         fn()
     finally:
         sys.setprofile(None)
+        if enabled:
+            gc.enable()
     return seen[:-1] if seen and seen[-1] == "_python_calls" else seen
 
 
