@@ -153,8 +153,7 @@ static void plain_of(const tj_host_type *info, plain_type *p) {
   p->claim = producer->claim;
   const tj_claim *c = producer->claim;
   const tj_view_bits *bits = producer->view_bits;
-  if (c != NULL && bits != NULL && !c->always && c->requires_grad != NULL && c->meta_offset >= 0 &&
-      c->offset == bits->block_offset) {
+  if (c != NULL && bits != NULL && tj__claim_reads_record(c) && c->offset == bits->block_offset) {
     p->block = bits->block_offset;
     p->meta = c->meta_offset;
     p->word = bits->word_offset;

@@ -171,8 +171,14 @@ static inline int tj__may_be_view(const tj_producer *producer, const void *objec
 /* Whether `object` has no autograd record (neither grad nor a tangent): the
  * framework then claims nothing, and nothing need be asked. Inline: the answer
  * for nearly every tensor of every call. */
+/* Whether a claim says where objects keep their autograd record, so that
+ * tj__no_autograd_record can read it. */
+static inline int tj__claim_reads_record(const tj_claim *claim) {
+  return !claim->always && claim->requires_grad != NULL && claim->meta_offset >= 0;
+}
+
 static inline int tj__no_autograd_record(const tj_claim *claim, const void *object) {
-  if (claim->always || claim->requires_grad == NULL || claim->meta_offset < 0) return 0;
+  if (!tj__claim_reads_record(claim)) return 0;
   const void *impl = *(void *const *)((const char *)object + claim->offset);
   return impl != NULL && *(void *const *)((const char *)impl + claim->meta_offset) == NULL;
 }

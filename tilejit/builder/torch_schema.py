@@ -75,9 +75,7 @@ def schema(kernel) -> tuple[str, tuple[str, ...]]:
     found = inputs(kernel)
     # The optional buffers after the last required input may be left out, as in a direct
     # call: they default to None.
-    kinds = [kind for _, _, kind in found]
-    trailing = len(kinds) - next((j for j, kind in enumerate(reversed(kinds)) if kind != "t"),
-                                 len(kinds))
+    last_required = max((j for j, (_, _, kind) in enumerate(found) if kind != "t"), default=-1)
     for j, (i, name, kind) in enumerate(found):
         name = _arg_name(name)
         if kind in "Tt":
@@ -87,7 +85,7 @@ def schema(kernel) -> tuple[str, tuple[str, ...]]:
             text = f"Tensor{alias}{'?' if kind == 't' else ''}"
         else:
             text = _SCALAR_TYPES[kind]
-        args.append(f"{text} {name}{'=None' if j >= trailing else ''}")
+        args.append(f"{text} {name}{'=None' if j > last_required else ''}")
     count = len(kernel._sig.out_idx)
     returns = "Tensor" if count == 1 else f"({', '.join(['Tensor'] * count)})"
     return f"({', '.join(args)}) -> {returns}", tuple(mutated)

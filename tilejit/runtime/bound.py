@@ -29,7 +29,8 @@ class BoundLaunch:
         self.kernel = kernel
         address, self.outputs = entry(*args)
         self._launch, self._update = binding.bound_entries(address)
-        self._bound = list(args)  # what each input is bound to now, for update's undo
+        # What each input is bound to now, for update's undo (left-out inputs: None).
+        self._bound = [*args] + [None] * (len(kernel._core_kernel.input_names) - len(args))
 
     def __call__(self, /, *args, **stream):
         return self._launch(*args, **stream)
@@ -47,18 +48,14 @@ class BoundLaunch:
             for name, tensor in tensors.items():
                 index = names.index(name)
                 self._update(index, tensor)
-                done.append((index, self._bound[index] if index < len(self._bound) else None))
-                self._set_bound(index, tensor)
+                done.append((index, self._bound[index]))
+                self._bound[index] = tensor
         except BaseException:
             for index, previous in reversed(done):  # accepted before: accepted again
                 self._update(index, previous)
-                self._set_bound(index, previous)
+                self._bound[index] = previous
             raise
         return self
-
-    def _set_bound(self, index: int, value) -> None:
-        self._bound.extend([None] * (index + 1 - len(self._bound)))
-        self._bound[index] = value
 
     def __repr__(self) -> str:
         return f"<BoundLaunch of {self.kernel.name}>"

@@ -185,16 +185,14 @@ def pop_stream(keywords: dict, input_names):
 
 def stream_handle(stream, kernel: str) -> int:
     """A raw stream handle (``CUstream`` as an int) from what a caller passes as
-    ``stream=``: an int (or an integer such as ``numpy.int64``), a ``torch.cuda.Stream`` (``.cuda_stream``) or any object
-    implementing ``__cuda_stream__``. A kernel with an input named ``stream`` never comes
-    here: ``stream=`` passes that input."""
+    ``stream=``: an integer (an int, a ``numpy.int64``), a ``torch.cuda.Stream``
+    (``.cuda_stream``) or any object implementing ``__cuda_stream__``. A kernel with an
+    input named ``stream`` never comes here: ``stream=`` passes that input."""
     said = f"{kernel}: stream= is the launch stream (the kernel has no input named 'stream')"
     if isinstance(stream, bool):
         raise TypeError(f"{said}: expected a stream handle, got bool")
-    if isinstance(stream, int):
-        handle = stream
-    elif isinstance(stream, numbers.Integral):
-        handle = int(stream)  # an integer of another type (numpy.int64)
+    if isinstance(stream, numbers.Integral):  # an int, or numpy.int64 and the like
+        handle = int(stream)
     elif hasattr(stream, "__cuda_stream__"):
         handle = stream.__cuda_stream__()[1]
     elif hasattr(stream, "cuda_stream"):

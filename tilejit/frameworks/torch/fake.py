@@ -128,7 +128,8 @@ def _check_compact(sig, label: str, shape: tuple, strides: tuple) -> None:
         want.append(expected)
         expected *= size
     want.reverse()
-    if any(_known(size != 1) and _known(stride != w) for size, stride, w in zip(shape, strides, want)):
+    if any(_known(size != 1) and _known(stride != w)
+           for size, stride, w in zip(shape, strides, want)):
         raise ValueError(f"{sig.name}: {label}: expected a compact row-major tensor (strides "
                          f"{_tuple(want)}), got strides {_tuple(strides)}; declare strides to "
                          "accept strided tensors")
