@@ -68,6 +68,37 @@ def test_mismatches_are_refused_naming_the_parameter(definition, message):
     assert str(info.value).startswith(message)
 
 
+_SCALE = ("void scale(const float *x, float *y, int64_t n) {\n"
+          "  for (long i = 0; i < n; ++i) y[i] = 2 * x[i];\n}\n")
+
+
+@pytest.mark.parametrize("language, source", [
+    ("c", "#if 0  /* the old version */\nvoid scale(float *x, int n) {}\n#endif\n" + _SCALE),
+    ("c", "#if 1\n" + _SCALE + "#else\nvoid scale(double *x) {}\n#endif\n"),
+    ("c", "#ifdef TJ_TEST_OLD\nvoid scale(double *x) {}\n#else\n" + _SCALE + "#endif\n"),
+    ("c++", "namespace helpers { inline float scale(float v) { return 2 * v; } }\n" + _SCALE),
+    ("c++", "struct S { void scale(int) {} };\nvoid S2(int);\n" + _SCALE),
+    ("c++", "static inline float scale(float v) { return 2 * v; }\n" + _SCALE),
+    ("c++", 'extern "C" {\n' + _SCALE + "}\n"),
+])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_definition_checked_is_the_one_the_compiler_sees(language, source, backend):
+    # Another function of the kernel's name in a dropped #if group, another #ifdef branch,
+    # a namespace, a class, or a C++ overload of another arity is not the kernel's.
+    k = tilejit.compile(tilejit.Program("scale", _scale_params(), source, language=language),
+                        out_idx=-1, execution_backend=backend)
+    x = torch.arange(5, dtype=torch.float32)
+    assert torch.equal(k(x), 2 * x)
+
+
+def test_a_mismatch_after_a_dropped_group_is_still_refused():
+    source = ("#if 0\nvoid scale(const float *x, float *y, int64_t n) {}\n#endif\n"
+              "void scale(const float *x, float *y, int n) { (void)x; (void)y; (void)n; }\n")
+    with pytest.raises(tilejit.CompileError, match="parameter 2 'n' is declared int64_t n, "
+                       "the definition has 'int n'"):
+        tilejit.compile(tilejit.Program("scale", _scale_params(), source), out_idx=-1)
+
+
 def test_readonly_params_accept_a_proven_non_const_pointer():
     source = "void scale(float *x, float *y, int64_t n) { for (long i = 0; i < n; ++i) " \
              "y[i] = x[i]; }\n"

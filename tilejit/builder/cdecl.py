@@ -195,12 +195,19 @@ def _typedefs(blanked: str) -> dict:
     return found
 
 
-def find_definition(source: str, name: str) -> Definition | None:
-    """The definition of function `name` in `source`, or None when there is none that
-    reads as one (a definition a macro expands to, say)."""
-    blanked = _blank(source)
-    definition, declarations = None, []
+def find_definition(source: str, name: str, arity: int | None = None) -> Definition | None:
+    """The definition of function `name` in `source` that the compiler sees, or None when
+    there is none that reads as one (a definition a macro expands to, say).
+
+    Only definitions at namespace scope count (not in a class's or a function's body),
+    and none inside a group the preprocessor always drops (``#if 0``). Of several (one per ``#ifdef`` branch, or C++
+    overloads), the first taking `arity` parameters, when given, else the first."""
+    blanked = _blank(_drop_dead_groups(source))
+    outside = _namespace_scope(source, blanked)
+    found, declarations = [], []
     for m in re.finditer(r"\b" + re.escape(name) + r"\s*\(", blanked):
+        if not outside(m.start()):
+            continue
         open_at = m.end() - 1
         close = _matching(blanked, open_at)
         if close < 0:
@@ -214,7 +221,7 @@ def find_definition(source: str, name: str) -> Definition | None:
         head_words = re.findall(r"\w+", _drop_attributes(head))
         if not head_words or head_words[-1] in {"return", "else", "do"}:
             continue  # a call, not a declaration
-        if re.search(r"[=(,]\s*$", head):
+        if re.search(r"[=(,]\s*$", head) or "::" in head.rstrip()[-2:]:
             continue
         extern_c = bool(re.search(r'\bextern\s+"', source[start:m.start()])) or \
             _in_extern_c_block(source, blanked, m.start())
@@ -226,13 +233,64 @@ def find_definition(source: str, name: str) -> Definition | None:
                         and w != "C" and not w.isdigit())
         params_text = blanked[open_at + 1:close].strip()
         items = [] if params_text in ("", "void") else _split_top(params_text)
-        definition = (returns, tuple(_param(p) for p in items), extern_c, start)
-        break
-    if definition is None:
+        found.append((returns, tuple(_param(p) for p in items), extern_c, start))
+    if not found:
         return None
-    returns, params, extern_c, start = definition
+    returns, params, extern_c, start = next(
+        (d for d in found if len(d[1]) == arity), found[0])
     declarations = [d for d in declarations if d < start]
     return Definition(returns, params, extern_c, start, tuple(declarations), _typedefs(blanked))
+
+
+_DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*(\w+)(.*)$")
+_CONSTANT = re.compile(r"^\s*\(?\s*(0+|1|false|true)\s*\)?\s*(?:(?://|/\*).*)?$")
+
+
+def _drop_dead_groups(source: str) -> str:
+    """The source with every line of a group the preprocessor always drops blanked (same
+    length): ``#if 0`` up to its ``#else``, ``#elif`` or ``#endif``, and what follows
+    ``#if 1``'s group. Any other condition may hold, and its lines stay."""
+    stack: list[list[bool]] = []  # per open #if: [current group dropped, later ones dropped]
+    out = []
+    for line in source.splitlines(keepends=True):
+        m = _DIRECTIVE.match(line)
+        directive = m.group(1) if m else None
+        if directive in ("if", "ifdef", "ifndef"):
+            constant = _CONSTANT.match(m.group(2)) if directive == "if" else None
+            value = None if constant is None else constant.group(1) in ("1", "true")
+            stack.append([value is False, value is True])
+        elif directive in ("else", "elif") and stack:
+            stack[-1][0] = stack[-1][1]
+        elif directive == "endif" and stack:
+            stack.pop()
+        if any(group[0] for group in stack):
+            line = "".join(c if c in "\r\n" else " " for c in line)
+        out.append(line)
+    return "".join(out)
+
+
+_SCOPE_OPENER = re.compile(r'(?:\bextern\s+"C"|\bnamespace(?:\s+[\w:]+)?)\s*$')
+
+
+def _namespace_scope(source: str, blanked: str):
+    """A test of whether an offset lies at namespace scope: outside every brace pair but
+    those of ``extern "C" {`` blocks and namespaces (a function's, class's or
+    initializer's braces)."""
+    spans, stack = [], []
+    for i, c in enumerate(blanked):
+        if c == "{":
+            transparent = _SCOPE_OPENER.search(source[max(0, i - 200):i])
+            stack.append((i, bool(transparent)))
+        elif c == "}" and stack:
+            at, transparent = stack.pop()
+            if not transparent and all(outer for _, outer in stack):
+                spans.append((at, i))
+    spans += [(at, len(blanked)) for at, transparent in stack if not transparent]
+
+    def outside(offset: int) -> bool:
+        return not any(at < offset <= end for at, end in spans)
+
+    return outside
 
 
 def _statement_start(blanked: str, at: int) -> int:

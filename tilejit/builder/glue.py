@@ -171,7 +171,7 @@ def host_source(program, sig: Signature, language: str) -> str:
     """The complete C or C++ file compiled for a CPU kernel: prelude, the user's source,
     glue. ``#line`` directives keep compiler messages pointing at the user's lines."""
     kname = program.name
-    definition = find_definition(program.source, kname)
+    definition = find_definition(program.source, kname, len(sig.kernel_args))
     status = returns_status(program, definition)
     parts = [_dtypes.C_PRELUDE, f"#line 1 \"{kname}.{'cc' if language == 'c++' else 'c'}\"\n",
              program.source, "\n", f"#line 1 \"tilejit_glue_{kname}.c\"\n",
@@ -215,7 +215,8 @@ def cuda_source_body(program, sig: Signature) -> tuple[str, str]:
     to put before the source."""
     declarations, asserts, starts = [], [], []
     for function in sig.functions:
-        definition = find_definition(program.source, function.name)
+        definition = find_definition(program.source, function.name,
+                                     len(function.kernel_args))
         if definition is None:
             declarations.append(f"{function.c_prototype};\n")
             continue

@@ -197,18 +197,19 @@ def lower(program: Program, out_idx, target: str) -> Signature:
     table = _ExprTable(symbols)
     spec_params = (_param_specs(params, names, outs, symbols, table)
                    + _workspace_specs(program, all_names[len(params):], symbols, table))
-    returns = "int32_t" if _returns_status(program, target) else "void"
     if target != "cuda":
         if program.launches is not None:
             raise ValueError(f"{kname}: launches= is for CUDA programs")
         kargs = _kernel_args(kname, program.kernel_args, params, everything, all_names, symbols,
                              table.id, None)
+        returns = "int32_t" if _returns_status(program, target, len(kargs)) else "void"
         abi_spec = None if program.kernel_args is None else _abi(kargs)
         prototype = f"{returns} {kname}({', '.join(a.c_decl for a in kargs) or 'void'})"
         spec = _core_spec(kname, TARGETS[target], symbols, table.exprs, spec_params, abi_spec)
         return Signature(kname, target, tuple(names), outs, tuple(symbols), spec,
                          (KernelFunction(kname, kargs, prototype),))
 
+    returns = "int32_t" if _returns_status(program, target) else "void"
     maps: dict[TensorMap, int] = {}
     map_specs: list[TensorMapSpec] = []
 
@@ -407,11 +408,12 @@ def _scalar_symbols(program: Program, target: str) -> list[Symbol]:
     return list(found)
 
 
-def _returns_status(program: Program, target: str) -> bool:
-    """Whether the CPU kernel returns an int status: as its definition says (a definition
-    returning something else is refused when compiled), else ``Program.returns``."""
+def _returns_status(program: Program, target: str, arity: int | None = None) -> bool:
+    """Whether the CPU kernel returns an int status: as its definition taking ``arity``
+    parameters says (a definition returning something else is refused when compiled),
+    else ``Program.returns``."""
     if target == "cpu" and program.source is not None:
-        definition = find_definition(program.source, program.name)
+        definition = find_definition(program.source, program.name, arity)
         if definition is not None:
             return classify(definition.returns) == ("int", 32)
     return program.returns_status
