@@ -520,6 +520,7 @@ def _rmtree(path: str) -> None:
 # wrapper/<abi>/<hash>, bench/<stem>-<hash>. Nothing else under the root is tilejit's: a
 # cache directory set to a shared directory by mistake keeps its other files.
 _AREAS = {"kernels": 2, "core": 1, "wrapper": 2, "bench": 1}
+_EMBEDDING_LINK = "libtilejit.so"  # what ``-ltilejit`` finds beside a core (its entry's)
 _KERNEL_SUFFIXES = (".so", ".cubin", ".ptx", ".fatbin")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 # meta.json's fields and the types they must have; a meta.json that breaks these (a hand
@@ -558,6 +559,9 @@ def _owned(parts: tuple[str, ...], dirnames: list[str], filenames: list[str]) ->
     if parts[0] == "kernels" and (len(parts[1]) != 2 or not parts[2].startswith(parts[1])):
         return False
     artifacts = [name for name in filenames if name != _META_NAME]
+    if parts[0] == "core" and _EMBEDDING_LINK in artifacts and len(artifacts) == 2:
+        # The core's link for C programs (``python -m tilejit config``), beside it.
+        artifacts.remove(_EMBEDDING_LINK)
     return len(artifacts) <= 1 and all(_artifact_shape(parts, name) for name in artifacts) \
         and bool(filenames)
 

@@ -336,6 +336,39 @@ def test_garbage_meta_json_is_a_damaged_entry_never_a_traceback(cache):
     assert kernels(cache) == {} and cli(cache, "verify").returncode == 0
 
 
+def test_the_core_stays_an_entry_once_config_has_linked_it(cache):
+    # `config` puts the libtilejit.so link C programs link against beside the cache's core:
+    # the core stays one of tilejit's entries, listed, verified and cleared.
+    done = subprocess.run([sys.executable, "-m", "tilejit", "config", "--libs"],
+                          env=_env(cache), capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    if str(cache) not in done.stdout:
+        pytest.skip("an install's prebuilt core: config links no core of the cache")
+    assert list(cache.glob("core/*/libtilejit.so"))
+    assert "core" in [e["kind"] for e in listed(cache)]
+    assert "not tilejit's" not in cli(cache, "size").stdout
+    library = next(cache.glob("core/*/libtilejit_core-*.so"))
+    library.write_bytes(library.read_bytes()[:-1])
+    assert cli(cache, "verify").returncode == 1
+    assert cli(cache, "clear").returncode == 0
+    assert [p for p in cache.rglob("*") if p.is_file() and p.suffix != ".lock"] == []
+
+
+def test_output_into_a_closed_pipe_ends_the_command_quietly(cache):
+    # `python -m tilejit cache ls | head -1`: the reader gone, the command ends as Unix
+    # commands do (status 141: SIGPIPE), with no traceback.
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "tilejit", "cache", "ls"], env=_env(cache),
+                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=300,
+                              check=False)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")
+
+
 def test_config_fails_when_the_cache_directory_cannot_be_used(tmp_path):
     root = tmp_path / "not-a-directory"
     root.write_text("a file where the cache directory should be")

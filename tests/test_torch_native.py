@@ -306,6 +306,47 @@ print(sorted(m for m in sys.modules if m.startswith("tilejit")))
         "[]"]
 
 
+def test_tilejit_takes_the_op_a_torch_op_so_loaded_first_registered(exported, kernels):
+    # The export's torch_op.so loaded first defines the op; the same kernel made afterwards
+    # in that process takes it (no second definition), its fake implementation and its
+    # autograd kernel added: the op, torch.compile and autograd all work.
+    name = top.op_name(kernels["affine"])
+    code = f"""
+    import torch
+    torch.ops.load_library({str(exported / "torch_op.so")!r})
+    import tilejit
+    from tilejit import T
+    n = T.symbol("n")
+    k = tilejit.compile(tilejit.Program("affine", [
+        T.Buffer((n,), "float64", name="X", const=True),
+        T.Buffer((n,), "float64", name="bias", optional=True, const=True),
+        T.Buffer((n,), "float64", name="Y"), T.Scalar("float64", name="a"),
+        T.Scalar("int32", name="k"), T.Scalar("bool", name="flag")], {AFFINE!r}), out_idx=2)
+    assert k.torch_op is torch.ops.tilejit.{name}.default
+    x = torch.arange(4, dtype=torch.float64)
+    print(k.torch_op(x, None, 2.0, 3, True).tolist())
+    compiled = torch.compile(lambda t: k(t, None, 2.0, 3, True) + 1, fullgraph=True)
+    print(compiled(x).tolist())
+    try:
+        k(x.clone().requires_grad_(), None, 2.0, 3, True)
+    except RuntimeError as exc:
+        print("RuntimeError", exc)
+    k.register_autograd(lambda ctx, g: (2.0 * g, None, None, None, None))
+    leaf = x.clone().requires_grad_()
+    k(leaf, None, 2.0, 3, True).sum().backward()
+    print(leaf.grad.tolist())
+    """
+    done = _run(code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "[3.0, 5.0, 7.0, 9.0]", "[4.0, 6.0, 8.0, 10.0]",
+        "RuntimeError affine: argument 0 'X' requires grad, but no backward is registered for "
+        "this kernel, so its outputs would carry no gradient. Register one with "
+        "kernel.register_autograd(backward), or call the kernel under torch.no_grad() or on "
+        "detached tensors",
+        "[2.0, 2.0, 2.0, 2.0]"]
+
+
 def test_a_damaged_torch_op_txt_is_refused_by_name(exported, tmp_path):
     import hashlib
 

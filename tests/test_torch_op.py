@@ -281,6 +281,41 @@ def test_a_module_whose_parameter_feeds_a_kernel_without_a_backward_exports(kern
         model(x)
 
 
+def test_a_module_whose_parameter_feeds_a_kernel_with_a_backward_exports(build):
+    # torch.export (non-strict, its default) runs the module on fake tensors: the call
+    # autograd records is the op there, not the kernel (which cannot read a fake tensor);
+    # so is a call make_fx traces on fake tensors.
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    n = T.symbol("n")
+    scaled = build("scaled", _buffers(("X", "float32", {"const": True}),
+                                      ("W", "float32", {"const": True}), ("Y", "float32", {}),
+                                      n=n),
+                   "void scaled(const float *X, const float *W, float *Y, int64_t n) {\n"
+                   "  for (int64_t i = 0; i < n; ++i) Y[i] = X[i] * W[i];\n}\n", out_idx=-1)
+    scaled.register_autograd(lambda ctx, g: (None, g))
+
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.rand(4))
+
+        def forward(self, x):
+            return scaled(x, self.weight)
+
+    model, x = Scaled(), torch.rand(4)
+    for strict in (False, True):
+        program = torch.export.export(model, (x,), strict=strict)
+        assert any(node.target is scaled.torch_op for node in program.graph.nodes)
+        torch.testing.assert_close(program.module()(x), x * model.weight.detach())
+    traced = make_fx(lambda a, w: scaled(a, w), tracing_mode="fake")(
+        x, torch.rand(4, requires_grad=True))
+    assert any(node.target is scaled.torch_op for node in traced.graph.nodes)
+    out = model(x)  # eager: recorded, with the backward registered
+    out.sum().backward()
+    torch.testing.assert_close(model.weight.grad, torch.ones(4))
+
+
 def test_the_op_refuses_tensors_on_two_devices(kernels):
     # Meta tensors run the op's fake implementation: it allocates on one device, so
     # tensors on two are refused with the core's words, as a direct call refuses them.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from . import __version__
@@ -115,5 +116,20 @@ def _config(args) -> int:
     return 0
 
 
+def run() -> int:
+    """``main`` as a command: output piped into a reader that stops early (``| head``)
+    ends it quietly, as it ends other Unix commands."""
+    try:
+        code = main()
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # Nothing more can be written; stdout goes to /dev/null so that the interpreter's
+        # own flush at exit does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a command a pipe ended
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

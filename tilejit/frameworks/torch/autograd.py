@@ -24,6 +24,10 @@ _eager_bases: dict = {}  # op name -> the C apply of its Function without setup_
 # ``*args``. Outside functorch's transforms it then calls the C ``_FunctionBase.apply``,
 # which the fast path calls at once. TILEJIT_FAST_PATHS=0: ``Function.apply``.
 _transforms_active = torch._C._are_functorch_transforms_active
+# The tensor types a recorded call runs the kernel on itself. A call on any other (a
+# subclass: the fake tensors torch.export and make_fx trace with, a tensor subclass with
+# its own __torch_dispatch__) is the op, which they see.
+PLAIN_TENSORS = frozenset((torch.Tensor, torch.nn.Parameter))
 try:  # what Function.apply calls before the C apply (torch.autograd.function)
     from torch._functorch.utils import unwrap_dead_wrappers as _unwrap_dead_wrappers
 except ImportError:  # a torch without it does no unwrapping there either
@@ -87,6 +91,7 @@ def autograd_kernel(kernel, op, name: str):
                      for arg in op._schema.arguments)
 
     unclaimed = kernel._unclaimed
+    tensor = torch.Tensor
 
     def forward(*args):
         keyset, args = args[-1], args[:-1]
@@ -98,6 +103,9 @@ def autograd_kernel(kernel, op, name: str):
         if keyset is not None:
             return run(keyset, args)
         if direct and not _transforms_active():
+            for value in args:  # plain tensors only (PLAIN_TENSORS), checked inline
+                if isinstance(value, tensor) and type(value) not in PLAIN_TENSORS:
+                    return op(*args)
             result = unclaimed(*args)
             # The kernel's result as the op returns it (op_result of outputs_of), inline.
             return tuple(result) if isinstance(result, list) else result
@@ -129,7 +137,6 @@ def autograd_kernel(kernel, op, name: str):
                           FAST_PATHS and callable(base_apply),
                           "the C apply autograd.Function.apply ends in" if FAST_PATHS
                           else "TILEJIT_FAST_PATHS=0: autograd.Function.apply"):
-        tensor = torch.Tensor
 
         def apply(*args):
             if _transforms_active():

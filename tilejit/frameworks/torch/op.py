@@ -95,14 +95,19 @@ def definition(kernel):
             text, _ = schema(kernel)
             if _library is None:
                 _library = torch.library.Library(NAMESPACE, "FRAGMENT")
-            _library.define(name + text)
+            # An export's torch_op.so loaded first has defined the op and registered its
+            # backend kernels (the same kernel: its name carries the kernel's hash).
+            loaded = _loaded_op(kernel, name, text)
+            if loaded is None:
+                _library.define(name + text)
             _library.impl(name, implementation(kernel), "CompositeExplicitAutograd")
             torch.library.register_fake(f"{NAMESPACE}::{name}", fake.fake(kernel), lib=_library)
             found = getattr(getattr(torch.ops, NAMESPACE), name).default
             written = [i for i, arg in enumerate(found._schema.arguments)
                        if arg.alias_info is not None and arg.alias_info.is_write]
             python_autograd = autograd.autograd_kernel(kernel, found, name)
-            in_c = native_op.register(kernel, found, name, NAMESPACE, bool(written))
+            in_c = loaded is None and native_op.register(kernel, found, name, NAMESPACE,
+                                                         bool(written))
             if not in_c or not native_op.autograd_in_c(bool(written)):
                 _library.impl(name, python_autograd, "Autograd", with_keyset=True)
             else:  # tracers' Python dispatcher takes this one (native_op.autograd_in_c)
@@ -113,6 +118,22 @@ def definition(kernel):
                               with_keyset=True)
             _ops[name] = found
     return found
+
+
+def _loaded_op(kernel, name: str, text: str):
+    """The op ``name`` as an export's ``torch_op.so`` registered it before this process
+    asked for it, or None when no such op is registered. Its schema must be this
+    kernel's (``text``)."""
+    try:
+        loaded = getattr(getattr(torch.ops, NAMESPACE), name).default
+    except (AttributeError, RuntimeError):
+        return None
+    expected = f"{NAMESPACE}::{name}{text}"
+    if str(loaded._schema) != str(torch._C.parse_schema(expected)):
+        raise RuntimeError(f"{kernel.name}: the torch op {NAMESPACE}::{name} is registered "
+                           f"already, with the schema {loaded._schema}; this kernel's is "
+                           f"{expected}")
+    return loaded
 
 
 def is_defined(kernel) -> bool:
@@ -203,8 +224,8 @@ def _recorder(kernel, otherwise):
     reaches it with no frame in between; so ``autograd.requiring_grad`` and the fast
     check of ``autograd.refuse_tangents`` are written out in it. Recorded here, above
     the dispatcher, where torch.func's transforms see the autograd.Function (they
-    cannot from inside an op's Autograd kernel): outside them, and with no functorch
-    wrapper among the inputs, straight through the C apply of the op's Function (the
+    cannot from inside an op's Autograd kernel): outside them, with no functorch
+    wrapper and no tensor subclass (a fake tensor) among the inputs, straight through the C apply of the op's Function (the
     one without ``setup_context`` when none is registered); else through ``applier``."""
     name = op_name(kernel)
     label = kernel.name
@@ -217,6 +238,7 @@ def _recorder(kernel, otherwise):
     apply, eager = autograd.base_applier(name), autograd.eager_applier(name)
     grad_enabled, inference = torch.is_grad_enabled, torch.is_inference_mode_enabled
     transforms_active = torch._C._are_functorch_transforms_active
+    plain_types = autograd.PLAIN_TENSORS
     # What autograd.tangents_idle reads, read inline.
     fast, forward_ad, level, idle = FAST_PATHS, torch.autograd.forward_ad, FORWARD_LEVEL, \
         IDLE_LEVEL
@@ -230,7 +252,7 @@ def _recorder(kernel, otherwise):
         for value in args:
             if isinstance(value, tensor):
                 recorded = recorded or value.requires_grad
-                unwrapped = unwrapped and not wrapped(value)
+                unwrapped = unwrapped and type(value) in plain_types and not wrapped(value)
             elif value is not None:
                 as_schema = False
         if not recorded:
