@@ -203,6 +203,21 @@ def test_empty_dtypes_and_errors():
         tilejit.empty((3, -1), "float32")
     with pytest.raises(ValueError, match="only 'cpu'"):
         tilejit.empty((3,), "float32", device="cuda")
+    # Dimensions are ints (NumPy's too), as NumPy and torch take them; nothing truncated.
+    assert tilejit.empty((np.int64(2), 3), "float32").shape == (2, 3)
+    assert tilejit.empty(np.int32(4), "int8").shape == (4,)
+    for bad in [(2.5,), (2.0,), (np.float64(3.7),), (True, 3), ("3",)]:
+        with pytest.raises(TypeError, match=r"^tilejit.empty: expected the shape's dimensions "
+                                            r"as ints, got "):
+            tilejit.empty(bad, "float32")
+    with pytest.raises(TypeError, match=r"^tilejit.empty: expected a shape \(a tuple of ints\), "
+                                        r"got float 2.5$"):
+        tilejit.empty(2.5, "float32")
+    # Sizes whose bytes overflow int64 are refused by name, not wrapped around.
+    for huge in [(2**62, 4), (2**63,), (2**64,), (2**31, 2**31, 4), (0, 2**64)]:
+        with pytest.raises(ValueError, match=r"^tilejit.empty: shape .* of float32 is \d+ "
+                                             r"bytes, more than an array can hold"):
+            tilejit.empty(huge, "float32")
 
 
 @pytest.mark.parametrize("backend", ["cython", "dlpack", "ctypes"])

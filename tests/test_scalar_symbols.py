@@ -9,6 +9,7 @@ released after the launch. CPU kernels run for real; CUDA ones against the fake 
 from __future__ import annotations
 
 import gc
+import re
 
 import numpy as np
 import pytest
@@ -79,6 +80,24 @@ def test_a_tensor_extent_must_agree_with_the_scalar_it_shares(backend):
     with pytest.raises(ValueError, match=r"^half: argument 1 'n': expected n == 8 \(bound by "
                                          r"argument 0 'A'\), got 6$"):
         k(a, 6)
+
+
+def test_signatures_no_call_could_match_are_refused_when_written():
+    # A negative constant dimension or stride, or a constant divisor of zero, would fail
+    # every call: each is refused where it is written.
+    n = T.symbol("n")
+    with pytest.raises(ValueError, match=r"^T.Buffer: shape\[0\] is -1; a constant dimension "
+                                         r"is >= 0$"):
+        T.Buffer((-1,), "float32")
+    with pytest.raises(ValueError, match=r"^buffer 'X': strides\[0\] is -2; a constant stride "
+                                         r"is >= 0$"):
+        T.Buffer((n, 2), "float32", strides=(-2, 1), name="X")
+    for divide, op in ((lambda: n // 0, "//"), (lambda: n % 0, "%"),
+                       (lambda: T.ceildiv(n, 0), "ceildiv"), (lambda: 4 // T.symbol("m") // 0,
+                                                              "//")):
+        with pytest.raises(ZeroDivisionError, match=f"^{re.escape(op)} by zero in a shape "
+                                                    "expression$"):
+            divide()
 
 
 def test_scalars_in_expressions_are_checked_when_written():

@@ -340,10 +340,10 @@ def test_tilejit_takes_the_op_a_torch_op_so_loaded_first_registered(exported, ke
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "[3.0, 5.0, 7.0, 9.0]", "[4.0, 6.0, 8.0, 10.0]",
-        "RuntimeError affine: argument 0 'X' requires grad, but no backward is registered for "
-        "this kernel, so its outputs would carry no gradient. Register one with "
-        "kernel.register_autograd(backward), or call the kernel under torch.no_grad() or on "
-        "detached tensors",
+        ("RuntimeError affine: argument 0 'X' requires grad, but no backward is registered for "
+         "this kernel, so its outputs would carry no gradient. Register one with "
+         "kernel.register_autograd(backward), or call the kernel under torch.no_grad() or on "
+         "detached tensors"),
         "[2.0, 2.0, 2.0, 2.0]"]
 
 

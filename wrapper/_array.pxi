@@ -10,11 +10,15 @@
 from cpython.pycapsule cimport PyCapsule_New
 from libc.string cimport memcpy
 
+import operator
+
 from dlpack cimport (DLPackCurrentWorkStream, DLPackDLTensorFromPyObjectNoSync,
                      DLPackManagedTensorAllocator, DLPackManagedTensorFromPyObjectNoSync,
                      DLPackManagedTensorToPyObjectNoSync, DLPackVersion,
                      DLPACK_FLAG_BITMASK_READ_ONLY, DLDeviceType, kDLBfloat, kDLBool,
                      kDLComplex, kDLFloat, kDLFloat8_e4m3fn, kDLFloat8_e5m2, kDLInt, kDLUInt)
+
+import operator
 
 
 cdef extern from "stdlib.h" nogil:
@@ -226,13 +230,41 @@ def empty(shape, dtype="float32", device="cpu"):
     """
     if device not in ("cpu", None):
         raise ValueError(f"tilejit.empty: device {device!r} is not supported (only 'cpu')")
-    if isinstance(shape, int):
-        shape = (shape,)
     name = dtype if isinstance(dtype, str) else str(dtype).replace("torch.", "")
     if name not in _ARRAY_DTYPES:
         raise ValueError(f"tilejit.empty: unknown dtype {dtype!r}")
     code, bits = _ARRAY_DTYPES[name]
-    return _new_array(tuple(int(s) for s in shape), code, bits)
+    dims = _shape(shape)
+    nbytes = (bits + 7) // 8
+    for size in dims:
+        nbytes *= size
+    if nbytes > _MAX_BYTES or any(size > _MAX_BYTES for size in dims):
+        raise ValueError(f"tilejit.empty: shape {dims} of {name} is {nbytes} bytes, more than "
+                         f"an array can hold ({_MAX_BYTES} bytes)")
+    return _new_array(dims, code, bits)
+
+
+_MAX_BYTES = 2**63 - 1
+
+
+def _shape(shape) -> tuple:
+    """``shape`` as a tuple of Python ints: an int (or an object with ``__index__``: a NumPy
+    integer) is one dimension; a bool, a float or a string is refused, as NumPy and torch
+    refuse it."""
+    if hasattr(type(shape), "__index__") and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        items = tuple(shape)
+    except TypeError:
+        raise TypeError(f"tilejit.empty: expected a shape (a tuple of ints), got "
+                        f"{type(shape).__name__} {shape!r}") from None
+    dims = []
+    for size in items:
+        if isinstance(size, bool) or not hasattr(type(size), "__index__"):
+            raise TypeError(f"tilejit.empty: expected the shape's dimensions as ints, got "
+                            f"{type(size).__name__} {size!r} in {items!r}")
+        dims.append(operator.index(size))
+    return tuple(dims)
 
 
 # ---- The exchange-API table of tilejit.Array ------------------------------------------

@@ -55,9 +55,10 @@ def _wrap(value: object) -> Expr | int:
 
 def _binary(op: str, a: object, b: object) -> Expr | int:
     a, b = _wrap(a), _wrap(b)
+    if op in ("//", "%", "ceildiv") and isinstance(b, int) and b == 0:
+        # Whatever the dividend, a constant divisor of zero fails every call: said now.
+        raise ZeroDivisionError(f"{op} by zero in a shape expression")
     if isinstance(a, int) and isinstance(b, int):
-        if op in ("//", "%", "ceildiv") and b == 0:
-            raise ZeroDivisionError(f"{op} by zero in a shape expression")
         return _BINARY[op][1](a, b)
     return BinaryExpr(op, a, b)
 
@@ -234,17 +235,24 @@ class Buffer(Param):
                  const=False):
         if isinstance(shape, (int, Expr)):
             shape = (shape,)
+        where = "T.Buffer" if name is None else f"buffer {name!r}"
         self.shape = tuple(_wrap(d) for d in shape)
         self.dtype = _dtypes.canonical(dtype)
         if strides is not None:
             strides = tuple(_wrap(s) for s in strides)
             if len(strides) != len(self.shape):
-                raise ValueError(f"buffer {name!r}: {len(strides)} strides for "
+                raise ValueError(f"{where}: {len(strides)} strides for "
                                  f"{len(self.shape)} dimensions")
+        # A negative constant no tensor can match (tilejit takes no negative strides).
+        for what, values in (("shape", self.shape), ("strides", strides or ())):
+            for d, value in enumerate(values):
+                if isinstance(value, int) and value < 0:
+                    raise ValueError(f"{where}: {what}[{d}] is {value}; a constant "
+                                     f"{'dimension' if what == 'shape' else 'stride'} is >= 0")
         self.strides = strides
         if align is not None and (not isinstance(align, int) or align < 1
                                   or align & (align - 1)):
-            raise ValueError(f"buffer {name!r}: align must be a power of two, got {align!r}")
+            raise ValueError(f"{where}: align must be a power of two, got {align!r}")
         self.name = name
         self.align = align
         self.optional = bool(optional)
