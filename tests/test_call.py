@@ -499,6 +499,20 @@ def test_bad_scalars(scalars, args, exc, message):
         scalars(*args)
 
 
+@pytest.mark.skipif(np.finfo(np.longdouble).max <= np.finfo(np.float64).max,
+                    reason="this platform's long double is a double: nothing lies beyond")
+def test_a_finite_float_beyond_a_doubles_range_is_refused(scalars):
+    # numpy.longdouble holds finite values a double reads as inf: refused, not taken as inf.
+    for column, dtype in ((2, "float32"), (3, "float64")):
+        args = [1, 2, 3.0, 4.0, True, 1, 1]
+        args[column] = np.longdouble("-1e4000")
+        with pytest.raises(ValueError, match=f"^scal: argument {column} '.': value is finite but "
+                                             f"beyond a double's range, out of range for {dtype}$"):
+            scalars(*args)
+        args[column] = np.longdouble("inf")  # an infinity is a float value as it is
+        scalars(*args)
+
+
 WIDE = """
 void wide(uint64_t u, double x, uint64_t *O) { O[0] = u; O[1] = (uint64_t)(x / 2); }
 """

@@ -222,6 +222,40 @@ static int read_int(const tj_host *h, void *object, tj_arg *arg) {
   return TJ_OK;
 }
 
+/* A float that read as ±inf: flags it out of range when the object itself is
+ * finite, a value beyond a double's range (numpy.longdouble's 1e4000), which
+ * no float parameter can take; asked as `object == float("±inf")`, which is
+ * false then. An object that cannot say is taken as the infinity it read as. */
+TJ__COLD static int flag_finite_beyond_double(const tj_host *h, void *object, tj_arg *arg) {
+  void *text = h->string_new(arg->value.f > 0 ? "inf" : "-inf");
+  void *args = text != NULL ? h->tuple_new(1) : NULL;
+  if (args == NULL || h->tuple_set(args, 0, text) != 0) {
+    if (args == NULL && text != NULL) h->release(text);
+    if (args != NULL) h->release(args);
+    return TJ_EPYERR;
+  }
+  void *infinity = h->call(h->float_type, args); /* float("inf") */
+  h->release(args);
+  void *equal = infinity != NULL ? h->attribute(object, "__eq__") : NULL;
+  void *compared = NULL;
+  if (equal != NULL && (args = h->tuple_new(1)) != NULL) {
+    h->retain(infinity);
+    if (h->tuple_set(args, 0, infinity) == 0) compared = h->call(equal, args);
+    h->release(args);
+  }
+  int truth = compared == NULL ? 1 : h->truth(compared);
+  if (compared != NULL) h->release(compared);
+  if (equal != NULL) h->release(equal);
+  if (infinity != NULL) h->release(infinity);
+  if (truth < 0 || h->error_pending() != NULL) {
+    if (infinity == NULL) return TJ_EPYERR;
+    h->error_clear(); /* no answer: the infinity it read as */
+    return TJ_OK;
+  }
+  if (!truth) arg->flags |= TJ_ARG_OUT_OF_RANGE;
+  return TJ_OK;
+}
+
 /* An integer attribute of `object` (a tilejit.Pointer's fields). */
 static int int_attribute(const tj_host *h, void *object, const char *name, long long *out) {
   void *value = h->attribute(object, name);
@@ -282,6 +316,7 @@ static int read_described(const tj_host *h, const tj_host_type *info, void *obje
       arg->kind = TJ_ARG_FLOAT;
       arg->value.f = h->double_of(object);
       if (arg->value.f == -1.0 && h->error_pending() != NULL) return TJ_EPYERR;
+      if (isinf(arg->value.f)) rc = flag_finite_beyond_double(h, object, arg);
       break;
     default: arg->kind = TJ_ARG_OTHER;
   }

@@ -289,7 +289,8 @@ TJ__COLD static int wrong_dtype(binder *b, int32_t index, DLDataType want, DLDat
 
 TJ__COLD static int wrong_ndim(binder *b, int32_t index, int32_t want, const DLTensor *t) {
   char msg[300], shape[200] = "";
-  if (t->ndim >= 0 && t->ndim <= TJ_MAX_NDIM * 4 && t->shape != NULL)
+  /* A 0-d tensor's shape is (), whether or not the producer gave a shape array. */
+  if (t->ndim >= 0 && t->ndim <= TJ_MAX_NDIM * 4 && (t->shape != NULL || t->ndim == 0))
     tj__format_tuple(t->shape, t->ndim, shape, sizeof(shape));
   snprintf(msg, sizeof(msg), "expected a %d-d tensor, got %d-d with shape %s", want, t->ndim,
            shape);
@@ -448,6 +449,10 @@ TJ__COLD static int scalar_refused(binder *b, int32_t index, const tj_arg *arg) 
   }
   if (p->dtype.code == kDLFloat && tj__int_beyond_double(arg))
     snprintf(msg, sizeof(msg), "value is an int too large for %s", dt);
+  else if (p->dtype.code == kDLFloat && arg->kind == TJ_ARG_FLOAT &&
+           (arg->flags & TJ_ARG_OUT_OF_RANGE))
+    snprintf(msg, sizeof(msg), "value is finite but beyond a double's range, out of range for %s",
+             dt);
   else if (p->dtype.code == kDLFloat)
     snprintf(msg, sizeof(msg), "value %s is out of range for %s (it would round to inf)",
              shortest_double(tj__float_value(arg), num, sizeof(num)), dt);

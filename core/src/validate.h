@@ -38,7 +38,7 @@ static inline int tj__float32_overflows(double v) {
 
 /* An int too large for a double: it is no float value at all. */
 static inline int tj__int_beyond_double(const tj_arg *arg) {
-  return (arg->flags & TJ_ARG_OUT_OF_RANGE) && !isfinite(arg->value.f);
+  return arg->kind == TJ_ARG_INT && (arg->flags & TJ_ARG_OUT_OF_RANGE) && !isfinite(arg->value.f);
 }
 
 /* Whether a scalar argument is of a kind the parameter takes, and in its
@@ -48,7 +48,7 @@ static inline int tj__int_beyond_double(const tj_arg *arg) {
 static inline int tj__scalar_fits(const tj__param *p, const tj_arg *arg) {
   if (p->dtype.code == kDLBool) return arg->kind == TJ_ARG_BOOL;
   if (p->dtype.code == kDLFloat)
-    return (arg->kind == TJ_ARG_FLOAT ||
+    return ((arg->kind == TJ_ARG_FLOAT && !(arg->flags & TJ_ARG_OUT_OF_RANGE)) ||
             (arg->kind == TJ_ARG_INT && !tj__int_beyond_double(arg))) &&
            (p->dtype.bits != 32 || !tj__float32_overflows(tj__float_value(arg)));
   if (arg->kind != TJ_ARG_INT || (arg->flags & TJ_ARG_OUT_OF_RANGE)) return 0;

@@ -192,7 +192,8 @@ typedef enum {
 
 /* tj_arg.flags. TJ_ARG_OUT_OF_RANGE: a kind INT whose Python int fits neither
  * int64 nor uint64; value.f then holds it as a double (±inf beyond a double's
- * range), which a float parameter takes. */
+ * range), which a float parameter takes. On a kind FLOAT: a finite value beyond
+ * a double's range (value.f ±inf), which no parameter takes. */
 #define TJ_ARG_READ_ONLY 1u /* producer marked the tensor read-only */
 #define TJ_ARG_OUT_OF_RANGE 2u
 #define TJ_ARG_UNSIGNED 4u /* kind INT: value.i holds the bits of a uint64 >= 2**63 */
