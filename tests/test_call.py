@@ -166,12 +166,33 @@ def _two_params():
     ("2", TypeError, r"^two: out_idx entries must be ints, got '2'$"),
     ([1.0], TypeError, r"^two: out_idx entries must be ints, got 1\.0$"),
     (True, TypeError, r"out_idx entries must be ints, got True"),
+    (1.0, TypeError, r"^two: out_idx must be an int or a list of ints, got float 1\.0$"),
+    (np.int64(5), ValueError, r"^two: out_idx 5 out of range for 3 parameters$"),
 ])
 def test_out_idx_errors_at_compile_time(out_idx, exc, message):
     # The source is never compiled: these are found while lowering the signature.
     program = tilejit.Program(name="two", params=_two_params(), source="#error not compiled\n")
     with pytest.raises(exc, match=message):
         tilejit.compile(program, out_idx=out_idx)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["-O2", 3], r"^two: compile_flags must be strings, got int 3 in \['-O2', 3\]$"),
+    (3, r"^two: compile_flags must be a list of strings \(or one string\), got int 3$"),
+])
+def test_compile_flags_are_strings(flags, message):
+    program = tilejit.Program(name="two", params=_two_params(), source="#error not compiled\n")
+    with pytest.raises(TypeError, match=message):
+        tilejit.compile(program, compile_flags=flags)
+
+
+def test_out_idx_takes_numpy_integers(build):
+    n = T.symbol("n")
+    k = build("copy_np_idx", [T.Buffer((n,), "float32", name="A", const=True),
+                              T.Buffer((n,), "float32", name="B")],
+              "void copy_np_idx(const float *A, float *B, int64_t n) {\n"
+              "  for (int64_t i = 0; i < n; ++i) B[i] = A[i];\n}\n", out_idx=np.int64(-1))
+    assert k(np.arange(3, dtype=np.float32)).tolist() == [0.0, 1.0, 2.0]
 
 
 def test_optional_output_is_rejected_at_compile_time():

@@ -312,6 +312,12 @@ def test_jit_unhashable_argument_names_it():
                                "arguments must be hashable (use tuples, not lists)")
     with pytest.raises(TypeError, match=r"argument 'factor' of type dict is unhashable"):
         scale({"a": 1})
+    # Arguments the function does not take: named after it, as Python names a function.
+    with pytest.raises(TypeError, match=r"^scale\(\): too many positional arguments$"):
+        scale(2, (4,), 5)
+    with pytest.raises(TypeError, match=r"^scale\(\): got an unexpected keyword argument "
+                                        r"'size'$"):
+        scale(size=3)
 
 
 def test_jit_kernels_are_shared_across_threads():

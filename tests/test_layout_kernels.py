@@ -276,6 +276,8 @@ def test_implicit_conversion_one_kernel_per_leading_dim(backend):
         torch.testing.assert_close(y, factor * x)
 
     x, y = torch.rand(30, 20), torch.empty(30, 20)
+    with pytest.raises(TypeError, match=r"^twice\(\): missing a required argument: 'B'$"):
+        twice(x)
     k = twice.compile_for(x, y)
     assert k.c_prototype == ("void twice(float *A, float *B, int64_t A_shape0, int64_t A_shape1, "
                              "int64_t A_stride0, int64_t B_shape0, int64_t B_shape1, "

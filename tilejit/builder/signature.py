@@ -9,6 +9,7 @@ that and writes the packed entry.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -158,15 +159,28 @@ class Signature:
         return "\n".join(f.c_prototype for f in self.functions)
 
 
+def _is_int(value) -> bool:
+    """An int or an integer of another library (``__index__``), not a bool."""
+    return not isinstance(value, bool) and hasattr(type(value), "__index__")
+
+
 def normalize_out_idx(out_idx, nparams: int, kernel: str) -> tuple[int, ...]:
     """``None``, an int (negative allowed) or a list of them -> tuple of indices."""
     if out_idx is None:
         return ()
-    items = [out_idx] if isinstance(out_idx, int) else list(out_idx)
+    if _is_int(out_idx) or isinstance(out_idx, bool):  # an int, a NumPy integer (a bool:
+        items = [out_idx]                                  # refused below as an entry)
+    else:
+        try:
+            items = list(out_idx)
+        except TypeError:
+            raise TypeError(f"{kernel}: out_idx must be an int or a list of ints, got "
+                            f"{type(out_idx).__name__} {out_idx!r}") from None
     result = []
     for item in items:
-        if isinstance(item, bool) or not isinstance(item, int):
+        if not _is_int(item):
             raise TypeError(f"{kernel}: out_idx entries must be ints, got {item!r}")
+        item = operator.index(item)
         index = item + nparams if item < 0 else item
         if not 0 <= index < nparams:
             raise ValueError(f"{kernel}: out_idx {item} out of range for {nparams} parameters")

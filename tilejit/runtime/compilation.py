@@ -55,8 +55,9 @@ class CompileOptions:
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
 
 
-def _options(target, execution_backend, compile_flags, verbose):
-    """Options left None fall back to TILEJIT_* environment variables."""
+def _options(target, execution_backend, compile_flags, verbose, where="tilejit.compile"):
+    """Options left None fall back to TILEJIT_* environment variables. ``where`` names
+    the kernel (or the call) in a refusal."""
     if target is None:
         target = _env.choice("TILEJIT_TARGET", ("cpu", "cuda")) or "cpu"
     if execution_backend is None:
@@ -68,7 +69,16 @@ def _options(target, execution_backend, compile_flags, verbose):
         compile_flags = shlex.split(compile_flags)
     if verbose is None:
         verbose = _env.flag("TILEJIT_VERBOSE")
-    return target, execution_backend, list(compile_flags), bool(verbose)
+    try:
+        flags = list(compile_flags)
+    except TypeError:
+        raise TypeError(f"{where}: compile_flags must be a list of strings (or one string), "
+                        f"got {type(compile_flags).__name__} {compile_flags!r}") from None
+    for flag in flags:
+        if not isinstance(flag, str):
+            raise TypeError(f"{where}: compile_flags must be strings, got "
+                            f"{type(flag).__name__} {flag!r} in {flags!r}")
+    return target, execution_backend, flags, bool(verbose)
 
 
 def compile(program: Program, out_idx=None, target=None, execution_backend=None,
@@ -86,7 +96,7 @@ def compile(program: Program, out_idx=None, target=None, execution_backend=None,
         raise TypeError(f"tilejit.compile expects a tilejit.Program, got "
                         f"{type(program).__name__}")
     target, execution_backend, flags, verbose = _options(target, execution_backend,
-                                                         compile_flags, verbose)
+                                                         compile_flags, verbose, program.name)
     start = time.perf_counter()
     sig = lower(program, out_idx, target)
     if target == "cuda":

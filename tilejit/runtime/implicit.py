@@ -80,7 +80,10 @@ class LayoutJITFunction:
     def _resolve(self, args, kwargs, views, keys, raw):
         """The kernel for a call not seen before, compiling it if its key is new."""
         fname = self.func.__name__
-        bound = self._signature.bind(*args, **kwargs)
+        try:
+            bound = self._signature.bind(*args, **kwargs)
+        except TypeError as exc:  # inspect's words, without the function's name
+            raise TypeError(f"{self.func.__name__}(): {exc}") from None
         index_of, j = {}, 0  # tensor argument name -> its index in views and keys
         for name, part in zip([*self._names[:len(args)], *kwargs], raw):
             if len(part) == 2:  # (name, key); constants are (name, type, value)

@@ -40,7 +40,10 @@ class JITFunction:
         frameworks.load_present()  # a tracing framework imported already installs its tracer
 
     def _canonical_key(self, args, kwargs):
-        bound = self._signature.bind(*args, **kwargs)
+        try:
+            bound = self._signature.bind(*args, **kwargs)
+        except TypeError as exc:  # inspect's words, without the function's name
+            raise TypeError(f"{self.func.__name__}(): {exc}") from None
         bound.apply_defaults()
         # The type is part of the key: 1, 1.0 and True compare equal, but a factory may
         # build a different program for each.
