@@ -186,6 +186,14 @@ def test_compile_flags_are_strings(flags, message):
         tilejit.compile(program, compile_flags=flags)
 
 
+def test_too_many_parameters_are_refused_before_compiling():
+    params = [T.Scalar("int32", name=f"p{i}") for i in range(65)]
+    program = tilejit.Program(name="many", params=params, source="#error not compiled\n")
+    with pytest.raises(ValueError, match=r"^many: 65 parameters \(workspaces included\), at "
+                                         r"most 64$"):
+        tilejit.compile(program)
+
+
 def test_out_idx_takes_numpy_integers(build):
     n = T.symbol("n")
     k = build("copy_np_idx", [T.Buffer((n,), "float32", name="A", const=True),

@@ -198,6 +198,9 @@ def lower(program: Program, out_idx, target: str) -> Signature:
     if target not in TARGETS:
         raise ValueError(f"{kname}: unknown target {target!r}; expected 'cpu' or 'cuda'")
     params = program.params
+    if len(params) + len(program.workspaces) > abi.TJ_MAX_PARAMS:
+        raise ValueError(f"{kname}: {len(params) + len(program.workspaces)} parameters "
+                         f"(workspaces included), at most {abi.TJ_MAX_PARAMS}")
     outs = normalize_out_idx(out_idx, len(params), kname)
     names = _param_names(program)
     # Workspaces follow the parameters in the core's list (the caller never sees them).
