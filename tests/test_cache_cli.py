@@ -369,6 +369,15 @@ def test_output_into_a_closed_pipe_ends_the_command_quietly(cache):
     assert (done.returncode, done.stderr) == (141, "")
 
 
+def test_cache_commands_refuse_a_cache_directory_that_is_a_file(tmp_path):
+    root = tmp_path / "not-a-directory"
+    root.write_text("a file where the cache directory should be")
+    for command in (["ls"], ["size"], ["verify"], ["prune", "--max-size", "1M"], ["clear"]):
+        done = cli(root, *command)
+        assert (done.returncode, done.stdout) == (1, ""), (command, done.stdout)
+        assert f"the cache directory {root} is not a directory" in done.stderr
+
+
 def test_config_fails_when_the_cache_directory_cannot_be_used(tmp_path):
     root = tmp_path / "not-a-directory"
     root.write_text("a file where the cache directory should be")

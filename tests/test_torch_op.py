@@ -501,7 +501,7 @@ def test_inputs_by_name_inside_torch_compile(kernels):
 def test_stream_is_refused_inside_torch_compile(kernels):
     pad1 = kernels["pad1"]
     compiled = torch.compile(lambda x: pad1(x, stream=0), fullgraph=True, backend="eager")
-    with pytest.raises(Exception, match="stream= is not supported inside torch.compile"):
+    with pytest.raises(Exception, match="pad1: stream= is not supported inside torch.compile"):
         compiled(torch.rand(3))
 
 

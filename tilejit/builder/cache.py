@@ -329,6 +329,12 @@ def main(args) -> int:
     if args.cache_command == "path":
         print(cache_dir())
         return 0
+    root = cache_dir()
+    if os.path.lexists(root) and not os.path.isdir(root):
+        print(f"python -m tilejit cache {args.cache_command}: the cache directory {root} is "
+              "not a directory (kernels fall back to a private cache); set TILEJIT_CACHE_DIR "
+              "to a directory", file=sys.stderr)
+        return 1
     if args.cache_command == "ls":
         listed = entries()
         if args.json:

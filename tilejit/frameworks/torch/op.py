@@ -328,10 +328,12 @@ def _as_torch(label: str, value):
 def call_op(name: str, /, *args, **keywords):
     """The op named ``name`` called as a kernel is: several outputs come back as a list.
     The op runs on torch's current stream, which is what CUDA graphs capture."""
+    label = name[:-17]  # the kernel's name: op_name adds _<16 hex digits>
     for key, value in keywords.items():
         if key != "stream":
-            raise TypeError(f"{name}() got an unexpected keyword argument '{key}'")
+            raise TypeError(f"{label}() got an unexpected keyword argument '{key}'")
         if value is not None:
-            raise ValueError(f"{name}: stream= is not supported inside torch.compile; the op "
-                             "runs on torch's current stream (with torch.cuda.stream(s): ...)")
+            raise ValueError(f"{label}: stream= is not supported inside torch.compile; the "
+                             "op runs on torch's current stream (with torch.cuda.stream(s): "
+                             "...)")
     return kernel_result(getattr(getattr(torch.ops, NAMESPACE), name).default(*args))
