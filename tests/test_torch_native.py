@@ -424,6 +424,9 @@ class Model(torch.nn.Module):
 
 
 x, y = torch.randn(8), torch.randn(8)
+# A graph compiled first: tilejit's Inductor lowering is installed, and must leave
+# AOTInductor's C++ wrapper to the op's fallback kernel.
+assert torch.equal(torch.compile(lambda a, b: add(a, b), fullgraph=True)(x, y), x + y)
 program = torch.export.export(Model(), (x, y))
 assert any(str(node.target).startswith("tilejit.") for node in program.graph.nodes)
 torch._inductor.aoti_compile_and_package(program, package_path=str(out / "model.pt2"))

@@ -34,7 +34,7 @@ import torch
 from ...builder.torch_schema import NAMESPACE, inputs, op_name, schema
 from ...language.lang import Buffer
 from ...runtime.fast_paths import FAST_PATHS
-from . import autograd, fake, native_op
+from . import autograd, fake, inductor, native_op
 from .probes import FORWARD_LEVEL, IDLE_LEVEL
 from .results import kernel_result, op_result, outputs_of
 
@@ -117,6 +117,7 @@ def definition(kernel):
                 _library.impl(name, _versions_bumped(found, written), "ADInplaceOrView",
                               with_keyset=True)
             _ops[name] = found
+            inductor.offer(kernel, found, name)
     return found
 
 
