@@ -51,6 +51,7 @@ _lock = threading.RLock()
 _offered: dict = {}  # op name -> (kernel, op): every op of the shape the fast path takes
 _pending: list = []  # op names offered, not yet given their name in extern_kernels
 _active: list = []  # [whether the fast path is on], once decided
+_NAME = "Inductor lowering (extern call without the dispatcher)"
 
 
 def extern_name(op_name: str) -> str:
@@ -104,11 +105,20 @@ def _provide_pending() -> None:
     while _pending:
         name = _pending.pop()
         kernel, op = _offered[name]
-        compiled = kernel._export_images is None
+        direct = None
+        if kernel._export_images is None:
+            try:
+                direct = _direct_kernel(kernel)
+            except Exception:  # noqa: BLE001 - its library gone from the cache, say: the op
+                direct = None
         setattr(extern_kernels, extern_name(name),
-                _direct_kernel(kernel) if compiled else _through_op(op))
-        if compiled and _installed():
-            _install(op, name)
+                direct if direct is not None else _through_op(op))
+        if direct is not None and _installed():
+            try:
+                _install(op, name)
+            except Exception as exc:  # noqa: BLE001 - Inductor's own fallback stays
+                _active[0] = fast_paths.decided(_NAME, False, f"installing a lowering failed "
+                                                              f"({exc!r})")
 
 
 def _through_op(op):
@@ -138,9 +148,8 @@ def _installed() -> bool:
     if not _active:
         why = _refusal()
         _active.append(why is None)
-        fast_paths.decided("Inductor lowering (extern call without the dispatcher)",
-                           why is None, why or "the kernel called directly, output allocated "
-                                              "by Inductor (torch._inductor.lowering)")
+        fast_paths.decided(_NAME, why is None, why or "the kernel called directly, output "
+                                                      "allocated by Inductor")
     return _active[0]
 
 
