@@ -3,6 +3,7 @@
 Every test session gets one private kernel cache (`TILEJIT_CACHE_DIR` under pytest's
 temporary directory): nothing ever touches `~/.cache/tilejit`, and because the directory
 is shared by the whole session, each distinct kernel (and the wrapper) compiles once.
+Inductor's cache is the session's own as well (`TORCHINDUCTOR_CACHE_DIR`).
 """
 
 from __future__ import annotations
@@ -55,13 +56,17 @@ def no_nvrtc() -> str:
 @pytest.fixture(scope="session", autouse=True)
 def tilejit_cache_dir(tmp_path_factory) -> Path:
     """The session's kernel cache; the tilejit environment is cleared around it."""
-    saved = {name: os.environ.pop(name) for name in _TILEJIT_ENV if name in os.environ}
+    saved = {name: os.environ.pop(name) for name in (*_TILEJIT_ENV, "TORCHINDUCTOR_CACHE_DIR")
+             if name in os.environ}
     root = tmp_path_factory.mktemp("tilejit-cache")
     os.environ["TILEJIT_CACHE_DIR"] = str(root)
+    # Inductor's caches too: a graph compiled by another run (another tilejit) must not
+    # stand in for the one this run compiles.
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path_factory.mktemp("inductor-cache"))
     try:
         yield root
     finally:
-        for name in _TILEJIT_ENV:
+        for name in (*_TILEJIT_ENV, "TORCHINDUCTOR_CACHE_DIR"):
             os.environ.pop(name, None)
         os.environ.update(saved)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from ...language.lang import Buffer, Expr, Scalar, Symbol
+from . import inductor
 from .results import op_result
 
 try:  # a condition on sizes torch may not know yet (data-dependent): taken as False
@@ -163,6 +164,10 @@ def fake(kernel):
     default = torch.device("cuda" if sig.target == "cuda" else "cpu")
 
     def fake(*args):
+        # A trace meets every op here, whoever called it (the kernel, kernel.torch_op, an
+        # exported program): Inductor, if loaded, gets its way to the kernel before a
+        # graph it cached runs.
+        inductor.inductor_loaded()
         values = bind_symbols(kernel, args)
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), default)
         outputs = []

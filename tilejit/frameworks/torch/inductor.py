@@ -6,32 +6,34 @@ calls as generated loops into buffers it allocated. For the kernels where this i
 (below), tilejit gives the op an Inductor lowering that does the same for the kernel:
 Inductor allocates the output (``empty_strided``, the fake implementation's size and
 strides) and calls the kernel's direct call on the inputs and that output, a builtin
-function (``extern_kernels.tilejit_<op>(arg0_1, arg1_1, buf0)`` in the generated code): no
-dispatcher, no Python frame of tilejit's, no size assertion. The call validates every
+function kept on the op (``torch.ops.tilejit.<op>.default.tilejit_direct(arg0_1, arg1_1,
+buf0)`` in the generated code): no dispatcher, no Python frame of tilejit's, no size
+assertion. The call validates every
 argument as a direct call does, the output included, with the same messages.
 
 Which kernels: a CPU kernel compiled in this process (not opened from an export), whose
-one output is its last parameter, whose inputs are all required tensors, and whose op
-writes none of them. Which graphs: the Python wrapper's (not AOTInductor's C++ one, nor
+one output is its last parameter (compact, no alignment beyond the 64 bytes torch's
+allocator gives), whose inputs are all required tensors, and whose op writes none of
+them. Which graphs: the Python wrapper's (not AOTInductor's C++ one, nor
 ``cpp_wrapper``, nor the FX wrapper), with an output of backed sizes. Anything else is
 the op's fallback kernel, as Inductor makes it for any custom op (its layout
 constraint included).
 
 The fast path reads Inductor's internals (``torch._inductor.lowering``'s registry of
-lowerings, ``ir.ExternKernelOut``, the wrapper's ``extern_kernels`` namespace): it is
-used where they are found as expected, and not with ``TILEJIT_FAST_PATHS=0``, where
-Inductor calls the op through the dispatcher (the public path: same results, same
-checks). A graph compiled with the fast path and kept in Inductor's cache names
-``extern_kernels.tilejit_<op>``; every process that defines the op while Inductor is
-loaded therefore provides the name, with or without the fast path (for a kernel opened
-from an export: the op, its result copied into the output), so that such a graph runs
-wherever it is loaded. Inductor's cache does not tell graphs compiled with the fast path
+lowerings, ``ir.ExternKernelOut``, ``V.graph``): it is used where they are found as
+expected, and not with ``TILEJIT_FAST_PATHS=0``, where Inductor calls the op through
+the dispatcher (the public path: same results, same checks). A graph compiled with the
+fast path and kept in Inductor's cache calls ``tilejit_direct``; every process that
+defines the op therefore gives it one, with or without the fast path (for a kernel
+opened from an export: the op, its result copied into the output), so that such a graph
+runs wherever it is loaded. Inductor's cache does not tell graphs compiled with the fast path
 from others: one compiled without it (``TILEJIT_FAST_PATHS=0``, an earlier tilejit) and
 cached keeps calling the op until the cache is cleared.
 
-The lowering is installed when Inductor is loaded, which ``torch.compile`` with the
-inductor backend does before it traces: tilejit checks at trace time
-(``dynamo._registered_op_name``) and never imports Inductor itself.
+The lowering is installed once Inductor is loaded: tilejit checks where a trace meets
+the op (the op's fake implementation, which every trace of the op runs, and
+``dynamo._registered_op_name``) and never imports Inductor itself. A graph Inductor
+lowers before tilejit has seen it loaded calls the op.
 """
 
 from __future__ import annotations
@@ -42,83 +44,75 @@ import threading
 import torch
 
 from ...builder.signature import lower as _lower_signature
-from ...builder.torch_schema import input_kinds
+from ...builder.torch_schema import NAMESPACE, input_kinds
 from ...runtime import fast_paths
 from ...runtime.fast_paths import FAST_PATHS
 
 _LOWERING = "torch._inductor.lowering"
+_ATTRIBUTE = "tilejit_direct"  # the OpOverload's attribute holding the kernel's entry
+_ALLOCATOR_ALIGNMENT = 64  # what torch's CPU allocator guarantees (c10's gAlignment)
+_NAME = "Inductor lowering (the kernel called without the dispatcher)"
 _lock = threading.RLock()
-_offered: dict = {}  # op name -> (kernel, op): every op of the shape the fast path takes
-_pending: list = []  # op names offered, not yet given their name in extern_kernels
+_unlowered: list = []  # (op, name) with a direct entry whose lowering is not installed yet
 _active: list = []  # [whether the fast path is on], once decided
-_NAME = "Inductor lowering (extern call without the dispatcher)"
 
 
-def extern_name(op_name: str) -> str:
-    """The attribute of Inductor's ``extern_kernels`` that calls the op's kernel."""
-    return f"tilejit_{op_name}"
+def entry_expression(name: str) -> str:
+    """What the generated code calls: the op's entry, reached from ``torch``."""
+    return f"torch.ops.{NAMESPACE}.{name}.default.{_ATTRIBUTE}"
 
 
 def _of_the_shape(kernel, op) -> bool:
     """Whether ``kernel`` (whose op is ``op``) is of the shape Inductor may call directly:
-    a CPU kernel whose one output is its last parameter, whose inputs are all required
-    tensors, whose op writes none of them."""
+    a CPU kernel whose one output is its last parameter (compact, aligned as torch
+    allocates), whose inputs are all required tensors, whose op writes none of them."""
     sig = kernel._sig
     nparams = len(sig.names)
+    output = kernel.params[-1]
+    # An output Inductor allocates as the fake implementation does, which passes every
+    # check of the kernel's (compact, torch's 64-byte alignment): no message of a direct
+    # call about it could differ from the op's.
     return (sig.target == "cpu" and tuple(sig.out_idx) == (nparams - 1,)
+            and output.strides is None and (output.align or 1) <= _ALLOCATOR_ALIGNMENT
             and input_kinds(kernel) == "T" * (nparams - 1)
             and not any(arg.alias_info is not None and arg.alias_info.is_write
                         for arg in op._schema.arguments))
 
 
 def offer(kernel, op, name: str) -> None:
-    """Called for every op defined: one of the shape the fast path takes is named in
-    Inductor's ``extern_kernels``, and lowered with the fast path, once Inductor is
-    loaded."""
+    """Called for every op defined. One of the shape the fast path takes gets its entry
+    (``op.tilejit_direct``, with or without the fast path: a graph Inductor cached may
+    call it), and, with the fast path, its lowering once Inductor is loaded. The entry of
+    a kernel opened from an export is its op, the result copied into the output: a graph
+    calling it was compiled in another process, where the kernel was compiled."""
     if not _of_the_shape(kernel, op):
         return
-    with _lock:
-        if name not in _offered:
-            _offered[name] = (kernel, op)
-            _pending.append(name)
-        if _LOWERING in sys.modules:
-            _provide_pending()
+    direct = None
+    if kernel._export_images is None:
+        try:
+            direct = _direct_kernel(kernel)
+        except Exception:  # noqa: BLE001 - its library gone from the cache, say: the op
+            direct = None
+    setattr(op, _ATTRIBUTE, direct if direct is not None else _through_op(op))
+    if direct is not None:
+        with _lock:
+            _unlowered.append((op, name))
+        inductor_loaded()
 
 
 def inductor_loaded() -> None:
-    """Called while Dynamo traces a kernel's call: with Inductor loaded (torch.compile's
-    inductor backend loads it before tracing), every op offered gets its name, and its
-    lowering with the fast path."""
-    if _pending and _LOWERING in sys.modules:
+    """Called where a trace meets the op (its fake implementation, Dynamo's trace of a
+    kernel call): with Inductor loaded (torch.compile's inductor backend loads it before
+    it compiles), the lowering of every op offered, with the fast path."""
+    if _unlowered and _LOWERING in sys.modules:
         with _lock:
-            _provide_pending()
-
-
-def _provide_pending() -> None:
-    """Each pending op's entry in ``extern_kernels`` (with or without the fast path: a
-    graph Inductor cached may call it) and, with the fast path, its lowering (``_lock``
-    held, Inductor loaded). A kernel opened from an export is called through its op
-    there, its output copied: such a graph was compiled in another process, where the
-    kernel was compiled."""
-    from torch._inductor.select_algorithm import extern_kernels
-
-    while _pending:
-        name = _pending.pop()
-        kernel, op = _offered[name]
-        direct = None
-        if kernel._export_images is None:
-            try:
-                direct = _direct_kernel(kernel)
-            except Exception:  # noqa: BLE001 - its library gone from the cache, say: the op
-                direct = None
-        setattr(extern_kernels, extern_name(name),
-                direct if direct is not None else _through_op(op))
-        if direct is not None and _installed():
-            try:
-                _install(op, name)
-            except Exception as exc:  # noqa: BLE001 - Inductor's own fallback stays
-                _active[0] = fast_paths.decided(_NAME, False, f"installing a lowering failed "
-                                                              f"({exc!r})")
+            while _unlowered and _installed():
+                op, name = _unlowered.pop()
+                try:
+                    _install(op, name)
+                except Exception as exc:  # noqa: BLE001 - Inductor's own fallback stays
+                    _active[0] = fast_paths.decided(
+                        _NAME, False, f"installing a lowering failed ({exc!r})")
 
 
 def _through_op(op):
@@ -208,7 +202,7 @@ def _install(op, name: str) -> None:
         lowering.make_fallback(op, layout_constraint=lowering.tag_to_layout_constraint(tag),
                                warn=False)
     fallback = lowering.lowerings[op]
-    kernel_name = f"extern_kernels.{extern_name(name)}"
+    kernel_name = entry_expression(name)
     ninputs = len(op._schema.arguments)
 
     def lower(*args, **kwargs):
