@@ -82,13 +82,13 @@ def _of_the_shape(kernel, op) -> bool:
 def offer(kernel, op, name: str) -> None:
     """Called for every op defined. One of the shape the fast path takes gets its entry
     (``op.tilejit_direct``, with or without the fast path: a graph Inductor cached may
-    call it), and, with the fast path, its lowering once Inductor is loaded. The entry of
-    a kernel opened from an export is its op, the result copied into the output: a graph
-    calling it was compiled in another process, where the kernel was compiled."""
+    call it), and, with the fast path, its lowering once Inductor is loaded. Without the
+    fast path, and for a kernel opened from an export (a graph calling it was compiled in
+    another process), the entry is the op, its result copied into the output."""
     if not _of_the_shape(kernel, op):
         return
     direct = None
-    if kernel._export_images is None:
+    if FAST_PATHS and kernel._export_images is None:
         try:
             direct = _direct_kernel(kernel)
         except Exception:  # noqa: BLE001 - its library gone from the cache, say: the op
