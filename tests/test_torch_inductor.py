@@ -109,7 +109,7 @@ def test_kernels_of_other_shapes_are_called_through_the_op(build):
                   "void ind_first(float *C, const float *A, int64_t n) {\n"
                   "  for (int64_t i = 0; i < n; ++i) C[i] = -A[i];\n}\n", out_idx=0)
     x = torch.rand(8)
-    assert not inductor._of_the_shape(wide, wide.torch_op)
+    assert not inductor._of_the_shape(wide)
     for kernel, fn, expected in ((two, lambda t: two(t)[1], x - 1),
                                  (scaled, lambda t: scaled(t, 3.0), 3 * x),
                                  (first, lambda t: first(t), -x)):

@@ -10,8 +10,6 @@
 from cpython.pycapsule cimport PyCapsule_New
 from libc.string cimport memcpy
 
-import operator
-
 from dlpack cimport (DLPackCurrentWorkStream, DLPackDLTensorFromPyObjectNoSync,
                      DLPackManagedTensorAllocator, DLPackManagedTensorFromPyObjectNoSync,
                      DLPackManagedTensorToPyObjectNoSync, DLPackVersion,

@@ -200,8 +200,9 @@ def find_definition(source: str, name: str, arity: int | None = None) -> Definit
     there is none that reads as one (a definition a macro expands to, say).
 
     Only definitions at namespace scope count (not in a class's or a function's body),
-    and none inside a group the preprocessor always drops (``#if 0``). Of several (one per ``#ifdef`` branch, or C++
-    overloads), the first taking `arity` parameters, when given, else the first."""
+    and none inside a group the preprocessor always drops (``#if 0``). Of several (one
+    per ``#ifdef`` branch, or C++ overloads), the first taking `arity` parameters, when
+    given, else the first."""
     blanked = _blank(_drop_dead_groups(source))
     outside = _namespace_scope(source, blanked)
     found, declarations = [], []
@@ -221,7 +222,7 @@ def find_definition(source: str, name: str, arity: int | None = None) -> Definit
         head_words = re.findall(r"\w+", _drop_attributes(head))
         if not head_words or head_words[-1] in {"return", "else", "do"}:
             continue  # a call, not a declaration
-        if re.search(r"[=(,]\s*$", head) or "::" in head.rstrip()[-2:]:
+        if re.search(r"[=(,]\s*$", head) or head.rstrip().endswith("::"):
             continue
         extern_c = bool(re.search(r'\bextern\s+"', source[start:m.start()])) or \
             _in_extern_c_block(source, blanked, m.start())

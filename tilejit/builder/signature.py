@@ -22,6 +22,7 @@ from ..language.lang import (
     Scalar,
     Symbol,
     TensorMap,
+    is_integer,
     lower_expr,
 )
 from ..language.program import Launch, Program, param_name
@@ -159,16 +160,11 @@ class Signature:
         return "\n".join(f.c_prototype for f in self.functions)
 
 
-def _is_int(value) -> bool:
-    """An int or an integer of another library (``__index__``), not a bool."""
-    return not isinstance(value, bool) and hasattr(type(value), "__index__")
-
-
 def normalize_out_idx(out_idx, nparams: int, kernel: str) -> tuple[int, ...]:
     """``None``, an int (negative allowed) or a list of them -> tuple of indices."""
     if out_idx is None:
         return ()
-    if _is_int(out_idx) or isinstance(out_idx, bool):  # an int, a NumPy integer (a bool:
+    if is_integer(out_idx) or isinstance(out_idx, bool):  # an int, a NumPy integer (a bool:
         items = [out_idx]                                  # refused below as an entry)
     else:
         try:
@@ -178,7 +174,7 @@ def normalize_out_idx(out_idx, nparams: int, kernel: str) -> tuple[int, ...]:
                             f"{type(out_idx).__name__} {out_idx!r}") from None
     result = []
     for item in items:
-        if not _is_int(item):
+        if not is_integer(item):
             raise TypeError(f"{kernel}: out_idx entries must be ints, got {item!r}")
         item = operator.index(item)
         index = item + nparams if item < 0 else item

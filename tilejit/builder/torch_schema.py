@@ -11,6 +11,11 @@ from .cache import artifact_key
 NAMESPACE = "tilejit"
 
 
+def kernel_name_of(op: str) -> str:
+    """The kernel's name in its op's name (``op_name``'s, less the hash)."""
+    return op[:-len("_0123456789abcdef")]
+
+
 def op_name(kernel) -> str:
     """``<kernel name>_<16 hex digits>``: the hash covers the signature (prototype,
     lowered spec, out_idx), the target and the compiled binary's bytes, so equal kernels

@@ -40,17 +40,20 @@ _BINARY = {
 _CALLS = ("ceildiv", "min", "max")  # written as calls: ceildiv(n, 4)
 
 
+def is_integer(value: object) -> bool:
+    """An int, or an integer of another library (``__index__``: a NumPy integer); not a
+    bool, not a float."""
+    return not isinstance(value, bool) and hasattr(type(value), "__index__")
+
+
 def _wrap(value: object) -> Expr | int:
     if isinstance(value, Expr):
         if isinstance(value, Scalar):
             value.symbol  # noqa: B018 -- refuses float and bool scalars here, saying why
         return value
-    if isinstance(value, bool) or not isinstance(value, int):
-        # numpy integers and other __index__ types are welcome; floats are not.
-        if hasattr(value, "__index__") and not isinstance(value, bool):
-            return operator.index(value)
+    if not is_integer(value):  # numpy integers are welcome; floats and bools are not
         raise TypeError(f"expected an int or a tilejit expression, got {type(value).__name__}")
-    return value
+    return value if isinstance(value, int) else operator.index(value)
 
 
 def _binary(op: str, a: object, b: object) -> Expr | int:

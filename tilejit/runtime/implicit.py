@@ -41,6 +41,17 @@ from .views import _wrapper, from_dlpack, is_view
 LAYOUTS = ("dynamic", "static")
 _NO_NAMES = itertools.repeat(None)
 
+
+def bind_arguments(signature: inspect.Signature, function: str, args, kwargs):
+    """``signature.bind(*args, **kwargs)``; arguments the function does not take are
+    refused in its name (``f(): too many positional arguments``), as Python's own call
+    refuses them."""
+    try:
+        return signature.bind(*args, **kwargs)
+    except TypeError as exc:  # inspect's words, without the function's name
+        raise TypeError(f"{function}(): {exc}") from None
+
+
 class LayoutJITFunction:
     """A kernel factory specialised from the tensors it is called with (see the module
     docstring); made by ``tilejit.jit(layout="dynamic" | "static")``."""
@@ -80,10 +91,7 @@ class LayoutJITFunction:
     def _resolve(self, args, kwargs, views, keys, raw):
         """The kernel for a call not seen before, compiling it if its key is new."""
         fname = self.func.__name__
-        try:
-            bound = self._signature.bind(*args, **kwargs)
-        except TypeError as exc:  # inspect's words, without the function's name
-            raise TypeError(f"{self.func.__name__}(): {exc}") from None
+        bound = bind_arguments(self._signature, fname, args, kwargs)
         index_of, j = {}, 0  # tensor argument name -> its index in views and keys
         for name, part in zip([*self._names[:len(args)], *kwargs], raw):
             if len(part) == 2:  # (name, key); constants are (name, type, value)

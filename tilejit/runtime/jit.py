@@ -11,7 +11,7 @@ import threading
 from . import frameworks
 from .compilation import CompileErrors, CompileOptions, compile, compile_many
 from .fast_paths import FAST_PATHS
-from .implicit import LayoutJITFunction
+from .implicit import LayoutJITFunction, bind_arguments
 from .kernel import JITKernel
 
 __all__ = ["JITFunction", "compile", "jit"]
@@ -40,10 +40,7 @@ class JITFunction:
         frameworks.load_present()  # a tracing framework imported already installs its tracer
 
     def _canonical_key(self, args, kwargs):
-        try:
-            bound = self._signature.bind(*args, **kwargs)
-        except TypeError as exc:  # inspect's words, without the function's name
-            raise TypeError(f"{self.func.__name__}(): {exc}") from None
+        bound = bind_arguments(self._signature, self.func.__name__, args, kwargs)
         bound.apply_defaults()
         # The type is part of the key: 1, 1.0 and True compare equal, but a factory may
         # build a different program for each.

@@ -14,7 +14,6 @@ import torch
 from ...builder.torch_schema import NAMESPACE
 from ...runtime import frameworks, host
 from ...runtime.fast_paths import FAST_PATHS
-from . import inductor
 from .op import call_op, definition, is_defined, op_name
 
 
@@ -31,11 +30,9 @@ def _constant_at_trace_time(fn):
 
 
 def _registered_op_name(kernel) -> str:
-    """The op name, the op registered (with every live kernel's: ``_define_alive``), and
-    Inductor's way to the kernel when Inductor is loaded (``inductor``)."""
+    """The op name, the op registered (with every live kernel's: ``_define_alive``)."""
     definition(kernel)
     _define_alive(kernel)
-    inductor.inductor_loaded()
     return op_name(kernel)
 
 

@@ -31,8 +31,8 @@ from others: one compiled without it (``TILEJIT_FAST_PATHS=0``, an earlier tilej
 cached keeps calling the op until the cache is cleared.
 
 The lowering is installed once Inductor is loaded: tilejit checks where a trace meets
-the op (the op's fake implementation, which every trace of the op runs, and
-``dynamo._registered_op_name``) and never imports Inductor itself. A graph Inductor
+the op (the op's fake implementation, which every trace of the op runs) and never
+imports Inductor itself. A graph Inductor
 lowers before tilejit has seen it loaded calls the op.
 """
 
@@ -62,10 +62,10 @@ def entry_expression(name: str) -> str:
     return f"torch.ops.{NAMESPACE}.{name}.default.{_ATTRIBUTE}"
 
 
-def _of_the_shape(kernel, op) -> bool:
-    """Whether ``kernel`` (whose op is ``op``) is of the shape Inductor may call directly:
-    a CPU kernel whose one output is its last parameter (compact, aligned as torch
-    allocates), whose inputs are all required tensors, whose op writes none of them."""
+def _of_the_shape(kernel) -> bool:
+    """Whether ``kernel`` is of the shape Inductor may call directly: a CPU kernel whose
+    one output is its last parameter (compact, aligned as torch allocates) and whose
+    inputs are all required tensors."""
     sig = kernel._sig
     nparams = len(sig.names)
     output = kernel.params[-1]
@@ -74,18 +74,17 @@ def _of_the_shape(kernel, op) -> bool:
     # call about it could differ from the op's.
     return (sig.target == "cpu" and tuple(sig.out_idx) == (nparams - 1,)
             and output.strides is None and (output.align or 1) <= _ALLOCATOR_ALIGNMENT
-            and input_kinds(kernel) == "T" * (nparams - 1)
-            and not any(arg.alias_info is not None and arg.alias_info.is_write
-                        for arg in op._schema.arguments))
+            and input_kinds(kernel) == "T" * (nparams - 1))
 
 
-def offer(kernel, op, name: str) -> None:
-    """Called for every op defined. One of the shape the fast path takes gets its entry
+def offer(kernel, op, name: str, writes: bool) -> None:
+    """Called for every op defined (``writes``: it writes an argument, which the fast
+    path leaves to the op). One of the shape the fast path takes gets its entry
     (``op.tilejit_direct``, with or without the fast path: a graph Inductor cached may
     call it), and, with the fast path, its lowering once Inductor is loaded. Without the
     fast path, and for a kernel opened from an export (a graph calling it was compiled in
     another process), the entry is the op, its result copied into the output."""
-    if not _of_the_shape(kernel, op):
+    if writes or not _of_the_shape(kernel):
         return
     direct = None
     if FAST_PATHS and kernel._export_images is None:
@@ -101,8 +100,7 @@ def offer(kernel, op, name: str) -> None:
 
 
 def inductor_loaded() -> None:
-    """Called where a trace meets the op (its fake implementation, Dynamo's trace of a
-    kernel call): with Inductor loaded (torch.compile's inductor backend loads it before
+    """Called where every trace meets the op (its fake implementation): with Inductor loaded (torch.compile's inductor backend loads it before
     it compiles), the lowering of every op offered, with the fast path."""
     if _unlowered and _LOWERING in sys.modules:
         with _lock:
@@ -148,9 +146,8 @@ def _installed() -> bool:
 
 
 def _refusal() -> str | None:
-    """Why the fast path is off, or None."""
-    if not FAST_PATHS:
-        return "TILEJIT_FAST_PATHS=0: Inductor calls the op through the dispatcher"
+    """Why the fast path is off, or None (asked only with the fast paths on: ``offer``
+    makes no direct entry without them)."""
     try:
         from torch._inductor import ir, lowering
         from torch._inductor import utils as inductor_utils

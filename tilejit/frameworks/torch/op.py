@@ -31,7 +31,7 @@ import threading
 
 import torch
 
-from ...builder.torch_schema import NAMESPACE, inputs, op_name, schema
+from ...builder.torch_schema import NAMESPACE, inputs, kernel_name_of, op_name, schema
 from ...language.lang import Buffer
 from ...runtime.fast_paths import FAST_PATHS
 from . import autograd, fake, inductor, native_op
@@ -117,7 +117,7 @@ def definition(kernel):
                 _library.impl(name, _versions_bumped(found, written), "ADInplaceOrView",
                               with_keyset=True)
             _ops[name] = found
-            inductor.offer(kernel, found, name)
+            inductor.offer(kernel, found, name, bool(written))
     return found
 
 
@@ -226,8 +226,9 @@ def _recorder(kernel, otherwise):
     check of ``autograd.refuse_tangents`` are written out in it. Recorded here, above
     the dispatcher, where torch.func's transforms see the autograd.Function (they
     cannot from inside an op's Autograd kernel): outside them, with no functorch
-    wrapper and no tensor subclass (a fake tensor) among the inputs, straight through the C apply of the op's Function (the
-    one without ``setup_context`` when none is registered); else through ``applier``."""
+    wrapper and no tensor subclass (a fake tensor) among the inputs, straight through
+    the C apply of the op's Function (the one without ``setup_context`` when none is
+    registered); else through ``applier``."""
     name = op_name(kernel)
     label = kernel.name
     count = kernel._core_kernel.num_inputs
@@ -329,7 +330,7 @@ def _as_torch(label: str, value):
 def call_op(name: str, /, *args, **keywords):
     """The op named ``name`` called as a kernel is: several outputs come back as a list.
     The op runs on torch's current stream, which is what CUDA graphs capture."""
-    label = name[:-17]  # the kernel's name: op_name adds _<16 hex digits>
+    label = kernel_name_of(name)
     for key, value in keywords.items():
         if key != "stream":
             raise TypeError(f"{label}() got an unexpected keyword argument '{key}'")
