@@ -116,8 +116,10 @@ def _claim(how):
     """The ``TjClaim`` of ``host.framework_claim``'s answer (None: no claim): ``("always",)``
     claims every call at once; ``("ask", probe, scope, key, idle)`` asks per tensor, by
     ``probe`` ``(offset, requires_grad, grad_enabled, meta_offset)`` (C functions and
-    offsets, None: the public ``host.claims``), and per call only while the namespace
-    ``scope`` holds at ``key`` another object than ``idle`` (scope None: always)."""
+    offsets, None: the public ``host.claims``), and, when ``probe`` is given, per call only
+    while the namespace ``scope`` holds at ``key`` another object than ``idle`` (scope
+    None: always; without ``probe`` always too, since only the public answer can then tell
+    that a tensor requires grad)."""
     if how is None:
         return None
     key = (how[0], *(() if how[0] == "always" else (how[1], *map(id, how[2:]))))
@@ -133,7 +135,9 @@ def _claim(how):
                                        key=id(level_key), idle=id(idle_level))
                 claim = TjClaim(ask=ctypes.cast(core.tj_host_claim_ask, c_void_p).value,
                                 context=addressof(mode), meta_offset=-1)
-                if scope is not None:  # asked only inside a forward-AD level
+                # Asked only inside a forward-AD level when the probe answers the grad
+                # question in place; without the probe every tensor is asked, for both.
+                if scope is not None and probe is not None:
                     claim.active = ctypes.cast(core.tj_host_claim_active, c_void_p).value
                 if probe is not None:
                     (claim.offset, claim.requires_grad, claim.grad_enabled,

@@ -17,12 +17,10 @@ _appliers: dict = {}  # op name -> how claimed_call records a call (`applier`)
 _BELOW = "below autograd"  # forward's keyset from `fallback_kernel`: the op, below autograd
 _keyless: dict = {}  # op name -> its autograd kernel without a keyset (`fallback_kernel`)
 _bases: dict = {}  # op name -> the C apply of its Function (`base_applier`), fast paths on
-_eager_bases: dict = {}  # op name -> the C apply of its Function without setup_context
 
-# ``autograd.Function.apply`` binds its arguments to ``forward``'s signature with
-# ``inspect.signature`` at every call (about 15 us): needless for a forward that takes
-# ``*args``. Outside functorch's transforms it then calls the C ``_FunctionBase.apply``,
-# which the fast path calls at once. TILEJIT_FAST_PATHS=0: ``Function.apply``.
+# Outside functorch's transforms a recorded call goes straight to the C apply of a
+# Function whose forward takes ctx (`_single_apply`), which binds no signature.
+# TILEJIT_FAST_PATHS=0: the op's Function's own ``apply``.
 _transforms_active = torch._C._are_functorch_transforms_active
 # The tensor types a recorded call runs the kernel on itself. A call on any other (a
 # subclass: the fake tensors torch.export and make_fx trace with, a tensor subclass with
@@ -56,6 +54,7 @@ def autograd_kernel(kernel, op, name: str):
     """
     label = kernel.name
     names = input_names(kernel)
+    count = len(names)
     after = torch._C._after_autograd_keyset
     below = torch._C._AutoDispatchBelowAutograd
 
@@ -82,9 +81,6 @@ def autograd_kernel(kernel, op, name: str):
             raise RuntimeError(_no_backward(label, position, names[position]))
         return True
 
-    # forward and setup_context apart, as torch.func's transforms require; the
-    # dispatcher's keyset rides along as a last input that is no input of the kernel.
-
     # An op that writes its arguments goes through the dispatcher, which bumps their
     # version counters; one that does not runs the kernel itself, as the op would.
     direct = not any(arg.alias_info is not None and arg.alias_info.is_write
@@ -93,8 +89,7 @@ def autograd_kernel(kernel, op, name: str):
     unclaimed = kernel._unclaimed
     tensor = torch.Tensor
 
-    def forward(*args):
-        keyset, args = args[-1], args[:-1]
+    def body(keyset, args):
         # From the op's Autograd kernel: below autograd with its keyset. From Python
         # (claimed_call, None): the kernel, unclaimed (grad mode is off in here), outside
         # functorch's transforms; else the op, which grad mode off sends below.
@@ -111,10 +106,20 @@ def autograd_kernel(kernel, op, name: str):
             return tuple(result) if isinstance(result, list) else result
         return op(*args)
 
-    def setup_context(ctx, inputs, output):
-        _, setup = _backwards[name]
-        if setup is not None:
-            setup(ctx, inputs[:-1], output)
+    # The dispatcher's keyset (or how to run the op) rides along as a last input that is
+    # no input of the kernel: the user's setup_context and backward never see it.
+    def setup(ctx, inputs, output):
+        _, registered = _backwards[name]
+        if registered is not None:
+            needs = ctx.needs_input_grad
+            ctx.needs_input_grad = needs[:-1]
+            try:
+                registered(ctx, inputs[:-1], output)
+            finally:
+                ctx.needs_input_grad = needs
+
+    def forward(*args):
+        return body(args[-1], args[:-1])
 
     def backward(ctx, *grads):
         registered, _ = _backwards[name]
@@ -126,17 +131,16 @@ def autograd_kernel(kernel, op, name: str):
             ctx.needs_input_grad = needs
         return (*(result if isinstance(result, tuple) else (result,)), None)
 
-    # Named after the kernel: its outputs' grad_fn is <kernel>Backward. Under vmap,
-    # torch.func batches it by running forward and backward per slice.
+    # forward and setup_context apart, as torch.func's transforms require. Named after the
+    # kernel: its outputs' grad_fn is <kernel>Backward. Under vmap, torch.func batches it
+    # by running forward and backward per slice.
     Recorded = type(label, (torch.autograd.Function,), {
-        "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
+        "forward": staticmethod(forward), "setup_context": staticmethod(setup),
         "backward": staticmethod(backward), "generate_vmap_rule": True})
     _recorded[name] = Recorded
-    base_apply = super(torch.autograd.Function, Recorded).apply
-    if fast_paths.decided("autograd.Function apply without inspect.signature (_FunctionBase)",
-                          FAST_PATHS and callable(base_apply),
-                          "the C apply autograd.Function.apply ends in" if FAST_PATHS
-                          else "TILEJIT_FAST_PATHS=0: autograd.Function.apply"):
+    if fast_paths.decided(APPLY, FAST_PATHS, _APPLY_WHY if FAST_PATHS else
+                          "TILEJIT_FAST_PATHS=0: autograd.Function.apply"):
+        base_apply = _single_apply(label, body, setup, backward)
 
         def apply(*args):
             if _transforms_active():
@@ -148,42 +152,57 @@ def autograd_kernel(kernel, op, name: str):
                     return base_apply(*_unwrap_dead_wrappers(args))
             return base_apply(*args)
         _bases[name] = base_apply
-        if direct:
-            _eager_bases[name] = _eager_apply(label, name, unclaimed)
     else:
         apply = Recorded.apply
     _appliers[name] = apply
 
     def autograd_kernel(keyset, *args):
+        if len(args) < count:
+            args = _padded(args, count)
         return Recorded.apply(*args, keyset) if recorded(args) else run(keyset, args)
 
     def without_keyset(*args):
         # The same, for the op's C autograd kernel (native_op), which has no keyset to
         # hand over: below autograd is where grad mode off and the guard send the op.
+        if len(args) < count:
+            args = _padded(args, count)
         return _appliers[name](*args, _BELOW) if recorded(args) else run_below(args)
 
     _keyless[name] = without_keyset
     return autograd_kernel
 
 
-def _eager_apply(label: str, name: str, unclaimed):
-    """The C apply of the op's other autograd.Function, for eager calls outside functorch's
-    transforms when no ``setup_context`` is registered: its forward takes ``ctx`` (no
-    ``setup_context`` frame, no keyset argument) and runs the kernel, its backward is the
-    registered one. Same name (``<kernel>Backward``), same gradients."""
+def _padded(args: tuple, count: int) -> tuple:
+    """``args`` with the trailing optional inputs torch's dispatcher left out put back as
+    None: a Python kernel receives a call's arguments without the trailing ones equal to
+    their schema default (``k.torch_op(x, None)`` arrives as ``(x,)`` under AOT dispatch
+    and ``opcheck``), while ``setup_context`` and the backward must see every input."""
+    return (*args, *(None,) * (count - len(args)))
+
+
+APPLY = "autograd.Function C apply (_FunctionBase.apply, forward with ctx)"
+_APPLY_WHY = ("the C apply autograd.Function.apply ends in, on a Function whose forward "
+              "takes ctx and runs setup_context itself")
+
+
+def _single_apply(label: str, body, setup, backward):
+    """The C apply (``_FunctionBase.apply``) of the op's other ``autograd.Function``, for
+    calls outside functorch's transforms: its forward takes ``ctx`` and calls the
+    registered ``setup_context`` itself, with the same inputs, output and ``ctx`` that
+    torch would hand it. ``Function.apply`` binds its arguments to ``forward``'s signature
+    with ``inspect.signature`` at every call (torch up to 2.13 in Python, about 15 us; from
+    2.14 in C, for any Function with a ``setup_context``), which a Function without
+    ``setup_context`` skips. Same name (``<kernel>Backward``), same gradients; torch.func's
+    transforms, which need ``setup_context`` apart, get the op's Function (``Recorded``)."""
 
     def forward(ctx, *args):
-        result = unclaimed(*args)
-        return tuple(result) if isinstance(result, list) else result
+        output = body(args[-1], args[:-1])
+        setup(ctx, args, output)
+        return output
 
-    def backward(ctx, *grads):
-        registered, _ = _backwards[name]
-        result = registered(ctx, *grads)
-        return result if isinstance(result, tuple) else (result,)
-
-    Eager = type(label, (torch.autograd.Function,), {
+    Single = type(label, (torch.autograd.Function,), {
         "forward": staticmethod(forward), "backward": staticmethod(backward)})
-    return super(torch.autograd.Function, Eager).apply
+    return super(torch.autograd.Function, Single).apply
 
 
 def fallback_kernel(kernel, op, name: str):
@@ -260,14 +279,6 @@ def base_applier(name: str):
     that has made sure no functorch transform is active and no input is a functorch
     wrapper; None when the fast path is off (then ``applier``)."""
     return _bases.get(name)
-
-
-def eager_applier(name: str):
-    """``apply(*args)`` of the op's Function without ``setup_context`` (`_eager_apply`): for
-    a caller that has made sure of ``base_applier``'s conditions, that no
-    ``setup_context`` is registered, and that the op writes no argument; None when there
-    is none (fast paths off, or an op that writes an argument)."""
-    return _eager_bases.get(name)
 
 
 def applier(name: str):

@@ -227,8 +227,8 @@ def _recorder(kernel, otherwise):
     the dispatcher, where torch.func's transforms see the autograd.Function (they
     cannot from inside an op's Autograd kernel): outside them, with no functorch
     wrapper and no tensor subclass (a fake tensor) among the inputs, straight through
-    the C apply of the op's Function (the one without ``setup_context`` when none is
-    registered); else through ``applier``."""
+    the C apply of the op's Function (``autograd.base_applier``); else through
+    ``applier``."""
     name = op_name(kernel)
     label = kernel.name
     count = kernel._core_kernel.num_inputs
@@ -237,7 +237,7 @@ def _recorder(kernel, otherwise):
     tensor, wrapped = torch.Tensor, autograd.is_wrapped
     names = autograd.input_names(kernel)
     backwards, appliers = autograd.backwards_and_appliers()
-    apply, eager = autograd.base_applier(name), autograd.eager_applier(name)
+    apply = autograd.base_applier(name)
     grad_enabled, inference = torch.is_grad_enabled, torch.is_inference_mode_enabled
     transforms_active = torch._C._are_functorch_transforms_active
     plain_types = autograd.PLAIN_TENSORS
@@ -265,8 +265,7 @@ def _recorder(kernel, otherwise):
         if not as_schema:
             args = _schema_args(kernel_object, args)
         if apply is not None and unwrapped and not transforms_active():
-            result = (eager(*args) if eager is not None and registered[1] is None
-                      else apply(*args, None))
+            result = apply(*args, None)
         else:
             result = appliers[name](*args, None)
         return list(result) if isinstance(result, tuple) else result

@@ -28,9 +28,9 @@ _GRAD_ENABLED = "_ZN3c108GradMode10is_enabledEv"  # c10::GradMode::is_enabled()
 
 
 def grad_probe(torch):
-    """``(offset, requires_grad, grad_enabled)`` for torch's claim: a tensor's Python
-    object keeps its ``TensorImpl *`` right after the object header (``THPVariable::
-    cdata``, torch/csrc/autograd/python_variable.h), which libc10's exported
+    """``(offset, requires_grad, grad_enabled, meta_offset)`` for torch's claim: a tensor's
+    Python object keeps its ``TensorImpl *`` in one word (``THPVariable::cdata``, found as
+    the word equal to ``Tensor._cdata``: ``views.impl_offset``), which libc10's exported
     ``TensorImpl::requires_grad() const`` takes; ``GradMode::is_enabled()`` takes
     nothing. All three are checked against torch's own answers on tensors of every kind
     (leaf, result, view, detached, Parameter, made under no_grad), on a thread of their
@@ -39,13 +39,16 @@ def grad_probe(torch):
     import ctypes
     from pathlib import Path
 
-    offset = object.__basicsize__
-    word = ctypes.sizeof(ctypes.c_void_p)
+    from .views import _samples, impl_offset
 
     def probe():
-        # THPVariable: the header, at::Tensor cdata (one pointer), two hook pointers.
-        if torch._C.TensorBase.__basicsize__ != offset + 3 * word:
-            raise LookupError("torch.Tensor's object layout is not the one expected")
+        memory = _Memory()
+        try:
+            offset = impl_offset(torch, memory, _samples(torch))
+        finally:
+            memory.close()
+        if offset is None:
+            raise LookupError("no word of torch.Tensor's object holds its TensorImpl's address")
         libraries = sorted((Path(torch.__file__).parent / "lib").glob("libc10.*"))
         if not libraries:
             raise LookupError("libc10 not found")

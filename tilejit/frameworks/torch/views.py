@@ -105,19 +105,9 @@ def _find() -> tuple[int, int, int, int] | None:
     memory = _Memory()
     try:
         samples = _samples(torch)
-        # The TensorImpl pointer: the one word of every torch.Tensor object equal to its
-        # _cdata (the TensorImpl's address), at the same offset for every kind of tensor.
-        size = torch.Tensor.__basicsize__
-        block = None
-        for tensor in samples:
-            words = memory.words(id(tensor), size)
-            if words is None:
-                return None
-            found = {8 * i for i, word in enumerate(words) if i >= 2 and word == tensor._cdata}
-            block = found if block is None else block & found
-        if block is None or len(block) != 1:
+        block_offset = impl_offset(torch, memory, samples)
+        if block_offset is None:
             return None
-        (block_offset,) = block
         # The word of the key set: one bit apart between a tensor and its conjugate, another
         # between a tensor and its negative. Two heap pointers can differ by one bit too,
         # by chance of where the tensors were allocated: only the word that does so for
@@ -142,6 +132,25 @@ def _find() -> tuple[int, int, int, int] | None:
         return block_offset, word_offset, c, n
     finally:
         memory.close()
+
+
+def impl_offset(torch, memory: _Memory, samples: list) -> int | None:
+    """Where a ``torch.Tensor`` object keeps its ``TensorImpl *``: the one word of every
+    object of ``samples`` equal to its ``_cdata`` (the TensorImpl's address), at the same
+    offset for every kind of tensor; None when there is not exactly one such word. torch
+    2.9 keeps it in a ``c10::MaybeOwned<at::Tensor>`` (a flag, then the pointer: byte
+    24), later releases in a plain ``at::Tensor`` (byte 16)."""
+    size = torch.Tensor.__basicsize__
+    found_in_all = None
+    for tensor in samples:
+        words = memory.words(id(tensor), size)
+        if words is None:
+            return None
+        found = {8 * i for i, word in enumerate(words) if i >= 2 and word == tensor._cdata}
+        found_in_all = found if found_in_all is None else found_in_all & found
+    if found_in_all is None or len(found_in_all) != 1:
+        return None
+    return next(iter(found_in_all))
 
 
 _PAIRS = 4  # fresh tensor pairs the key set's word must be found in
