@@ -255,8 +255,9 @@ def _python_frames(fn) -> list[str]:
 
 def test_a_recorded_call_reaches_the_functions_apply_from_the_core(k, build):
     # The core hands a call autograd records straight to the op's runner, which calls the
-    # C apply of its autograd.Function: no generic hand-over, adapter lookup or applier
-    # in between, only the op's forward and setup_context (and the user's).
+    # C apply of an autograd.Function whose forward takes ctx: no generic hand-over,
+    # adapter lookup, applier or signature binding in between, only that forward (which
+    # runs the user's setup_context).
     from tilejit.runtime.fast_paths import FAST_PATHS
 
     x = _x().requires_grad_()
@@ -269,11 +270,10 @@ def test_a_recorded_call_reaches_the_functions_apply_from_the_core(k, build):
     n = T.symbol("n")
     if FAST_PATHS:
         assert frames == ["tilejit.frameworks.torch.op:run",
-                          "tilejit.frameworks.torch.autograd:forward",
-                          "tilejit.frameworks.torch.autograd:setup_context"], frames
+                          "tilejit.frameworks.torch.autograd:forward_with_ctx"], frames
     else:  # the generic route, through autograd.Function.apply
         assert "tilejit.runtime.kernel:_claimed_call" in frames
-    # Without a setup_context: the Function whose forward takes ctx, one frame less.
+    # Without a setup_context: the same route.
     plus_one = build("plus_one", [T.Buffer((n,), "float64", name="X", const=True),
                                   T.Buffer((n,), "float64", name="Y")],
                      NOGRAD.replace("nograd(", "plus_one("), out_idx=-1)
@@ -283,7 +283,7 @@ def test_a_recorded_call_reaches_the_functions_apply_from_the_core(k, build):
     frames = [f for f in _python_frames(lambda: plus_one(x)) if f.startswith(claim_path)]
     if FAST_PATHS:
         assert frames == ["tilejit.frameworks.torch.op:run",
-                          "tilejit.frameworks.torch.autograd:forward"], frames
+                          "tilejit.frameworks.torch.autograd:forward_with_ctx"], frames
     y = plus_one(x)
     assert type(y.grad_fn).__name__ == "plus_oneBackward"
     torch.testing.assert_close(y.detach(), x.detach() + 1)

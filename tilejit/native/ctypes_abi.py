@@ -17,6 +17,7 @@ from ctypes import (
     c_ssize_t,
     c_uint8,
     c_uint16,
+    c_uint32,
     c_uint64,
     c_void_p,
 )
@@ -41,6 +42,22 @@ class DLTensor(Structure):
     _fields_ = [("data", c_void_p), ("device", DLDevice), ("ndim", c_int32),
                 ("dtype", DLDataType), ("shape", POINTER(c_int64)),
                 ("strides", POINTER(c_int64)), ("byte_offset", c_uint64)]
+
+
+class DLPackVersion(Structure):
+    _c_name_ = "DLPackVersion"
+    _fields_ = [("major", c_uint32), ("minor", c_uint32)]
+
+
+class DLManagedTensor(Structure):
+    _c_name_ = "DLManagedTensor"
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", c_void_p), ("deleter", c_void_p)]
+
+
+class DLManagedTensorVersioned(Structure):
+    _c_name_ = "DLManagedTensorVersioned"
+    _fields_ = [("version", DLPackVersion), ("manager_ctx", c_void_p), ("deleter", c_void_p),
+                ("flags", c_uint64), ("dl_tensor", DLTensor)]
 
 
 # ---- tilejit/core.h, producer.h, host.h ---------------------------------------------

@@ -13,7 +13,9 @@ For a type of tensor it asks the type's adapter (``adapter_for``):
   the framework must run itself (autograd, tracers), handed back by the core
   (``tj_claim``);
 - ``import_refusal(obj)``: why an object cannot be imported, said plainly;
-  ``exportable(obj)``: an alias ``__dlpack__`` exports when the object is refused.
+  ``exportable(obj)``: an alias ``__dlpack__`` exports when the object is refused;
+  ``exported(obj, capsule)``: ``__dlpack__``'s capsule, corrected where the framework
+  exports something other than what the tensor says.
 
 An adapter is a subclass of ``Adapter`` (whose methods are the answers of a framework
 with none of these features) registered under the top-level module its types come from
@@ -88,6 +90,12 @@ class Adapter:
         """An alias of ``obj`` over the same memory that ``__dlpack__`` exports, when
         ``obj`` itself is refused (BufferError); None: there is none."""
         return None
+
+    def exported(self, obj, capsule):
+        """``capsule``, what ``obj.__dlpack__()`` returned, as the core is to read it: the
+        framework may correct what its own export gets wrong (torch's strides of size-1
+        dimensions, ``tilejit.frameworks.torch.dlpack``)."""
+        return capsule
 
 
 _lock = threading.RLock()

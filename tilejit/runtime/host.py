@@ -28,17 +28,19 @@ def dlpack_capsule(obj):
     refuses to export (BufferError) may have an exportable alias over the same memory,
     which its framework's adapter gives (``Adapter.exportable``: torch's detached alias
     of a tensor that requires grad, whose storage a kernel reads and writes as it would
-    through the exchange API).
+    through the exchange API). The adapter may then correct what the producer wrote
+    (``Adapter.exported``: the strides older torch releases rewrite).
     """
     try:
-        return obj.__dlpack__(max_version=MAX_VERSION)
+        capsule = obj.__dlpack__(max_version=MAX_VERSION)
     except TypeError:
-        return obj.__dlpack__()
+        capsule = obj.__dlpack__()
     except BufferError:
         alias = frameworks.adapter_for(type(obj)).exportable(obj)
         if alias is None:
             raise
         return dlpack_capsule(alias)
+    return frameworks.adapter_for(type(obj)).exported(obj, capsule)
 
 
 PRODUCER_IMPORT = abi.TJ_PRODUCER_IMPORT  # tj_producer_step: which producer step failed

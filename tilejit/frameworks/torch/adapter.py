@@ -18,7 +18,7 @@ from ...native import abi
 from ...runtime import frameworks
 from ...runtime.fast_paths import FAST_PATHS
 from ...runtime.fast_paths import decided as _decided
-from . import dynamo, probes, views
+from . import dlpack, dynamo, probes, views
 from . import op as _op
 
 # DLPack device types with their own memory.
@@ -54,6 +54,7 @@ class TorchAdapter(frameworks.Adapter):
         self._lock = threading.Lock()
         self._probe: list = []  # [(offset, requires_grad, grad_enabled, meta) or None]
         self._scope: list = []  # [forward-mode AD's namespace or None], once found
+        self._rewrites = None  # whether __dlpack__ rewrites size-1 strides, once decided
 
     def allocator(self, dtype: str, device: tuple[int, int]):
         tdtype = getattr(torch, dtype)
@@ -148,6 +149,14 @@ class TorchAdapter(frameworks.Adapter):
         """A tensor that requires grad refuses ``__dlpack__``; its detached alias (the
         same storage) exports."""
         return obj.detach() if getattr(obj, "requires_grad", False) else None
+
+    def exported(self, obj, capsule):
+        """``__dlpack__``'s capsule with the tensor's own strides of size-1 dimensions, on a
+        torch whose export rewrites them (``dlpack``)."""
+        rewrites = self._rewrites
+        if rewrites is None:
+            rewrites = self._rewrites = dlpack.rewrites_strides(torch)
+        return dlpack.restore_strides(obj, capsule) if rewrites else capsule
 
     # What the kernel's torch-named methods run (JITKernel.torch_op, register_autograd).
     op = staticmethod(_op.torch_op)

@@ -89,37 +89,43 @@ def autograd_kernel(kernel, op, name: str):
     unclaimed = kernel._unclaimed
     tensor = torch.Tensor
 
-    def body(keyset, args):
+    def forward_with_ctx(ctx, *args):
+        # The dispatcher's keyset (or how to run the op) rides along as a last input that
+        # is no input of the kernel: the user's setup_context and backward never see it.
+        keyset, args = args[-1], args[:-1]
         # From the op's Autograd kernel: below autograd with its keyset. From Python
         # (claimed_call, None): the kernel, unclaimed (grad mode is off in here), outside
-        # functorch's transforms; else the op, which grad mode off sends below.
+        # functorch's transforms, on plain tensors (PLAIN_TENSORS, checked inline); else
+        # the op, which grad mode off sends below.
         if keyset is _BELOW:
-            return run_below(args)
-        if keyset is not None:
-            return run(keyset, args)
-        if direct and not _transforms_active():
-            for value in args:  # plain tensors only (PLAIN_TENSORS), checked inline
+            output = run_below(args)
+        elif keyset is not None:
+            output = run(keyset, args)
+        elif direct and not _transforms_active():
+            for value in args:
                 if isinstance(value, tensor) and type(value) not in PLAIN_TENSORS:
-                    return op(*args)
-            result = unclaimed(*args)
-            # The kernel's result as the op returns it (op_result of outputs_of), inline.
-            return tuple(result) if isinstance(result, list) else result
-        return op(*args)
-
-    # The dispatcher's keyset (or how to run the op) rides along as a last input that is
-    # no input of the kernel: the user's setup_context and backward never see it.
-    def setup(ctx, inputs, output):
-        _, registered = _backwards[name]
-        if registered is not None:
-            needs = ctx.needs_input_grad
-            ctx.needs_input_grad = needs[:-1]
-            try:
-                registered(ctx, inputs[:-1], output)
-            finally:
-                ctx.needs_input_grad = needs
+                    output = op(*args)
+                    break
+            else:
+                output = unclaimed(*args)
+                # The kernel's result as the op returns it (op_result of outputs_of).
+                if isinstance(output, list):
+                    output = tuple(output)
+        else:
+            output = op(*args)
+        if ctx is not None:  # the Function without setup_context (`_single_apply`)
+            _, setup = _backwards[name]
+            if setup is not None:
+                setup(ctx, args, output)
+        return output
 
     def forward(*args):
-        return body(args[-1], args[:-1])
+        return forward_with_ctx(None, *args)
+
+    def setup_context(ctx, inputs, output):
+        _, setup = _backwards[name]
+        if setup is not None:
+            setup(ctx, inputs[:-1], output)
 
     def backward(ctx, *grads):
         registered, _ = _backwards[name]
@@ -135,12 +141,12 @@ def autograd_kernel(kernel, op, name: str):
     # kernel: its outputs' grad_fn is <kernel>Backward. Under vmap, torch.func batches it
     # by running forward and backward per slice.
     Recorded = type(label, (torch.autograd.Function,), {
-        "forward": staticmethod(forward), "setup_context": staticmethod(setup),
+        "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
         "backward": staticmethod(backward), "generate_vmap_rule": True})
     _recorded[name] = Recorded
     if fast_paths.decided(APPLY, FAST_PATHS, _APPLY_WHY if FAST_PATHS else
                           "TILEJIT_FAST_PATHS=0: autograd.Function.apply"):
-        base_apply = _single_apply(label, body, setup, backward)
+        base_apply = _single_apply(label, forward_with_ctx, backward)
 
         def apply(*args):
             if _transforms_active():
@@ -185,7 +191,7 @@ _APPLY_WHY = ("the C apply autograd.Function.apply ends in, on a Function whose 
               "takes ctx and runs setup_context itself")
 
 
-def _single_apply(label: str, body, setup, backward):
+def _single_apply(label: str, forward, backward):
     """The C apply (``_FunctionBase.apply``) of the op's other ``autograd.Function``, for
     calls outside functorch's transforms: its forward takes ``ctx`` and calls the
     registered ``setup_context`` itself, with the same inputs, output and ``ctx`` that
@@ -194,12 +200,6 @@ def _single_apply(label: str, body, setup, backward):
     2.14 in C, for any Function with a ``setup_context``), which a Function without
     ``setup_context`` skips. Same name (``<kernel>Backward``), same gradients; torch.func's
     transforms, which need ``setup_context`` apart, get the op's Function (``Recorded``)."""
-
-    def forward(ctx, *args):
-        output = body(args[-1], args[:-1])
-        setup(ctx, args, output)
-        return output
-
     Single = type(label, (torch.autograd.Function,), {
         "forward": staticmethod(forward), "backward": staticmethod(backward)})
     return super(torch.autograd.Function, Single).apply

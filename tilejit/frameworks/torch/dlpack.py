@@ -1,0 +1,66 @@
+"""torch's ``__dlpack__`` export, made to say what the tensor says.
+
+torch releases without the DLPack exchange API (2.9, the oldest tilejit supports) are read
+through ``__dlpack__`` alone, and their export rewrites the stride of every dimension of
+size 1 to 1: a ``(1, 4)`` view with strides ``(100, 1)`` is exported as ``(1, 1)``. The
+memory it describes is the same, but a kernel that binds that stride to a symbol would see
+1 on those releases and 100 on newer ones (whose exchange API exports the tensor's own
+strides), and a signature with a constant stride would be refused on one and accepted on
+the other. So the export is checked once per process (``rewrites_strides``) and, where it
+rewrites, the tensor's own strides of its size-1 dimensions are written back into the
+exported ``DLTensor`` (``restore_strides``): the capsule is the consumer's until it calls
+the deleter, and its strides array belongs to the export (torch makes it for the capsule),
+not to the tensor.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+from ...native.ctypes_abi import DLManagedTensor, DLManagedTensorVersioned
+
+_name = ctypes.pythonapi.PyCapsule_GetName
+_name.restype, _name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_pointer.restype, _pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+_MANAGED = {b"dltensor_versioned": DLManagedTensorVersioned, b"dltensor": DLManagedTensor}
+
+_lock = threading.Lock()
+_decided: list = []  # [whether this torch's __dlpack__ rewrites size-1 strides]
+
+
+def _dltensor(capsule):
+    """The ``DLTensor`` of an unconsumed DLPack capsule, or None for another capsule."""
+    name = _name(capsule)
+    managed = _MANAGED.get(name)
+    if managed is None:
+        return None
+    return managed.from_address(_pointer(capsule, name)).dl_tensor
+
+
+def restore_strides(tensor, capsule):
+    """``capsule`` (``tensor.__dlpack__()``'s) with the tensor's own strides of its size-1
+    dimensions written back where the export changed them."""
+    shape = tensor.shape
+    if 1 not in shape:
+        return capsule
+    dl = _dltensor(capsule)
+    if dl is None or not dl.strides or dl.ndim != len(shape):
+        return capsule
+    for i, (size, stride) in enumerate(zip(shape, tensor.stride())):
+        if size == 1 and dl.strides[i] != stride:
+            dl.strides[i] = stride
+    return capsule
+
+
+def rewrites_strides(torch) -> bool:
+    """Whether this torch's ``__dlpack__`` exports a size-1 dimension's stride other than
+    the tensor's (decided once, on a ``(1, 4)`` view with strides ``(100, 1)``)."""
+    if not _decided:
+        with _lock:
+            if not _decided:
+                view = torch.zeros(3, 100)[:1, :4]
+                dl = _dltensor(view.__dlpack__())
+                _decided.append(dl is not None and bool(dl.strides) and dl.strides[0] != 100)
+    return _decided[0]
