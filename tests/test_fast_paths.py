@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # requires_grad, forward-AD's level), torch.compile (Dynamo's inline and constant
 # attributes), lazy views (TensorImpl's key set), the call itself (vectorcall), keywords,
 # validation, layouts and the exchange API.
-BEHAVIOUR = ["test_torch_autograd.py", "test_torch_op.py", "test_torch_native.py", "test_call.py",
+BEHAVIOUR = ["test_torch_autograd.py", "test_torch_op.py", "test_torch_native.py",
+             "test_torch_versions.py", "test_call.py",
              "test_validation.py", "test_exchange.py", "test_layout.py", "test_jit.py",
              "test_backends.py"]
 

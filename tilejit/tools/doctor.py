@@ -141,10 +141,12 @@ def _fast_paths() -> dict:
             fast_paths.decided("Dynamo constant (_dynamo_marked_constant)", fast_paths.FAST_PATHS,
                                "set on tilejit's trace-time functions" if fast_paths.FAST_PATHS
                                else "TILEJIT_FAST_PATHS=0: torch.compiler.assume_constant_result")
-            from ..frameworks.torch import native_op
+            from ..frameworks.torch import autograd, inductor, native_op
 
             if native_op.available() is None:
                 native_op.plain_probe()  # decides the C autograd kernel's plain calls
+            autograd.apply_checked()  # decides how recorded calls reach autograd
+            inductor.decide()  # decides the Inductor lowering (imports Inductor)
         except Exception as exc:  # noqa: BLE001
             fast_paths.decided("torch", False, f"{type(exc).__name__}: {exc}")
     return {name: {"active": active, "why": why}
@@ -167,7 +169,19 @@ def report() -> dict:
         "cache_dir": os.environ.get("TILEJIT_CACHE_DIR") or None,
         "remote_cache": _cache.remote_report(),
         "torch_ops": _torch_ops() if packages["torch"] is not None else None,
+        "torch_range": _torch_range(packages["torch"]),
     }
+
+
+def _torch_range(version: str | None) -> dict | None:
+    """The installed torch against the supported range (None: no torch)."""
+    if version is None:
+        return None
+    from ..frameworks.torch import versions
+
+    return {"version": version, "inside": versions.inside(version),
+            "range": versions.RANGE, "tested": list(versions.TESTED),
+            "text": versions.describe(version)}
 
 
 def _torch_ops() -> str:
@@ -211,6 +225,8 @@ def _text(info: dict) -> str:
                   for d in cuda["devices"]]
     else:
         lines.append(f"  no driver or device ({cuda.get('why', 'none found')})")
+    if info["torch_range"] is not None:
+        lines += ["", f"torch    {info['torch_range']['text']}"]
     lines += ["", f"fast paths: {info['fast_paths_switch']}"]
     for name, state in info["fast_paths"].items():
         mark = "active  " if state["active"] else "inactive"

@@ -9,7 +9,7 @@ from torch.autograd import forward_ad
 
 from ...runtime import fast_paths
 from ...runtime.fast_paths import FAST_PATHS
-from .probes import FORWARD_LEVEL, IDLE_LEVEL
+from .probes import APPLY, FORWARD_LEVEL, IDLE_LEVEL, apply_probe
 
 _backwards: dict = {}  # op name -> (backward, setup_context), as registered
 _recorded: dict = {}  # op name -> its autograd.Function (_autograd_kernel)
@@ -144,8 +144,7 @@ def autograd_kernel(kernel, op, name: str):
         "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
         "backward": staticmethod(backward), "generate_vmap_rule": True})
     _recorded[name] = Recorded
-    if fast_paths.decided(APPLY, FAST_PATHS, _APPLY_WHY if FAST_PATHS else
-                          "TILEJIT_FAST_PATHS=0: autograd.Function.apply"):
+    if apply_checked():
         base_apply = _single_apply(label, forward_with_ctx, backward)
 
         def apply(*args):
@@ -186,9 +185,19 @@ def _padded(args: tuple, count: int) -> tuple:
     return (*args, *(None,) * (count - len(args)))
 
 
-APPLY = "autograd.Function C apply (_FunctionBase.apply, forward with ctx)"
-_APPLY_WHY = ("the C apply autograd.Function.apply ends in, on a Function whose forward "
-              "takes ctx and runs setup_context itself")
+_apply_state: list = []  # [whether the C apply fast path is on], once decided
+
+
+def apply_checked() -> bool:
+    """Whether recorded calls take the C apply of a Function whose forward takes ctx
+    (``probes.apply_probe``, decided once; off with ``TILEJIT_FAST_PATHS=0``)."""
+    if not _apply_state:
+        if FAST_PATHS:
+            _apply_state.append(apply_probe(torch))
+        else:
+            _apply_state.append(fast_paths.decided(
+                APPLY, False, "TILEJIT_FAST_PATHS=0: autograd.Function.apply"))
+    return _apply_state[0]
 
 
 def _single_apply(label: str, forward, backward):

@@ -145,6 +145,15 @@ def _installed() -> bool:
     return _active[0]
 
 
+def decide() -> bool:
+    """Decides the fast path now, importing Inductor (``python -m tilejit doctor``); a
+    process that compiles decides it when Inductor is first found loaded."""
+    if not FAST_PATHS:
+        return fast_paths.decided(_NAME, False, "TILEJIT_FAST_PATHS=0: Inductor's fallback "
+                                  "kernel (the op through the dispatcher)")
+    return _installed()
+
+
 def _refusal() -> str | None:
     """Why the fast path is off, or None (asked only with the fast paths on: ``offer``
     makes no direct entry without them)."""

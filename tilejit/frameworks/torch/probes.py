@@ -295,3 +295,57 @@ def _tangent_probe(torch, meta_offset: int, handles) -> tuple:
         return fw_grad_address, undefined
     except (LookupError, OSError, AttributeError, ValueError):
         return None, None
+
+
+APPLY = "autograd.Function C apply (_FunctionBase.apply, forward with ctx)"
+
+
+def apply_probe(torch) -> bool:
+    """Whether the C apply of an ``autograd.Function`` whose forward takes ``ctx`` (and
+    which has no ``setup_context``) records a call with no Python frame of torch's in
+    between: no signature binding (``inspect``), no ``Function.apply`` logic. Measured on a
+    thread of its own with a profile hook, once per process; recorded for ``doctor``."""
+    import sys
+    import threading
+
+    def probe():
+        class Probe(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, grad):
+                return grad * 2
+
+        apply = super(torch.autograd.Function, Probe).apply
+        x = torch.ones(2, requires_grad=True)
+        seen: list = []
+
+        def profile(frame, event, arg):
+            if event == "call":
+                seen.append(frame.f_code.co_filename)
+
+        sys.setprofile(profile)
+        try:
+            y = apply(x)
+        finally:
+            sys.setprofile(None)
+        if y.grad_fn is None or type(y.grad_fn).__name__ != "ProbeBackward":
+            raise LookupError("the C apply did not record the call")
+        y.sum().backward()
+        if x.grad is None or x.grad.tolist() != [2.0, 2.0]:
+            raise LookupError("the recorded call's gradient is wrong")
+        torch_frames = [f for f in seen if f != __file__ and f != threading.__file__]
+        if torch_frames:
+            raise LookupError(f"the C apply runs Python besides forward: {torch_frames[0]}")
+
+    try:
+        in_fresh_thread(probe)
+    except Exception as exc:  # noqa: BLE001 - any mismatch: autograd.Function.apply
+        _decided(APPLY, False, f"{type(exc).__name__}: {exc}; autograd.Function.apply")
+        return False
+    _decided(APPLY, True, "the C apply autograd.Function.apply ends in, checked to record a "
+             "call running no Python but the forward; the Function's forward takes ctx and "
+             "runs setup_context itself")
+    return True
