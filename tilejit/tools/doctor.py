@@ -179,6 +179,13 @@ def _torch_range(version: str | None) -> dict | None:
         return None
     from ..frameworks.torch import versions
 
+    try:  # the version torch says it is (a local tag included: 2.14.1+cu130)
+        import torch
+
+        version = torch.__version__
+    except Exception:  # noqa: BLE001 - a broken torch: its package's version stands
+        pass
+
     return {"version": version, "inside": versions.inside(version),
             "range": versions.RANGE, "tested": list(versions.TESTED),
             "text": versions.describe(version)}

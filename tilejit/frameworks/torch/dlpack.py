@@ -2,7 +2,8 @@
 
 torch releases without the DLPack exchange API (2.9, the oldest tilejit supports) are read
 through ``__dlpack__`` alone, and their export rewrites the stride of every dimension of
-size 1 to 1: a ``(1, 4)`` view with strides ``(100, 1)`` is exported as ``(1, 1)``. The
+size 1 to 1 (and, in a tensor with such a dimension, of a dimension of size 0): a
+``(1, 4)`` view with strides ``(100, 1)`` is exported as ``(1, 1)``. The
 memory it describes is the same, but a kernel that binds that stride to a symbol would see
 1 on those releases and 100 on newer ones (whose exchange API exports the tensor's own
 strides), and a signature with a constant stride would be refused on one and accepted on
@@ -40,16 +41,17 @@ def _dltensor(capsule):
 
 
 def restore_strides(tensor, capsule):
-    """``capsule`` (``tensor.__dlpack__()``'s) with the tensor's own strides of its size-1
-    dimensions written back where the export changed them."""
+    """``capsule`` (``tensor.__dlpack__()``'s) with the tensor's own strides of its
+    dimensions of size 1 (and of size 0, which torch 2.9 rewrites beside them) written
+    back where the export changed them."""
     shape = tensor.shape
-    if 1 not in shape:
+    if 1 not in shape and 0 not in shape:
         return capsule
     dl = _dltensor(capsule)
     if dl is None or not dl.strides or dl.ndim != len(shape):
         return capsule
     for i, (size, stride) in enumerate(zip(shape, tensor.stride())):
-        if size == 1 and dl.strides[i] != stride:
+        if size <= 1 and dl.strides[i] != stride:
             dl.strides[i] = stride
     return capsule
 
