@@ -26,7 +26,9 @@ FAST_PATHS = {"autograd claim (libc10)", "forward-AD level", "lazy-view bits (Te
               "vectorcall (CPython type flags)", "Dynamo inline (_torchdynamo_inline)",
               "Dynamo constant (_dynamo_marked_constant)",
               "torch op autograd kernel in C (plain calls)",
-              "exact ints read in place (PyLongObject)"}
+              "exact ints read in place (PyLongObject)",
+              "autograd.Function C apply (_FunctionBase.apply, forward with ctx)",
+              "Inductor lowering (the kernel called without the dispatcher)"}
 
 
 def test_doctor_reports_every_fast_path(child_python):

@@ -179,16 +179,25 @@ def _torch_range(version: str | None) -> dict | None:
         return None
     from ..frameworks.torch import versions
 
+    reads = None
     try:  # the version torch says it is (a local tag included: 2.14.1+cu130)
         import torch
 
+        from ..frameworks.torch import dlpack
+
         version = torch.__version__
+        if hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+            reads = "torch's DLPack exchange API"
+        else:
+            reads = "__dlpack__ (this torch has no DLPack exchange API)" + (
+                ", the strides of size-0 and size-1 dimensions written back as the tensor "
+                "has them" if dlpack.rewrites_strides(torch) else "")
     except Exception:  # noqa: BLE001 - a broken torch: its package's version stands
         pass
 
     return {"version": version, "inside": versions.inside(version),
             "range": versions.RANGE, "tested": list(versions.TESTED),
-            "text": versions.describe(version)}
+            "text": versions.describe(version), "tensors_read_through": reads}
 
 
 def _torch_ops() -> str:
@@ -234,6 +243,9 @@ def _text(info: dict) -> str:
         lines.append(f"  no driver or device ({cuda.get('why', 'none found')})")
     if info["torch_range"] is not None:
         lines += ["", f"torch    {info['torch_range']['text']}"]
+        if info["torch_range"]["tensors_read_through"]:
+            lines.append(f"         tensors read through "
+                         f"{info['torch_range']['tensors_read_through']}")
     lines += ["", f"fast paths: {info['fast_paths_switch']}"]
     for name, state in info["fast_paths"].items():
         mark = "active  " if state["active"] else "inactive"

@@ -80,7 +80,8 @@ def grad_probe(torch):
         return None
     record = (f"TensorImpl's autograd record at byte {found[3]}" if found[3] >= 0 else
               "TensorImpl's autograd record not found: libc10 asked for every tensor")
-    _decided("autograd claim (libc10)", True, f"libc10's answers match torch's; {record}")
+    _decided("autograd claim (libc10)", True, f"libc10's answers match torch's; TensorImpl "
+             f"pointer at byte {found[0]} of the tensor object; {record}")
     return found
 
 
