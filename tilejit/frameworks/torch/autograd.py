@@ -15,6 +15,7 @@ _backwards: dict = {}  # op name -> (backward, setup_context), as registered
 _recorded: dict = {}  # op name -> its autograd.Function (_autograd_kernel)
 _appliers: dict = {}  # op name -> how claimed_call records a call (`applier`)
 _BELOW = "below autograd"  # forward's keyset from `fallback_kernel`: the op, below autograd
+_plain_bases: dict = {}  # op name -> the C apply of its Function for plain calls (`plain_applier`)
 _keyless: dict = {}  # op name -> its autograd kernel without a keyset (`fallback_kernel`)
 _bases: dict = {}  # op name -> the C apply of its Function (`base_applier`), fast paths on
 
@@ -157,6 +158,8 @@ def autograd_kernel(kernel, op, name: str):
                     return base_apply(*_unwrap_dead_wrappers(args))
             return base_apply(*args)
         _bases[name] = base_apply
+        if direct:
+            _plain_bases[name] = _plain_apply(label, name, unclaimed)
     else:
         apply = Recorded.apply
     _appliers[name] = apply
@@ -212,6 +215,29 @@ def _single_apply(label: str, forward, backward):
     Single = type(label, (torch.autograd.Function,), {
         "forward": staticmethod(forward), "backward": staticmethod(backward)})
     return super(torch.autograd.Function, Single).apply
+
+
+def _plain_apply(label: str, name: str, unclaimed):
+    """The C apply of the op's Function for the calls that matter most: plain tensors, no
+    transform, an op that writes no argument. Its forward takes exactly the kernel's
+    inputs (no keyset rides along), runs the kernel and the registered ``setup_context``;
+    its backward is the registered one. Same name, same gradients as `_single_apply`'s."""
+
+    def forward(ctx, *args):
+        output = unclaimed(*args)
+        if isinstance(output, list):  # the kernel's result as the op returns it
+            output = tuple(output)
+        _, setup = _backwards[name]
+        if setup is not None:
+            setup(ctx, args, output)
+        return output
+
+    def backward(ctx, *grads):
+        return _backwards[name][0](ctx, *grads)
+
+    Plain = type(label, (torch.autograd.Function,), {
+        "forward": staticmethod(forward), "backward": staticmethod(backward)})
+    return super(torch.autograd.Function, Plain).apply
 
 
 def fallback_kernel(kernel, op, name: str):
@@ -288,6 +314,15 @@ def base_applier(name: str):
     that has made sure no functorch transform is active and no input is a functorch
     wrapper; None when the fast path is off (then ``applier``)."""
     return _bases.get(name)
+
+
+def plain_applier(name: str):
+    """``apply(*args)`` for a caller that has made sure of ``base_applier``'s conditions
+    and that every input is a plain tensor (``PLAIN_TENSORS``, no functorch wrapper) or not
+    a tensor: the C apply of a Function that runs the kernel at once (`_plain_apply`);
+    None for an op that writes an argument (its calls go through the dispatcher, which
+    bumps the version counters) or with the fast path off."""
+    return _plain_bases.get(name)
 
 
 def applier(name: str):

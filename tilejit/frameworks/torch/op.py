@@ -227,34 +227,38 @@ def _recorder(kernel, otherwise):
     the dispatcher, where torch.func's transforms see the autograd.Function (they
     cannot from inside an op's Autograd kernel): outside them, with no functorch
     wrapper and no tensor subclass (a fake tensor) among the inputs, straight through
-    the C apply of the op's Function (``autograd.base_applier``); else through
-    ``applier``."""
+    the C apply of the op's Function for plain calls (``autograd.plain_applier``; for an
+    op that writes an argument ``autograd.base_applier``); else through ``applier``."""
     name = op_name(kernel)
     label = kernel.name
     count = kernel._core_kernel.num_inputs
     # Buffers only: a call on torch tensors (and None) already has the schema's types.
     buffers_only = all(kind is None for kind, _ in _schema_inputs(kernel))
-    tensor, wrapped = torch.Tensor, autograd.is_wrapped
+    tensor, parameter, wrapped = torch.Tensor, torch.nn.Parameter, autograd.is_wrapped
     names = autograd.input_names(kernel)
     backwards, appliers = autograd.backwards_and_appliers()
-    apply = autograd.base_applier(name)
+    apply, plain_apply = autograd.base_applier(name), autograd.plain_applier(name)
     grad_enabled, inference = torch.is_grad_enabled, torch.is_inference_mode_enabled
     transforms_active = torch._C._are_functorch_transforms_active
-    plain_types = autograd.PLAIN_TENSORS
     # What autograd.tangents_idle reads, read inline.
     fast, forward_ad, level, idle = FAST_PATHS, torch.autograd.forward_ad, FORWARD_LEVEL, \
         IDLE_LEVEL
 
     def run(kernel_object, args: tuple, stream):
         registered = backwards.get(name)
-        if (stream is not None or len(args) != count or registered is None
+        if (stream is not None or registered is None or len(args) != count
                 or not grad_enabled() or inference()):
             return otherwise(kernel_object, args, stream)
-        recorded, as_schema, unwrapped = False, buffers_only, True
+        recorded, as_schema, plain = False, buffers_only, True
         for value in args:
-            if isinstance(value, tensor):
-                recorded = recorded or value.requires_grad
-                unwrapped = unwrapped and type(value) in plain_types and not wrapped(value)
+            cls = type(value)
+            if cls is tensor or cls is parameter:
+                if not recorded and value.requires_grad:
+                    recorded = True
+                if plain and wrapped(value):
+                    plain = False
+            elif isinstance(value, tensor):  # a subclass: never plain
+                recorded, plain = recorded or value.requires_grad, False
             elif value is not None:
                 as_schema = False
         if not recorded:
@@ -264,8 +268,8 @@ def _recorder(kernel, otherwise):
         # The backward's setup_context sees the inputs as the op's schema takes them.
         if not as_schema:
             args = _schema_args(kernel_object, args)
-        if apply is not None and unwrapped and not transforms_active():
-            result = apply(*args, None)
+        if apply is not None and plain and not transforms_active():
+            result = plain_apply(*args) if plain_apply is not None else apply(*args, None)
         else:
             result = appliers[name](*args, None)
         return list(result) if isinstance(result, tuple) else result
