@@ -179,7 +179,6 @@ def _torch_range(version: str | None) -> dict | None:
         return None
     from ..frameworks.torch import versions
 
-    reads = None
     try:  # the version torch says it is (a local tag included: 2.14.1+cu130)
         import torch
 
@@ -192,8 +191,8 @@ def _torch_range(version: str | None) -> dict | None:
             reads = "__dlpack__ (this torch has no DLPack exchange API)" + (
                 ", the strides of size-0 and size-1 dimensions written back as the tensor "
                 "has them" if dlpack.rewrites_strides(torch) else "")
-    except Exception:  # noqa: BLE001 - a broken torch: its package's version stands
-        pass
+    except Exception as exc:  # noqa: BLE001 - a broken torch: its package's version stands
+        reads = f"unknown ({type(exc).__name__}: {exc})"
 
     return {"version": version, "inside": versions.inside(version),
             "range": versions.RANGE, "tested": list(versions.TESTED),
