@@ -238,7 +238,7 @@ def _recorder(kernel, otherwise):
     names = autograd.input_names(kernel)
     backwards, appliers = autograd.backwards_and_appliers()
     apply, plain_apply = autograd.base_applier(name), autograd.plain_applier(name)
-    grad_enabled = torch.is_grad_enabled
+    grad_enabled, inference = torch.is_grad_enabled, torch.is_inference_mode_enabled
     transforms_active = torch._C._are_functorch_transforms_active
     # What autograd.tangents_idle reads, read inline.
     fast, forward_ad, level, idle = FAST_PATHS, torch.autograd.forward_ad, FORWARD_LEVEL, \
@@ -246,9 +246,8 @@ def _recorder(kernel, otherwise):
 
     def run(kernel_object, args: tuple, stream):
         registered = backwards.get(name)
-        # Grad mode is off in inference mode: is_grad_enabled() answers for both.
         if (stream is not None or registered is None or len(args) != count
-                or not grad_enabled()):
+                or not grad_enabled() or inference()):
             return otherwise(kernel_object, args, stream)
         recorded, as_schema, plain = False, buffers_only, True
         for value in args:
