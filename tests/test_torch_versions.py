@@ -59,6 +59,8 @@ def _optional(build, first: bool):
 
     def setup_context(ctx, inputs, output):
         seen.append(tuple(None if v is None else tuple(v.shape) for v in inputs))
+        # One entry per input, whichever way the call was recorded.
+        assert len(ctx.needs_input_grad) == len(inputs) == 2, ctx.needs_input_grad
         ctx.has_bias = inputs[at] is not None
 
     def backward(ctx, grad):
@@ -140,7 +142,9 @@ def test_restore_strides_writes_back_what_an_export_rewrote():
     assert torch.from_dlpack(capsule).shape == (1, 4)  # still a valid capsule
     # This torch's own export is decided once, and true only where it rewrites.
     rewrites = dlpack.rewrites_strides(torch)
-    assert rewrites == (dlpack._dltensor(view.__dlpack__()).strides[0] != 100)
+    exported = view.__dlpack__()  # alive while its DLTensor is read
+    assert rewrites == (dlpack._dltensor(exported).strides[0] != 100)
+    del exported
 
 
 _CLAIM_WITHOUT_LIBC10 = r"""

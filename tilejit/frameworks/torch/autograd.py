@@ -115,18 +115,26 @@ def autograd_kernel(kernel, op, name: str):
         else:
             output = op(*args)
         if ctx is not None:  # the Function without setup_context (`_single_apply`)
-            _, setup = _backwards[name]
-            if setup is not None:
-                setup(ctx, args, output)
+            run_setup(ctx, args, output)
         return output
 
     def forward(*args):
         return forward_with_ctx(None, *args)
 
-    def setup_context(ctx, inputs, output):
+    def run_setup(ctx, inputs, output):
+        # The registered setup_context sees the kernel's inputs, and needs_input_grad one
+        # entry each: the keyset riding along as a last input is trimmed off, as in backward.
         _, setup = _backwards[name]
         if setup is not None:
-            setup(ctx, inputs[:-1], output)
+            needs = ctx.needs_input_grad
+            ctx.needs_input_grad = needs[:len(inputs)]
+            try:
+                setup(ctx, inputs, output)
+            finally:
+                ctx.needs_input_grad = needs
+
+    def setup_context(ctx, inputs, output):
+        run_setup(ctx, inputs[:-1], output)
 
     def backward(ctx, *grads):
         registered, _ = _backwards[name]
@@ -208,8 +216,8 @@ def _single_apply(label: str, forward, backward):
     calls outside functorch's transforms: its forward takes ``ctx`` and calls the
     registered ``setup_context`` itself, with the same inputs, output and ``ctx`` that
     torch would hand it. ``Function.apply`` binds its arguments to ``forward``'s signature
-    with ``inspect.signature`` at every call (torch up to 2.13 in Python, about 15 us; from
-    2.14 in C, for any Function with a ``setup_context``), which a Function without
+    with ``inspect.signature`` at every call (torch up to 2.13 in Python; from 2.14 in C,
+    for any Function with a ``setup_context``: several microseconds a call), which a Function without
     ``setup_context`` skips. Same name (``<kernel>Backward``), same gradients; torch.func's
     transforms, which need ``setup_context`` apart, get the op's Function (``Recorded``)."""
     Single = type(label, (torch.autograd.Function,), {

@@ -10,8 +10,10 @@ strides), and a signature with a constant stride would be refused on one and acc
 the other. So the export is checked once per process (``rewrites_strides``) and, where it
 rewrites, the tensor's own strides of its size-1 dimensions are written back into the
 exported ``DLTensor`` (``restore_strides``): the capsule is the consumer's until it calls
-the deleter, and its strides array belongs to the export (torch makes it for the capsule),
-not to the tensor.
+the deleter, and on such a release its strides array is that of the private view the
+export made with the rewritten strides (held by the capsule), never the tensor's own. A
+stride is written only where it differs from the tensor's, of a dimension whose size the
+export states as the tensor has it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import ctypes
 import threading
 
 from ...native.ctypes_abi import DLManagedTensor, DLManagedTensorVersioned
+from ...runtime.fast_paths import in_fresh_thread
 
 _name = ctypes.pythonapi.PyCapsule_GetName
 _name.restype, _name.argtypes = ctypes.c_char_p, [ctypes.py_object]
@@ -51,18 +54,28 @@ def restore_strides(tensor, capsule):
     if dl is None or not dl.strides or dl.ndim != len(shape):
         return capsule
     for i, (size, stride) in enumerate(zip(shape, tensor.stride())):
-        if size <= 1 and dl.strides[i] != stride:
+        if size <= 1 and dl.shape[i] == size and dl.strides[i] != stride:
             dl.strides[i] = stride
     return capsule
 
 
 def rewrites_strides(torch) -> bool:
     """Whether this torch's ``__dlpack__`` exports a size-1 dimension's stride other than
-    the tensor's (decided once, on a ``(1, 4)`` view with strides ``(100, 1)``)."""
+    the tensor's: decided once, on a CPU ``(1, 4)`` view with strides ``(100, 1)``, on a
+    thread of its own (the caller's default device or modes do not reach it); False when
+    the export cannot be made or read."""
     if not _decided:
         with _lock:
             if not _decided:
-                view = torch.zeros(3, 100)[:1, :4]
-                dl = _dltensor(view.__dlpack__())
-                _decided.append(dl is not None and bool(dl.strides) and dl.strides[0] != 100)
+                def probe() -> bool:
+                    view = torch.zeros(3, 100, device="cpu")[:1, :4]
+                    capsule = view.__dlpack__()  # kept alive while its DLTensor is read
+                    dl = _dltensor(capsule)
+                    return dl is not None and bool(dl.strides) and dl.strides[0] != 100
+
+                try:
+                    found = in_fresh_thread(probe)
+                except Exception:  # noqa: BLE001 - no export to look at: nothing to correct
+                    found = False
+                _decided.append(found)
     return _decided[0]
