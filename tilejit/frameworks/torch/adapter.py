@@ -54,7 +54,6 @@ class TorchAdapter(frameworks.Adapter):
         self._lock = threading.Lock()
         self._probe: list = []  # [(offset, requires_grad, grad_enabled, meta) or None]
         self._scope: list = []  # [forward-mode AD's namespace or None], once found
-        self._rewrites = None  # whether __dlpack__ rewrites size-1 strides, once decided
 
     def allocator(self, dtype: str, device: tuple[int, int]):
         tdtype = getattr(torch, dtype)
@@ -152,11 +151,8 @@ class TorchAdapter(frameworks.Adapter):
 
     def exported(self, obj, capsule):
         """``__dlpack__``'s capsule with the tensor's own strides of size-1 dimensions, on a
-        torch whose export rewrites them (``dlpack``)."""
-        rewrites = self._rewrites
-        if rewrites is None:
-            rewrites = self._rewrites = dlpack.rewrites_strides(torch)
-        return dlpack.restore_strides(obj, capsule) if rewrites else capsule
+        torch whose export rewrites them (``dlpack``, which decides that once)."""
+        return dlpack.restore_strides(obj, capsule) if dlpack.rewrites_strides(torch) else capsule
 
     # What the kernel's torch-named methods run (JITKernel.torch_op, register_autograd).
     op = staticmethod(_op.torch_op)

@@ -20,7 +20,8 @@ _keyless: dict = {}  # op name -> its autograd kernel without a keyset (`fallbac
 _bases: dict = {}  # op name -> the C apply of its Function (`base_applier`), fast paths on
 
 # Outside functorch's transforms a recorded call goes straight to the C apply of a
-# Function whose forward takes ctx (`_single_apply`), which binds no signature.
+# Function whose forward takes ctx (`_plain_apply` for plain calls, else `_single_apply`),
+# which binds no signature.
 # TILEJIT_FAST_PATHS=0: the op's Function's own ``apply``.
 _transforms_active = torch._C._are_functorch_transforms_active
 # The tensor types a recorded call runs the kernel on itself. A call on any other (a
