@@ -439,6 +439,44 @@ def test_claimed_calls_are_validated_like_direct_ones(k, case):
     assert _message(axpy, *grad_args) == direct
 
 
+@pytest.mark.parametrize("case", ["dtype", "ndim", "mismatch", "count", "extra", "none",
+                                  "string", "numpy", "second"])
+def test_calls_claimed_at_once_are_validated_like_direct_ones(build, case):
+    # A kernel of buffers only: with the fast paths on, the core hands a call over at its
+    # first tensor that requires grad, before the others are read; the kernel's own run
+    # in the forward validates it (or the validating plan, for a call not recorded
+    # there), with the direct call's exception and message.
+    n = T.symbol("n")
+    product = build("product_at_once", [T.Buffer((n,), "float64", name="G", const=True),
+                                        T.Buffer((n,), "float64", name="X", const=True),
+                                        T.Buffer((n,), "float64", name="DX")],
+                    TWICE.replace("twice(", "product_at_once("), out_idx=-1)
+    product.register_autograd(lambda ctx, grad: (2 * grad * ctx.x, None),
+                              setup_context=lambda ctx, inputs, out: setattr(ctx, "x", inputs[1]))
+    g, x = _x(), _x()
+    other = {"dtype": (x.float(),), "ndim": (x[None],), "mismatch": (_x(5),), "count": (),
+             "extra": (x, x), "none": (None,), "string": ("x",), "numpy": (x.numpy(),),
+             "second": (x,)}[case]
+    grad_g = g.clone().requires_grad_()
+    if case in ("numpy", "second"):  # accepted: recorded, the gradient right
+        for _ in range(2):
+            grad_g.grad = None
+            y = product(grad_g, *other)
+            y.sum().backward()
+            torch.testing.assert_close(y.detach(), 2 * g * x)
+            torch.testing.assert_close(grad_g.grad, 2 * x)
+        if case == "second":  # the first input plain, the second requires grad
+            y = product(g, x.clone().requires_grad_())
+            assert y.grad_fn is not None
+        from tilejit.runtime.fast_paths import FAST_PATHS
+        assert product.__dict__["_call_plan"].struct.claim_at_once == FAST_PATHS
+        return
+    direct = _message(product, g, *other)
+    assert direct[1].startswith("product_at_once: "), direct
+    for _ in range(3):  # the first claim installs the runner; the next go through it
+        assert _message(product, grad_g, *other) == direct
+
+
 def test_claimed_calls_take_scalars_by_tilejit_rules(k):
     axpy = k["axpy"]
     x = _x().requires_grad_()

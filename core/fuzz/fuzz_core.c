@@ -582,7 +582,7 @@ static void fuzz_call_run(input *in, tj_kernel *k) {
   }
   void *outputs[TJ_MAX_OUTPUTS];
   tj_call call = {args, nargs, next_u8(in) > 240, NULL, outputs};
-  const tj_call_binding binding = {next_u8(in) < 128 ? &producer : NULL, NULL, 0};
+  const tj_call_binding binding = {next_u8(in) < 128 ? &producer : NULL, NULL, 0, 0};
   if (k->target == TJ_TARGET_CPU) check_status(tj_call_run_binding(k, &call, &binding));
   for (int32_t i = 0; i < nargs; ++i) tj_arg_release(&args[i]);
   free(pl);
@@ -650,6 +650,7 @@ static void fuzz_host_call(input *in, tj_kernel *k) {
                        &kernel_object,
                        hooks[2],
                        hooks[3],
+                       next_u8(in) < 64,
                        next_u8(in) < 64,
                        next_u8(in) < 64};
   /* Arguments of every kind; a stream= or another keyword after them. */

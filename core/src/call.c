@@ -87,11 +87,13 @@ static int claim_of(const tj_claim *claim, void *object, claim_state *state) {
 }
 
 /* Imports one OBJECT argument, caller argument `i`; *claimed set to `i` when
- * the framework claims the call once it is validated. Inline: every tensor of
- * every call passes here. */
+ * the framework claims the call once it is validated (`at_once`: claimed here,
+ * tj_call_binding.claim_at_once). Inline: every tensor of every call passes
+ * here. */
 static inline __attribute__((always_inline)) int import_one(const tj_kernel *k, tj_arg *arg,
                                                             int32_t i, int32_t unclaimed,
-                                                            claim_state *state, int32_t *claimed) {
+                                                            int32_t at_once, claim_state *state,
+                                                            int32_t *claimed) {
   /* The binding made the record with tj_arg_object: only what names the
    * object is cleared, and the import fills the rest. */
   const tj_producer *producer = arg->producer;
@@ -110,7 +112,10 @@ static inline __attribute__((always_inline)) int import_one(const tj_kernel *k, 
       tj_set_error(kind, "%s: argument %d: the framework's claim", k->name, i);
       return tj_error_at(kind, i, -1, TJ_PRODUCER_NONE);
     }
-    if (kind == TJ_CLAIM_VALIDATED && *claimed < 0) *claimed = i;
+    if (kind == TJ_CLAIM_VALIDATED && *claimed < 0) {
+      if (at_once) return claimed_by(k, i, "requires grad");
+      *claimed = i;
+    }
   }
   arg->kind = TJ_ARG_NONE;
   arg->producer = NULL;
@@ -133,11 +138,13 @@ static inline __attribute__((always_inline)) int import_one(const tj_kernel *k, 
 /* Imports the OBJECT arguments; each names its producer. Sets *owned to 0
  * when it saw every argument and none owes a deleter call, and *claimed to the
  * first argument for which the framework claims the call once it is validated
- * (-1: none). `unclaimed`: claims are not asked (tj_call_binding.unclaimed). */
+ * (-1: none). `unclaimed`: claims are not asked (tj_call_binding.unclaimed);
+ * `at_once`: such a claim stops the imports there (claim_at_once). */
 /* Inline: the direct call's hot path (a bound launch's bind shares it). */
 static inline __attribute__((always_inline)) int import_args(const tj_kernel *k, tj_arg *args,
                                                              int32_t nargs, int32_t unclaimed,
-                                                             int32_t *owned, int32_t *claimed) {
+                                                             int32_t at_once, int32_t *owned,
+                                                             int32_t *claimed) {
   claim_state state = {-1, -1};
   int32_t any = 0;
   *owned = 1;
@@ -145,7 +152,7 @@ static inline __attribute__((always_inline)) int import_args(const tj_kernel *k,
   for (int32_t i = 0; i < nargs; ++i) {
     tj_arg *arg = &args[i];
     if (arg->kind == TJ_ARG_OBJECT) {
-      int rc = import_one(k, arg, i, unclaimed, &state, claimed);
+      int rc = import_one(k, arg, i, unclaimed, at_once, &state, claimed);
       if (rc != TJ_OK) return rc;
     }
     any |= arg->owner_kind;
@@ -278,7 +285,7 @@ static void release_objects(const tj_host *host, const tj_producer *like, void *
 int tj_call_run(const tj_kernel *k, tj_call *call) { return tj_call_run_binding(k, call, NULL); }
 
 int tj_call_run_binding(const tj_kernel *k, tj_call *call, const tj_call_binding *binding) {
-  static const tj_call_binding none = {NULL, NULL, 0};
+  static const tj_call_binding none = {NULL, NULL, 0, 0};
   TJ__REFUSE_NULL("tj_call_run", k);
   TJ__REFUSE_NULL("tj_call_run", call);
   if (call->nargs > 0) TJ__REFUSE_NULL("tj_call_run", call->args);
@@ -300,7 +307,8 @@ int tj_call_run_binding(const tj_kernel *k, tj_call *call, const tj_call_binding
   tj__hit hit;
   if (nargs != k->ninputs) {
     rc = tj__bind(k, NULL, nargs, &frame); /* reports the count */
-  } else if ((rc = import_args(k, call->args, nargs, b->unclaimed, &owned, &claimed)) != TJ_OK) {
+  } else if ((rc = import_args(k, call->args, nargs, b->unclaimed, b->claim_at_once, &owned,
+                                &claimed)) != TJ_OK) {
     /* reported */
   } else if (claimed < 0 && k->memo != NULL && tj__memo_pack(k, call->args, &hit)) {
     /* A repeated call with nothing to allocate: checked and packed by the
@@ -346,7 +354,7 @@ struct tj_bound {
   tj__packed packed;
 };
 
-static const tj_call_binding no_binding = {NULL, NULL, 0};
+static const tj_call_binding no_binding = {NULL, NULL, 0, 0};
 
 int tj_bound_create(const tj_kernel *k, tj_call *call, tj_bound **out) {
   return tj_bound_create_binding(k, call, NULL, out);
@@ -378,8 +386,8 @@ int tj_bound_create_binding(const tj_kernel *k, tj_call *call, const tj_call_bin
   int rc;
   if (nargs != k->ninputs) {
     rc = tj__bind(k, NULL, nargs, &b->frame); /* reports the count */
-  } else if ((rc = import_args(k, b->args, nargs, b->binding.unclaimed, &owned, &claimed)) ==
-                 TJ_OK &&
+  } else if ((rc = import_args(k, b->args, nargs, b->binding.unclaimed, 0, &owned,
+                                &claimed)) == TJ_OK &&
              (rc = tj__bind(k, b->args, nargs, &b->frame)) == TJ_OK) {
     if (claimed >= 0) {
       const tj__param *p = input_param(k, claimed);
@@ -448,7 +456,7 @@ int tj_bound_update(tj_bound *b, int32_t position, tj_arg *arg) {
   claim_state state = {-1, -1};
   int32_t claimed = -1;
   int rc = fresh.kind == TJ_ARG_OBJECT
-               ? import_one(k, &fresh, position, b->binding.unclaimed, &state, &claimed)
+               ? import_one(k, &fresh, position, b->binding.unclaimed, 0, &state, &claimed)
                : TJ_OK;
   if (rc == TJ_OK && claimed >= 0)
     rc = tj_set_error(TJ_ETYPE,

@@ -705,9 +705,10 @@ void *tj_host_call(const tj_host_plan *plan, void *const *args, size_t nargsf, v
   tj_arg argv[TJ_MAX_PARAMS];
   void *made[TJ_MAX_OUTPUTS];
   tj_call call = {argv, count < 0x7fffffff ? (int32_t)count : 0x7fffffff, 0, NULL, made};
-  const tj_call_binding binding = {plan->fallback, h, plan->unclaimed};
   const tj_kernel *k = plan->kernel;
   if (stream == h->none) stream = NULL;
+  const tj_call_binding binding = {plan->fallback, h, plan->unclaimed,
+                                   plan->claim_at_once && stream == NULL};
   if (stream != NULL) call.has_stream = plain_stream(h, stream, &call.stream);
   int rc;
   if ((stream == NULL || call.has_stream) && repeat_call(plan, args, &call, &binding, &rc)) {
@@ -794,7 +795,7 @@ void *tj_host_bind_method(void *self, void *const *args, intptr_t nargs, void *k
   } else {
     call.nargs = count; /* the core reports the count, reading none */
   }
-  const tj_call_binding binding = {plan->fallback, h, plan->unclaimed};
+  const tj_call_binding binding = {plan->fallback, h, plan->unclaimed, 0};
   host_bound *hb = calloc(1, sizeof(*hb));
   if (hb == NULL) {
     h->error_set(h->exceptions[-TJ_ENOMEM], "out of memory for a bound launch");

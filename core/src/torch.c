@@ -415,7 +415,7 @@ static int run_kernel(const torch_slot *s, uint64_t *stack, uint64_t nouts, char
     }
   }
   tj_call call = {args, s->ninputs, 0, NULL, outputs};
-  const tj_call_binding binding = {NULL, NULL, 1};
+  const tj_call_binding binding = {NULL, NULL, 1, 0};
   int rc = tj_call_run_binding(k, &call, &binding);
   if (rc == TJ_OK && nouts != (uint64_t)tj_kernel_num_outputs(k))
     rc = tj_set_error(TJ_ERUNTIME, "%s: torch asks for %llu outputs, the kernel makes %d",

@@ -731,6 +731,28 @@ TEST(call_run_claims) {
   CHECK(rec.out_data[0][0] == 11.0f);
   f.binding.unclaimed = 0;
 
+  /* Claimed at once: at the first argument that requires grad, the rest
+   * neither imported nor validated (a call of the wrong count is still refused
+   * for its count, which is read before any import). */
+  f.binding.claim_at_once = 1;
+  memset(&rec, 0, sizeof(rec));
+  RUN_CLAIMED(&yes, &yes, TJ_ECLAIMED);
+  CHECK_EQ_STR(tj_last_error(), "vec_add: argument 0 'A': requires grad");
+  CHECK_EQ_INT(tj_last_error_info()->argument, 0);
+  CHECK_EQ_INT(rec.imports, 0);
+  memset(&rec, 0, sizeof(rec));
+  RUN_CLAIMED(&no, &yes, TJ_ECLAIMED);
+  CHECK_EQ_INT(tj_last_error_info()->argument, 1);
+  CHECK_EQ_INT(rec.imports, 1);
+  CHECK_EQ_INT(rec.allocations, 0);
+  memset(&rec, 0, sizeof(rec));
+  RUN_CLAIMED(&no, &no, TJ_OK); /* nothing claimed: the call runs as any */
+  CHECK(rec.out_data[0][0] == 11.0f);
+  f.call.nargs = 1;
+  RUN_CLAIMED(&yes, &yes, TJ_ETYPE);
+  f.call.nargs = 2;
+  f.binding.claim_at_once = 0;
+
   /* Both require grad with grad mode off: grad mode asked once, the call runs. */
   memset(&rec, 0, sizeof(rec));
   grad_mode = 0, grad_asks = 0;
@@ -1093,7 +1115,7 @@ TEST(call_run_scalar_binds_symbols) {
   CHECK_OK(tj_kernel_create("fill", 2, TJ_TARGET_CPU, &k));
   CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
   int32_t twice = tjt_binop_const(k, "n * 2", 0, TJ_OP_MUL, 2);
-  const tj_call_binding fallback = {&fake_producer, NULL, 0};
+  const tj_call_binding fallback = {&fake_producer, NULL, 0, 0};
   CHECK_OK(tj_kernel_set_scalar(k, 0, "n", TJT_DTYPE(kDLInt, 32)));
   CHECK_OK(tj_kernel_set_scalar_symbol(k, 0, 0));
   tjt_buffer(k, 1, "C", TJT_F32, 1, &twice, NULL, 0, TJ_BUF_OUTPUT);
@@ -1229,7 +1251,7 @@ TEST(call_run_workspaces) {
   tj_host host;
   memset(&host, 0, sizeof(host));
   host.release = count_release;
-  const tj_call_binding binding = {NULL, &host, 0};
+  const tj_call_binding binding = {NULL, &host, 0, 0};
   released = 0;
   for (int call_number = 0; call_number < 2; ++call_number) {
     tjt_object a;

@@ -161,7 +161,7 @@ static void setup_init(setup *s, const tj_kernel *k) {
   fh_object_init(&s->kernel_object, &tensor_type);
   s->plan = (tj_host_plan){k,       &s->host,          1,           NULL,        &tensor_producer,
                            s->name, &s->kernel_object, s->hooks[2], s->hooks[3], 0,
-                           0};
+                           0,       0};
   fh_type_init(&tensor_type, &tensor_info);
   tensor_producer.host = &s->host;
   tensor_producer.claim = NULL;

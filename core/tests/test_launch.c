@@ -435,7 +435,7 @@ static int run_objects(const tj_kernel *k, const tj_producer *producer, const tj
     args[i].producer = producer;
   }
   tj_call call = {args, 2, 0, NULL, outputs};
-  const tj_call_binding binding = {NULL, host, 0};
+  const tj_call_binding binding = {NULL, host, 0, 0};
   return tj_call_run_binding(k, &call, &binding);
 }
 

@@ -136,7 +136,8 @@ class TjHostPlan(Structure):
     _fields_ = [("kernel", c_void_p), ("host", c_void_p), ("exchange", c_int32),
                 ("out_order", POINTER(c_int32)), ("fallback", c_void_p), ("name", c_void_p),
                 ("kernel_object", c_void_p), ("keywords", c_void_p), ("claimed", c_void_p),
-                ("unclaimed", c_int32), ("stream_is_input", c_int32)]
+                ("unclaimed", c_int32), ("stream_is_input", c_int32),
+                ("claim_at_once", c_int32)]
 
 
 __all__ = [name for name in dir() if name[0].isupper() and not name.startswith("_")]

@@ -133,9 +133,13 @@ def bind(kernel, name: str, core_kernel, out_order: tuple) -> None:
     kernel.__dict__["_call_plan"] = plan
 
 
-def unclaimed_entry(kernel, name: str, core_kernel, out_order: tuple):
-    """A builtin function calling ``kernel`` through a plan whose calls no framework
-    claims (``tj_host_plan.unclaimed``): the implementation of the kernel's torch op.
-    The caller keeps the returned ``(function, plan)`` alive together."""
-    plan = binding.Plan(kernel, core_kernel, name != "dlpack", out_order, unclaimed=True)
+def own_entry(kernel, name: str, core_kernel, out_order: tuple, *, unclaimed: bool):
+    """A builtin function calling ``kernel`` through a plan of its own, which keeps the
+    kernel class's meanings whatever runner the kernel's plan hands claimed calls to:
+    ``unclaimed``, a plan whose calls no framework claims (``tj_host_plan.unclaimed``:
+    the implementation of the kernel's torch op); else one that validates every call
+    before a framework claims it (what a runner taking claims at once passes a call it
+    does not run itself). The caller keeps the returned ``(function, plan)`` alive
+    together."""
+    plan = binding.Plan(kernel, core_kernel, name != "dlpack", out_order, unclaimed=unclaimed)
     return binding.entry(plan), plan

@@ -312,13 +312,19 @@ class Plan:
         self.address = addressof(self.struct)
         self._runners = []  # every runner the plan handed claims to: a call may be in one
 
-    def hand_claims_to(self, runner) -> None:
+    def hand_claims_to(self, runner, *, at_once: bool = False) -> None:
         """Hands the calls a framework claims to ``runner(kernel, args, stream)`` instead
         of the kernel class's ``_claimed_call``: one Python frame less for every call
         autograd records. ``runner`` must take every call ``_claimed_call`` takes (it may
-        pass any on to it). Kept alive with the plan, as each earlier one."""
+        pass any on to it). ``at_once``: calls without ``stream=`` reach it claimed at
+        their first argument that requires grad, before the rest is imported or any
+        validated (``tj_host_plan.claim_at_once``): the runner validates each call it
+        runs, and passes any other to a plan that validates it first
+        (``JITKernel._validated``). Kept alive with the plan, as each earlier one."""
         self._runners.append(runner)
+        self.struct.claim_at_once = 0  # never at once with a runner that expects validation
         self.struct.claimed = id(runner)
+        self.struct.claim_at_once = int(at_once)
 
 
 class _MethodDef(ctypes.Structure):

@@ -171,21 +171,32 @@ class JITKernel:
             args = (*args, *(None,) * missing)
         return frameworks.claimer(args).claimed_call(self, args, stream)
 
-    def _hand_claims_to(self, runner) -> None:
+    def _hand_claims_to(self, runner, *, at_once: bool = False) -> None:
         """Lets a framework's ``runner(kernel, args, stream)`` take this kernel's claimed
         calls straight from the core, ahead of ``_claimed_call`` (which it passes any call
-        it does not run itself)."""
-        self.__dict__["_call_plan"].hand_claims_to(runner)
+        it does not run itself; with ``at_once``, through ``_validated``:
+        ``binding.Plan.hand_claims_to``)."""
+        self.__dict__["_call_plan"].hand_claims_to(runner, at_once=at_once)
 
     @property
     def _unclaimed(self):
         """The kernel called so that no framework claims the call back: what its torch
         op runs (``tilejit.frameworks.torch.op.implementation``). Made on first use."""
-        entry = self.__dict__.get("_unclaimed_entry")
+        return self._own_entry("_unclaimed_entry", unclaimed=True)
+
+    @property
+    def _validated(self):
+        """The kernel called so that every call is validated before a framework claims
+        it, and a claimed one goes to ``_claimed_call``, whatever runner takes this
+        kernel's claims (``_hand_claims_to``). Made on first use."""
+        return self._own_entry("_validated_entry", unclaimed=False)
+
+    def _own_entry(self, key: str, *, unclaimed: bool):
+        entry = self.__dict__.get(key)
         if entry is None:
-            made = _backends.unclaimed_entry(self, self.execution_backend, self._core_kernel,
-                                             self._out_order)
-            entry = self.__dict__.setdefault("_unclaimed_entry", made)
+            made = _backends.own_entry(self, self.execution_backend, self._core_kernel,
+                                       self._out_order, unclaimed=unclaimed)
+            entry = self.__dict__.setdefault(key, made)
         return entry[0]
 
     def _positional(self, args: tuple, keywords: dict) -> tuple[tuple, object]:

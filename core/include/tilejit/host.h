@@ -207,6 +207,10 @@ typedef struct tj_host_plan {
    * launch stream is then the framework's current one. 0: stream= is the
    * launch stream. */
   int32_t stream_is_input;
+  /* 1: calls without stream= are claimed at once (tj_call_binding
+   * .claim_at_once): `claimed` validates them itself, or calls the kernel
+   * again through a plan without it. */
+  int32_t claim_at_once;
 } tj_host_plan;
 
 /* Makes `producer` the core's producer for objects of host type `type` read

@@ -247,6 +247,12 @@ typedef struct tj_call_binding {
   /* 1: no framework claims the call (tj_claim): it is the framework's own
    * implementation of the call it handed back. */
   int32_t unclaimed;
+  /* 1: a call claimed once validated (TJ_CLAIM_VALIDATED) is claimed at the
+   * first argument the framework claims it for, before the other arguments are
+   * imported or any is validated: for a framework that validates the call
+   * itself, or runs it on again without claim_at_once, so that it is refused
+   * with the same messages. Bound launches ignore it. */
+  int32_t claim_at_once;
 } tj_call_binding;
 
 /* tj_call_run (tilejit/core.h) with host objects: `call`'s arguments may also
@@ -256,7 +262,8 @@ typedef struct tj_call_binding {
  *   2. imports each TJ_ARG_OBJECT argument with its producer, unless the
  *      producer's framework claims the call at once (tj_claim: TJ_ECLAIMED);
  *   3. validates every argument and binds the symbols (tj_call_bind); a call
- *      claimed after validation stops here with TJ_ECLAIMED;
+ *      claimed after validation stops here with TJ_ECLAIMED (with
+ *      binding->claim_at_once, at step 2);
  *   4. the stream: explicit > the current work stream of the first tensor's
  *      producer (devices other than the CPU) > none;
  *   5. allocates each output with the first tensor's producer (or

@@ -202,12 +202,34 @@ def claimed_call(kernel, args: tuple, stream):
             claimed = kernel.__dict__.get("_torch_claimed")
             if claimed is None:
                 claimed = kernel.__dict__["_torch_claimed"] = _recorder(kernel, _as_op)
-                if "_call_plan" in kernel.__dict__ and autograd.base_applier(
-                        op_name(kernel)) is not None:
-                    # The core's hand-over goes to the recorder at once; a call it
-                    # does not record goes on to _claimed_call, whose meaning it keeps.
-                    kernel._hand_claims_to(_recorder(kernel, type(kernel)._claimed_call))
+                if "_call_plan" in kernel.__dict__:
+                    _take_claims(kernel)
     return claimed(kernel, args, None)
+
+
+def _take_claims(kernel) -> None:
+    """With the fast paths on, the core hands the kernel's claimed calls to a recorder
+    at once. For a kernel whose inputs are all buffers and whose op does not write
+    them, as soon as an argument requires grad (``claim_at_once``): a call it records
+    is validated by the kernel's own run inside the Function's forward, with the
+    messages of any call, and one it does not goes to the kernel's validating plan
+    (``JITKernel._validated``), which hands it to ``_claimed_call`` once validated.
+    Otherwise (scalars are converted to the schema's types, which only a validated
+    call may be) after the core has validated it; a call it does not record then goes
+    on to ``_claimed_call``."""
+    name = op_name(kernel)
+    if autograd.base_applier(name) is None:
+        return
+    buffers_only = all(kind is None for kind, _ in _schema_inputs(kernel))
+    if autograd.plain_applier(name) is None or not buffers_only:
+        kernel._hand_claims_to(_recorder(kernel, type(kernel)._claimed_call))
+        return
+    validated = kernel._validated
+
+    def otherwise(kernel_object, args: tuple, stream):
+        return validated(*args) if stream is None else validated(*args, stream=stream)
+
+    kernel._hand_claims_to(_recorder(kernel, otherwise, at_once=True), at_once=True)
 
 
 def _as_op(kernel, args: tuple, stream):
@@ -216,19 +238,22 @@ def _as_op(kernel, args: tuple, stream):
     return kernel_result(torch_op(kernel)(*_schema_args(kernel, args)))
 
 
-def _recorder(kernel, otherwise):
+def _recorder(kernel, otherwise, *, at_once: bool = False):
     """``run(kernel, args, stream)``: a claimed call of ``kernel`` that autograd records
     (grad mode on, not inference mode, a torch tensor requires grad, a backward
     registered; no stream), else ``otherwise(kernel, args, stream)``. Made once per
     kernel for `claimed_call` (``otherwise``: the op), and, with the fast path on, for
-    the kernel's call plan (``otherwise``: ``_claimed_call``), whose hand-over then
-    reaches it with no frame in between; so ``autograd.requiring_grad`` and the fast
-    check of ``autograd.refuse_tangents`` are written out in it. Recorded here, above
-    the dispatcher, where torch.func's transforms see the autograd.Function (they
-    cannot from inside an op's Autograd kernel): outside them, with no functorch
-    wrapper and no tensor subclass (a fake tensor) among the inputs, straight through
-    the C apply of the op's Function for plain calls (``autograd.plain_applier``; for an
-    op that writes an argument ``autograd.base_applier``); else through ``applier``."""
+    the kernel's call plan (``_take_claims``), whose hand-over then reaches it with no
+    frame in between; so ``autograd.requiring_grad`` and the fast check of
+    ``autograd.refuse_tangents`` are written out in it. Recorded here, above the
+    dispatcher, where torch.func's transforms see the autograd.Function (they cannot
+    from inside an op's Autograd kernel): outside them, with no functorch wrapper and no
+    tensor subclass (a fake tensor) among the inputs, straight through the C apply of
+    the op's Function for plain calls (``autograd.plain_applier``; for an op that writes
+    an argument ``autograd.base_applier``); else through ``applier``. ``at_once``: the
+    call has not been validated, so only a plain call on torch tensors with the fast
+    tangent check is recorded here (the kernel validates it in the forward); every
+    other call is ``otherwise``'s."""
     name = op_name(kernel)
     label = kernel.name
     count = kernel._core_kernel.num_inputs
@@ -263,12 +288,19 @@ def _recorder(kernel, otherwise):
                 as_schema = False
         if not recorded:
             return otherwise(kernel_object, args, stream)
-        if not (fast and getattr(forward_ad, level, None) == idle):
+        idle_tangents = fast and getattr(forward_ad, level, None) == idle
+        direct = apply is not None and plain and not transforms_active()
+        if at_once:
+            if not (idle_tangents and as_schema and direct):
+                return otherwise(kernel_object, args, stream)
+            result = plain_apply(*args)
+            return list(result) if isinstance(result, tuple) else result
+        if not idle_tangents:
             autograd.refuse_tangents(label, names, args)
         # The backward's setup_context sees the inputs as the op's schema takes them.
         if not as_schema:
             args = _schema_args(kernel_object, args)
-        if apply is not None and plain and not transforms_active():
+        if direct:
             result = plain_apply(*args) if plain_apply is not None else apply(*args, None)
         else:
             result = appliers[name](*args, None)
