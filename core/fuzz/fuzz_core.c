@@ -652,7 +652,12 @@ static void fuzz_host_call(input *in, tj_kernel *k) {
                        hooks[3],
                        next_u8(in) < 64,
                        next_u8(in) < 64,
-                       next_u8(in) < 64};
+                       next_u8(in) < 64,
+                       NULL,
+                       {NULL, NULL},
+                       NULL,
+                       {NULL, NULL},
+                       NULL};
   /* Arguments of every kind; a stream= or another keyword after them. */
   enum { MAX_ITEMS = TJ_MAX_PARAMS + 3 };
   fh_object statics[MAX_ITEMS];

@@ -642,6 +642,61 @@ static void *hand_over(const tj_host_plan *plan, void *fn, void *a, void *b) {
   return call_with(h, fn, 3, items);
 }
 
+/* 1 when the host answers `fn(item)` (or `fn()`, item NULL) with a true object;
+ * 0 when false; -1 (its exception cleared) when it cannot answer. */
+static int asks_true(const tj_host *h, void *fn, void *item) {
+  void *items[1] = {item != NULL ? retained(h, item) : NULL};
+  void *answer = call_with(h, fn, item != NULL ? 1 : 0, items);
+  int truth = answer != NULL ? h->truth(answer) : -1;
+  if (answer != NULL) h->release(answer);
+  if (truth < 0) h->error_clear();
+  return truth;
+}
+
+/* Whether plan->record takes a call claimed at once (tj_host_plan.record). */
+static int recordable(const tj_host_plan *plan, void *const *args, intptr_t n) {
+  const tj_host *h = plan->host;
+  if (plan->record == NULL || n != plan->kernel->ninputs) return 0;
+  for (int i = 0; i < 2; ++i)
+    if (plan->record_off[i] != NULL && asks_true(h, plan->record_off[i], NULL) != 0) return 0;
+  const tj_host_claim_mode *mode = plan->record_mode;
+  if (mode != NULL) {
+    void *value = h->dict_item(mode->scope, mode->key);
+    if (value == NULL && h->error_pending() != NULL) h->error_clear();
+    if (value != mode->idle) return 0;
+  }
+  for (intptr_t i = 0; i < n; ++i) {
+    if (args[i] == h->none) continue;
+    void *type = type_of(h, args[i]);
+    if (type == NULL || (type != plan->record_types[0] && type != plan->record_types[1]))
+      return 0;
+    if (plan->record_wrapped != NULL && asks_true(h, plan->record_wrapped, args[i]) != 0)
+      return 0;
+  }
+  return 1;
+}
+
+/* A call claimed at once, recorded by plan->record: its result, a tuple (of
+ * several outputs) as a list. */
+static void *record_call(const tj_host_plan *plan, void *const *args, intptr_t n) {
+  const tj_host *h = plan->host;
+  void *items[TJ_MAX_PARAMS];
+  for (intptr_t i = 0; i < n; ++i) items[i] = retained(h, args[i]);
+  void *result = call_with(h, plan->record, n, items);
+  if (result == NULL || plan->kernel->noutputs < 2) return result;
+  intptr_t count = h->sequence_size(result);
+  void *list = count >= 0 ? h->list_new(count) : NULL;
+  for (intptr_t j = 0; list != NULL && j < count; ++j) {
+    void *item = h->sequence_item(result, j); /* borrowed */
+    if (item == NULL || h->list_set(list, j, retained(h, item)) != 0) {
+      h->release(list);
+      list = NULL;
+    }
+  }
+  h->release(result);
+  return list;
+}
+
 /* ---- The call ------------------------------------------------------------------- */
 
 /* 1 and the handle when `stream` is a non-negative int, which needs no asking. */
@@ -727,9 +782,12 @@ void *tj_host_call(const tj_host_plan *plan, void *const *args, size_t nargsf, v
   if (rc == TJ_OK) return result_of(plan, made);
   for (int32_t o = 0; o < k->noutputs; ++o)
     if (made[o] != NULL) h->release(made[o]);
-  if (rc == TJ_ECLAIMED) /* the framework runs it */
+  if (rc == TJ_ECLAIMED) { /* the framework runs it */
+    if (binding.claim_at_once && recordable(plan, args, (intptr_t)count))
+      return record_call(plan, args, (intptr_t)count);
     return hand_over(plan, plan->claimed, tuple_of(h, args, (intptr_t)count),
                      retained(h, stream != NULL ? stream : h->none));
+  }
   return raise_failure(plan, rc, args, (intptr_t)count);
 }
 

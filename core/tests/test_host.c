@@ -161,7 +161,8 @@ static void setup_init(setup *s, const tj_kernel *k) {
   fh_object_init(&s->kernel_object, &tensor_type);
   s->plan = (tj_host_plan){k,       &s->host,          1,           NULL,        &tensor_producer,
                            s->name, &s->kernel_object, s->hooks[2], s->hooks[3], 0,
-                           0,       0};
+                           0,       0,                 NULL,        {NULL, NULL}, NULL,
+                           {NULL, NULL}, NULL};
   fh_type_init(&tensor_type, &tensor_info);
   tensor_producer.host = &s->host;
   tensor_producer.claim = NULL;
@@ -526,6 +527,98 @@ TEST(host_claims_asked_of_the_host) {
   tensor_producer.claim = NULL;
   s.host.release(hook);
   setup_free(&s, k);
+}
+
+/* plan->record's hooks: each counts its calls; record answers its argument count. */
+static int records, record_asks;
+static fh_object *record_answer; /* what record_off and record_wrapped answer */
+
+static fh_object *record_fn(fh_object *args) {
+  records++;
+  CHECK(args->items[2] == &fh_none);
+  if (mix_outputs == 1) return fh_int(args->n);
+  fh_object *both = fh_tuple(2);
+  both->items[0] = fh_int(args->n), both->items[1] = fh_int(7);
+  return both;
+}
+
+static fh_object *record_ask_fn(fh_object *args) {
+  (void)args;
+  record_asks++;
+  if (record_answer == NULL) fh_raise(&fh_exception_types[1], "cannot tell");
+  if (record_answer != NULL) record_answer->refs++;
+  return record_answer;
+}
+
+TEST(host_calls_claimed_at_once_go_to_record) {
+  for (int32_t outputs = 1; outputs <= 2; ++outputs) {
+    tj_kernel *k = mix_kernel(outputs);
+    setup s;
+    setup_init(&s, k);
+    fh_object *hook = fh_func(claims_fn), *record = fh_func(record_fn);
+    fh_object *ask = fh_func(record_ask_fn);
+    s.host.claims = hook;
+    tj_host_claim_mode mode = {&s.host, NULL, NULL, NULL};
+    tj_claim claim = {0, 0, NULL, NULL, tj_host_claim_ask, NULL, &mode, -1};
+    tensor_producer.claim = &claim;
+    claims_answer = TJ_CLAIM_VALIDATED;
+    s.plan.claim_at_once = 1;
+    s.plan.record = record;
+    s.plan.record_types[0] = &tensor_type, s.plan.record_types[1] = &fh_float_type;
+    s.plan.record_wrapped = s.plan.record_off[1] = ask;
+    record_answer = &fh_false;
+    void *args[4] = {&s.a, s.alpha, &fh_none, &fh_none};
+    /* Every argument None or of the two types, none wrapped, no mode on: recorded,
+     * nothing imported; several outputs as a list. */
+    records = record_asks = imports = 0;
+    fh_object *r = call_n(&s, args, 4);
+    CHECK(r != NULL);
+    if (outputs == 1) {
+      CHECK_EQ_INT(r->i, 4);
+    } else {
+      CHECK(r->kind == FH_LIST && r->n == 2 && r->items[0]->i == 4 && r->items[1]->i == 7);
+    }
+    s.host.release(r);
+    CHECK_EQ_INT(records, 1);
+    CHECK_EQ_INT(record_asks, 3); /* record_off[1] once, record_wrapped for A and alpha */
+    CHECK_EQ_INT(imports, 0);
+    CHECK_EQ_INT(claimed_calls, 0);
+#define CLAIMED_NOT_RECORDED(argv)                      \
+  do {                                                  \
+    records = claimed_calls = 0;                        \
+    fh_object *got = call_n(&s, argv, 4);               \
+    CHECK(got != NULL && got->i == 4);                  \
+    s.host.release(got);                                \
+    CHECK_EQ_INT(records, 0);                           \
+    CHECK_EQ_INT(claimed_calls, 1);                     \
+    CHECK(fh_error_type == NULL);                       \
+  } while (0)
+    /* An argument of another type (an int): handed to `claimed`. */
+    void *with_int[4] = {&s.a, s.alpha, s.kk, &fh_none};
+    CLAIMED_NOT_RECORDED(with_int);
+    /* A mode on, a wrapped tensor, or a hook that cannot answer: the same. */
+    record_answer = &fh_true;
+    CLAIMED_NOT_RECORDED(args);
+    record_answer = NULL; /* raises: cleared, handed over */
+    CLAIMED_NOT_RECORDED(args);
+    record_answer = &fh_false;
+    mode.idle = &fh_true; /* the scope holds no item: not idle */
+    s.plan.record_mode = &mode;
+    CLAIMED_NOT_RECORDED(args);
+    mode.idle = NULL;
+    /* Without claim_at_once the call is validated first and goes to `claimed`. */
+    s.plan.claim_at_once = 0;
+    void *valid[4] = {&s.a, s.alpha, s.kk, &fh_false};
+    imports = 0;
+    CLAIMED_NOT_RECORDED(valid);
+    CHECK_EQ_INT(imports, 1);
+#undef CLAIMED_NOT_RECORDED
+    tensor_producer.claim = NULL;
+    s.host.release(hook);
+    s.host.release(record);
+    s.host.release(ask);
+    setup_free(&s, k);
+  }
 }
 
 TEST(host_method_entry) {

@@ -43,6 +43,7 @@
   X(host_call_producer_errors_and_claims)             \
   X(host_call_repeats_in_one_pass_as_the_full_checks) \
   X(host_claims_asked_of_the_host)                    \
+  X(host_calls_claimed_at_once_go_to_record)          \
   X(host_method_entry)                                \
   /* test_call.c */                                   \
   X(call_run_imports_binds_allocates)                 \

@@ -312,7 +312,7 @@ class Plan:
         self.address = addressof(self.struct)
         self._runners = []  # every runner the plan handed claims to: a call may be in one
 
-    def hand_claims_to(self, runner, *, at_once: bool = False) -> None:
+    def hand_claims_to(self, runner, *, at_once: bool = False, record=None) -> None:
         """Hands the calls a framework claims to ``runner(kernel, args, stream)`` instead
         of the kernel class's ``_claimed_call``: one Python frame less for every call
         autograd records. ``runner`` must take every call ``_claimed_call`` takes (it may
@@ -320,11 +320,28 @@ class Plan:
         their first argument that requires grad, before the rest is imported or any
         validated (``tj_host_plan.claim_at_once``): the runner validates each call it
         runs, and passes any other to a plan that validates it first
-        (``JITKernel._validated``). Kept alive with the plan, as each earlier one."""
-        self._runners.append(runner)
-        self.struct.claim_at_once = 0  # never at once with a runner that expects validation
-        self.struct.claimed = id(runner)
-        self.struct.claim_at_once = int(at_once)
+        (``JITKernel._validated``). ``record``, with ``at_once``: ``(apply, types,
+        wrapped, off, (scope, key, idle))``, the core's own way to the runner's common
+        case: such a call whose every argument is None or of one of the two exact
+        ``types``, none ``wrapped(arg)``, while neither of the two ``off()`` is true and
+        ``scope[key] is idle``, goes to ``apply(*args)`` with no Python frame in between
+        (``tj_host_plan.record``). Kept alive with the plan, as each earlier one."""
+        struct = self.struct
+        # Never at once or recorded with a runner that expects validation.
+        struct.claim_at_once, struct.record = 0, None
+        self._runners.append((runner, record))
+        struct.claimed = id(runner)
+        if at_once and record is not None:
+            apply, types, wrapped, off, (scope, key, idle) = record
+            mode = TjHostClaimMode(host=host_address(), scope=id(scope), key=id(key),
+                                   idle=id(idle))
+            self._runners.append((mode, scope, key, idle))
+            struct.record_types[0], struct.record_types[1] = map(id, types)
+            struct.record_wrapped = id(wrapped)
+            struct.record_off[0], struct.record_off[1] = map(id, off)
+            struct.record_mode = addressof(mode)
+            struct.record = id(apply)
+        struct.claim_at_once = int(at_once)
 
 
 class _MethodDef(ctypes.Structure):

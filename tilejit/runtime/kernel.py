@@ -171,12 +171,12 @@ class JITKernel:
             args = (*args, *(None,) * missing)
         return frameworks.claimer(args).claimed_call(self, args, stream)
 
-    def _hand_claims_to(self, runner, *, at_once: bool = False) -> None:
+    def _hand_claims_to(self, runner, *, at_once: bool = False, record=None) -> None:
         """Lets a framework's ``runner(kernel, args, stream)`` take this kernel's claimed
         calls straight from the core, ahead of ``_claimed_call`` (which it passes any call
-        it does not run itself; with ``at_once``, through ``_validated``:
-        ``binding.Plan.hand_claims_to``)."""
-        self.__dict__["_call_plan"].hand_claims_to(runner, at_once=at_once)
+        it does not run itself; with ``at_once``, through ``_validated``), and its
+        common case go to ``record`` from the core (``binding.Plan.hand_claims_to``)."""
+        self.__dict__["_call_plan"].hand_claims_to(runner, at_once=at_once, record=record)
 
     @property
     def _unclaimed(self):

@@ -211,6 +211,23 @@ typedef struct tj_host_plan {
    * .claim_at_once): `claimed` validates them itself, or calls the kernel
    * again through a plan without it. */
   int32_t claim_at_once;
+  /* Optional (NULL: every claimed call goes to `claimed`): a call claimed at
+   * once with all of the kernel's inputs goes to record(*args) instead, which
+   * runs and validates it, when each argument is None or an object whose exact
+   * type is one of record_types (NULL entries unused) for which
+   * record_wrapped(object) is false, each record_off() that is set is false,
+   * and record_mode's scope holds its idle object at its key
+   * (tj_host_claim_mode; NULL: not asked). A result that is a tuple (a kernel
+   * of several outputs) is returned as a list. An answer that cannot be had
+   * (an exception) sends the call to `claimed`. torch: the C apply of the
+   * kernel's autograd.Function; torch.Tensor and torch.nn.Parameter; functorch's
+   * wrapped-tensor test; inference mode and functorch's transforms;
+   * forward-mode AD's level. All borrowed, alive as long as the plan. */
+  void *record;
+  void *record_types[2];
+  void *record_wrapped;
+  void *record_off[2];
+  const struct tj_host_claim_mode *record_mode;
 } tj_host_plan;
 
 /* Makes `producer` the core's producer for objects of host type `type` read

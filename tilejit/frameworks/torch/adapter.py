@@ -118,6 +118,12 @@ class TorchAdapter(frameworks.Adapter):
         return ("ask", self._probe[0], self._scope[0], probes.FORWARD_LEVEL,
                 probes.IDLE_LEVEL)
 
+    def forward_ad_scope(self):
+        """forward_ad's namespace, whose ``_current_level`` is -1 outside a dual level,
+        once a claim has checked it (``probes.forward_ad_scope``); else None."""
+        with self._lock:
+            return self._scope[0] if self._scope else None
+
     def claims(self, obj, failed: int) -> int:
         """``failed`` when the core could not import it (a functorch wrapper is run by
         torch); else whether autograd, forward or backward, must record a call with it."""

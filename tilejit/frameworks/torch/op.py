@@ -33,6 +33,7 @@ import torch
 
 from ...builder.torch_schema import NAMESPACE, inputs, kernel_name_of, op_name, schema
 from ...language.lang import Buffer
+from ...runtime import frameworks
 from ...runtime.fast_paths import FAST_PATHS
 from . import autograd, fake, inductor, native_op
 from .probes import FORWARD_LEVEL, IDLE_LEVEL
@@ -176,6 +177,8 @@ def register_autograd(kernel, backward, setup_context=None) -> None:
     definition(kernel)
     with _lock:
         autograd.set_backward(op_name(kernel), backward, setup_context)
+        if "_torch_claimed" in kernel.__dict__ and "_call_plan" in kernel.__dict__:
+            _take_claims(kernel)  # now with the backward it may record with
 
 
 def has_backward(kernel) -> bool:
@@ -229,7 +232,20 @@ def _take_claims(kernel) -> None:
     def otherwise(kernel_object, args: tuple, stream):
         return validated(*args) if stream is None else validated(*args, stream=stream)
 
-    kernel._hand_claims_to(_recorder(kernel, otherwise, at_once=True), at_once=True)
+    # The recorder's common case, asked by the core itself (tj_host_plan.record): plain
+    # tensors, none a functorch wrapper, outside inference mode, functorch's transforms
+    # and forward-AD levels, a backward registered (grad mode is on: the core claimed
+    # the call for a tensor that requires grad).
+    record = None
+    scope = frameworks.adapter_named("torch").forward_ad_scope()
+    if (scope is not None and autograd.has_backward_named(name)
+            and kernel._core_kernel.num_outputs > 0):
+        record = (autograd.plain_applier(name), (torch.Tensor, torch.nn.Parameter),
+                  autograd.is_wrapped, (torch.is_inference_mode_enabled,
+                                        torch._C._are_functorch_transforms_active),
+                  (scope, FORWARD_LEVEL, IDLE_LEVEL))
+    kernel._hand_claims_to(_recorder(kernel, otherwise, at_once=True), at_once=True,
+                           record=record)
 
 
 def _as_op(kernel, args: tuple, stream):
