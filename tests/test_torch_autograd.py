@@ -254,10 +254,11 @@ def _python_frames(fn) -> list[str]:
 
 
 def test_a_recorded_call_reaches_the_functions_apply_from_the_core(k, build):
-    # The core hands a call autograd records straight to the op's runner, which calls the
-    # C apply of an autograd.Function whose forward takes ctx: no generic hand-over,
-    # adapter lookup, applier or signature binding in between, only that forward (which
-    # runs the user's setup_context).
+    # The core hands a plain call autograd records of a kernel of buffers straight to the
+    # C apply of an autograd.Function whose forward takes ctx (tj_host_plan.record), and
+    # one with scalars to the op's runner, which calls it: no generic hand-over, adapter
+    # lookup, applier or signature binding in between, only that forward (which runs the
+    # user's setup_context).
     from tilejit.runtime.fast_paths import FAST_PATHS
 
     x = _x().requires_grad_()
@@ -269,8 +270,7 @@ def test_a_recorded_call_reaches_the_functions_apply_from_the_core(k, build):
     frames = [f for f in _python_frames(lambda: k["sq"](x)) if f.startswith(claim_path)]
     n = T.symbol("n")
     if FAST_PATHS:
-        assert frames == ["tilejit.frameworks.torch.op:run",
-                          "tilejit.frameworks.torch.autograd:forward"], frames
+        assert frames == ["tilejit.frameworks.torch.autograd:forward"], frames
     else:  # the generic route, through autograd.Function.apply
         assert "tilejit.runtime.kernel:_claimed_call" in frames
     # Without a setup_context: the same route.
@@ -282,8 +282,7 @@ def test_a_recorded_call_reaches_the_functions_apply_from_the_core(k, build):
     plus_one(x)
     frames = [f for f in _python_frames(lambda: plus_one(x)) if f.startswith(claim_path)]
     if FAST_PATHS:
-        assert frames == ["tilejit.frameworks.torch.op:run",
-                          "tilejit.frameworks.torch.autograd:forward"], frames
+        assert frames == ["tilejit.frameworks.torch.autograd:forward"], frames
     y = plus_one(x)
     assert type(y.grad_fn).__name__ == "plus_oneBackward"
     torch.testing.assert_close(y.detach(), x.detach() + 1)
@@ -311,6 +310,14 @@ def test_a_recorded_call_reaches_the_functions_apply_from_the_core(k, build):
     y.sum().backward()
     assert [tuple(type(v) for v in s) for s in seen] == [(float, int, bool)] * 2
     torch.testing.assert_close(x.grad, torch.full_like(x, 2.0))
+    # Scalars are converted after validation: by the runner, after the core's checks.
+    frames = [f for f in _python_frames(lambda: axpy(x, 2.0, 3, True))
+              if f.startswith(claim_path)]
+    if FAST_PATHS:
+        assert frames == ["tilejit.frameworks.torch.op:run",
+                          "tilejit.frameworks.torch.op:_schema_args",
+                          "tilejit.frameworks.torch.op:_schema_inputs",
+                          "tilejit.frameworks.torch.autograd:forward"], frames
 
 
 def test_the_runner_hands_other_claims_to_the_generic_route(k):

@@ -308,7 +308,7 @@ int tj_call_run_binding(const tj_kernel *k, tj_call *call, const tj_call_binding
   if (nargs != k->ninputs) {
     rc = tj__bind(k, NULL, nargs, &frame); /* reports the count */
   } else if ((rc = import_args(k, call->args, nargs, b->unclaimed, b->claim_at_once, &owned,
-                                &claimed)) != TJ_OK) {
+                               &claimed)) != TJ_OK) {
     /* reported */
   } else if (claimed < 0 && k->memo != NULL && tj__memo_pack(k, call->args, &hit)) {
     /* A repeated call with nothing to allocate: checked and packed by the
@@ -386,8 +386,8 @@ int tj_bound_create_binding(const tj_kernel *k, tj_call *call, const tj_call_bin
   int rc;
   if (nargs != k->ninputs) {
     rc = tj__bind(k, NULL, nargs, &b->frame); /* reports the count */
-  } else if ((rc = import_args(k, b->args, nargs, b->binding.unclaimed, 0, &owned,
-                                &claimed)) == TJ_OK &&
+  } else if ((rc = import_args(k, b->args, nargs, b->binding.unclaimed, 0, &owned, &claimed)) ==
+                 TJ_OK &&
              (rc = tj__bind(k, b->args, nargs, &b->frame)) == TJ_OK) {
     if (claimed >= 0) {
       const tj__param *p = input_param(k, claimed);

@@ -668,10 +668,8 @@ static int recordable(const tj_host_plan *plan, void *const *args, intptr_t n) {
   for (intptr_t i = 0; i < n; ++i) {
     if (args[i] == h->none) continue;
     void *type = type_of(h, args[i]);
-    if (type == NULL || (type != plan->record_types[0] && type != plan->record_types[1]))
-      return 0;
-    if (plan->record_wrapped != NULL && asks_true(h, plan->record_wrapped, args[i]) != 0)
-      return 0;
+    if (type == NULL || (type != plan->record_types[0] && type != plan->record_types[1])) return 0;
+    if (plan->record_wrapped != NULL && asks_true(h, plan->record_wrapped, args[i]) != 0) return 0;
   }
   return 1;
 }

@@ -159,10 +159,9 @@ static void setup_init(setup *s, const tj_kernel *k) {
   s->host.producer_error = s->hooks[4];
   s->name = fh_str("mix");
   fh_object_init(&s->kernel_object, &tensor_type);
-  s->plan = (tj_host_plan){k,       &s->host,          1,           NULL,        &tensor_producer,
-                           s->name, &s->kernel_object, s->hooks[2], s->hooks[3], 0,
-                           0,       0,                 NULL,        {NULL, NULL}, NULL,
-                           {NULL, NULL}, NULL};
+  s->plan = (tj_host_plan){
+      k, &s->host, 1, NULL, &tensor_producer, s->name, &s->kernel_object, s->hooks[2], s->hooks[3],
+      0, 0,        0, NULL, {NULL, NULL},     NULL,    {NULL, NULL},      NULL};
   fh_type_init(&tensor_type, &tensor_info);
   tensor_producer.host = &s->host;
   tensor_producer.claim = NULL;
@@ -583,15 +582,15 @@ TEST(host_calls_claimed_at_once_go_to_record) {
     CHECK_EQ_INT(record_asks, 3); /* record_off[1] once, record_wrapped for A and alpha */
     CHECK_EQ_INT(imports, 0);
     CHECK_EQ_INT(claimed_calls, 0);
-#define CLAIMED_NOT_RECORDED(argv)                      \
-  do {                                                  \
-    records = claimed_calls = 0;                        \
-    fh_object *got = call_n(&s, argv, 4);               \
-    CHECK(got != NULL && got->i == 4);                  \
-    s.host.release(got);                                \
-    CHECK_EQ_INT(records, 0);                           \
-    CHECK_EQ_INT(claimed_calls, 1);                     \
-    CHECK(fh_error_type == NULL);                       \
+#define CLAIMED_NOT_RECORDED(argv)        \
+  do {                                    \
+    records = claimed_calls = 0;          \
+    fh_object *got = call_n(&s, argv, 4); \
+    CHECK(got != NULL && got->i == 4);    \
+    s.host.release(got);                  \
+    CHECK_EQ_INT(records, 0);             \
+    CHECK_EQ_INT(claimed_calls, 1);       \
+    CHECK(fh_error_type == NULL);         \
   } while (0)
     /* An argument of another type (an int): handed to `claimed`. */
     void *with_int[4] = {&s.a, s.alpha, s.kk, &fh_none};
