@@ -538,12 +538,16 @@ void tj_host_ask_view(tj_producer *producer) { producer->view = ask_view; }
 
 /* ---- Claims asked through the host ---------------------------------------------- */
 
-int tj_host_claim_active(const tj_claim *claim) {
-  const tj_host_claim_mode *mode = claim->context;
+/* Whether `mode`'s scope holds its idle object at its key (no answer: not). */
+static int mode_idle(const tj_host_claim_mode *mode) {
   const tj_host *h = mode->host;
   void *value = h->dict_item(mode->scope, mode->key);
-  if (value == NULL && h->error_pending() != NULL) h->error_clear(); /* no answer: ask */
-  return value != mode->idle;
+  if (value == NULL && h->error_pending() != NULL) h->error_clear();
+  return value == mode->idle;
+}
+
+int tj_host_claim_active(const tj_claim *claim) {
+  return !mode_idle(claim->context); /* no answer: ask */
 }
 
 int tj_host_claim_ask(const tj_claim *claim, void *object, int32_t failed) {
@@ -659,12 +663,7 @@ static int recordable(const tj_host_plan *plan, void *const *args, intptr_t n) {
   if (plan->record == NULL || n != plan->kernel->ninputs) return 0;
   for (int i = 0; i < 2; ++i)
     if (plan->record_off[i] != NULL && asks_true(h, plan->record_off[i], NULL) != 0) return 0;
-  const tj_host_claim_mode *mode = plan->record_mode;
-  if (mode != NULL) {
-    void *value = h->dict_item(mode->scope, mode->key);
-    if (value == NULL && h->error_pending() != NULL) h->error_clear();
-    if (value != mode->idle) return 0;
-  }
+  if (plan->record_mode != NULL && !mode_idle(plan->record_mode)) return 0;
   for (intptr_t i = 0; i < n; ++i) {
     if (args[i] == h->none) continue;
     void *type = type_of(h, args[i]);

@@ -223,8 +223,8 @@ def _take_claims(kernel) -> None:
     name = op_name(kernel)
     if autograd.base_applier(name) is None:
         return
-    buffers_only = all(kind is None for kind, _ in _schema_inputs(kernel))
-    if autograd.plain_applier(name) is None or not buffers_only:
+    plain_apply = autograd.plain_applier(name)
+    if plain_apply is None or not _buffers_only(kernel):
         kernel._hand_claims_to(_recorder(kernel, type(kernel)._claimed_call))
         return
     validated = kernel._validated
@@ -240,7 +240,7 @@ def _take_claims(kernel) -> None:
     scope = frameworks.adapter_named("torch").forward_ad_scope()
     if (scope is not None and autograd.has_backward_named(name)
             and kernel._core_kernel.num_outputs > 0):
-        record = (autograd.plain_applier(name), (torch.Tensor, torch.nn.Parameter),
+        record = (plain_apply, (torch.Tensor, torch.nn.Parameter),
                   autograd.is_wrapped, (torch.is_inference_mode_enabled,
                                         torch._C._are_functorch_transforms_active),
                   (scope, FORWARD_LEVEL, IDLE_LEVEL))
@@ -273,8 +273,7 @@ def _recorder(kernel, otherwise, *, at_once: bool = False):
     name = op_name(kernel)
     label = kernel.name
     count = kernel._core_kernel.num_inputs
-    # Buffers only: a call on torch tensors (and None) already has the schema's types.
-    buffers_only = all(kind is None for kind, _ in _schema_inputs(kernel))
+    buffers_only = _buffers_only(kernel)
     tensor, parameter, wrapped = torch.Tensor, torch.nn.Parameter, autograd.is_wrapped
     names = autograd.input_names(kernel)
     backwards, appliers = autograd.backwards_and_appliers()
@@ -323,6 +322,12 @@ def _recorder(kernel, otherwise, *, at_once: bool = False):
         return list(result) if isinstance(result, tuple) else result
 
     return run
+
+
+def _buffers_only(kernel) -> bool:
+    """Whether every input of the kernel is a buffer: a call on torch tensors (and None)
+    then already has the op schema's types."""
+    return all(kind is None for kind, _ in _schema_inputs(kernel))
 
 
 def _schema_args(kernel, args: tuple) -> tuple:
