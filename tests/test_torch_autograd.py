@@ -320,6 +320,43 @@ def test_a_recorded_call_reaches_the_functions_apply_from_the_core(k, build):
                           "tilejit.frameworks.torch.autograd:forward"], frames
 
 
+def test_the_record_gate_reads_the_thread_and_tensors_in_place(k):
+    # With the fast paths on, the core's record gate answers "is this thread plain" and
+    # "is this tensor a functorch wrapper" from torch's key sets in place
+    # (tj_torch_plain_object); a thread or tensor it cannot vouch for is asked the public
+    # way, and the call still records the same gradient.
+    import ctypes
+
+    from tilejit.runtime.fast_paths import FAST_PATHS
+    from tilejit.native.library import core_library
+
+    x = _x().requires_grad_()
+    k["sq"](x)
+    struct = k["sq"].__dict__["_call_plan"].struct
+    if not FAST_PATHS:
+        assert not struct.record and not struct.record_plain
+        return
+    address = ctypes.cast(core_library().tj_torch_plain_object, ctypes.c_void_p).value
+    assert struct.record and struct.record_plain == address
+    context = ctypes.cast(struct.record_plain_context, ctypes.c_void_p)
+    plain = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.py_object)(address)
+    thread = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)(address)
+    assert thread(context, None) == 1 and plain(context, x) == 1
+    with torch.inference_mode():
+        assert thread(context, None) == 0
+    seen = []
+    torch.func.grad(lambda t: seen.append((thread(context, None), plain(context, t)))
+                    or k["sq"](t).sum())(_x())
+    assert seen == [(0, 0)]
+    torch.testing.assert_close(torch.func.grad(lambda t: k["sq"](t).sum())(_x()), 2 * _x())
+    with torch.inference_mode(), torch.enable_grad():
+        y = k["sq"](_x())
+    assert y.grad_fn is None
+    x.grad = None
+    k["sq"](x).sum().backward()
+    torch.testing.assert_close(x.grad, 2 * x.detach())
+
+
 def test_the_runner_hands_other_claims_to_the_generic_route(k):
     # Under no_grad, with a stream=, or inside torch.func: the runner's fast case does
     # not hold, and the generic route gives the same answers as before.

@@ -57,8 +57,7 @@ static int output_failed(const tj_kernel *k, int32_t o, int rc) {
 /* The call handed back to the framework for argument `i` (tj_claim). */
 static int claimed_by(const tj_kernel *k, int32_t i, const char *why) {
   const tj__param *p = input_param(k, i);
-  tj_set_error(TJ_ECLAIMED, "%s: argument %d '%s': %s", k->name, i, p ? p->name : "?", why);
-  return tj_error_at(TJ_ECLAIMED, i, -1, TJ_PRODUCER_NONE);
+  return tj__set_argument_error(TJ_ECLAIMED, k->name, i, p ? p->name : "?", why);
 }
 
 /* The framework's answers for one call, each asked at most once (-1: not yet). */

@@ -26,6 +26,36 @@ int tj_set_error(int code, const char *fmt, ...) {
   return code;
 }
 
+/* Appends `text` at *at, within the message buffer (truncating as snprintf). */
+static void append(char **at, const char *text) {
+  char *end = tj__error + sizeof(tj__error) - 1;
+  while (*at < end && *text != '\0') *(*at)++ = *text++;
+}
+
+int tj__set_argument_error(int code, const char *kernel, int32_t argument, const char *name,
+                           const char *what) {
+  char digits[16], *d = digits + sizeof(digits) - 1;
+  *d = '\0';
+  uint32_t value = argument < 0 ? 0u - (uint32_t)argument : (uint32_t)argument;
+  do *--d = (char)('0' + value % 10);
+  while ((value /= 10) != 0);
+  if (argument < 0) *--d = '-';
+  char *at = tj__error;
+  append(&at, kernel);
+  append(&at, ": argument ");
+  append(&at, d);
+  append(&at, " '");
+  append(&at, name);
+  append(&at, "': ");
+  append(&at, what);
+  *at = '\0';
+  tj__info.code = code;
+  tj__info.argument = argument;
+  tj__info.output = -1;
+  tj__info.producer = TJ_PRODUCER_NONE;
+  return code;
+}
+
 int tj_error_at(int code, int32_t argument, int32_t output, int32_t producer) {
   tj__info.code = code;
   if (argument >= 0) tj__info.argument = argument;

@@ -660,15 +660,20 @@ static int asks_true(const tj_host *h, void *fn, void *item) {
 /* Whether plan->record takes a call claimed at once (tj_host_plan.record). */
 static int recordable(const tj_host_plan *plan, void *const *args, intptr_t n) {
   const tj_host *h = plan->host;
+  int (*plain)(const void *, const void *) = plan->record_plain;
+  const void *context = plan->record_plain_context;
   if (plan->record == NULL || n != plan->kernel->ninputs) return 0;
-  for (int i = 0; i < 2; ++i)
-    if (plan->record_off[i] != NULL && asks_true(h, plan->record_off[i], NULL) != 0) return 0;
+  if (plain == NULL || plain(context, NULL) != 1)
+    for (int i = 0; i < 2; ++i)
+      if (plan->record_off[i] != NULL && asks_true(h, plan->record_off[i], NULL) != 0) return 0;
   if (plan->record_mode != NULL && !mode_idle(plan->record_mode)) return 0;
   for (intptr_t i = 0; i < n; ++i) {
     if (args[i] == h->none) continue;
     void *type = type_of(h, args[i]);
     if (type == NULL || (type != plan->record_types[0] && type != plan->record_types[1])) return 0;
-    if (plan->record_wrapped != NULL && asks_true(h, plan->record_wrapped, args[i]) != 0) return 0;
+    if (plan->record_wrapped != NULL && (plain == NULL || plain(context, args[i]) != 1) &&
+        asks_true(h, plan->record_wrapped, args[i]) != 0)
+      return 0;
   }
   return 1;
 }

@@ -216,6 +216,13 @@ static inline void *tj__tensor_address(const tj_arg *arg) {
   return (void *)((uintptr_t)arg->tensor.data + arg->tensor.byte_offset);
 }
 
+/* tj_set_error(code, "%s: argument %d '%s': %s", kernel, argument, name,
+ * what) and tj_error_at(code, argument, -1, TJ_PRODUCER_NONE), without
+ * printf's cost: for messages set on a path that is not a failure (a call a
+ * framework claims). */
+int tj__set_argument_error(int code, const char *kernel, int32_t argument, const char *name,
+                           const char *what);
+
 /* Puts a printf-style prefix before the current error message, keeping the
  * record's argument/output/producer; returns `code`. */
 int tj__prefix_error(int code, const char *fmt, ...)

@@ -347,19 +347,40 @@ static bool untangled_without_grad(const tj_torch_plain *p, const void *meta, co
   return *(const void *const *)tangent == p->undefined;
 }
 
-/* Whether the autograd kernel may run the call at once (tj_torch_plain). The
- * thread's word is found once per thread and symbol (every slot of tilejit's
- * Python names the same one: found at the thread's first op call). */
+/* The calling thread's copy of the word `symbol` names, found once per thread
+ * and symbol (every slot of tilejit's Python, and its record gate, name the
+ * same one: found at the thread's first call); NULL where there is none. */
+static const uint64_t *thread_word(const char *symbol) {
+  static __thread const uint64_t *word;
+  static __thread char word_for[128];
+  if (word == NULL || strcmp(word_for, symbol) != 0) {
+    size_t size = strlen(symbol) + 1;
+    if (size > sizeof(word_for) || (word = tls_word(symbol)) == NULL) return NULL;
+    memcpy(word_for, symbol, size);
+  }
+  return word;
+}
+
+/* Whether the thread includes no dispatch key beyond torch's defaults. */
+static bool plain_thread(const tj_torch_plain *p) {
+  const uint64_t *included = thread_word(p->tls_symbol);
+  return included != NULL && *included == 0;
+}
+
+/* Whether a TensorImpl's dispatch key set is a plain dense tensor's. */
+static bool plain_keyset(const tj_torch_plain *p, const char *impl) {
+  uint64_t keyset;
+  memcpy(&keyset, impl + p->keyset_offset, sizeof(keyset));
+  for (int32_t k = 0; k < p->nkeysets && k < TJ_TORCH_MAX_KEYSETS; ++k)
+    if (keyset == p->keysets[k]) return true;
+  return false;
+}
+
+/* Whether the autograd kernel may run the call at once (tj_torch_plain). */
 static bool plain_call(const torch_slot *s, const uint64_t *stack) {
-  static __thread const uint64_t *included;
-  static __thread char included_for[sizeof(s->tls_symbol)];
   if (!s->has_plain) return false;
   const tj_torch_plain *p = &s->plain;
-  if (included == NULL || strcmp(included_for, s->tls_symbol) != 0) {
-    if ((included = tls_word(s->tls_symbol)) == NULL) return false;
-    memcpy(included_for, s->tls_symbol, sizeof(included_for));
-  }
-  if (*included != 0) return false;
+  if (!plain_thread(p)) return false;
   int grad = -1;
   for (int32_t i = 0; i < s->ninputs; ++i) {
     if (!is_tensor(s->inputs[i]) || stack[i] == 0) continue;
@@ -367,13 +388,17 @@ static bool plain_call(const torch_slot *s, const uint64_t *stack) {
     const char *impl = *(char *const *)handle; /* at::Tensor's TensorImpl * */
     const void *meta = *(void *const *)(impl + p->meta_offset);
     if (meta != NULL && !untangled_without_grad(p, meta, handle, &grad)) return false;
-    uint64_t keyset;
-    memcpy(&keyset, impl + p->keyset_offset, sizeof(keyset));
-    bool known = false;
-    for (int32_t k = 0; k < p->nkeysets && !known; ++k) known = keyset == p->keysets[k];
-    if (!known) return false;
+    if (!plain_keyset(p, impl)) return false;
   }
   return true;
+}
+
+int tj_torch_plain_object(const void *context, const void *object) {
+  const tj_torch_plain_objects *c = context;
+  if (c == NULL || c->plain == NULL || c->plain->tls_symbol == NULL) return 0;
+  if (object == NULL) return plain_thread(c->plain);
+  const char *impl = *(char *const *)((const char *)object + c->impl_offset);
+  return impl != NULL && plain_keyset(c->plain, impl);
 }
 
 /* Whether `t` is a defined tensor (where torch cannot tell: taken as one). */

@@ -6,8 +6,11 @@
  * the core prints for statuses, devices and dtypes.
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "harness.h"
+#include "internal.h"
 
 #define TJT_ABI_MAJOR TJ_DLPACK_MAJOR
 #include "abi_items.h"
@@ -179,6 +182,30 @@ TEST(names_status) {
   /* tj_set_error returns its code and formats into the thread's message. */
   CHECK_STATUS(tj_set_error(TJ_EVALUE, "%s: %d", "k", 7), TJ_EVALUE);
   CHECK_EQ_STR(tj_last_error(), "k: 7");
+}
+
+/* tj__set_argument_error writes what tj_set_error's printf would, truncated
+ * the same, and records the argument. */
+TEST(error_argument_message_as_printf) {
+  char *longest = calloc(3000, 1); /* past the message's 2048 bytes */
+  CHECK(longest != NULL);
+  memset(longest, 'k', 2999);
+  static const int32_t numbers[] = {0, 7, 10, 123456, -1, INT32_MAX, INT32_MIN};
+  static char expected[2048];
+  for (size_t n = 0; n < sizeof(numbers) / sizeof(*numbers); ++n) {
+    for (int big = 0; big < 2; ++big) {
+      const char *kernel = big ? longest : "vec_add";
+      snprintf(expected, sizeof(expected), "%s: argument %d '%s': %s", kernel, numbers[n], "B",
+               "requires grad");
+      CHECK_STATUS(tj__set_argument_error(TJ_ECLAIMED, kernel, numbers[n], "B", "requires grad"),
+                   TJ_ECLAIMED);
+      CHECK_EQ_STR(tj_last_error(), expected);
+      CHECK_EQ_INT(tj_last_error_info()->argument, numbers[n]);
+      CHECK_EQ_INT(tj_last_error_info()->output, -1);
+      CHECK_EQ_INT(tj_last_error_info()->producer, TJ_PRODUCER_NONE);
+    }
+  }
+  free(longest);
 }
 
 TEST(names_device) {

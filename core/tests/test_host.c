@@ -159,9 +159,25 @@ static void setup_init(setup *s, const tj_kernel *k) {
   s->host.producer_error = s->hooks[4];
   s->name = fh_str("mix");
   fh_object_init(&s->kernel_object, &tensor_type);
-  s->plan = (tj_host_plan){
-      k, &s->host, 1, NULL, &tensor_producer, s->name, &s->kernel_object, s->hooks[2], s->hooks[3],
-      0, 0,        0, NULL, {NULL, NULL},     NULL,    {NULL, NULL},      NULL};
+  s->plan = (tj_host_plan){k,
+                           &s->host,
+                           1,
+                           NULL,
+                           &tensor_producer,
+                           s->name,
+                           &s->kernel_object,
+                           s->hooks[2],
+                           s->hooks[3],
+                           0,
+                           0,
+                           0,
+                           NULL,
+                           {NULL, NULL},
+                           NULL,
+                           {NULL, NULL},
+                           NULL,
+                           NULL,
+                           NULL};
   fh_type_init(&tensor_type, &tensor_info);
   tensor_producer.host = &s->host;
   tensor_producer.claim = NULL;
@@ -549,6 +565,16 @@ static fh_object *record_ask_fn(fh_object *args) {
   return record_answer;
 }
 
+/* plan->record_plain: counts its calls, answers plain_answer. */
+static int plain_asks, plain_answer;
+
+static int plain_fn(const void *context, const void *object) {
+  CHECK(context == &plain_answer);
+  (void)object;
+  plain_asks++;
+  return plain_answer;
+}
+
 TEST(host_calls_claimed_at_once_go_to_record) {
   for (int32_t outputs = 1; outputs <= 2; ++outputs) {
     tj_kernel *k = mix_kernel(outputs);
@@ -582,6 +608,26 @@ TEST(host_calls_claimed_at_once_go_to_record) {
     CHECK_EQ_INT(record_asks, 3); /* record_off[1] once, record_wrapped for A and alpha */
     CHECK_EQ_INT(imports, 0);
     CHECK_EQ_INT(claimed_calls, 0);
+    /* A quicker answer (record_plain) takes the place of the asks it answers
+     * (the thread's, and each object's); where it cannot tell, they are asked. */
+    s.plan.record_plain = plain_fn, s.plan.record_plain_context = &plain_answer;
+    for (plain_answer = 1; plain_answer >= 0; --plain_answer) {
+      records = record_asks = plain_asks = 0;
+      r = call_n(&s, args, 4);
+      CHECK(r != NULL);
+      s.host.release(r);
+      CHECK_EQ_INT(records, 1);
+      CHECK_EQ_INT(plain_asks, 3); /* the thread, A and alpha */
+      CHECK_EQ_INT(record_asks, plain_answer ? 0 : 3);
+    }
+    record_answer = &fh_true; /* a quick 0 never hides the function's answer */
+    records = 0;
+    fh_object *other = call_n(&s, args, 4);
+    CHECK(other != NULL);
+    s.host.release(other);
+    CHECK_EQ_INT(records, 0);
+    record_answer = &fh_false;
+    s.plan.record_plain = NULL, s.plan.record_plain_context = NULL;
 #define CLAIMED_NOT_RECORDED(argv)        \
   do {                                    \
     records = claimed_calls = 0;          \

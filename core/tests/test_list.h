@@ -13,6 +13,7 @@
   X(abi_reference)                                    \
   X(version)                                          \
   X(names_status)                                     \
+  X(error_argument_message_as_printf)                 \
   X(names_device)                                     \
   X(names_dtype)                                      \
   /* test_expr.c */                                   \
@@ -186,6 +187,7 @@
   X(open_refuses_links_fifos_and_nul)                 \
   /* test_torch.c */                                  \
   X(torch_without_libtorch)                           \
-  X(torch_refuses_null_arguments)
+  X(torch_refuses_null_arguments)                     \
+  X(torch_plain_object_reads_in_place)
 
 #endif /* TILEJIT_TESTS_TEST_LIST_H_ */

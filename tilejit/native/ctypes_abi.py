@@ -139,7 +139,8 @@ class TjHostPlan(Structure):
                 ("unclaimed", c_int32), ("stream_is_input", c_int32),
                 ("claim_at_once", c_int32), ("record", c_void_p), ("record_types", c_void_p * 2),
                 ("record_wrapped", c_void_p), ("record_off", c_void_p * 2),
-                ("record_mode", c_void_p)]
+                ("record_mode", c_void_p), ("record_plain", c_void_p),
+                ("record_plain_context", c_void_p)]
 
 
 __all__ = [name for name in dir() if name[0].isupper() and not name.startswith("_")]

@@ -321,18 +321,20 @@ class Plan:
         validated (``tj_host_plan.claim_at_once``): the runner validates each call it
         runs, and passes any other to a plan that validates it first
         (``JITKernel._validated``). ``record``, with ``at_once``: ``(apply, types,
-        wrapped, off, (scope, key, idle))``, the core's own way to the runner's common
+        wrapped, off, (scope, key, idle), quick)``, the core's own way to the runner's common
         case: such a call whose every argument is None or of one of the two exact
         ``types``, none ``wrapped(arg)``, while neither of the two ``off()`` is true and
         ``scope[key] is idle``, goes to ``apply(*args)`` with no Python frame in between
-        (``tj_host_plan.record``). Kept alive with the plan, as each earlier one."""
+        (``tj_host_plan.record``); ``quick``, None or ``(function, context)`` addresses,
+        answers the ``off`` and ``wrapped`` questions in place where it can
+        (``tj_host_plan.record_plain``). Kept alive with the plan, as each earlier one."""
         struct = self.struct
         # Never at once or recorded with a runner that expects validation.
         struct.claim_at_once, struct.record = 0, None
         self._runners.append((runner, record))
         struct.claimed = id(runner)
         if at_once and record is not None:
-            apply, types, wrapped, off, (scope, key, idle) = record
+            apply, types, wrapped, off, (scope, key, idle), quick = record
             mode = TjHostClaimMode(host=host_address(), scope=id(scope), key=id(key),
                                    idle=id(idle))
             self._runners.append((mode, scope, key, idle))
@@ -340,6 +342,8 @@ class Plan:
             struct.record_wrapped = id(wrapped)
             struct.record_off[0], struct.record_off[1] = map(id, off)
             struct.record_mode = addressof(mode)
+            if quick is not None:
+                struct.record_plain, struct.record_plain_context = quick
             struct.record = id(apply)
         struct.claim_at_once = int(at_once)
 

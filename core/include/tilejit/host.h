@@ -228,6 +228,14 @@ typedef struct tj_host_plan {
   void *record_wrapped;
   void *record_off[2];
   const struct tj_host_claim_mode *record_mode;
+  /* Optional (NULL: the functions above are asked every time): a quicker
+   * answer to two of those questions, never a different one.
+   * record_plain(record_plain_context, NULL) is 1 when neither record_off()
+   * can be true on this thread, and record_plain(context, object) is 1 when
+   * record_wrapped(object) is false; 0 when it cannot tell, and the function
+   * is asked. torch: tj_torch_plain_object. */
+  int (*record_plain)(const void *context, const void *object);
+  const void *record_plain_context;
 } tj_host_plan;
 
 /* Makes `producer` the core's producer for objects of host type `type` read

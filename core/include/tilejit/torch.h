@@ -99,6 +99,22 @@ typedef struct tj_torch_plain {
  * when there is no such symbol. */
 TJ_API int tj_torch_tls_word(const char *symbol, uint64_t *out);
 
+/* Two questions a host asks before it records a call of torch tensors itself
+ * (tj_host_plan.record_plain), answered in place: tj_torch_plain_object(
+ * context, NULL) is 1 when the calling thread includes no dispatch key beyond
+ * torch's defaults (no dispatch mode, tracer, functorch transform or inference
+ * mode: plain->tls_symbol's word is 0), and tj_torch_plain_object(context,
+ * object) is 1 when the TensorImpl a tensor's host object holds at byte
+ * `impl_offset` has a plain dense tensor's key set (plain->keysets: not a
+ * functorch wrapper nor any other kind torch alone can read). 0 means "not
+ * known here": the host asks its own way. `context` is a
+ * tj_torch_plain_objects; both borrowed, alive while the host uses them. */
+typedef struct tj_torch_plain_objects {
+  int64_t impl_offset;
+  const tj_torch_plain *plain;
+} tj_torch_plain_objects;
+TJ_API int tj_torch_plain_object(const void *context, const void *object);
+
 /* What tj_torch_impl registers. Caller-owned; copied. Compatibility:
  * append-only (fields are added at the end only, never reordered, resized
  * or removed). */

@@ -118,6 +118,11 @@ class TorchAdapter(frameworks.Adapter):
         return ("ask", self._probe[0], self._scope[0], probes.FORWARD_LEVEL,
                 probes.IDLE_LEVEL)
 
+    def grad_probe(self):
+        """``probes.grad_probe``'s answer, once a claim has asked for it; else None."""
+        with self._lock:
+            return self._probe[0] if self._probe else None
+
     def forward_ad_scope(self):
         """forward_ad's namespace, whose ``_current_level`` is -1 outside a dual level,
         once a claim has checked it (``probes.forward_ad_scope``); else None."""

@@ -51,6 +51,10 @@ class _TorchPlain(Structure):  # tj_torch_plain
                 ("tls_symbol", c_char_p), ("fw_grad", c_void_p), ("undefined", c_void_p)]
 
 
+class _TorchPlainObjects(Structure):  # tj_torch_plain_objects
+    _fields_ = [("impl_offset", c_int64), ("plain", POINTER(_TorchPlain))]
+
+
 class _TorchOp(Structure):  # tj_torch_op
     _fields_ = [("ns", c_char_p), ("name", c_char_p), ("inputs", c_char_p),
                 ("fallback", _FALLBACK), ("context", c_void_p),
@@ -113,6 +117,21 @@ def plain_probe():
                                     tls.encode(), fw_grad, undefined)
             _plain_found.append(found)
     return _plain_found[0]
+
+
+def plain_objects(impl_offset: int):
+    """``(tj_torch_plain_object, its context)``, addresses, for the core's record gate
+    (``tj_host_plan.record_plain``): whether the thread and each tensor are plain, read
+    in place where a tensor's object keeps its ``TensorImpl *`` at byte ``impl_offset``
+    (``probes.grad_probe``); None when ``plain_probe`` found nothing to read them by.
+    The context lives for the process."""
+    plain = plain_probe()
+    if plain is None:
+        return None
+    context = _TorchPlainObjects(impl_offset, ctypes.pointer(plain))
+    _kept.append(context)
+    function = ctypes.cast(core_library().tj_torch_plain_object, c_void_p).value
+    return function, ctypes.addressof(context)
 
 
 def _tls_word(symbol: str) -> int:

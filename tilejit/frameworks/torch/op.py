@@ -236,14 +236,18 @@ def _take_claims(kernel) -> None:
     # tensors, none a functorch wrapper, outside inference mode, functorch's transforms
     # and forward-AD levels, a backward registered (grad mode is on: the core claimed
     # the call for a tensor that requires grad).
+    # The thread's and the tensors' questions are answered in place where torch's
+    # key sets can be read (native_op.plain_objects), the functions asked otherwise.
     record = None
-    scope = frameworks.adapter_named("torch").forward_ad_scope()
+    adapter = frameworks.adapter_named("torch")
+    scope, probe = adapter.forward_ad_scope(), adapter.grad_probe()
     if (scope is not None and autograd.has_backward_named(name)
             and kernel._core_kernel.num_outputs > 0):
         record = (plain_apply, (torch.Tensor, torch.nn.Parameter),
                   autograd.is_wrapped, (torch.is_inference_mode_enabled,
                                         torch._C._are_functorch_transforms_active),
-                  (scope, FORWARD_LEVEL, IDLE_LEVEL))
+                  (scope, FORWARD_LEVEL, IDLE_LEVEL),
+                  native_op.plain_objects(probe[0]) if probe is not None else None)
     kernel._hand_claims_to(_recorder(kernel, otherwise, at_once=True), at_once=True,
                            record=record)
 

@@ -165,7 +165,8 @@ def plain_call(torch, handle_is_impl, tls_word, handles):
     - libc10's exported thread-local ``c10::impl::raw_local_dispatch_key_set``, whose
       first word (the included keys XOR the default ones, read by ``tls_word``) is 0 on
       a fresh thread, as torch's default include set says, and not inside a
-      ``TorchDispatchMode`` nor under ``torch.func.vmap``;
+      ``TorchDispatchMode``, under ``torch.func.vmap`` or ``grad`` (whose wrapped
+      tensors' key sets are not plain either), nor in inference mode;
     - ``handle_is_impl()``: an AtenTensorHandle's first word is its TensorImpl's address;
     - libtorch's exported ``torch::autograd::AutogradMeta::fw_grad(level, self) const``
       and libc10's ``c10::UndefinedTensorImpl`` singleton (``_tangent_probe``; both None
@@ -208,9 +209,13 @@ def plain_call(torch, handle_is_impl, tls_word, handles):
 
             with FakeTensorMode():
                 fake = torch.ones(3)
-            others = [torch.zeros(2, dtype=torch.complex64).conj(), fake]
-            if any(keyset(t) in plain for t in others):
-                raise LookupError("a conjugate view or a FakeTensor has a plain key set")
+            others = [keyset(torch.zeros(2, dtype=torch.complex64).conj()), keyset(fake)]
+            # functorch's wrappers, as grad and vmap hand them to the function.
+            torch.func.grad(lambda x: others.append(keyset(x)) or x.sum())(torch.ones(2))
+            torch.func.vmap(lambda x: others.append(keyset(x)) or x)(torch.ones(2, 2))
+            if any(word in plain for word in others):
+                raise LookupError("a conjugate view, a FakeTensor or a functorch wrapper "
+                                  "has a plain key set")
         finally:
             memory.close()
 
@@ -224,8 +229,12 @@ def plain_call(torch, handle_is_impl, tls_word, handles):
         with Watching():
             seen.append(tls_word(TLS_INCLUDED))
         torch.func.vmap(lambda x: seen.append(tls_word(TLS_INCLUDED)) or x)(torch.ones(2, 2))
+        torch.func.grad(lambda x: seen.append(tls_word(TLS_INCLUDED)) or x.sum())(torch.ones(2))
+        with torch.inference_mode():
+            seen.append(tls_word(TLS_INCLUDED))
         if outside != 0 or 0 in seen or torch._C._dispatch_tls_local_include_set() != default:
-            raise LookupError("libc10's thread-local key set does not follow dispatch modes")
+            raise LookupError("libc10's thread-local key set does not follow dispatch modes, "
+                              "functorch's transforms and inference mode")
         return (meta, keyset_offset, plain, TLS_INCLUDED,
                 *_tangent_probe(torch, meta, handles))
 
