@@ -19,6 +19,12 @@ def _torch():
     return adapter.ADAPTER
 
 
+def _jax():
+    from . import jax  # JAX is optional: imported with its first array
+
+    return jax.ADAPTER
+
+
 def _numpy():
     from . import numpy
 
@@ -57,3 +63,5 @@ _registry.register("torch", _torch,
                            "layout": _traced_layout_call},
                    compiling=_torch_compiling)
 _registry.register("numpy", _numpy, default=True)
+_registry.register("jax", _jax)
+_registry.register("jaxlib", _jax)  # jax.Array's concrete type lives in jaxlib

@@ -1,0 +1,323 @@
+"""JAX as the runtime sees it: a call of a kernel on JAX arrays is an XLA FFI custom call.
+
+JAX claims every call with a JAX array or tracer among its arguments (``claim``): the
+core hands it here before importing anything, and the call becomes
+``jax.ffi.ffi_call(kernel.jax_target, ...)``, inside ``jax.jit`` and outside. When a
+compiled program runs the call, XLA calls the core's handler (``tj_xla_handler``,
+``core/src/xla.c``): the kernel runs on XLA's buffers, outputs included, with the
+validation and binding of a direct call and no Python.
+
+How a call is described to XLA (``tilejit/xla.h``): the kernel's key and one letter per
+input as attributes, buffers (and scalars given as traced values) as operands, Python
+numbers as attributes. When the call is traced, the core binds exactly that description
+(``tj_xla_bind``) on the operands' shapes and dtypes: a call a direct call refuses is
+refused here, at trace time, with the same message, and the outputs' shapes come from the
+same binding (``out_idx`` expressions included).
+
+Results: the outputs (in ``out_idx`` order; one output as an array, several as a tuple),
+then each parameter the kernel writes that is not an output, as a new array
+(``input_output_aliases``: a donated input is reused; the input itself is unchanged).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from ctypes import POINTER, Structure, c_char_p, c_int32, c_int64, c_size_t, c_uint32, c_void_p
+
+import jax
+import numpy
+
+from ..builder.torch_schema import op_name
+from ..language import dtypes
+from ..language.lang import Buffer, Scalar
+from ..native import abi
+from ..native.library import core_library, exception_class
+from ..runtime import frameworks
+
+_MAX_NDIM, _MAX_OUTPUTS = 16, 16
+_ALIGNED = 1 << 16  # the address a traced operand stands at: aligned as XLA aligns
+_PLATFORMS = {"cpu": ("cpu", abi.kDLCPU), "cuda": ("CUDA", abi.kDLCUDA)}
+_NAMES = {(d.code, d.bits): d.name for d in dtypes.DTYPES.values()}
+_VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_all")
+
+
+class _Buffer(Structure):  # tj_xla_buffer
+    _fields_ = [("struct_size", c_size_t), ("extension_start", c_void_p), ("dtype", c_int32),
+                ("data", c_void_p), ("rank", c_int64), ("dims", POINTER(c_int64))]
+
+
+class _Span(Structure):  # tj_xla_byte_span
+    _fields_ = [("ptr", c_char_p), ("len", c_size_t)]
+
+
+class _Scalar(Structure):  # tj_xla_scalar
+    _fields_ = [("dtype", c_int32), ("value", c_void_p)]
+
+
+class _List(Structure):  # tj_xla_list
+    _fields_ = [("struct_size", c_size_t), ("extension_start", c_void_p), ("size", c_int64),
+                ("types", POINTER(c_int32)), ("items", POINTER(c_void_p))]
+
+
+class _Attrs(Structure):  # tj_xla_attrs
+    _fields_ = [("struct_size", c_size_t), ("extension_start", c_void_p), ("size", c_int64),
+                ("types", POINTER(c_int32)), ("names", POINTER(POINTER(_Span))),
+                ("attrs", POINTER(c_void_p))]
+
+
+class _Frame(Structure):  # tj_xla_call_frame
+    _fields_ = [("struct_size", c_size_t), ("extension_start", c_void_p), ("api", c_void_p),
+                ("ctx", c_void_p), ("stage", c_int32), ("args", _List), ("rets", _List),
+                ("attrs", _Attrs), ("future", c_void_p)]
+
+
+class _DType(Structure):  # DLDataType
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+# XLA's PrimitiveType of each element type a kernel takes (xla_data.proto).
+_XLA_TYPES = {"bool": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "uint8": 6,
+              "uint16": 7, "uint32": 8, "uint64": 9, "float16": 10, "float32": 11,
+              "float64": 12, "complex64": 15, "bfloat16": 16, "complex128": 18}
+_ATTR_TYPES = {bool: numpy.bool_, int: numpy.int64, float: numpy.float64}
+
+
+def _core():
+    core = core_library()
+    if not getattr(core, "_tilejit_xla", False):
+        core.tj_xla_register.restype = c_int32
+        core.tj_xla_register.argtypes = [c_char_p, c_void_p, c_int32]
+        core.tj_xla_bind.restype = c_int32
+        core.tj_xla_bind.argtypes = [POINTER(_Frame), POINTER(c_int32), POINTER(c_int64),
+                                     POINTER(_DType)]
+        core._tilejit_xla = True
+    return core
+
+
+_lock = threading.Lock()
+_registered: dict = {}  # (target name, platform) -> the kernel registered under it
+
+
+def target_name(kernel) -> str:
+    """``kernel.jax_target``: ``tilejit_<kernel>_<16 hex digits>``, from the kernel's
+    content as its torch op's name (the same in every process that has the kernel)."""
+    return f"tilejit_{op_name(kernel)}"
+
+
+def register(kernel) -> str:
+    """Registers ``kernel`` with the core's handler and XLA (once per process and
+    target); its target name."""
+    name = target_name(kernel)
+    platform, device_type = _PLATFORMS[kernel.target]
+    with _lock:
+        if (name, platform) not in _registered:
+            core = _core()
+            if core.tj_xla_register(name.encode(), kernel._core_kernel.address, device_type):
+                raise RuntimeError(core.tj_last_error().decode("utf-8", "replace"))
+            handler = ctypes.cast(core.tj_xla_handler, c_void_p).value
+            jax.ffi.register_ffi_target(name, _capsule(handler), platform=platform)
+            _registered[(name, platform)] = kernel  # kept: the core borrows its tj_kernel
+    return name
+
+
+def _capsule(address: int):
+    """The handler as XLA takes it: a PyCapsule of the function's address."""
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype, new.argtypes = ctypes.py_object, [c_void_p, c_char_p, c_void_p]
+    return new(address, None, None)
+
+
+class _Described:
+    """One call as XLA sees it: the operands, the letters, the attributes."""
+
+    def __init__(self, kernel, args: tuple):
+        inputs = _inputs(kernel)
+        self.operands, self.layout, self.attrs, self.written = [], [], {}, []
+        for position, value in enumerate(args):
+            param = inputs[position] if position < len(inputs) else None
+            self.layout.append(self._letter(kernel, position, param, value))
+        # Trailing optional buffers left out: None, as a direct call takes them.
+        while len(self.layout) < len(inputs) and isinstance(inputs[len(self.layout)], Buffer) \
+                and inputs[len(self.layout)].optional:
+            self.layout.append("n")
+
+    def _letter(self, kernel, position: int, param, value) -> str:
+        if param is None:
+            return "n"  # past the kernel's inputs: the core reports the count
+        if value is None:
+            return "n"
+        array = _as_array(value)
+        if array is not None:
+            if isinstance(param, Scalar):
+                if array.ndim != 0:
+                    return self._other(position, type(value))
+                self.operands.append(array)
+                return "s"
+            self.operands.append(array)
+            if isinstance(param, Buffer) and not param.const and not _is_output(kernel, param):
+                self.written.append(len(self.operands) - 1)
+                return "w"
+            return "b"
+        if type(value) in _ATTR_TYPES or isinstance(value, numpy.generic):
+            scalar = value if isinstance(value, numpy.generic) else _ATTR_TYPES[type(value)](value)
+            if isinstance(value, int) and not isinstance(value, bool) and not (
+                    -2**63 <= value < 2**64):
+                return self._other(position, type(value))
+            if isinstance(value, int) and value >= 2**63:
+                scalar = numpy.uint64(value)
+            self.attrs[f"tj_{position}"] = scalar
+            return "a"
+        return self._other(position, type(value))
+
+    def _other(self, position: int, cls: type) -> str:
+        self.attrs[f"tj_{position}"] = f"{cls.__module__}.{cls.__qualname__}" \
+            if cls.__module__ != "builtins" else cls.__qualname__
+        return "o"
+
+
+def _inputs(kernel) -> list:
+    """The kernel's inputs (the parameters a call gives), in declaration order."""
+    names = set(kernel._core_kernel.input_names)
+    return [p for p, name in zip(kernel.params, kernel._sig.names) if name in names]
+
+
+def _allocated(kernel) -> int:
+    """How many results the handler writes: the outputs, then the workspaces."""
+    return len(kernel.params) - kernel._core_kernel.num_inputs
+
+
+def _is_output(kernel, param) -> bool:
+    return any(kernel.params[i] is param for i in kernel.out_idx)
+
+
+def _as_array(value):
+    """A JAX array or tracer as it is; a NumPy array as a JAX array; else None."""
+    if isinstance(value, (jax.Array, jax.core.Tracer)):
+        return value
+    if isinstance(value, numpy.ndarray):
+        return jax.numpy.asarray(value)
+    return None
+
+
+def _bind(kernel, described: _Described):
+    """The outputs' ``ShapeDtypeStruct``s, as the core binds the call; raises what a direct
+    call raises, with its message, when the core refuses it."""
+    operands = described.operands
+    n = len(operands)
+    dims = [(c_int64 * max(len(a.shape), 1))(*a.shape) for a in operands]
+    buffers = (_Buffer * max(n, 1))(*[
+        _Buffer(ctypes.sizeof(_Buffer), None, _xla_type(kernel, a), _ALIGNED, len(a.shape),
+                dims[i]) for i, a in enumerate(operands)])
+    # Scalars' values at trace time: a traced scalar's value is not known; any value the
+    # kernel's checks would take stands for it (a symbol it binds is checked at run time).
+    values = [numpy.zeros((), dtype=a.dtype) if not isinstance(a, jax.core.Tracer) else
+              numpy.ones((), dtype=a.dtype) for a in operands]
+    for i, a in enumerate(operands):
+        if a.ndim == 0 and not isinstance(a, jax.core.Tracer):
+            values[i] = numpy.asarray(a)
+        if a.ndim == 0:
+            buffers[i].data = values[i].ctypes.data
+    attrs = _attributes(kernel, described, for_core=True)
+    keep = (dims, values, attrs)
+    frame = _Frame(ctypes.sizeof(_Frame), None, None, None, 3,
+                   _List(ctypes.sizeof(_List), None, n, (c_int32 * max(n, 1))(*[1] * n),
+                         (c_void_p * max(n, 1))(*[ctypes.addressof(b) for b in buffers[:n]])),
+                   _List(ctypes.sizeof(_List), None, 0, None, None), attrs[0], None)
+    core = _core()
+    ndim = (c_int32 * _MAX_OUTPUTS)()
+    shape = (c_int64 * (_MAX_OUTPUTS * _MAX_NDIM))()
+    dtype = (_DType * _MAX_OUTPUTS)()
+    rc = core.tj_xla_bind(ctypes.byref(frame), ndim, shape, dtype)
+    del keep
+    if rc:
+        raise exception_class(rc)(core.tj_last_error().decode("utf-8", "replace"))
+    count = _allocated(kernel)
+    return [jax.ShapeDtypeStruct(tuple(shape[o * _MAX_NDIM:o * _MAX_NDIM + ndim[o]]),
+                                 _NAMES[(dtype[o].code, dtype[o].bits)]) for o in range(count)]
+
+
+def _xla_type(kernel, array) -> int:
+    return _XLA_TYPES.get(numpy.dtype(array.dtype).name, 0)
+
+
+def _attributes(kernel, described: _Described, for_core: bool):
+    """The call's attributes: as ``ffi_call`` keywords, or (``for_core``) as the core reads
+    them (``tj_xla_attrs``, sorted by name as XLA sorts them)."""
+    key = target_name(kernel)
+    named = {"tilejit": key, "tilejit_inputs": "".join(described.layout), **described.attrs}
+    if not for_core:
+        return named
+    names = sorted(named)
+    spans, types, items, keep = [], [], [], []
+    for name in names:
+        value = named[name]
+        span = _Span(name.encode(), len(name))
+        spans.append(ctypes.pointer(span))
+        keep.append(span)
+        if isinstance(value, str):
+            data = value.encode()
+            text = _Span(data, len(data))
+            keep.append(text)
+            types.append(4)
+            items.append(ctypes.addressof(text))
+        else:
+            array = numpy.asarray(value)
+            scalar = _Scalar(_XLA_TYPES[array.dtype.name], array.ctypes.data)
+            keep += [array, scalar]
+            types.append(3)
+            items.append(ctypes.addressof(scalar))
+    n = len(names)
+    attrs = _Attrs(ctypes.sizeof(_Attrs), None, n, (c_int32 * n)(*types),
+                   (POINTER(_Span) * n)(*spans), (c_void_p * n)(*items))
+    return attrs, keep
+
+
+def call(kernel, args: tuple):
+    """``kernel(*args)`` with JAX arrays among ``args``: the XLA custom call (see the
+    module)."""
+    name = register(kernel)
+    described = _Described(kernel, args)
+    results = _bind(kernel, described)
+    noutputs = kernel._core_kernel.num_outputs
+    allocated = len(results)
+    aliases = {}
+    for w, operand in enumerate(described.written):
+        aliases[operand] = len(results) + w
+        written = described.operands[operand]
+        results.append(jax.ShapeDtypeStruct(written.shape, written.dtype))
+    method = getattr(kernel, "jax_vmap_method", None) or "sequential"
+    ffi = jax.ffi.ffi_call(name, results, vmap_method=method,
+                           input_output_aliases=aliases or None)
+    out = ffi(*described.operands, **_attributes(kernel, described, for_core=False))
+    out = list(out) if isinstance(out, (list, tuple)) else [out]
+    returned = [out[o] for o in kernel._out_order][:noutputs] + out[allocated:]
+    if not returned:
+        return None
+    return returned[0] if len(returned) == 1 else tuple(returned)
+
+
+class JaxAdapter(frameworks.Adapter):
+    name = "jax"
+
+    def claim(self, cls: type):
+        """Every call with a JAX array or tracer is JAX's: an XLA custom call."""
+        return ("always",)
+
+    def claims(self, obj, failed: int) -> int:
+        return frameworks.CLAIM_NOW
+
+    def claimed_call(self, kernel, args: tuple, stream):
+        if stream is not None:
+            raise ValueError(f"{kernel.name}: stream= cannot be given with JAX arrays: the "
+                             "call runs on the stream XLA gives it")
+        return call(kernel, args)
+
+    def allocator(self, dtype: str, device: tuple[int, int]):
+        def refuse(shape):
+            raise TypeError("JAX arrays are immutable: tilejit never allocates one to write")
+
+        return refuse
+
+
+ADAPTER = JaxAdapter()
