@@ -99,10 +99,10 @@ static void *attribute(const tj_xla_attrs *attrs, const char *text, int32_t type
 }
 
 /* A scalar of XLA type `dtype` at `value` as the core's argument. */
-static int read_scalar(int32_t dtype, const void *value, tj_arg *arg, const char *what) {
+static int read_scalar(int32_t dtype, const void *value, tj_arg *arg) {
   DLDataType d = dtype_of(dtype);
   if (d.bits == 0 || d.code == kDLComplex)
-    return tj_set_error(TJ_ETYPE, "%s: a scalar of XLA element type %d", what, (int)dtype);
+    return tj_set_error(TJ_ETYPE, "a scalar of XLA element type %d", (int)dtype);
   if (d.code == kDLBool) {
     arg->kind = TJ_ARG_BOOL;
     arg->value.i = *(const uint8_t *)value != 0;
@@ -115,10 +115,7 @@ static int read_scalar(int32_t dtype, const void *value, tj_arg *arg, const char
       memcpy(&f, value, 4);
       arg->value.f = f;
     } else { /* float16 or bfloat16 */
-      return tj_set_error(TJ_ETYPE,
-                          "%s: a 16-bit float scalar (give a float32 or a Python "
-                          "float)",
-                          what);
+      return tj_set_error(TJ_ETYPE, "a 16-bit float scalar (give a float32 or a Python float)");
     }
   } else {
     arg->kind = TJ_ARG_INT;
@@ -143,15 +140,13 @@ static int read_scalar(int32_t dtype, const void *value, tj_arg *arg, const char
 }
 
 /* One XLA buffer as a tensor on `device`. */
-static int read_buffer(const tj_xla_buffer *buffer, DLDevice device, DLTensor *tensor, tj_arg *arg,
-                       const char *what) {
+static int read_buffer(const tj_xla_buffer *buffer, DLDevice device, DLTensor *tensor,
+                       tj_arg *arg) {
   DLDataType d = dtype_of(buffer->dtype);
   if (d.bits == 0)
-    return tj_set_error(TJ_ETYPE, "%s: XLA element type %d has no DLPack type", what,
-                        (int)buffer->dtype);
+    return tj_set_error(TJ_ETYPE, "XLA element type %d has no DLPack type", (int)buffer->dtype);
   if (buffer->rank < 0 || buffer->rank > TJ_MAX_NDIM)
-    return tj_set_error(TJ_EVALUE, "%s: rank %lld (at most %d)", what, (long long)buffer->rank,
-                        TJ_MAX_NDIM);
+    return tj_set_error(TJ_EVALUE, "rank %lld (at most %d)", (long long)buffer->rank, TJ_MAX_NDIM);
   *tensor = (DLTensor){buffer->data, device, (int32_t)buffer->rank, d, buffer->dims, NULL, 0};
   tj_arg_from_dltensor(arg, tensor, 0);
   return TJ_OK;
@@ -165,6 +160,7 @@ typedef struct {
   tj_arg args[TJ_MAX_PARAMS];
   DLTensor tensors[TJ_MAX_PARAMS];
   int32_t written[TJ_MAX_PARAMS]; /* the inputs the kernel writes ('w'), in order */
+  char types[TJ_MAX_PARAMS][48];  /* the type names of 'o' inputs */
   int32_t nwritten;
 } xla_call;
 
@@ -172,6 +168,63 @@ static const char *input_name(const tj_kernel *k, int32_t position) {
   for (int32_t i = 0; i < k->nparams; ++i)
     if (k->params[i].output < 0 && k->params[i].position == position) return k->params[i].name;
   return "?";
+}
+
+/* The attribute "tj_<i>" of the given type, or NULL (names compared without
+ * formatting one: this runs for every call). */
+static void *input_attribute(const tj_xla_attrs *attrs, int32_t i, int32_t type) {
+  for (int64_t a = 0; a < attrs->size; ++a) {
+    const tj_xla_byte_span *name = attrs->names[a];
+    if (attrs->types[a] != type || name->len < 4 || memcmp(name->ptr, "tj_", 3) != 0) continue;
+    int64_t value = 0;
+    size_t d = 3;
+    for (; d < name->len && d < 12 && name->ptr[d] >= '0' && name->ptr[d] <= '9'; ++d)
+      value = value * 10 + (name->ptr[d] - '0');
+    if (d == name->len && value == i) return attrs->attrs[a];
+  }
+  return NULL;
+}
+
+/* Input i of kind `kind` (tilejit/xla.h) into call->args[i]; a message without
+ * the argument's name, which the caller puts before it. */
+static int read_input(const tj_xla_call_frame *frame, DLDevice device, xla_call *call, int32_t i,
+                      char kind, int64_t *operand) {
+  const tj_xla_attrs *attrs = &frame->attrs;
+  tj_arg *arg = &call->args[i];
+  if (kind == 'n') return TJ_OK;
+  if (kind == 'a') {
+    const tj_xla_scalar *scalar = input_attribute(attrs, i, ATTR_SCALAR);
+    if (scalar == NULL) return tj_set_error(TJ_EVALUE, "no attribute tj_%d", i);
+    return read_scalar(scalar->dtype, scalar->value, arg);
+  }
+  if (kind == 'o') { /* refused by the core, naming the type (trace time only) */
+    const tj_xla_byte_span *type = input_attribute(attrs, i, ATTR_STRING);
+    size_t length = type != NULL ? type->len : 0;
+    if (length >= sizeof(call->types[i])) length = sizeof(call->types[i]) - 1;
+    if (length > 0) memcpy(call->types[i], type->ptr, length);
+    call->types[i][length] = '\0';
+    arg->kind = TJ_ARG_OTHER;
+    arg->type_name = call->types[i];
+    return TJ_OK;
+  }
+  if (*operand >= frame->args.size || frame->args.types[*operand] != 1)
+    return tj_set_error(TJ_EVALUE, "the call has %lld buffer operands",
+                        (long long)frame->args.size);
+  const tj_xla_buffer *buffer = frame->args.items[(*operand)++];
+  if (kind == 's') {
+    if (buffer->rank != 0)
+      return tj_set_error(TJ_EVALUE, "a scalar's operand must have rank 0, got %lld",
+                          (long long)buffer->rank);
+    if (device.device_type != kDLCPU)
+      return tj_set_error(TJ_EVALUE,
+                          "a scalar traced on %s cannot be read by the host; give "
+                          "a Python number",
+                          tj_device_name(device.device_type));
+    return read_scalar(buffer->dtype, buffer->data, arg);
+  }
+  if (kind == 'w') call->written[call->nwritten++] = i;
+  if (kind == 'b' || kind == 'w') return read_buffer(buffer, device, &call->tensors[i], arg);
+  return tj_set_error(TJ_EVALUE, "unknown input kind '%c'", kind);
 }
 
 static int read_inputs(const tj_xla_call_frame *frame, DLDevice device, xla_call *call) {
@@ -190,51 +243,18 @@ static int read_inputs(const tj_xla_call_frame *frame, DLDevice device, xla_call
                         (int)(key->len < 128 ? key->len : 128), key->ptr);
   const tj_kernel *k = __atomic_load_n(&call->entry->kernel, __ATOMIC_ACQUIRE);
   call->kernel = k;
-  call->ninputs = k->ninputs;
   call->nwritten = 0;
-  if ((int64_t)layout->len != k->ninputs)
-    return tj_set_error(TJ_EVALUE, "%s: the call describes %zu inputs, the kernel has %d", k->name,
-                        layout->len, k->ninputs);
+  /* As many arguments as the call gave: the core says what a wrong count is. */
+  int32_t given = layout->len < TJ_MAX_PARAMS ? (int32_t)layout->len : TJ_MAX_PARAMS;
+  call->ninputs = given >= k->nrequired && given < k->ninputs ? k->ninputs : given;
+  for (int32_t i = 0; i < TJ_MAX_PARAMS; ++i) tj_arg_init(&call->args[i]);
   int64_t operand = 0;
-  for (int32_t i = 0; i < k->ninputs; ++i) tj_arg_init(&call->args[i]);
-  for (int32_t i = 0; i < k->ninputs; ++i) {
-    char what[160];
-    snprintf(what, sizeof(what), "%s: argument %d '%s'", k->name, i, input_name(k, i));
-    char kind = layout->ptr[i];
-    if (kind == 'n') continue;
-    if (kind == 'a') {
-      char name[32];
-      snprintf(name, sizeof(name), "tj_%d", i);
-      const tj_xla_scalar *scalar = attribute(attrs, name, ATTR_SCALAR);
-      if (scalar == NULL) return tj_set_error(TJ_EVALUE, "%s: no attribute %s", what, name);
-      int rc = read_scalar(scalar->dtype, scalar->value, &call->args[i], what);
-      if (rc != TJ_OK) return tj_error_at(rc, i, -1, TJ_PRODUCER_NONE);
-      continue;
+  for (int32_t i = 0; i < given && i < k->ninputs; ++i) {
+    int rc = read_input(frame, device, call, i, layout->ptr[i], &operand);
+    if (rc != TJ_OK) {
+      tj__prefix_error(rc, "%s: argument %d '%s': ", k->name, i, input_name(k, i));
+      return tj_error_at(rc, i, -1, TJ_PRODUCER_NONE);
     }
-    if (operand >= frame->args.size || frame->args.types[operand] != 1)
-      return tj_set_error(TJ_EVALUE, "%s: the call has %lld buffer operands", what,
-                          (long long)frame->args.size);
-    const tj_xla_buffer *buffer = frame->args.items[operand++];
-    int rc = TJ_OK;
-    if (kind == 's') {
-      if (buffer->rank != 0) {
-        rc = tj_set_error(TJ_EVALUE, "%s: a scalar's operand must have rank 0, got %lld", what,
-                          (long long)buffer->rank);
-      } else if (device.device_type != kDLCPU) {
-        rc = tj_set_error(TJ_EVALUE,
-                          "%s: a scalar traced on %s cannot be read by the host; "
-                          "give a Python number",
-                          what, tj_device_name(device.device_type));
-      } else {
-        rc = read_scalar(buffer->dtype, buffer->data, &call->args[i], what);
-      }
-    } else if (kind == 'b' || kind == 'w') {
-      rc = read_buffer(buffer, device, &call->tensors[i], &call->args[i], what);
-      if (kind == 'w') call->written[call->nwritten++] = i;
-    } else {
-      rc = tj_set_error(TJ_EVALUE, "%s: unknown input kind '%c'", what, kind);
-    }
-    if (rc != TJ_OK) return tj_error_at(rc, i, -1, TJ_PRODUCER_NONE);
   }
   return TJ_OK;
 }
@@ -320,10 +340,9 @@ static int run(tj_xla_call_frame *frame, xla_call *call) {
   tj_arg outputs[TJ_MAX_OUTPUTS];
   DLTensor tensors[TJ_MAX_OUTPUTS];
   for (int32_t o = 0; o < nresults; ++o) {
-    char what[160];
-    snprintf(what, sizeof(what), "%s: output %d", k->name, o);
-    rc = read_buffer(frame->rets.items[o], device, &tensors[o], &outputs[o], what);
-    if (rc == TJ_OK) rc = tj_call_set_output(&bound, o, &outputs[o]);
+    rc = read_buffer(frame->rets.items[o], device, &tensors[o], &outputs[o]);
+    if (rc != TJ_OK) return tj__prefix_error(rc, "%s: result %d: ", k->name, o);
+    rc = tj_call_set_output(&bound, o, &outputs[o]);
     if (rc != TJ_OK) return rc;
   }
   if (device.device_type != kDLCPU) {

@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from ctypes import POINTER, Structure, c_char_p, c_int32, c_int64, c_size_t, c_uint32, c_void_p
+from ctypes import POINTER, Structure, c_char_p, c_int32, c_int64, c_size_t, c_void_p
 
 import jax
 import numpy
 
-from ..builder.torch_schema import op_name
 from ..language import dtypes
 from ..language.lang import Buffer, Scalar
 from ..native import abi
@@ -39,7 +38,6 @@ _MAX_NDIM, _MAX_OUTPUTS = 16, 16
 _ALIGNED = 1 << 16  # the address a traced operand stands at: aligned as XLA aligns
 _PLATFORMS = {"cpu": ("cpu", abi.kDLCPU), "cuda": ("CUDA", abi.kDLCUDA)}
 _NAMES = {(d.code, d.bits): d.name for d in dtypes.DTYPES.values()}
-_VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_all")
 
 
 class _Buffer(Structure):  # tj_xla_buffer
@@ -99,17 +97,13 @@ _lock = threading.Lock()
 _registered: dict = {}  # (target name, platform) -> the kernel registered under it
 
 
-def target_name(kernel) -> str:
-    """``kernel.jax_target``: ``tilejit_<kernel>_<16 hex digits>``, from the kernel's
-    content as its torch op's name (the same in every process that has the kernel)."""
-    return f"tilejit_{op_name(kernel)}"
-
-
 def register(kernel) -> str:
     """Registers ``kernel`` with the core's handler and XLA (once per process and
     target); its target name."""
-    name = target_name(kernel)
+    name = kernel.jax_target
     platform, device_type = _PLATFORMS[kernel.target]
+    if (name, platform) in _registered:
+        return name
     with _lock:
         if (name, platform) not in _registered:
             core = _core()
@@ -137,10 +131,6 @@ class _Described:
         for position, value in enumerate(args):
             param = inputs[position] if position < len(inputs) else None
             self.layout.append(self._letter(kernel, position, param, value))
-        # Trailing optional buffers left out: None, as a direct call takes them.
-        while len(self.layout) < len(inputs) and isinstance(inputs[len(self.layout)], Buffer) \
-                and inputs[len(self.layout)].optional:
-            self.layout.append("n")
 
     def _letter(self, kernel, position: int, param, value) -> str:
         if param is None:
@@ -152,6 +142,11 @@ class _Described:
             if isinstance(param, Scalar):
                 if array.ndim != 0:
                     return self._other(position, type(value))
+                if isinstance(array, jax.core.Tracer) and param._symbol in _sizes(kernel):
+                    raise TypeError(
+                        f"{kernel.name}: argument {position} '{_input_name(kernel, position)}'"
+                        f" sets a size of the call, which XLA must know when it compiles: "
+                        f"give it as a Python int, not a traced value")
                 self.operands.append(array)
                 return "s"
             self.operands.append(array)
@@ -170,6 +165,13 @@ class _Described:
             return "a"
         return self._other(position, type(value))
 
+    def key(self) -> tuple:
+        """What makes two calls the same program: the letters, the attributes (with their
+        types) and the operands' shapes and dtypes."""
+        return ("".join(self.layout),
+                tuple((k, type(v).__name__, v) for k, v in sorted(self.attrs.items())),
+                tuple((a.shape, a.dtype) for a in self.operands))
+
     def _other(self, position: int, cls: type) -> str:
         self.attrs[f"tj_{position}"] = f"{cls.__module__}.{cls.__qualname__}" \
             if cls.__module__ != "builtins" else cls.__qualname__
@@ -178,8 +180,21 @@ class _Described:
 
 def _inputs(kernel) -> list:
     """The kernel's inputs (the parameters a call gives), in declaration order."""
-    names = set(kernel._core_kernel.input_names)
-    return [p for p, name in zip(kernel.params, kernel._sig.names) if name in names]
+    inputs = kernel.__dict__.get("_jax_inputs")
+    if inputs is None:
+        names = set(kernel._core_kernel.input_names)
+        inputs = kernel.__dict__["_jax_inputs"] = [
+            p for p, name in zip(kernel.params, kernel._sig.names) if name in names]
+    return inputs
+
+
+def _input_name(kernel, position: int) -> str:
+    return kernel._core_kernel.input_names[position]
+
+
+def _sizes(kernel) -> set:
+    """The symbols a scalar input sets (a size the outputs' shapes may depend on)."""
+    return {s for s in kernel._sig.symbols if s.scalar is not None}
 
 
 def _allocated(kernel) -> int:
@@ -244,7 +259,7 @@ def _xla_type(kernel, array) -> int:
 def _attributes(kernel, described: _Described, for_core: bool):
     """The call's attributes: as ``ffi_call`` keywords, or (``for_core``) as the core reads
     them (``tj_xla_attrs``, sorted by name as XLA sorts them)."""
-    key = target_name(kernel)
+    key = kernel.jax_target
     named = {"tilejit": key, "tilejit_inputs": "".join(described.layout), **described.attrs}
     if not for_core:
         return named
@@ -275,26 +290,61 @@ def _attributes(kernel, described: _Described, for_core: bool):
 
 def call(kernel, args: tuple):
     """``kernel(*args)`` with JAX arrays among ``args``: the XLA custom call (see the
-    module)."""
+    module). Checked and made once per kind of call (the letters, the attributes' values,
+    the operands' shapes and dtypes), then a jitted function JAX dispatches directly."""
     name = register(kernel)
     described = _Described(kernel, args)
-    results = _bind(kernel, described)
-    noutputs = kernel._core_kernel.num_outputs
+    key = (described.key(), kernel.jax_vmap_method)
+    made = kernel.__dict__.get("_jax_calls")
+    if made is None:
+        made = kernel.__dict__.setdefault("_jax_calls", {})
+    function = made.get(key)
+    if function is None:
+        function = made[key] = _made(kernel, name, described, _bind(kernel, described))
+    return function(*described.operands)
+
+
+def _made(kernel, name: str, described: _Described, results: list):
+    """The jitted call for calls like ``described``, whose kernel makes ``results``."""
     allocated = len(results)
     aliases = {}
     for w, operand in enumerate(described.written):
-        aliases[operand] = len(results) + w
+        aliases[operand] = allocated + w
         written = described.operands[operand]
         results.append(jax.ShapeDtypeStruct(written.shape, written.dtype))
-    method = getattr(kernel, "jax_vmap_method", None) or "sequential"
-    ffi = jax.ffi.ffi_call(name, results, vmap_method=method,
+    ffi = jax.ffi.ffi_call(name, results, vmap_method=kernel.jax_vmap_method,
                            input_output_aliases=aliases or None)
-    out = ffi(*described.operands, **_attributes(kernel, described, for_core=False))
-    out = list(out) if isinstance(out, (list, tuple)) else [out]
-    returned = [out[o] for o in kernel._out_order][:noutputs] + out[allocated:]
-    if not returned:
-        return None
-    return returned[0] if len(returned) == 1 else tuple(returned)
+    run = _undifferentiable(kernel, ffi, _attributes(kernel, described, for_core=False))
+    order = kernel._out_order
+
+    def returned(*operands):
+        out = run(*operands)
+        out = list(out) if isinstance(out, (list, tuple)) else [out]
+        values = [out[o] for o in order] + out[allocated:]
+        if not values:
+            return None
+        return values[0] if len(values) == 1 else tuple(values)
+
+    return jax.jit(returned)
+
+
+def _undifferentiable(kernel, ffi, attributes: dict):
+    """The call as a function of its operands that JAX refuses to differentiate with a
+    message saying how to give it a derivative (the custom call has none)."""
+
+    @jax.custom_jvp
+    def run(*operands):
+        return ffi(*operands, **attributes)
+
+    @run.defjvp
+    def refuse(primals, tangents):
+        raise TypeError(
+            f"{kernel.name}: JAX cannot differentiate a tilejit kernel by itself. Give the "
+            "function that calls it a derivative rule: jax.custom_vjp (a forward and a "
+            "backward, each of which may call tilejit kernels) or jax.custom_jvp; "
+            "see docs/jax.md")
+
+    return run
 
 
 class JaxAdapter(frameworks.Adapter):

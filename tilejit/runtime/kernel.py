@@ -98,6 +98,34 @@ class JITKernel:
         return list(self._sig.out_idx)
 
     @property
+    def jax_target(self) -> str:
+        """The name of the kernel's XLA FFI target (``tilejit_<name>_<16 hex digits>``),
+        from the kernel's content as its torch op's name: the same in every process that
+        has the kernel, which is what a ``jax.export``-ed program calling it records."""
+        name = self.__dict__.get("_jax_target")
+        if name is None:
+            from ..builder.torch_schema import op_name
+
+            name = self.__dict__["_jax_target"] = f"tilejit_{op_name(self)}"
+        return name
+
+    @property
+    def jax_vmap_method(self) -> str:
+        """How ``jax.vmap`` batches a call on JAX arrays (``ffi_call``'s ``vmap_method``):
+        ``"sequential"`` (one call per element of the batch; right for every kernel) unless
+        set to ``"expand_dims"`` or ``"broadcast_all"``, for a kernel that takes a leading
+        batch dimension on every buffer."""
+        return self.__dict__.get("_jax_vmap_method", "sequential")
+
+    @jax_vmap_method.setter
+    def jax_vmap_method(self, method: str) -> None:
+        allowed = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_all")
+        if method not in allowed:
+            raise ValueError(f"{self.name}: jax_vmap_method must be one of "
+                             f"{', '.join(map(repr, allowed))}, got {method!r}")
+        self.__dict__["_jax_vmap_method"] = method
+
+    @property
     def target(self) -> str:
         return self._sig.target
 

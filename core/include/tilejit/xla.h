@@ -20,8 +20,15 @@
  *                   operand; 's' the next operand, a 0-d buffer holding a
  *                   scalar's value (host memory only); 'a' a scalar
  *                   attribute named "tj_<position>" (position: the input's, in
- *                   decimal); 'n' None (an optional buffer left out).
- * Results: the kernel's outputs in output order, then one per 'w' input.
+ *                   decimal); 'n' None (an optional buffer left out); 'o'
+ *                   an object no kernel takes, its type's name the string
+ *                   attribute "tj_<position>" (refused, naming it: only
+ *                   tj_xla_bind meets it at trace time). A call may describe
+ *                   fewer or more inputs than the kernel has: the core
+ *                   refuses a wrong count as a direct call's (trailing
+ *                   optional buffers may be left out).
+ * Results: the kernel's outputs in output order, then its workspaces, then
+ * one per 'w' input.
  */
 #ifndef TILEJIT_XLA_H_
 #define TILEJIT_XLA_H_
