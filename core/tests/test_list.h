@@ -188,6 +188,9 @@
   /* test_torch.c */                                  \
   X(torch_without_libtorch)                           \
   X(torch_refuses_null_arguments)                     \
-  X(torch_plain_object_reads_in_place)
+  X(torch_plain_object_reads_in_place)                \
+  /* test_xla.c */                                    \
+  X(xla_handler_runs_a_registered_kernel)             \
+  X(xla_handler_answers_the_metadata_query)
 
 #endif /* TILEJIT_TESTS_TEST_LIST_H_ */
