@@ -48,7 +48,7 @@ def _c_field(name: str) -> str:
 def c_facts(tmp_path_factory) -> dict[str, str]:
     """``{key: value}`` printed by a program compiled against the headers."""
     lines = ['#include <stddef.h>', '#include <stdio.h>', '#include "tilejit/tilejit.h"',
-             '#include "tilejit/layout.h"', "int main(void) {"]
+             '#include "tilejit/layout.h"', '#include "tilejit/xla.h"', "int main(void) {"]
     for name in abi.NAMES:
         if isinstance(getattr(abi, name), str):
             lines.append(f'  printf("{name} %s\\n", {name});')

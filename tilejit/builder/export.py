@@ -180,7 +180,10 @@ def header_text(kernel) -> str:
     lines += [" */", f"#ifndef TILEJIT_EXPORT_{upper}_H_", f"#define TILEJIT_EXPORT_{upper}_H_",
               "", f"#define {upper}_NUM_ARGS {len(args)}",
               f"#define {upper}_NUM_OUTPUTS {len(outputs)}",
-              f"#define {upper}_NUM_WORKSPACES {len(workspaces)}"]
+              f"#define {upper}_NUM_WORKSPACES {len(workspaces)}",
+              "/* The XLA FFI target a JAX program calls it by (tilejit/xla.h): register the",
+              " * opened kernel under it with tj_xla_register, and tj_xla_handler with XLA. */",
+              f"#define {upper}_JAX_TARGET \"{kernel.jax_target}\""]
     lines += [f"#define {upper}_ARG_{sig.names[i].upper()} {j}" for j, i in enumerate(args)]
     lines += [f"#define {upper}_OUTPUT_{sig.names[i].upper()} {j}"
               for j, i in enumerate(outputs)]

@@ -100,7 +100,7 @@ _registered: dict = {}  # (target name, platform) -> the kernel registered under
 def register(kernel) -> str:
     """Registers ``kernel`` with the core's handler and XLA (once per process and
     target); its target name."""
-    name = kernel.jax_target
+    name = kernel.__dict__.get("_jax_target") or kernel.jax_target
     platform, device_type = _PLATFORMS[kernel.target]
     if (name, platform) in _registered:
         return name
@@ -120,6 +120,28 @@ def _capsule(address: int):
     new = ctypes.pythonapi.PyCapsule_New
     new.restype, new.argtypes = ctypes.py_object, [c_void_p, c_char_p, c_void_p]
     return new(address, None, None)
+
+
+def describe() -> str:
+    """For ``python -m tilejit doctor``: whether XLA takes the core's handler, asked by
+    registering it under a name of its own (XLA queries the handler's FFI version and
+    traits when a target is registered, and refuses a handler it cannot call)."""
+    core = _core()
+    handler = ctypes.cast(core.tj_xla_handler, c_void_p).value
+    try:
+        with _lock:
+            if ("tilejit_doctor", "cpu") not in _registered:
+                jax.ffi.register_ffi_target("tilejit_doctor", _capsule(handler), platform="cpu")
+                _registered[("tilejit_doctor", "cpu")] = None
+    except Exception as exc:  # noqa: BLE001 - said as it is
+        return f"XLA refuses the core's handler: {type(exc).__name__}: {exc}"
+    return ("kernels run as XLA FFI custom calls through the core's handler "
+            f"(tj_xla_handler, XLA FFI API {abi_version()}), which XLA accepts")
+
+
+def abi_version() -> str:
+    """The XLA FFI version the handler declares (tilejit/xla.h)."""
+    return f"{abi.TJ_XLA_API_MAJOR}.{abi.TJ_XLA_API_MINOR}"
 
 
 class _Described:
@@ -199,7 +221,7 @@ def _sizes(kernel) -> set:
 
 def _allocated(kernel) -> int:
     """How many results the handler writes: the outputs, then the workspaces."""
-    return len(kernel.params) - kernel._core_kernel.num_inputs
+    return kernel._core_kernel.num_outputs + len(kernel.program.workspaces)
 
 
 def _is_output(kernel, param) -> bool:
@@ -362,6 +384,9 @@ class JaxAdapter(frameworks.Adapter):
             raise ValueError(f"{kernel.name}: stream= cannot be given with JAX arrays: the "
                              "call runs on the stream XLA gives it")
         return call(kernel, args)
+
+    def publish(self, kernel) -> None:
+        register(kernel)
 
     def allocator(self, dtype: str, device: tuple[int, int]):
         def refuse(shape):

@@ -230,6 +230,8 @@ def load(path, execution_backend: str = "auto"):
                        loaded.prebuilt, core_kernel=core_kernel, binary_digests=loaded.digests)
     kernel._export_images = loaded.images
     kernel._cuda_arch = loaded.cuda_arch
+    if "jax" in sys.modules:  # registered for jax.export-ed programs that call it
+        kernel.jax_target  # noqa: B018 - read for its registration
     return kernel
 
 

@@ -82,6 +82,11 @@ class Adapter:
         """Runs a call the core handed back because this framework claimed it."""
         raise RuntimeError(f"{kernel.name}: the {self.name} adapter claims no calls")
 
+    def publish(self, kernel) -> None:
+        """Makes ``kernel`` callable by programs the framework compiled without calling it
+        here (JAX: a ``jax.export``-ed program naming the kernel's XLA target)."""
+        return
+
     def import_refusal(self, obj) -> str | None:
         """Why ``obj`` cannot be imported, when the adapter can say it plainly."""
         return None

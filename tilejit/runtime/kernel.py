@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import weakref
 from typing import ClassVar
 
@@ -101,12 +102,16 @@ class JITKernel:
     def jax_target(self) -> str:
         """The name of the kernel's XLA FFI target (``tilejit_<name>_<16 hex digits>``),
         from the kernel's content as its torch op's name: the same in every process that
-        has the kernel, which is what a ``jax.export``-ed program calling it records."""
+        has the kernel, which is what a ``jax.export``-ed program calling it records. In a
+        process that has imported JAX, the target is registered with XLA once this is
+        read (``tilejit.load`` reads it), so such a program finds it."""
         name = self.__dict__.get("_jax_target")
         if name is None:
             from ..builder.torch_schema import op_name
 
             name = self.__dict__["_jax_target"] = f"tilejit_{op_name(self)}"
+            if "jax" in sys.modules:
+                frameworks.adapter_named("jax").publish(self)
         return name
 
     @property

@@ -156,7 +156,8 @@ def _fast_paths() -> dict:
 def report() -> dict:
     packages = {name: _version(dist) for name, dist in (
         ("torch", "torch"), ("numpy", "numpy"), ("tilelang", "tilelang"),
-        ("tvm-ffi", "apache-tvm-ffi"), ("cython", "Cython"))}
+        ("tvm-ffi", "apache-tvm-ffi"), ("cython", "Cython"), ("jax", "jax"),
+        ("jaxlib", "jaxlib"))}
     cached_before = _cached_before()
     compilers, cuda, paths = _compilers(), _cuda(), _fast_paths()
     return {
@@ -170,7 +171,18 @@ def report() -> dict:
         "remote_cache": _cache.remote_report(),
         "torch_ops": _torch_ops() if packages["torch"] is not None else None,
         "torch_range": _torch_range(packages["torch"]),
+        "jax": _jax() if packages["jax"] is not None else None,
     }
+
+
+def _jax() -> str:
+    """How kernels run in JAX programs here (XLA custom calls), or why not."""
+    try:
+        from ..frameworks import jax as jax_wing
+
+        return jax_wing.describe()
+    except Exception as exc:  # noqa: BLE001 - a broken JAX: say so
+        return f"unavailable: {type(exc).__name__}: {exc}"
 
 
 def _torch_range(version: str | None) -> dict | None:
@@ -251,6 +263,8 @@ def _text(info: dict) -> str:
         lines.append(f"  {mark} {name}: {state['why']}")
     if info["torch_ops"] is not None:
         lines += ["", f"torch ops: {info['torch_ops']}"]
+    if info["jax"] is not None:
+        lines += ["", f"jax: {info['jax']}"]
     lines += ["", f"cache dir: {info['cache_dir'] or 'default (TILEJIT_CACHE_DIR unset)'}"]
     lines.append(f"remote cache: {_remote_line(info['remote_cache'])}")
     return "\n".join(lines)
