@@ -43,6 +43,9 @@ def main(argv=None) -> int:
     bench.add_argument("--torch-compile", action="store_true",
                        help="instead: a tilejit kernel inside torch.compile (inductor), next "
                             "to torch.add")
+    bench.add_argument("--jax", action="store_true",
+                       help="instead: a tilejit kernel called with JAX arrays (jitted and "
+                            "eager), next to jax.numpy (default 20000 calls per repeat)")
     doctor = sub.add_parser("doctor", help="what this installation has and uses: versions, "
                                            "compilers, builds, CUDA, fast paths")
     doctor.add_argument("--json", action="store_true", help="print it as JSON")

@@ -247,7 +247,7 @@ static int read_inputs(const tj_xla_call_frame *frame, DLDevice device, xla_call
   /* As many arguments as the call gave: the core says what a wrong count is. */
   int32_t given = layout->len < TJ_MAX_PARAMS ? (int32_t)layout->len : TJ_MAX_PARAMS;
   call->ninputs = given >= k->nrequired && given < k->ninputs ? k->ninputs : given;
-  for (int32_t i = 0; i < TJ_MAX_PARAMS; ++i) tj_arg_init(&call->args[i]);
+  for (int32_t i = 0; i < call->ninputs; ++i) tj_arg_init(&call->args[i]);
   int64_t operand = 0;
   for (int32_t i = 0; i < given && i < k->ninputs; ++i) {
     int rc = read_input(frame, device, call, i, layout->ptr[i], &operand);

@@ -730,13 +730,10 @@ def _table(title: str, ratio_names: tuple[str, ...],
 
 
 def _header(calls: int, repeats: int, quick: bool, elapsed_build: float) -> list[str]:
-    import torch
-
-
     fewer = f" (fewer than the {REPORT_MIN_CALLS:,} a reportable run uses)" if calls < REPORT_MIN_CALLS \
         else ""
     machine = (f"machine: {platform.platform()}, {_cpu_model()} ({os.cpu_count()} logical "
-               f"CPUs) · python {platform.python_version()} · torch {torch.__version__} · "
+               f"CPUs) · python {platform.python_version()} · torch {_version('torch')} · "
                f"apache-tvm-ffi {_version('tvm_ffi')} · tilelang {_version('tilelang')} · "
                f"tilejit {__version__}")
     method = (f"calls: {repeats} repeats × {calls:,} calls per row{fewer}, rows interleaved per "
@@ -996,14 +993,74 @@ def run_torch_compile(calls: int = REPORT_MIN_CALLS, repeats: int = 11) -> tuple
     return "\n".join(lines), all(row.times for row in rows)
 
 
+# ---- F. JAX (``--jax``) ------------------------------------------------------------------
+
+
+def run_jax(calls: int = REPORT_MIN_CALLS, repeats: int = 11) -> tuple[str, bool]:
+    """Case F: a tilejit kernel called with JAX arrays (an XLA custom call, docs/jax.md),
+    jitted and eager, next to ``jnp``'s add in the same run; and on 1M elements, the
+    jitted call next to the same kernel called directly on NumPy arrays (what the handler
+    adds does not grow with the size). Returns the report and whether every row ran.
+
+    >>> report, ok = run_jax(calls=2_000, repeats=5)
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    start = time.perf_counter()
+    n = T.symbol("n")
+    add = tilejit.compile(tilejit.Program(name="tj_bench_add", source=_ADD_SOURCE, params=[
+        T.Buffer((n,), "float32", name="A", const=True),
+        T.Buffer((n,), "float32", name="B", const=True),
+        T.Buffer((n,), "float32", name="C")]), out_idx=-1, compile_flags=[])
+
+    def ready(fn):
+        return lambda *args: fn(*args).block_until_ready()
+
+    jit_add, jit_jnp = jax.jit(lambda x, y: add(x, y)), jax.jit(lambda x, y: x + y)
+    small = (jnp.ones(N, jnp.float32), jnp.ones(N, jnp.float32))
+    large = (jnp.ones(1 << 20, jnp.float32), jnp.ones(1 << 20, jnp.float32))
+    large_np = tuple(np.ones(1 << 20, np.float32) for _ in range(2))
+    rows = [
+        Row(f"jitted: jnp add, {N} float32", ready(jit_jnp), small, required=True),
+        Row(f"jitted: tilejit add, {N} float32", ready(jit_add), small, required=True,
+            note="reference: the jitted jnp add"),
+        Row(f"eager: jnp a + b, {N} float32", ready(jnp.add), small, required=True),
+        Row(f"eager: tilejit add(a, b), {N} float32", ready(add), small, required=True,
+            note="reference: jnp's eager add"),
+        Row("jitted: tilejit add, 1M float32", ready(jit_add), large, required=True,
+            note="reference: the direct call on NumPy arrays below"),
+        Row("direct: tilejit add on NumPy arrays, 1M float32", add, large_np, required=True),
+        Row("jitted: jnp add, 1M float32", ready(jit_jnp), large, required=True),
+    ]
+    for row in rows:  # compiled (and checked) before anything is timed
+        row.fn(*row.args)
+    elapsed_build = time.perf_counter() - start
+    _measure(rows, calls, repeats)
+    references = {rows[1].name: (rows[0], "≤ 1.25×"), rows[3].name: (rows[2], ""),
+                  rows[4].name: (rows[5], "")}
+    table = []
+    for row in rows:
+        reference, target = references.get(row.name, (None, ""))
+        table.append((row, (reference.median if reference else None,), target))
+    lines = [*_header(calls, repeats, False, elapsed_build),
+             f"jax {jax.__version__}, jaxlib {_version('jaxlib')}, {jax.default_backend()}", "",
+             *_table("F. JAX: a tilejit kernel as an XLA custom call (jax.jit and eager), each "
+                     "call waited for (block_until_ready)", ("× reference",), table), ""]
+    return "\n".join(lines), all(row.times for row in rows)
+
+
 def main(args) -> int:
     """Entry point of ``python -m tilejit bench``; ``args`` has ``calls``, ``repeats`` (None:
-    the defaults), ``out``, ``quick`` and ``torch_compile``. Returns 1 when a row tilejit is
+    the defaults), ``out``, ``quick``, ``torch_compile`` and ``jax``. Returns 1 when a row tilejit is
     responsible for could not run."""
     start = time.perf_counter()
     calls, repeats = args.calls or REPORT_MIN_CALLS, args.repeats or 11
     if getattr(args, "torch_compile", False):
         report, ok = run_torch_compile(calls=calls, repeats=repeats)
+    elif getattr(args, "jax", False):
+        report, ok = run_jax(calls=args.calls or 20_000, repeats=repeats)
     else:
         report, ok = run(calls=calls, repeats=repeats, quick=args.quick)
     print(report, end="")

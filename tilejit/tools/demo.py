@@ -8,6 +8,7 @@ CUDA, including the wait for the GPU to finish).
 
 from __future__ import annotations
 
+import importlib.util
 import statistics
 import time
 
@@ -132,10 +133,44 @@ def run(print_fn=print, target="cpu") -> bool:
     rows.append(("row_stats (max, sum)", "(300, 77) strided", err, t_rs,
                  _per_call_us(row_stats, x, calls=500)))
 
-    return _report(rows, print_fn)
+    ok = _report(rows, print_fn)
+    if importlib.util.find_spec("jax") is not None:
+        ok = run_jax((vec_add, t_vec), (matmul, t_mm), (row_stats, t_rs), print_fn) and ok
+    return ok
 
 
-def _report(rows, print_fn) -> bool:
+def run_jax(vec_add, matmul, row_stats, print_fn=print) -> bool:
+    """The same kernels called with JAX arrays, eagerly and inside ``jax.jit`` (XLA custom
+    calls, docs/jax.md), against ``jax.numpy``; each argument is ``(kernel, compile ms)``."""
+    import jax
+    import jax.numpy as jnp
+
+    print_fn("")
+    print_fn(f"JAX {jax.__version__} ({jax.default_backend()}): the same kernels as XLA custom "
+             "calls")
+    key = jax.random.PRNGKey(0)
+    rows = []
+    (add, t_add), (mm, t_mm), (stats, t_stats) = vec_add, matmul, row_stats
+    jitted_add = jax.jit(lambda a, b: add(a, b))
+    for size in (1000, 1 << 20):
+        a, b = jax.random.uniform(key, (size,)), jax.random.uniform(key, (size,)) + 1
+        err = float(jnp.abs(jitted_add(a, b) - (a + b)).max())
+        rows.append(("vec_add, jitted", f"({size},)", err, t_add,
+                     _per_call_us(lambda x, y: jitted_add(x, y).block_until_ready(), a, b)))
+    a, b = jax.random.normal(key, (257, 128)), jax.random.normal(key, (128, 64))
+    err = float(jnp.abs(mm(a, b) - a @ b).max())
+    rows.append(("matmul, eager", "(257, 128) @ (128, 64)", err, t_mm,
+                 _per_call_us(lambda x, y: mm(x, y).block_until_ready(), a, b, calls=200)))
+    x = jax.random.normal(key, (300, 77))
+    jitted_stats = jax.jit(stats)
+    mx, sm = jitted_stats(x)
+    err = max(float(jnp.abs(mx - x.max(axis=1)).max()), float(jnp.abs(sm - x.sum(axis=1)).max()))
+    rows.append(("row_stats (max, sum), jitted", "(300, 77)", err, t_stats,
+                 _per_call_us(lambda v: jax.block_until_ready(jitted_stats(v)), x, calls=500)))
+    return _report(rows, print_fn, "jax.numpy")
+
+
+def _report(rows, print_fn, reference: str = "torch") -> bool:
     ok = all(err < 1e-3 for _, _, err, _, _ in rows)
     header = ("kernel", "shape", "max error", "compile ms", "per call us")
     table = [header] + [(k, s, f"{e:.2e}", f"{c:.1f}", f"{p:.2f}") for k, s, e, c, p in rows]
@@ -144,7 +179,7 @@ def _report(rows, print_fn) -> bool:
         print_fn("  ".join(cell.ljust(w) for cell, w in zip(r, widths)))
         if i == 0:
             print_fn("  ".join("-" * w for w in widths))
-    print_fn("all kernels match torch" if ok else "MISMATCH against torch")
+    print_fn(f"all kernels match {reference}" if ok else f"MISMATCH against {reference}")
     return ok
 
 
