@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from ctypes import POINTER, Structure, c_char_p, c_int32, c_int64, c_size_t, c_void_p
+from ctypes import POINTER, c_char_p, c_int32, c_int64, c_void_p
 
 import jax
 import numpy
@@ -31,6 +31,27 @@ import numpy
 from ..language import dtypes
 from ..language.lang import Buffer, Scalar
 from ..native import abi
+from ..native.ctypes_abi import (
+    DLDataType,
+)
+from ..native.ctypes_abi import (
+    TjXlaAttrs as _Attrs,
+)
+from ..native.ctypes_abi import (
+    TjXlaBuffer as _Buffer,
+)
+from ..native.ctypes_abi import (
+    TjXlaByteSpan as _Span,
+)
+from ..native.ctypes_abi import (
+    TjXlaCallFrame as _Frame,
+)
+from ..native.ctypes_abi import (
+    TjXlaList as _List,
+)
+from ..native.ctypes_abi import (
+    TjXlaScalar as _Scalar,
+)
 from ..native.library import core_library, exception_class
 from ..runtime import frameworks
 
@@ -38,40 +59,6 @@ _MAX_NDIM, _MAX_OUTPUTS = 16, 16
 _ALIGNED = 1 << 16  # the address a traced operand stands at: aligned as XLA aligns
 _PLATFORMS = {"cpu": ("cpu", abi.kDLCPU), "cuda": ("CUDA", abi.kDLCUDA)}
 _NAMES = {(d.code, d.bits): d.name for d in dtypes.DTYPES.values()}
-
-
-class _Buffer(Structure):  # tj_xla_buffer
-    _fields_ = [("struct_size", c_size_t), ("extension_start", c_void_p), ("dtype", c_int32),
-                ("data", c_void_p), ("rank", c_int64), ("dims", POINTER(c_int64))]
-
-
-class _Span(Structure):  # tj_xla_byte_span
-    _fields_ = [("ptr", c_char_p), ("len", c_size_t)]
-
-
-class _Scalar(Structure):  # tj_xla_scalar
-    _fields_ = [("dtype", c_int32), ("value", c_void_p)]
-
-
-class _List(Structure):  # tj_xla_list
-    _fields_ = [("struct_size", c_size_t), ("extension_start", c_void_p), ("size", c_int64),
-                ("types", POINTER(c_int32)), ("items", POINTER(c_void_p))]
-
-
-class _Attrs(Structure):  # tj_xla_attrs
-    _fields_ = [("struct_size", c_size_t), ("extension_start", c_void_p), ("size", c_int64),
-                ("types", POINTER(c_int32)), ("names", POINTER(POINTER(_Span))),
-                ("attrs", POINTER(c_void_p))]
-
-
-class _Frame(Structure):  # tj_xla_call_frame
-    _fields_ = [("struct_size", c_size_t), ("extension_start", c_void_p), ("api", c_void_p),
-                ("ctx", c_void_p), ("stage", c_int32), ("args", _List), ("rets", _List),
-                ("attrs", _Attrs), ("future", c_void_p)]
-
-
-class _DType(Structure):  # DLDataType
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
 
 
 # XLA's PrimitiveType of each element type a kernel takes (xla_data.proto).
@@ -88,7 +75,7 @@ def _core():
         core.tj_xla_register.argtypes = [c_char_p, c_void_p, c_int32]
         core.tj_xla_bind.restype = c_int32
         core.tj_xla_bind.argtypes = [POINTER(_Frame), POINTER(c_int32), POINTER(c_int64),
-                                     POINTER(_DType)]
+                                     POINTER(DLDataType)]
         core._tilejit_xla = True
     return core
 
@@ -264,7 +251,7 @@ def _bind(kernel, described: _Described):
     core = _core()
     ndim = (c_int32 * _MAX_OUTPUTS)()
     shape = (c_int64 * (_MAX_OUTPUTS * _MAX_NDIM))()
-    dtype = (_DType * _MAX_OUTPUTS)()
+    dtype = (DLDataType * _MAX_OUTPUTS)()
     rc = core.tj_xla_bind(ctypes.byref(frame), ndim, shape, dtype)
     del keep
     if rc:

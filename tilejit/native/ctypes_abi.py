@@ -12,8 +12,10 @@ from ctypes import (
     POINTER,
     Structure,
     c_char_p,
+    c_int,
     c_int32,
     c_int64,
+    c_size_t,
     c_ssize_t,
     c_uint8,
     c_uint16,
@@ -141,6 +143,79 @@ class TjHostPlan(Structure):
                 ("record_wrapped", c_void_p), ("record_off", c_void_p * 2),
                 ("record_mode", c_void_p), ("record_plain", c_void_p),
                 ("record_plain_context", c_void_p)]
+
+
+# ---- tilejit/xla.h: the part of XLA's FFI C API the core's handler reads ------------------
+
+
+class TjXlaBuffer(Structure):
+    _c_name_ = "tj_xla_buffer"
+    _fields_ = [("struct_size", c_size_t), ("extension_start", c_void_p), ("dtype", c_int32),
+                ("data", c_void_p), ("rank", c_int64), ("dims", POINTER(c_int64))]
+
+
+class TjXlaByteSpan(Structure):
+    _c_name_ = "tj_xla_byte_span"
+    _fields_ = [("ptr", c_char_p), ("len", c_size_t)]
+
+
+class TjXlaScalar(Structure):
+    _c_name_ = "tj_xla_scalar"
+    _fields_ = [("dtype", c_int32), ("value", c_void_p)]
+
+
+class TjXlaList(Structure):
+    _c_name_ = "tj_xla_list"
+    _fields_ = [("struct_size", c_size_t), ("extension_start", c_void_p), ("size", c_int64),
+                ("types", POINTER(c_int32)), ("items", POINTER(c_void_p))]
+
+
+class TjXlaAttrs(Structure):
+    _c_name_ = "tj_xla_attrs"
+    _fields_ = [("struct_size", c_size_t), ("extension_start", c_void_p), ("size", c_int64),
+                ("types", POINTER(c_int32)), ("names", POINTER(POINTER(TjXlaByteSpan))),
+                ("attrs", POINTER(c_void_p))]
+
+
+class TjXlaApiVersion(Structure):
+    _c_name_ = "tj_xla_api_version"
+    _fields_ = [("struct_size", c_size_t), ("extension_start", c_void_p),
+                ("major_version", c_int), ("minor_version", c_int)]
+
+
+class TjXlaApi(Structure):
+    _c_name_ = "tj_xla_api"
+    _fields_ = [("struct_size", c_size_t), ("extension_start", c_void_p),
+                ("api_version", TjXlaApiVersion), ("internal_api", c_void_p),
+                ("error_create", c_void_p), ("error_get_message", c_void_p),
+                ("error_destroy", c_void_p), ("handler_register", c_void_p),
+                ("stream_get", c_void_p), ("unused", c_void_p * 12),
+                ("device_ordinal_get", c_void_p)]
+
+
+class TjXlaCallFrame(Structure):
+    _c_name_ = "tj_xla_call_frame"
+    _fields_ = [("struct_size", c_size_t), ("extension_start", c_void_p), ("api", c_void_p),
+                ("ctx", c_void_p), ("stage", c_int32), ("args", TjXlaList),
+                ("rets", TjXlaList), ("attrs", TjXlaAttrs), ("future", c_void_p)]
+
+
+class TjXlaErrorCreateArgs(Structure):
+    _c_name_ = "tj_xla_error_create_args"
+    _fields_ = [("struct_size", c_size_t), ("extension_start", c_void_p),
+                ("message", c_char_p), ("errc", c_int32)]
+
+
+class TjXlaStreamGetArgs(Structure):
+    _c_name_ = "tj_xla_stream_get_args"
+    _fields_ = [("struct_size", c_size_t), ("extension_start", c_void_p), ("ctx", c_void_p),
+                ("stream", c_void_p)]
+
+
+class TjXlaDeviceOrdinalGetArgs(Structure):
+    _c_name_ = "tj_xla_device_ordinal_get_args"
+    _fields_ = [("struct_size", c_size_t), ("extension_start", c_void_p), ("ctx", c_void_p),
+                ("device_ordinal", c_int32)]
 
 
 __all__ = [name for name in dir() if name[0].isupper() and not name.startswith("_")]
