@@ -67,12 +67,10 @@ class _Xla:
         @CFUNCTYPE(c_void_p, POINTER(TjXlaStreamGetArgs))
         def stream_get(args):
             args.contents.stream = STREAM
-            return None
 
         @CFUNCTYPE(c_void_p, POINTER(TjXlaDeviceOrdinalGetArgs))
         def device_ordinal_get(args):
             args.contents.device_ordinal = self.device
-            return None
 
         self._keep = (error_create, stream_get, device_ordinal_get)
         self.api = TjXlaApi(struct_size=ctypes.sizeof(TjXlaApi),
