@@ -12,7 +12,7 @@ DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.glob("*.md"))
 # Optional packages a page's examples may import: a page that imports one runs only where
 # it is installed, and is reported skipped elsewhere.
-OPTIONAL = ("torch", "tilelang", "tvm_ffi")
+OPTIONAL = ("torch", "tilelang", "tvm_ffi", "jax")
 
 
 def skip_without_optional_imports(code: str) -> None:
