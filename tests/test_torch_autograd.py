@@ -327,8 +327,8 @@ def test_the_record_gate_reads_the_thread_and_tensors_in_place(k):
     # way, and the call still records the same gradient.
     import ctypes
 
-    from tilejit.runtime.fast_paths import FAST_PATHS
     from tilejit.native.library import core_library
+    from tilejit.runtime.fast_paths import FAST_PATHS
 
     x = _x().requires_grad_()
     k["sq"](x)
