@@ -368,3 +368,24 @@ def test_an_exported_program_without_its_kernel_says_which_target(k, tmp_path):
                           check=False)
     assert done.returncode != 0
     assert k["add"].jax_target in done.stderr
+
+
+def test_a_cuda_kernel_on_arrays_of_the_cpu_is_refused_as_a_direct_call_refuses(backend):
+    import tilejit
+    from tilejit.tools.demo import CUDA_VEC_ADD
+
+    program = tilejit.Program("vec_add", [T.Buffer((n,), "float32", name="A", const=True),
+                                          T.Buffer((n,), "float32", name="B", const=True),
+                                          T.Buffer((n,), "float32", name="C")],
+                              CUDA_VEC_ADD, grid=(T.ceildiv(n, 256),), block=(256,))
+    kernel = tilejit.compile(program, out_idx=-1, target="cuda", compiler="nvcc",
+                             execution_backend=backend)
+    x = np.ones(3, np.float32)
+    with pytest.raises(ValueError) as direct:
+        kernel(x, x)
+    for call in (lambda: kernel(jnp.asarray(x), jnp.asarray(x)),
+                 lambda: jax.jit(kernel)(jnp.asarray(x), jnp.asarray(x))):
+        with pytest.raises(ValueError) as refused:
+            call()
+        assert str(refused.value) == str(direct.value)
+        assert "expected a cuda tensor, got a tensor on device cpu:0" in str(refused.value)

@@ -272,12 +272,11 @@ static DLDevice device_of(const tj_xla_call_frame *frame, int32_t device_type) {
   return device;
 }
 
-int tj_xla_bind(const tj_xla_call_frame *frame, int32_t *out_ndim, int64_t *out_shape,
-                DLDataType *out_dtype) {
+int tj_xla_bind(const tj_xla_call_frame *frame, DLDevice device, int32_t *out_ndim,
+                int64_t *out_shape, DLDataType *out_dtype) {
   TJ__REFUSE_NULL("tj_xla_bind", frame);
   xla_call call;
-  DLDevice cpu = {kDLCPU, 0};
-  int rc = read_inputs(frame, cpu, &call);
+  int rc = read_inputs(frame, device, &call);
   if (rc != TJ_OK) return rc;
   tj_frame bound;
   rc = tj_call_bind(call.kernel, call.args, call.ninputs, &bound);

@@ -92,13 +92,17 @@ TEST(xla_handler_runs_a_registered_kernel) {
   f.frame.stage = 3;
 
   /* What tj_xla_bind gives a tracer: the output's shape and type. */
+  DLDevice cpu = {kDLCPU, 0}, cuda = {kDLCUDA, 0};
   int32_t ndim[TJ_MAX_OUTPUTS];
   int64_t shape[TJ_MAX_OUTPUTS * TJ_MAX_NDIM];
   DLDataType dtype[TJ_MAX_OUTPUTS];
-  CHECK_OK(tj_xla_bind(&f.frame, ndim, shape, dtype));
+  CHECK_OK(tj_xla_bind(&f.frame, cpu, ndim, shape, dtype));
   CHECK_EQ_INT(ndim[0], 1);
   CHECK_EQ_INT(shape[0], 5);
   CHECK(dtype[0].code == kDLFloat && dtype[0].bits == 32);
+  /* A program placed on another device than the kernel's: the direct call's refusal. */
+  CHECK_STATUS(tj_xla_bind(&f.frame, cuda, ndim, shape, dtype), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("vec_add: argument 0 'A': expected a cpu tensor");
 
   /* Refusals come back as XLA errors carrying the core's message. */
   int64_t four[1] = {4};
@@ -111,7 +115,7 @@ TEST(xla_handler_runs_a_registered_kernel) {
   CHECK(tj_xla_handler(&f.frame) != NULL);
   CHECK_EQ_INT(made_code, 3);
   CHECK(strncmp(made_message, "vec_add: argument 1 'B': ", 25) == 0);
-  CHECK_STATUS(tj_xla_bind(&f.frame, ndim, shape, dtype), TJ_EVALUE);
+  CHECK_STATUS(tj_xla_bind(&f.frame, cpu, ndim, shape, dtype), TJ_EVALUE);
   CHECK_EQ_STR(tj_last_error(), made_message);
   B.dtype = 11;
   /* A wrong count, as a direct call words it. */
@@ -141,7 +145,7 @@ TEST(xla_handler_runs_a_registered_kernel) {
   longest[sizeof(longest) - 1] = '\0';
   CHECK_STATUS(tj_xla_register(longest, again, kDLCPU), TJ_EVALUE);
   CHECK_STATUS(tj_xla_register(NULL, again, kDLCPU), TJ_EVALUE);
-  CHECK_STATUS(tj_xla_bind(NULL, NULL, NULL, NULL), TJ_EVALUE);
+  CHECK_STATUS(tj_xla_bind(NULL, cpu, NULL, NULL, NULL), TJ_EVALUE);
   tj_kernel_free(again);
 }
 

@@ -33,6 +33,7 @@ from ..language.lang import Buffer, Scalar
 from ..native import abi
 from ..native.ctypes_abi import (
     DLDataType,
+    DLDevice,
 )
 from ..native.ctypes_abi import (
     TjXlaAttrs as _Attrs,
@@ -74,8 +75,8 @@ def _core():
         core.tj_xla_register.restype = c_int32
         core.tj_xla_register.argtypes = [c_char_p, c_void_p, c_int32]
         core.tj_xla_bind.restype = c_int32
-        core.tj_xla_bind.argtypes = [POINTER(_Frame), POINTER(c_int32), POINTER(c_int64),
-                                     POINTER(DLDataType)]
+        core.tj_xla_bind.argtypes = [POINTER(_Frame), DLDevice, POINTER(c_int32),
+                                     POINTER(c_int64), POINTER(DLDataType)]
         core._tilejit_xla = True
     return core
 
@@ -252,13 +253,27 @@ def _bind(kernel, described: _Described):
     ndim = (c_int32 * _MAX_OUTPUTS)()
     shape = (c_int64 * (_MAX_OUTPUTS * _MAX_NDIM))()
     dtype = (DLDataType * _MAX_OUTPUTS)()
-    rc = core.tj_xla_bind(ctypes.byref(frame), ndim, shape, dtype)
+    rc = core.tj_xla_bind(ctypes.byref(frame), _device(operands), ndim, shape, dtype)
     del keep
     if rc:
         raise exception_class(rc)(core.tj_last_error().decode("utf-8", "replace"))
     count = _allocated(kernel)
     return [jax.ShapeDtypeStruct(tuple(shape[o * _MAX_NDIM:o * _MAX_NDIM + ndim[o]]),
                                  _NAMES[(dtype[o].code, dtype[o].bits)]) for o in range(count)]
+
+
+def _device(operands: list) -> DLDevice:
+    """Where the call will run: the device of its concrete arrays, else (all traced) the
+    backend JAX places programs on."""
+    platform, index = jax.default_backend(), 0
+    for array in operands:
+        if not isinstance(array, jax.core.Tracer):
+            device = next(iter(array.devices()))
+            platform, index = device.platform, device.id
+            break
+    device_type = {"cpu": abi.kDLCPU, "gpu": abi.kDLCUDA, "cuda": abi.kDLCUDA,
+                   "rocm": abi.kDLROCM}.get(platform, abi.kDLExtDev)
+    return DLDevice(device_type, index if device_type != abi.kDLCPU else 0)
 
 
 def _xla_type(kernel, array) -> int:

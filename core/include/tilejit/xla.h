@@ -178,12 +178,14 @@ TJ_API void *tj_xla_handler(tj_xla_call_frame *frame);
 
 /* What a call frame would bind, without running anything: the check a
  * framework makes when it traces a call (the buffers' data may be any
- * non-NULL address with the alignment XLA gives; results are not read). The
+ * non-NULL address with the alignment XLA gives; results are not read), its
+ * buffers on `device` (where the program will run: a kernel refuses buffers
+ * on another device as a direct call does). The
  * kernel's outputs' shapes and element types into out_ndim[o],
  * out_shape[o * TJ_MAX_NDIM + d] and out_dtype[o], or the core's status and
  * message, as the handler would report them. */
-TJ_API int tj_xla_bind(const tj_xla_call_frame *frame, int32_t *out_ndim, int64_t *out_shape,
-                       DLDataType *out_dtype);
+TJ_API int tj_xla_bind(const tj_xla_call_frame *frame, DLDevice device, int32_t *out_ndim,
+                       int64_t *out_shape, DLDataType *out_dtype);
 
 #ifdef __cplusplus
 }
