@@ -196,3 +196,21 @@ def test_an_update_of_several_tensors_is_all_or_nothing(vec_add):
         h.update(A=torch.ones(4), Z=torch.ones(4))
     assert torch.equal(h(), torch.zeros(4))
     assert torch.equal(h.update(A=torch.ones(4), B=torch.ones(4))(), torch.full((4,), 2.0))
+
+
+def test_the_handle_is_a_c_callable(vec_add):
+    # h() goes from the caller to the core's launch builtin with no Python frame between
+    # (a functools.partial of it: C's call slot), on every backend.
+    import pickle
+
+    from conftest import python_calls
+
+    a, b = np.arange(4, dtype=np.float32), np.ones(4, np.float32)
+    h = vec_add.bind(a, b)
+    h()
+    assert python_calls(h) == []
+    assert python_calls(lambda: h(stream=None)) == [(__file__, __name__, "<lambda>")]
+    np.testing.assert_array_equal(h(), a + 1)
+    assert repr(h) == "<BoundLaunch of vec_add>"
+    with pytest.raises(TypeError, match="a bound launch cannot be pickled"):
+        pickle.dumps(h)

@@ -4,10 +4,12 @@ again (``tj_bound``, core/src/call.c), for every backend: the core's host layer 
 
 from __future__ import annotations
 
+import functools
+
 from . import binding
 
 
-class BoundLaunch:
+class BoundLaunch(functools.partial):
     """A call of a kernel bound once: ``h = kernel.bind(a, b)`` validates the arguments,
     binds the symbols, allocates the ``out_idx`` outputs and packs the launch; ``h()``
     launches it again with the same arguments into the same outputs and returns them
@@ -18,22 +20,28 @@ class BoundLaunch:
     strides on the same device (checked, with alignment; a ``ValueError`` naming the
     kernel and the argument otherwise).
 
+    The handle is a C callable: a ``functools.partial`` (C's call slot, and from
+    CPython 3.12 its vectorcall) of the core's launch builtin (``tj_host_bound_method``),
+    so ``h()`` runs no Python frame between the caller and the launch.
+
     >>> h = kernel.bind(a, b)       # C allocated once
     >>> c = h()                     # the same C, computed again
     >>> h.update(A=a2)()            # with another A
     """
 
-    __slots__ = ("_bound", "_launch", "_update", "kernel", "outputs")
+    __slots__ = ("_bound", "_update", "kernel", "outputs")
 
-    def __init__(self, kernel, entry, args: tuple):
-        self.kernel = kernel
-        address, self.outputs = entry(*args)
-        self._launch, self._update = binding.bound_entries(address)
+    def __new__(cls, kernel, entry, args: tuple):
+        address, outputs = entry(*args)
+        launch, update = binding.bound_entries(address)
+        self = super().__new__(cls, launch)
+        self.kernel, self.outputs, self._update = kernel, outputs, update
         # What each input is bound to now, for update's undo (left-out inputs: None).
         self._bound = [*args] + [None] * (len(kernel._core_kernel.input_names) - len(args))
+        return self
 
-    def __call__(self, /, *args, **stream):
-        return self._launch(*args, **stream)
+    def __init__(self, kernel, entry, args: tuple):
+        pass  # made in __new__ (functools.partial's own construction)
 
     def update(self, /, **tensors) -> BoundLaunch:
         """Swaps tensor arguments, given by their input names; returns the handle. All or
@@ -59,3 +67,7 @@ class BoundLaunch:
 
     def __repr__(self) -> str:
         return f"<BoundLaunch of {self.kernel.name}>"
+
+    def __reduce__(self):
+        raise TypeError(f"{self.kernel.name}: a bound launch cannot be pickled (it holds "
+                        "the tensors it launches on); bind again where it is needed")
