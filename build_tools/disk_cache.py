@@ -301,9 +301,10 @@ def known_sha256(artifact) -> str | None:
     return None if known is None else known[1]
 
 
-# Entries this process has built or found valid: the size bound never removes them, so
-# that TILEJIT_CACHE_MAX_SIZE below what one process needs (0 included) means "keep nothing
-# beyond what this process uses" rather than removing the core a moment after building it.
+# Entries this process has built or found valid. The size bound never removes its core
+# and wrapper among them, so that TILEJIT_CACHE_MAX_SIZE below what one process needs (0
+# included) does not remove the core a moment after building it; every other entry,
+# kernels this process uses included, counts against the bound (enforce_max_size).
 _used_lock = threading.Lock()
 _used: set[Path] = set()
 
@@ -770,6 +771,19 @@ def enforce_max_size(keep: Path | None = None) -> None:
     if keep is not None and not Path(keep).is_relative_to(root):
         return  # a private build, outside the shared cache
     with _used_lock:
-        kept = set(_used) | ({Path(keep)} if keep is not None else set())
+        # Only this process's core and wrapper are exempt (rebuilding them would loop);
+        # a kernel it loaded keeps running without its file, and keeps its bytes for
+        # export (tilejit.runtime.kernel).
+        kept = {p for p in _used if _kind_of(root, p) in ("core", "wrapper")}
+    if keep is not None:
+        kept.add(Path(keep))
     with contextlib.suppress(OSError):
         prune(root, max_size=limit, keep=kept)
+
+
+def _kind_of(root: Path, entry: Path) -> str | None:
+    """The top folder of `entry` under `root` (kernels, core, wrapper, ...), or None."""
+    try:
+        return Path(entry).relative_to(root).parts[0]
+    except (ValueError, IndexError):
+        return None

@@ -415,3 +415,56 @@ def test_a_cache_others_can_write_to_is_warned_about_once(cache):
                               capture_output=True, text=True, timeout=300, check=True)
         assert f"{cache / 'kernels'} is owned by uid 65534, not by this user" in done.stderr
     cache.chmod(0o755)
+
+
+AUTOTUNER = textwrap.dedent("""
+    import hashlib, sys, tempfile, numpy as np, tilejit
+    from pathlib import Path
+    from tilejit import T
+    from tilejit.native._build import disk_cache
+    bound = disk_cache.parse_size(sys.argv[1])
+    root = disk_cache.cache_root()
+    n = T.symbol("n")
+    made, x = [], np.ones(4, np.float32)
+    for i in range(50):  # one variant per configuration tried
+        source = ("void tune_%d(const float *X, float *Y, int64_t n) {\\n"
+                  "  for (int64_t j = 0; j < n; ++j) Y[j] = X[j] + %d;\\n}\\n" % (i, i))
+        k = tilejit.compile(tilejit.Program("tune_%d" % i, [
+            T.Buffer((n,), "float32", name="X", const=True),
+            T.Buffer((n,), "float32", name="Y")], source), out_idx=-1)
+        assert k(x).tolist() == [1.0 + i] * 4
+        made.append(k)
+        kernels = [e for e in disk_cache.entries(root)
+                   if e.path.relative_to(root).parts[0] == "kernels"]
+        newest = max(kernels, key=lambda e: e.created)
+        total = sum(e.size for e in kernels)
+        assert total <= max(bound, newest.size), (i, total, bound)
+        others = {e.path.relative_to(root).parts[0] for e in disk_cache.entries(root)}
+        assert others <= {"kernels", "core", "wrapper"}, others
+    # Every variant still runs, and exports the bytes it was verified with.
+    gone = 0
+    for i, k in enumerate(made):
+        assert k(x).tolist() == [1.0 + i] * 4
+        gone += not Path(k.library_path).exists()
+    out = Path(tempfile.mkdtemp())
+    for i in (0, 25, 49):
+        k = made[i]
+        directory = k.export(out / str(i))
+        image = (directory / "kernel.so").read_bytes()
+        assert hashlib.sha256(image).hexdigest() == k._binary_digests[0]
+        assert tilejit.load(directory)(x).tolist() == [1.0 + i] * 4
+    print("evicted", gone)
+""")
+
+
+def test_the_bound_holds_for_an_autotuner_and_every_variant_keeps_working(cache):
+    # One process compiling 50 variants under a bound of about two kernels: after each
+    # compile the kernels in the cache fit the bound (the newest alone may exceed it);
+    # every variant keeps running after its file is evicted, and exports the bytes it was
+    # verified with.
+    done = subprocess.run([sys.executable, "-c", AUTOTUNER, "40K"],
+                          env=_env(cache, TILEJIT_CACHE_MAX_SIZE="40K"), capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.split()[1]) >= 45  # most variants' files are gone
+    assert done.stderr.count("building the C core") <= 1, done.stderr

@@ -97,19 +97,20 @@ BUILDS = textwrap.dedent("""
 """)
 
 
-def test_max_size_zero_keeps_what_this_process_uses(tilejit_cache_dir, tmp_path):
-    """0 means: keep nothing beyond what this process uses. The process that builds the
-    core, the wrapper and its kernels keeps them all and builds each once; the next
-    process's writes remove what it does not use."""
+def test_max_size_zero_keeps_the_newest_kernel_and_this_process_core(tilejit_cache_dir,
+                                                                     tmp_path):
+    """0 keeps the entry just written (the newest kernel) and the writing process's core
+    and wrapper, nothing else: each of them is built once, and every kernel keeps
+    running after its file is evicted."""
     root = tmp_path / "cache"
     done = child(BUILDS, root, TILEJIT_CACHE_MAX_SIZE="0")
     assert done.stdout.split() == ["ok"] * 3, done.stderr
     assert done.stderr.count("building the C core") <= 1, done.stderr
     assert done.stderr.count("building the Cython wrapper") <= 1, done.stderr
     kept = {p.name for p in (root / "kernels").glob("*/*") if p.is_dir()}
-    assert len(kept) == 3
+    assert len(kept) == 1
     again = child(BUILDS.replace("z%d", "y%d"), root, TILEJIT_CACHE_MAX_SIZE="0")
     assert again.stdout.split() == ["ok"] * 3, again.stderr
     assert "building" not in again.stderr  # the core and the wrapper it uses stay
     now = {p.name for p in (root / "kernels").glob("*/*") if p.is_dir()}
-    assert len(now) == 3 and not now & kept
+    assert len(now) == 1 and not now & kept

@@ -289,6 +289,9 @@ def _vouched_images(kernel) -> dict:
     if loaded is not None:
         return dict(zip(roles, [loaded["library"]] + ([loaded["prebuilt"]]
                                                       if "prebuilt" in loaded else [])))
+    kept = getattr(kernel, "_kept_images", None)
+    if kept is not None:  # read and verified when it loaded (the files may be evicted)
+        return dict(zip(roles, kept))
     images = {}
     for role, path, want in zip(roles, paths, kernel._binary_digests):
         try:

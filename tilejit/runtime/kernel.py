@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import weakref
@@ -82,6 +83,11 @@ class JITKernel:
         self._binary_digests = binary_digests or [disk_cache.known_sha256(f) or (
             disk_cache.sha256_file(f) if os.path.exists(f) else None)
             for f in (library_path, prebuilt) if f]
+        # Under a cache size bound this process's later writes may evict the files: their
+        # verified bytes are kept, for export() (loaded kernels keep theirs already).
+        self._kept_images = None
+        if core_kernel is None and disk_cache.max_size() is not None:
+            self._kept_images = _read_verified((library_path, prebuilt), self._binary_digests)
         # A tracing framework already imported (torch) loads its adapter, which makes
         # Dynamo inline its traced call in place of __call__ (see _traced_call). A process
         # that imports torch only later traces through _traced_call until a kernel made
@@ -321,6 +327,7 @@ class JITKernel:
                            self._prebuilt, core_kernel=core_kernel,
                            binary_digests=self._binary_digests)
         kernel._export_images = self._export_images
+        kernel._kept_images = self._kept_images
         kernel._cuda_arch = self._cuda_arch
         return kernel
 
@@ -341,3 +348,19 @@ class JITKernel:
     def __repr__(self) -> str:
         return (f"<JITKernel {self.c_prototype} target={self.target} "
                 f"backend={self.execution_backend} out_idx={self.out_idx}>")
+
+
+def _read_verified(paths, digests) -> list | None:
+    """The bytes of each of ``paths`` (None entries skipped) when they have the SHA-256 in
+    ``digests``; None when one cannot be read or differs (export then reads the files)."""
+    kept = []
+    for path, want in zip([p for p in paths if p], digests):
+        try:
+            with open(path, "rb") as image:
+                data = image.read()
+        except OSError:
+            return None
+        if want is None or hashlib.sha256(data).hexdigest() != want:
+            return None
+        kept.append(data)
+    return kept
