@@ -273,7 +273,8 @@ def test_a_recorded_call_reaches_the_functions_apply_from_the_core(k, build):
         assert frames == ["tilejit.frameworks.torch.autograd:forward"], frames
     else:  # the generic route, through autograd.Function.apply
         assert "tilejit.runtime.kernel:_claimed_call" in frames
-    # Without a setup_context: the same route.
+    # Without a setup_context, a kernel of one output: the forward is the kernel's own
+    # call with ctx left out, no Python frame at all before the backward.
     plus_one = build("plus_one", [T.Buffer((n,), "float64", name="X", const=True),
                                   T.Buffer((n,), "float64", name="Y")],
                      NOGRAD.replace("nograd(", "plus_one("), out_idx=-1)
@@ -282,7 +283,9 @@ def test_a_recorded_call_reaches_the_functions_apply_from_the_core(k, build):
     plus_one(x)
     frames = [f for f in _python_frames(lambda: plus_one(x)) if f.startswith(claim_path)]
     if FAST_PATHS:
-        assert frames == ["tilejit.frameworks.torch.autograd:forward"], frames
+        assert frames == [], frames
+        with pytest.raises(ValueError, match=r"^plus_one: argument 0 'X': expected a 1-d tensor, got 2-d"):
+            plus_one(torch.ones(2, 2, dtype=torch.float64, requires_grad=True))
     y = plus_one(x)
     assert type(y.grad_fn).__name__ == "plus_oneBackward"
     torch.testing.assert_close(y.detach(), x.detach() + 1)
@@ -294,6 +297,9 @@ def test_a_recorded_call_reaches_the_functions_apply_from_the_core(k, build):
     x.grad = None
     plus_one(x).sum().backward()
     torch.testing.assert_close(x.grad, torch.full_like(x, 5.0))
+    if FAST_PATHS:  # the Python forward again, which runs the setup_context
+        frames = [f for f in _python_frames(lambda: plus_one(x)) if f.startswith(claim_path)]
+        assert frames == ["tilejit.frameworks.torch.autograd:forward"], frames
     # Scalars reach the backward as the schema's types on that path too (a kernel of its
     # own: a backward is registered for every kernel of one op).
     axpy = build("axpy_recorded", [

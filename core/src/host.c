@@ -804,6 +804,15 @@ void *tj_host_method(void *self, void *const *args, intptr_t nargs, void *kwname
   return tj_host_call(plan, args, (size_t)nargs, kwnames);
 }
 
+void *tj_host_forward_method(void *self, void *const *args, intptr_t nargs, void *kwnames) {
+  const tj_host *host = __atomic_load_n(&method_host, __ATOMIC_ACQUIRE);
+  const tj_host_plan *plan = host->capsule_pointer(self, TJ_HOST_PLAN_CAPSULE);
+  if (plan == NULL) return NULL;
+  if (nargs < 1) /* no ctx: the call as given, which the core refuses by its count */
+    return tj_host_call(plan, args, (size_t)nargs, kwnames);
+  return tj_host_call(plan, args + 1, (size_t)(nargs - 1), kwnames);
+}
+
 /* ---- Bound launches --------------------------------------------------------------- */
 
 /* A bound launch as the host holds it: the plan it was bound through, the

@@ -677,6 +677,13 @@ TEST(host_method_entry) {
   strcpy(capsule.s, TJ_HOST_PLAN_CAPSULE);
   capsule.pointer = &s.plan;
   CHECK(tj_host_method(&capsule, s.args, 4, NULL) == &outputs[0]);
+  /* As a Function's forward(ctx, *inputs): the same call, ctx left out; with no
+   * argument at all, the core's count refusal. */
+  void *with_ctx[5] = {&fh_none, s.args[0], s.args[1], s.args[2], s.args[3]};
+  CHECK(tj_host_forward_method(&capsule, with_ctx, 5, NULL) == &outputs[1]);
+  CHECK(tj_host_forward_method(&capsule, with_ctx, 0, NULL) == NULL);
+  CHECK(strstr(fh_error_value->s, "mix: expected") == fh_error_value->s);
+  fh_clear();
   /* Another object as self: the capsule's error, nothing done. */
   fh_object not_a_capsule;
   fh_object_init(&not_a_capsule, &tensor_type);

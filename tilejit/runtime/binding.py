@@ -395,6 +395,13 @@ def _builtin(name: str, self_object):
     return _function_new(addressof(_bound_defs[name]), self_object, None)
 
 
+def forward_entry(plan: Plan):
+    """A builtin that runs the call of ``plan`` on all its arguments but the first
+    (``tj_host_forward_method``): an ``autograd.Function``'s ``forward(ctx, *inputs)``
+    with no Python frame. The plan must outlive the function."""
+    return _builtin("tj_host_forward_method", _capsule_new(plan.address, _PLAN_CAPSULE, None))
+
+
 def bind_entry(plan: Plan):
     """A builtin that binds a call of ``plan`` (``tj_host_bind_method``) with positional
     arguments, returning ``(address, outputs)``; see `bound_entries`."""

@@ -224,6 +224,17 @@ class JITKernel:
         return self._own_entry("_unclaimed_entry", unclaimed=True)
 
     @property
+    def _forward(self):
+        """``_unclaimed`` called as an ``autograd.Function``'s ``forward(ctx, *inputs)``,
+        ``ctx`` left out (``binding.forward_entry``). Made on first use."""
+        forward = self.__dict__.get("_forward_entry")
+        if forward is None:
+            self._unclaimed  # noqa: B018 - makes the plan it runs
+            plan = self.__dict__["_unclaimed_entry"][1]
+            forward = self.__dict__.setdefault("_forward_entry", binding.forward_entry(plan))
+        return forward
+
+    @property
     def _validated(self):
         """The kernel called so that every call is validated before a framework claims
         it, and a claimed one goes to ``_claimed_call``, whatever runner takes this

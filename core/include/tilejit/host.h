@@ -286,6 +286,10 @@ TJ_API void *tj_host_call(const tj_host_plan *plan, void *const *args, size_t na
 #define TJ_HOST_PLAN_CAPSULE "tilejit.host_plan"
 TJ_API void tj_host_method_install(const tj_host *host);
 TJ_API void *tj_host_method(void *self, void *const *args, intptr_t nargs, void *kwnames);
+/* The same call with the first positional argument left out: an autograd
+ * Function's forward(ctx, *inputs), run by the framework's C apply without a
+ * frame of the binding's language in between. */
+TJ_API void *tj_host_forward_method(void *self, void *const *args, intptr_t nargs, void *kwnames);
 
 /* Bound launches (tj_bound, tilejit/core.h) for bindings: three more
  * builtins of tj_host_method's shape. tj_host_bind_method, its `self` a plan

@@ -168,7 +168,9 @@ def autograd_kernel(kernel, op, name: str):
             return base_apply(*args)
         _bases[name] = base_apply
         if direct:
-            _plain_bases[name] = _plain_apply(label, name, unclaimed)
+            single = kernel._core_kernel.num_outputs == 1
+            _plain_bases[name] = _plain_apply(label, name, unclaimed,
+                                              kernel._forward if single else None)
     else:
         apply = Recorded.apply
     _appliers[name] = apply
@@ -226,11 +228,14 @@ def _single_apply(label: str, forward, backward):
     return super(torch.autograd.Function, Single).apply
 
 
-def _plain_apply(label: str, name: str, unclaimed):
+def _plain_apply(label: str, name: str, unclaimed, forward_entry=None):
     """The C apply of the op's Function for the calls that matter most: plain tensors, no
     transform, an op that writes no argument. Its forward takes exactly the kernel's
     inputs (no keyset rides along), runs the kernel and the registered ``setup_context``;
-    its backward is the registered one. Same name, same gradients as `_single_apply`'s."""
+    its backward is the registered one. Same name, same gradients as `_single_apply`'s.
+    ``forward_entry`` (a kernel of one output: ``JITKernel._forward``) is the forward
+    itself while no ``setup_context`` is registered: the kernel's call with ``ctx`` left
+    out, no Python frame (`_choose_forward`, again at every registration)."""
 
     def forward(ctx, *args):
         output = unclaimed(*args)
@@ -246,7 +251,23 @@ def _plain_apply(label: str, name: str, unclaimed):
 
     Plain = type(label, (torch.autograd.Function,), {
         "forward": staticmethod(forward), "backward": staticmethod(backward)})
+    _plain_forwards[name] = (Plain, forward, forward_entry)
+    _choose_forward(name)
     return super(torch.autograd.Function, Plain).apply
+
+
+_plain_forwards: dict = {}  # op name -> (its plain Function, Python forward, C forward)
+
+
+def _choose_forward(name: str) -> None:
+    """The plain Function's forward for the op's registration: the C one without a
+    ``setup_context`` (nothing else for the forward to do), else the Python one."""
+    if name not in _plain_forwards:
+        return
+    Plain, python_forward, c_forward = _plain_forwards[name]
+    setup = _backwards[name][1] if name in _backwards else None
+    Plain.forward = staticmethod(c_forward if c_forward is not None and setup is None
+                                 else python_forward)
 
 
 def fallback_kernel(kernel, op, name: str):
@@ -307,6 +328,7 @@ def refuse_tangents(kernel_name: str, names: list, args: tuple) -> None:
 def set_backward(name: str, backward, setup_context) -> None:
     """Records the backward of the op ``name`` (``register_autograd``)."""
     _backwards[name] = (backward, setup_context)
+    _choose_forward(name)
 
 
 def has_backward_named(name: str) -> bool:
