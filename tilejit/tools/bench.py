@@ -890,6 +890,15 @@ void tj_bench_add(const float *A, const float *B, float *C, int64_t n) {
 """
 
 
+def _bench_add():
+    """Cases E and F's kernel: ``C = A + B`` over float32 vectors of any length."""
+    n = T.symbol("n")
+    return tilejit.compile(tilejit.Program(name="tj_bench_add", source=_ADD_SOURCE, params=[
+        T.Buffer((n,), "float32", name="A", const=True),
+        T.Buffer((n,), "float32", name="B", const=True),
+        T.Buffer((n,), "float32", name="C")]), out_idx=-1, compile_flags=[])
+
+
 def run_torch_compile(calls: int = REPORT_MIN_CALLS, repeats: int = 11) -> tuple[str, bool]:
     """Case E: a tilejit kernel called inside a graph compiled by ``torch.compile``
     (inductor), where it runs as its torch op, next to ``torch.add`` in the same graph
@@ -900,13 +909,8 @@ def run_torch_compile(calls: int = REPORT_MIN_CALLS, repeats: int = 11) -> tuple
     """
     import torch
 
-
     start = time.perf_counter()
-    n = T.symbol("n")
-    add = tilejit.compile(tilejit.Program(name="tj_bench_add", source=_ADD_SOURCE, params=[
-        T.Buffer((n,), "float32", name="A", const=True),
-        T.Buffer((n,), "float32", name="B", const=True),
-        T.Buffer((n,), "float32", name="C")]), out_idx=-1, compile_flags=[])
+    add = _bench_add()
     a, b = torch.rand(N), torch.rand(N)
     # The reference for what torch charges any custom op: one registered the same way
     # (torch.library, CompositeExplicitAutograd) whose implementation is a Python function
@@ -1009,11 +1013,7 @@ def run_jax(calls: int = REPORT_MIN_CALLS, repeats: int = 11) -> tuple[str, bool
     import numpy as np
 
     start = time.perf_counter()
-    n = T.symbol("n")
-    add = tilejit.compile(tilejit.Program(name="tj_bench_add", source=_ADD_SOURCE, params=[
-        T.Buffer((n,), "float32", name="A", const=True),
-        T.Buffer((n,), "float32", name="B", const=True),
-        T.Buffer((n,), "float32", name="C")]), out_idx=-1, compile_flags=[])
+    add = _bench_add()
 
     def ready(fn):
         return lambda *args: fn(*args).block_until_ready()
