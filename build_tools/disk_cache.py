@@ -182,7 +182,7 @@ def _fall_back(reason: OSError) -> bool:
             import atexit
 
             atexit.register(_remove_fallbacks)
-    variable = ("TILEJIT_CACHE_DIR=" if os.environ.get("TILEJIT_CACHE_DIR", "").strip()
+    variable = ("TILEJIT_CACHE_DIR=" if env.text("TILEJIT_CACHE_DIR")
                 else "the default cache directory ")
     warnings.warn(f"tilejit: {variable}{configured} is unusable ({reason.strerror or reason}); "
                   f"this process caches kernels, the wrapper and the core in {private} "

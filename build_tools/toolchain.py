@@ -62,7 +62,7 @@ def find_executable(name: str) -> str | None:
 
 def configured_cc() -> str:
     """Return `$TILEJIT_CC` stripped ("" when unset): part of every cache key it affects."""
-    return os.environ.get("TILEJIT_CC", "").strip()
+    return env.text("TILEJIT_CC")
 
 
 def c_compiler() -> list[str]:

@@ -114,3 +114,24 @@ def test_max_size_zero_keeps_the_newest_kernel_and_this_process_core(tilejit_cac
     assert "building" not in again.stderr  # the core and the wrapper it uses stay
     now = {p.name for p in (root / "kernels").glob("*/*") if p.is_dir()}
     assert len(now) == 1 and not now & kept
+
+
+def test_every_tilejit_variable_is_read_through_env():
+    # One reader (build_tools/env.py) checks every TILEJIT_* value the same way; a module
+    # that reads os.environ for one itself would bypass the checks.
+    import re
+
+    reads = re.compile(r"""(?:environ\.get|getenv)\(\s*["']TILEJIT_|environ\[["']TILEJIT_\w+["']\]"""
+                       r"""(?!\s*=)""")
+    # prebuilt.py saves and restores TILEJIT_CACHE_DIR around a build: it reads no setting.
+    exempt = {"env.py", "prebuilt.py"}
+    found = []
+    for top in ("tilejit", "build_tools"):
+        for path in sorted((REPO_ROOT / top).rglob("*.py")):
+            if path.name in exempt:
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                code = line.split("#")[0]
+                if reads.search(code) and ">>>" not in line:
+                    found.append(f"{path.relative_to(REPO_ROOT)}:{number}: {line.strip()}")
+    assert found == []

@@ -21,7 +21,7 @@ import sys
 from .. import __version__
 from ..builder import cache as _cache
 from ..builder.cuda_compiler import _Nvrtc, find_nvcc
-from ..native._build import build_tools
+from ..native._build import build_tools, env
 from ..native.library import cuda_device_capability
 from ..runtime import backends, binding, fast_paths
 from ..runtime.kernel import JITKernel
@@ -167,7 +167,7 @@ def report() -> dict:
         "compilers": compilers, "builds": _builds(cached_before), "cuda": cuda,
         "fast_paths_switch": "on" if fast_paths.FAST_PATHS else "off (TILEJIT_FAST_PATHS=0)",
         "fast_paths": paths,
-        "cache_dir": os.environ.get("TILEJIT_CACHE_DIR") or None,
+        "cache_dir": env.text("TILEJIT_CACHE_DIR") or None,
         "remote_cache": _cache.remote_report(),
         "torch_ops": _torch_ops() if packages["torch"] is not None else None,
         "torch_range": _torch_range(packages["torch"]),
