@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -478,7 +479,7 @@ def _config(*flags: str) -> list[str]:
     out = subprocess.run([sys.executable, "-m", "tilejit", "config", *flags], check=True,
                          capture_output=True, text=True, env={**os.environ,
                                                               "PYTHONPATH": str(REPO_ROOT)})
-    return out.stdout.split()
+    return shlex.split(out.stdout)  # quoted where a directory has a space
 
 
 def test_config_prints_the_flags_and_directories():

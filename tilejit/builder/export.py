@@ -19,6 +19,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import sys
 import tempfile
@@ -610,7 +611,9 @@ def embedding_dirs() -> tuple[Path, Path]:
 
 
 def config_flags(cflags: bool, libs: bool, includedir: bool, libdir: bool) -> str:
-    """What ``python -m tilejit config`` prints for the options given, in that order."""
+    """What ``python -m tilejit config`` prints for the options given, in that order, each
+    quoted for a shell where it needs it (a directory with a space: ``shlex.split`` or a
+    shell's ``eval`` reads it back as one word)."""
     include, lib = embedding_dirs()
     words = []
     if cflags:
@@ -621,4 +624,4 @@ def config_flags(cflags: bool, libs: bool, includedir: bool, libdir: bool) -> st
         words.append(str(include))
     if libdir:
         words.append(str(lib))
-    return " ".join(words)
+    return shlex.join(words)
