@@ -88,19 +88,28 @@ _registered: dict = {}  # (target name, platform) -> the kernel registered under
 def register(kernel) -> str:
     """Registers ``kernel`` with the core's handler and XLA (once per process and
     target); its target name."""
-    name = kernel.__dict__.get("_jax_target") or kernel.jax_target
+    name = kernel.jax_target
     platform, device_type = _PLATFORMS[kernel.target]
-    if (name, platform) in _registered:
-        return name
-    with _lock:
-        if (name, platform) not in _registered:
+    if (name, platform) not in _registered:
+        def register_kernel() -> None:
             core = _core()
             if core.tj_xla_register(name.encode(), kernel._core_kernel.address, device_type):
                 raise RuntimeError(core.tj_last_error().decode("utf-8", "replace"))
-            handler = ctypes.cast(core.tj_xla_handler, c_void_p).value
-            jax.ffi.register_ffi_target(name, _capsule(handler), platform=platform)
-            _registered[(name, platform)] = kernel  # kept: the core borrows its tj_kernel
+
+        _register_target(name, platform, kernel, register_kernel)
     return name
+
+
+def _register_target(name: str, platform: str, kept, before=None) -> None:
+    """Registers the core's handler with XLA as target ``name`` on ``platform``, once per
+    process (``before()`` first, under the same lock); ``kept`` stays alive with it."""
+    with _lock:
+        if (name, platform) not in _registered:
+            if before is not None:
+                before()
+            handler = ctypes.cast(_core().tj_xla_handler, c_void_p).value
+            jax.ffi.register_ffi_target(name, _capsule(handler), platform=platform)
+            _registered[(name, platform)] = kept  # the core borrows the kernel's tj_kernel
 
 
 def _capsule(address: int):
@@ -114,13 +123,8 @@ def describe() -> str:
     """For ``python -m tilejit doctor``: whether XLA takes the core's handler, asked by
     registering it under a name of its own (XLA queries the handler's FFI version and
     traits when a target is registered, and refuses a handler it cannot call)."""
-    core = _core()
-    handler = ctypes.cast(core.tj_xla_handler, c_void_p).value
     try:
-        with _lock:
-            if ("tilejit_doctor", "cpu") not in _registered:
-                jax.ffi.register_ffi_target("tilejit_doctor", _capsule(handler), platform="cpu")
-                _registered[("tilejit_doctor", "cpu")] = None
+        _register_target("tilejit_doctor", "cpu", None)
     except Exception as exc:  # noqa: BLE001 - said as it is
         return f"XLA refuses the core's handler: {type(exc).__name__}: {exc}"
     return ("kernels run as XLA FFI custom calls through the core's handler "
@@ -232,19 +236,16 @@ def _bind(kernel, described: _Described):
     n = len(operands)
     dims = [(c_int64 * max(len(a.shape), 1))(*a.shape) for a in operands]
     buffers = (_Buffer * max(n, 1))(*[
-        _Buffer(ctypes.sizeof(_Buffer), None, _xla_type(kernel, a), _ALIGNED, len(a.shape),
-                dims[i]) for i, a in enumerate(operands)])
-    # Scalars' values at trace time: a traced scalar's value is not known; any value the
-    # kernel's checks would take stands for it (a symbol it binds is checked at run time).
-    values = [numpy.zeros((), dtype=a.dtype) if not isinstance(a, jax.core.Tracer) else
-              numpy.ones((), dtype=a.dtype) for a in operands]
-    for i, a in enumerate(operands):
-        if a.ndim == 0 and not isinstance(a, jax.core.Tracer):
-            values[i] = numpy.asarray(a)
-        if a.ndim == 0:
-            buffers[i].data = values[i].ctypes.data
+        _Buffer(ctypes.sizeof(_Buffer), None, _xla_type(a), _ALIGNED, len(a.shape), dims[i])
+        for i, a in enumerate(operands)])
+    # A scalar operand's value: its own when concrete; a traced one's is not known, and any
+    # value the kernel's checks take stands for it (a symbol it binds is checked at run
+    # time). Kept alive, as dims and attrs, until the core has read them.
+    values = {i: numpy.asarray(a) if not isinstance(a, jax.core.Tracer) else
+              numpy.ones((), dtype=a.dtype) for i, a in enumerate(operands) if a.ndim == 0}
+    for i, value in values.items():
+        buffers[i].data = value.ctypes.data
     attrs = _attributes(kernel, described, for_core=True)
-    keep = (dims, values, attrs)
     frame = _Frame(ctypes.sizeof(_Frame), None, None, None, 3,
                    _List(ctypes.sizeof(_List), None, n, (c_int32 * max(n, 1))(*[1] * n),
                          (c_void_p * max(n, 1))(*[ctypes.addressof(b) for b in buffers[:n]])),
@@ -254,7 +255,6 @@ def _bind(kernel, described: _Described):
     shape = (c_int64 * (_MAX_OUTPUTS * _MAX_NDIM))()
     dtype = (DLDataType * _MAX_OUTPUTS)()
     rc = core.tj_xla_bind(ctypes.byref(frame), _device(operands), ndim, shape, dtype)
-    del keep
     if rc:
         raise exception_class(rc)(core.tj_last_error().decode("utf-8", "replace"))
     count = _allocated(kernel)
@@ -276,7 +276,7 @@ def _device(operands: list) -> DLDevice:
     return DLDevice(device_type, index if device_type != abi.kDLCPU else 0)
 
 
-def _xla_type(kernel, array) -> int:
+def _xla_type(array) -> int:
     return _XLA_TYPES.get(numpy.dtype(array.dtype).name, 0)
 
 
