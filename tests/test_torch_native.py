@@ -139,12 +139,68 @@ def test_none_for_a_required_buffer_carries_the_direct_calls_message(kernels):
     affine = kernels["affine"]
     with pytest.raises(TypeError) as direct:
         affine(None, None, 1.0, 1, True)
-    # A RuntimeError from the C registration (torch's stable C ABI throws none of its
-    # TypeErrors), the TypeError itself from the Python one.
-    with pytest.raises((RuntimeError, TypeError)) as through_op:
+    # The same class: the C registration throws the core's TypeError as torch's own
+    # operators do (c10::TypeError), the Python one raises it.
+    with pytest.raises(TypeError) as through_op:
         affine.torch_op(None, None, 1.0, 1, True)
+    assert type(through_op.value) is TypeError
     assert str(through_op.value) == str(direct.value)
     assert str(direct.value).endswith("got None (the parameter is not optional)")
+
+
+def _torch_dtypes() -> list:
+    """Every dtype this torch has that a 1-d tensor can be made of."""
+    found = []
+    for value in vars(torch).values():
+        if isinstance(value, torch.dtype) and value not in found:
+            try:
+                torch.zeros(8, dtype=torch.uint8).view(value)
+            except (RuntimeError, TypeError):
+                continue
+            found.append(value)
+    return found
+
+
+@pytest.mark.parametrize("dtype", _torch_dtypes(), ids=str)
+def test_every_torch_dtype_is_read_as_the_direct_call_reads_it(kernels, dtype):
+    # The op reads torch's tensor handles with its own dtype table: every dtype means what
+    # torch's __dlpack__ says it means, so a refusal is the direct call's, class and words.
+    scale = kernels["scale"]
+    x = torch.zeros(8, dtype=torch.uint8).view(dtype)
+    if dtype == torch.float32:
+        torch.testing.assert_close(scale.torch_op(x, 2.0), scale(x, 2.0))
+        return
+    with pytest.raises(Exception) as direct:
+        scale(x, 2.0)
+    with pytest.raises(Exception) as through_op:
+        scale.torch_op(x, 2.0)
+    assert type(through_op.value) is type(direct.value) is ValueError
+    # The words differ where torch's __dlpack__ and its C ABI disagree: torch 2.9's
+    # __dlpack__ refuses float8 tensors, which its C ABI reads; __dlpack__ exports the
+    # sub-byte integer dtypes (uint1 to int7) as 8-bit integers, which the C ABI has no
+    # dtype function for.
+    if all("expected dtype float32" in str(e.value) for e in (direct, through_op)):
+        assert str(through_op.value) == str(direct.value)
+
+
+@pytest.mark.parametrize("error", [TypeError, ValueError])
+def test_an_exception_of_the_ops_python_autograd_keeps_its_class(error, tilejit_cache_dir):
+    # A call requiring grad goes from the C autograd kernel to Python's, whose exception
+    # crosses torch's C++ as the class the core's status table names for it.
+    n = T.symbol("n")
+    k = _build("scale", [T.Buffer((n,), "float32", name="X", const=True),
+                         T.Buffer((n,), "float32", name="Y"),
+                         T.Scalar("float32", name="factor")], SCALE, out_idx=1)
+
+    def setup_context(ctx, inputs, output):
+        raise error("setup_context refuses")
+
+    k.register_autograd(lambda ctx, g: (g, None), setup_context=setup_context)
+    x = torch.ones(3, requires_grad=True)
+    for call in (k, k.torch_op):
+        with pytest.raises(error, match="^setup_context refuses$") as raised:
+            call(x, 2.0)
+        assert type(raised.value) is error
 
 
 def test_a_dispatch_mode_sees_the_op_and_its_python_autograd_runs(kernels):

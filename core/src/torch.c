@@ -31,10 +31,15 @@
 typedef void *aten_tensor;
 typedef int32_t aoti_error; /* AOTITorchError: 0 is success */
 typedef void (*boxed_fn)(uint64_t *stack, uint64_t nargs, uint64_t nouts);
+/* c10::SourceLocation, passed by value as C++ passes it. */
+typedef struct {
+  const char *function, *file;
+  uint32_t line;
+} c10_source_location;
 
 /* ---- Torch's functions, looked up once ------------------------------------ */
 
-#define TJ__NUM_DTYPES 20
+#define TJ__NUM_DTYPES 24
 
 static struct {
   aoti_error (*data_ptr)(aten_tensor, void **);
@@ -61,6 +66,14 @@ static struct {
   aoti_error (*is_defined)(aten_tensor, bool *);  /* optional */
   __attribute__((noreturn)) void (*throw_runtime_error)(const char *);
   __attribute__((noreturn)) void (*throw_invalid_argument)(const char *);
+  /* c10::TypeError, thrown through the C++ ABI (optional: see throw_type_error). */
+  void *(*allocate_exception)(size_t);
+  __attribute__((noreturn)) void (*throw_exception)(void *, void *, void (*)(void *));
+  void (*string_new)(void *, const char *, const void *);
+  void (*string_delete)(void *);
+  void (*type_error_new)(void *, c10_source_location, void *);
+  void (*error_new)(void *, c10_source_location, void *); /* c10::Error's, base object */
+  void *type_error_info, *type_error_vtable;
   int32_t cpu, cuda, strided;
   int32_t dtype_code[TJ__NUM_DTYPES];
   DLDataType dtype_dl[TJ__NUM_DTYPES];
@@ -102,12 +115,14 @@ static void *lookup(const char *name) {
     }                                                                              \
   } while (0)
 
-static void add_dtype(const char *function, uint8_t code, uint8_t bits) {
+/* Torch's dtype `function` names is `code`, `bits`, `lanes` in DLPack: the
+ * same as torch's own DLPack export (torch.Tensor.__dlpack__) says. */
+static void add_dtype(const char *function, uint8_t code, uint8_t bits, uint16_t lanes) {
   int32_t (*get)(void) = NULL;
   TJ__FIND(get, function);
   if (get == NULL || T.ndtypes == TJ__NUM_DTYPES) return; /* a dtype this torch lacks */
   T.dtype_code[T.ndtypes] = get();
-  T.dtype_dl[T.ndtypes] = (DLDataType){code, bits, 1};
+  T.dtype_dl[T.ndtypes] = (DLDataType){code, bits, lanes};
   T.ndtypes++;
 }
 
@@ -148,25 +163,44 @@ static void init(void) {
   T.cpu = cpu();
   T.cuda = cuda();
   T.strided = strided();
-  add_dtype("aoti_torch_dtype_float32", kDLFloat, 32);
-  add_dtype("aoti_torch_dtype_float64", kDLFloat, 64);
-  add_dtype("aoti_torch_dtype_float16", kDLFloat, 16);
-  add_dtype("aoti_torch_dtype_bfloat16", kDLBfloat, 16);
-  add_dtype("aoti_torch_dtype_int8", kDLInt, 8);
-  add_dtype("aoti_torch_dtype_int16", kDLInt, 16);
-  add_dtype("aoti_torch_dtype_int32", kDLInt, 32);
-  add_dtype("aoti_torch_dtype_int64", kDLInt, 64);
-  add_dtype("aoti_torch_dtype_uint8", kDLUInt, 8);
-  add_dtype("aoti_torch_dtype_uint16", kDLUInt, 16);
-  add_dtype("aoti_torch_dtype_uint32", kDLUInt, 32);
-  add_dtype("aoti_torch_dtype_uint64", kDLUInt, 64);
-  add_dtype("aoti_torch_dtype_bool", kDLBool, 8);
-  add_dtype("aoti_torch_dtype_complex64", kDLComplex, 64);
-  add_dtype("aoti_torch_dtype_complex128", kDLComplex, 128);
-  add_dtype("aoti_torch_dtype_float8_e4m3fn", kDLFloat8_e4m3fn, 8);
-  add_dtype("aoti_torch_dtype_float8_e5m2", kDLFloat8_e5m2, 8);
-  add_dtype("aoti_torch_dtype_float8_e4m3fnuz", kDLFloat8_e4m3fnuz, 8);
-  add_dtype("aoti_torch_dtype_float8_e5m2fnuz", kDLFloat8_e5m2fnuz, 8);
+  add_dtype("aoti_torch_dtype_float32", kDLFloat, 32, 1);
+  add_dtype("aoti_torch_dtype_float64", kDLFloat, 64, 1);
+  add_dtype("aoti_torch_dtype_float16", kDLFloat, 16, 1);
+  add_dtype("aoti_torch_dtype_bfloat16", kDLBfloat, 16, 1);
+  add_dtype("aoti_torch_dtype_int8", kDLInt, 8, 1);
+  add_dtype("aoti_torch_dtype_int16", kDLInt, 16, 1);
+  add_dtype("aoti_torch_dtype_int32", kDLInt, 32, 1);
+  add_dtype("aoti_torch_dtype_int64", kDLInt, 64, 1);
+  add_dtype("aoti_torch_dtype_uint8", kDLUInt, 8, 1);
+  add_dtype("aoti_torch_dtype_uint16", kDLUInt, 16, 1);
+  add_dtype("aoti_torch_dtype_uint32", kDLUInt, 32, 1);
+  add_dtype("aoti_torch_dtype_uint64", kDLUInt, 64, 1);
+  add_dtype("aoti_torch_dtype_bool", kDLBool, 8, 1);
+  add_dtype("aoti_torch_dtype_complex64", kDLComplex, 64, 1);
+  add_dtype("aoti_torch_dtype_complex128", kDLComplex, 128, 1);
+  add_dtype("aoti_torch_dtype_float8_e4m3fn", kDLFloat8_e4m3fn, 8, 1);
+  add_dtype("aoti_torch_dtype_float8_e5m2", kDLFloat8_e5m2, 8, 1);
+  add_dtype("aoti_torch_dtype_float8_e4m3fnuz", kDLFloat8_e4m3fnuz, 8, 1);
+  add_dtype("aoti_torch_dtype_float8_e5m2fnuz", kDLFloat8_e5m2fnuz, 8, 1);
+  add_dtype("aoti_torch_dtype_float8_e8m0fnu", kDLFloat8_e8m0fnu, 8, 1);
+  add_dtype("aoti_torch_dtype_complex32", kDLComplex, 32, 1);
+  add_dtype("aoti_torch_dtype_float4_e2m1fn_x2", kDLFloat4_e2m1fn, 4, 2);
+  /* libc10's c10::TypeError (its constructor from a source location and a
+   * std::string, and its type_info) with libstdc++'s std::string and C++
+   * runtime: how torch's own operators raise a Python TypeError. All of them
+   * or none: without them a TypeError is thrown as a RuntimeError. */
+  TJ__FIND(T.allocate_exception, "__cxa_allocate_exception");
+  TJ__FIND(T.throw_exception, "__cxa_throw");
+  TJ__FIND(T.string_new, "_ZNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEC1EPKcRKS3_");
+  TJ__FIND(T.string_delete, "_ZNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEED1Ev");
+  TJ__FIND(T.type_error_new,
+           "_ZN3c109TypeErrorC1ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_"
+           "traitsIcESaIcEEE");
+  TJ__FIND(T.error_new,
+           "_ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_"
+           "traitsIcESaIcEEE");
+  T.type_error_info = lookup("_ZTIN3c109TypeErrorE");
+  T.type_error_vtable = lookup("_ZTVN3c109TypeErrorE");
   TJ__FIND(T.cuda_stream, "aoti_torch_get_current_cuda_stream");
   init_status = TJ_OK;
 }
@@ -199,8 +233,10 @@ static int import_handle(const tj_producer *self, void *object, tj_arg *arg) {
       T.strides(h, &strides) || T.dtype(h, &dtype) || T.device_type(h, &device_type) ||
       T.device_index(h, &device_index))
     return torch_failed("reading the tensor");
+  /* Refused as a direct call refuses the tensor (torch's __dlpack__): a
+   * ValueError. */
   if (layout != T.strided)
-    return tj_set_error(TJ_ETYPE,
+    return tj_set_error(TJ_EVALUE,
                         "a tensor of layout %d (not strided): a kernel takes dense "
                         "tensors; pass tensor.to_dense()",
                         (int)layout);
@@ -208,7 +244,7 @@ static int import_handle(const tj_producer *self, void *object, tj_arg *arg) {
   for (int32_t i = 0; i < T.ndtypes && dl.bits == 0; ++i)
     if (T.dtype_code[i] == dtype) dl = T.dtype_dl[i];
   if (dl.bits == 0)
-    return tj_set_error(TJ_ETYPE, "torch dtype %d has no DLPack equivalent", (int)dtype);
+    return tj_set_error(TJ_EVALUE, "torch dtype %d has no DLPack equivalent", (int)dtype);
   DLDeviceType device;
   if (device_type == T.cpu) {
     device = kDLCPU;
@@ -239,7 +275,7 @@ static int allocate_handle(const tj_producer *self, const DLTensor *proto, tj_ar
   int32_t dtype = -1;
   for (int32_t i = 0; i < T.ndtypes && dtype < 0; ++i)
     if (T.dtype_dl[i].code == proto->dtype.code && T.dtype_dl[i].bits == proto->dtype.bits &&
-        proto->dtype.lanes == 1)
+        T.dtype_dl[i].lanes == proto->dtype.lanes)
       dtype = T.dtype_code[i];
   if (dtype < 0) return tj_set_error(TJ_ETYPE, "torch has no dtype for it");
   int64_t strides[TJ_MAX_NDIM], step = 1;
@@ -456,12 +492,52 @@ static int run_kernel(const torch_slot *s, uint64_t *stack, uint64_t nouts, char
   return rc;
 }
 
-/* A failure, thrown as the C++ exception Python's bindings of torch raise as
- * the class the core's status names: std::invalid_argument for a ValueError
- * (TJ_EVALUE, the fallback's 2), std::runtime_error for the rest (a
- * RuntimeError). Nothing is held when it is thrown. */
-__attribute__((noreturn)) static void fail(int value_error, const char *message) {
-  if (value_error) T.throw_invalid_argument(message);
+/* An exception's destructor, as the C++ ABI calls it: the complete-object
+ * destructor, the first entry of the object's virtual table (std::exception's
+ * virtual destructor is its first virtual function). */
+static void destroy_exception(void *object) {
+  void (*const *vtable)(void *) = *(void (*const *const *)(void *))object;
+  vtable[0](object);
+}
+
+/* c10::TypeError(message), thrown: what torch's bindings raise as a Python
+ * TypeError. Its object is given room beyond any c10::Error's size (about
+ * 150 bytes); the constructor copies the message out of the std::string,
+ * which is destroyed before the throw. Returns when libc10 lacks it.
+ * test_torch_op.py checks the exception class on every torch it runs on. */
+static void throw_type_error(const char *message) {
+  const bool inherited = T.type_error_new == NULL;
+  if (T.allocate_exception == NULL || T.throw_exception == NULL || T.string_new == NULL ||
+      T.string_delete == NULL || T.type_error_info == NULL ||
+      (inherited && (T.error_new == NULL || T.type_error_vtable == NULL)))
+    return;
+  _Alignas(16) unsigned char text[64]; /* a std::string: 32 bytes */
+  const unsigned char allocator = 0;   /* std::allocator<char>: empty */
+  const c10_source_location where = {"tilejit", __FILE__, __LINE__};
+  T.string_new(text, message, &allocator);
+  void *error = T.allocate_exception(1024);
+  if (!inherited) {
+    T.type_error_new(error, where, text);
+  } else {
+    /* What c10::TypeError's inherited constructor does where libc10 does not
+     * export it (torch 2.9): c10::Error's, then TypeError's virtual table
+     * (its address point: past the offset to top and the type_info). */
+    T.error_new(error, where, text);
+    void *vtable = (char *)T.type_error_vtable + 2 * sizeof(void *);
+    memcpy(error, &vtable, sizeof(vtable));
+  }
+  T.string_delete(text);
+  T.throw_exception(error, T.type_error_info, destroy_exception);
+}
+
+/* A failure with the core's status `rc`, thrown as the C++ exception that
+ * torch's Python bindings raise as the class the core's status table names,
+ * as a direct call raises it: std::invalid_argument for TJ_EVALUE (a
+ * ValueError), c10::TypeError for TJ_ETYPE (a TypeError), std::runtime_error
+ * for the rest (a RuntimeError). Nothing is held when it is thrown. */
+__attribute__((noreturn)) static void fail(int rc, const char *message) {
+  if (rc == TJ_EVALUE) T.throw_invalid_argument(message);
+  if (rc == TJ_ETYPE) throw_type_error(message);
   T.throw_runtime_error(message);
 }
 
@@ -476,7 +552,7 @@ void tj__torch_run_backend(uint64_t *stack, uint64_t nargs, uint64_t nouts, uint
   char message[2048];
   unbox(s, stack);
   int rc = run_kernel(s, stack, nouts, message, sizeof(message));
-  if (rc != TJ_OK) fail(rc == TJ_EVALUE, message);
+  if (rc != TJ_OK) fail(rc, message);
 }
 
 void tj__torch_run_autograd(uint64_t *stack, uint64_t nargs, uint64_t nouts, uint32_t n) {
@@ -485,12 +561,14 @@ void tj__torch_run_autograd(uint64_t *stack, uint64_t nargs, uint64_t nouts, uin
   unbox(s, stack);
   if (plain_call(s, stack)) {
     int rc = run_kernel(s, stack, nouts, message, sizeof(message));
-    if (rc != TJ_OK) fail(rc == TJ_EVALUE, message);
+    if (rc != TJ_OK) fail(rc, message);
     return;
   }
   message[0] = '\0';
   int rc = s->fallback(s->context, stack, nargs, nouts, message, sizeof(message));
-  if (rc != 0) fail(rc == 2, message[0] ? message : "tilejit: the autograd fallback failed");
+  /* The fallback's status: a core status, or 2 and 1 as before (ValueError, other). */
+  if (rc != 0)
+    fail(rc == 2 ? TJ_EVALUE : rc, message[0] ? message : "tilejit: the autograd fallback failed");
 }
 
 /* Slot n's two boxed kernels. The dispatcher passes a boxed kernel no pointer

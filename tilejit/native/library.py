@@ -105,6 +105,16 @@ def exception_class(rc: int) -> type:
     return cls
 
 
+def status_of(exc: BaseException) -> int:
+    """The core's status for an exception: the first failed code whose class in the
+    core's status table ``exc`` is an instance of, else ``TJ_ERUNTIME`` (the inverse of
+    ``exception_class``, for a host that hands a Python failure back to the core)."""
+    for rc, name in sorted(abi.STATUS_EXCEPTIONS.items(), reverse=True):
+        if rc < 0 and name not in ("", "RuntimeError") and isinstance(exc, exception_class(rc)):
+            return rc
+    return abi.TJ_ERUNTIME
+
+
 def check(rc: int) -> None:
     """Raises the exception for a failed core status of a kernel's build."""
     if rc:

@@ -56,8 +56,10 @@ TJ_API int tj_torch_define(const char *ns, const char *schema);
  * own registration), with the stack as the dispatcher passed it, optional
  * tensors unboxed (a tensor handle or 0). It takes ownership of the input
  * tensor handles, writes the outputs' new handles into the stack from index
- * 0 and returns 0; or returns 2 (a ValueError) or 1 (any other failure) with
- * a message (NUL-terminated, truncated to `size`) in `message`. */
+ * 0 and returns 0; or returns the core's status for the failure (TJ_ETYPE,
+ * TJ_EVALUE, ...: the exception the status table names is what the call
+ * raises), or 2 (a ValueError) or 1 (any other failure), with a message
+ * (NUL-terminated, truncated to `size`) in `message`. */
 typedef int (*tj_torch_fallback)(void *context, uint64_t *stack, uint64_t nargs, uint64_t nouts,
                                  char *message, size_t size);
 

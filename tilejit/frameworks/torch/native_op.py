@@ -5,9 +5,10 @@ kernels to the core (``tj_torch_impl``, core/src/torch.c), which registers them 
 torch's stable C ABI, found in the loaded libtorch:
 
 - the backend kernel (dispatch keys CPU and CUDA) reads the dispatcher's stack, runs the
-  core's call (the same validation and messages as a direct call: a ``ValueError``
-  stays one, other refusals reach Python as a ``RuntimeError`` carrying the message, as
-  for every operator of torch's stable ABI), allocates the outputs with torch and
+  core's call (the same validation, messages and exception classes as a direct call:
+  the core's status decides what the op raises, a ``TypeError`` through libc10's
+  ``c10::TypeError`` where the process has it, else a ``RuntimeError``), allocates the
+  outputs with torch and
   launches on torch's current stream;
 - the autograd kernel (an op that writes none of its arguments, ``autograd_in_c``): a
   plain call (plain dense tensors without autograd record, no
@@ -19,8 +20,7 @@ torch's stable C ABI, found in the loaded libtorch:
   ``TILEJIT_FAST_PATHS=0`` the op keeps Python's autograd kernel for every call.
 
 ``TILEJIT_TORCH_OPS=python`` registers the Python implementation instead (as does a torch
-whose stable ABI lacks a function tilejit needs): the same semantics, a ``TypeError``
-staying a ``TypeError`` there.
+whose stable ABI lacks a function tilejit needs): the same semantics.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import torch
 
 from ...builder import torch_schema as schema
 from ...native._build import env
-from ...native.library import core_library
+from ...native.library import core_library, status_of
 from ...runtime import fast_paths
 from ...runtime.fast_paths import FAST_PATHS
 from . import autograd, probes
@@ -238,6 +238,6 @@ def _fallback(kernel, op, name: str, kinds: str):
         except BaseException as exc:  # noqa: BLE001 - handed to C, which raises it in torch
             text = str(exc).encode("utf-8", "replace")[:max(size - 1, 0)] + b"\0"
             ctypes.memmove(message, text, len(text))
-            return 2 if isinstance(exc, ValueError) else 1
+            return status_of(exc)
 
     return run
