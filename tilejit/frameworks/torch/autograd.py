@@ -10,6 +10,7 @@ from torch.autograd import forward_ad
 from ...runtime import fast_paths
 from ...runtime.fast_paths import FAST_PATHS
 from .probes import APPLY, FORWARD_LEVEL, IDLE_LEVEL, apply_probe
+from .results import as_op_result
 
 _backwards: dict = {}  # op name -> (backward, setup_context), as registered
 _recorded: dict = {}  # op name -> its autograd.Function (_autograd_kernel)
@@ -109,10 +110,7 @@ def autograd_kernel(kernel, op, name: str):
                     output = op(*args)
                     break
             else:
-                output = unclaimed(*args)
-                # The kernel's result as the op returns it (op_result of outputs_of).
-                if isinstance(output, list):
-                    output = tuple(output)
+                output = as_op_result(unclaimed(*args))
         else:
             output = op(*args)
         if ctx is not None:  # the Function without setup_context (`_single_apply`)
@@ -238,9 +236,7 @@ def _plain_apply(label: str, name: str, unclaimed, forward_entry=None):
     out, no Python frame (`_choose_forward`, again at every registration)."""
 
     def forward(ctx, *args):
-        output = unclaimed(*args)
-        if isinstance(output, list):  # the kernel's result as the op returns it
-            output = tuple(output)
+        output = as_op_result(unclaimed(*args))
         _, setup = _backwards[name]
         if setup is not None:
             setup(ctx, args, output)

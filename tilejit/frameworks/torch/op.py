@@ -313,7 +313,7 @@ def _recorder(kernel, otherwise, *, at_once: bool = False):
             if not (idle_tangents and as_schema and direct):
                 return otherwise(kernel_object, args, stream)
             result = plain_apply(*args)
-            return list(result) if isinstance(result, tuple) else result
+            return kernel_result(result)
         if not idle_tangents:
             autograd.refuse_tangents(label, names, args)
         # The backward's setup_context sees the inputs as the op's schema takes them.
@@ -323,7 +323,7 @@ def _recorder(kernel, otherwise, *, at_once: bool = False):
             result = plain_apply(*args) if plain_apply is not None else apply(*args, None)
         else:
             result = appliers[name](*args, None)
-        return list(result) if isinstance(result, tuple) else result
+        return kernel_result(result)
 
     return run
 

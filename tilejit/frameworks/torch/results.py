@@ -16,6 +16,12 @@ def op_result(outputs: list):
     return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
+def as_op_result(result):
+    """A kernel call's result as its op returns it: several outputs as a tuple
+    (``op_result(outputs_of(result))``, in one step for the recorded calls' hot path)."""
+    return tuple(result) if isinstance(result, list) else result
+
+
 def outputs_of(result) -> list:
     """The outputs of a kernel call's result (the kernel's shape), as a list."""
     if result is None:
