@@ -39,20 +39,39 @@ __all__ = [
 # the same patterns, or an installed tilejit would hash and compile a different set than a
 # checkout.
 CORE_PATTERNS = ("include/tilejit/*.h", "include/dlpack/dlpack.h", "include/dlpack/LICENSE",
-                 "src/*.c", "src/*.h", "torch_op/*.c")
+                 "src/*.c", "src/*.h", "torch_op/*.c", "flags.mk")
 
 # -DNDEBUG matches how setuptools builds extensions: without it CPython's own inline
 # accessors (PyTuple_GET_ITEM and friends) keep their assert()s on the per-call path.
 CFLAGS = ("-O2", "-fPIC", "-pthread", "-std=gnu11", "-DNDEBUG")
-# Hidden visibility keeps the core's internals (tj__ names) inside the library: only the
-# functions its headers mark TJ_API (core/include/tilejit/export.h) are exported, which the
-# ctypes backend looks up and the wrapper links against. -Bsymbolic binds the core's calls
-# to its own exported functions inside the library, so they skip the PLT and no other
-# library can interpose them, as when the core was compiled into the wrapper.
-# -fexceptions: torch.c throws through the core's frames (the stable ABI's way to fail an
-# operator), which needs their unwind tables on every architecture.
-_CORE_CFLAGS = (*CFLAGS, "-fvisibility=hidden", "-fexceptions")
+# -Bsymbolic binds the core's calls to its own exported functions inside the library, so
+# they skip the PLT and no other library can interpose them, as when the core was compiled
+# into the wrapper.
 _CORE_LINK_ARGS = ("-Wl,-Bsymbolic",)
+# The core's own flags (language, visibility, unwind tables), shared with core/Makefile.
+FLAGS_FILE = "flags.mk"
+
+
+def _core_cflags(core_dir: Path) -> tuple[str, ...]:
+    """The cached library's compile flags: optimised, position-independent, the core's own."""
+    return ("-O2", "-fPIC", "-DNDEBUG", *core_flags(core_dir))
+
+
+def core_flags(core_dir: Path | None = None) -> tuple[str, ...]:
+    """The flags every build of the core's sources uses, read from ``core/flags.mk``
+    (``NAME := flags`` lines, which ``core/Makefile`` includes).
+
+    Example:
+        >>> core_flags()
+        ('-std=gnu11', '-pthread', '-fvisibility=hidden', '-fexceptions')
+    """
+    text = (Path(core_dir or source_dirs()[0]) / FLAGS_FILE).read_text()
+    flags: list[str] = []
+    for line in text.splitlines():
+        _, sep, value = line.partition(":=")
+        if sep and not line.lstrip().startswith("#"):
+            flags += value.split()
+    return tuple(flags)
 
 
 def source_dirs() -> tuple[Path, Path]:
@@ -182,7 +201,8 @@ def build_core_library(
             link_args = (*_CORE_LINK_ARGS, f"-Wl,-soname,{target.name}")
             # The object files go beside the output, into the cache's private build
             # directory.
-            toolchain.compile_and_link(sources, include_dirs, _CORE_CFLAGS, output, output.parent,
+            toolchain.compile_and_link(sources, include_dirs, _core_cflags(core_dir), output,
+                                       output.parent,
                                        verbose, link_args)
 
         info = {"kind": "core", "name": "tilejit core", "target": "cpu",
@@ -239,7 +259,7 @@ def build_torch_op_library(verbose: bool = False) -> Path:
         def build(output: Path) -> None:
             link_args = (f"-L{core.parent}", f"-l:{core.name}", "-Wl,-rpath,$ORIGIN")
             toolchain.compile_and_link([core_dir / "torch_op" / "torch_op.c"],
-                                       [core_dir / "include"], _CORE_CFLAGS, output,
+                                       [core_dir / "include"], _core_cflags(core_dir), output,
                                        output.parent, verbose, link_args)
 
         info = {"kind": "torch_op", "name": "tilejit torch_op.so", "target": "cpu",

@@ -103,6 +103,7 @@ def _make_tree(root: Path) -> tuple[Path, Path]:
     wrapper.mkdir()
     (core / "include" / "tilejit" / "fixture.h").write_text(FIXTURE_HEADER)
     (core / "src" / "fixture.c").write_text(FIXTURE_C)
+    shutil.copy(REPO / "core" / "flags.mk", core / "flags.mk")  # the core's own flags
     (wrapper / "fixture.pxd").write_text(FIXTURE_PXD)
     (wrapper / "_tilejit.pyx").write_text(FIXTURE_PYX)
     # The real wrapper/ is a package (it is shipped as tilejit._wrapper); the build must
@@ -287,6 +288,22 @@ def test_second_python_builds_beside_the_first(cache, tree, tmp_path):
     assert second.parent.parent.parent == first.parent.parent.parent
     assert first.stat().st_mtime_ns == mtime
     assert first.exists() and second.exists()
+
+
+def test_the_makefile_and_the_cached_build_use_the_one_set_of_core_flags(tmp_path):
+    # core/flags.mk is read by build_tools and included by core/Makefile: every compile of
+    # a core source in either carries all its flags.
+    from build_tools import core_build
+
+    flags = core_build.core_flags()
+    assert {"-std=gnu11", "-fvisibility=hidden", "-fexceptions"} <= set(flags)
+    assert set(flags) <= set(core_build._core_cflags(REPO / "core"))
+    done = subprocess.run(["make", "-n", "-B", "-C", str(REPO / "core"), "lib", "DLPACK_REF=",
+                           f"BUILD={tmp_path}"], capture_output=True, text=True, check=True)
+    compiles = [line.split() for line in done.stdout.splitlines() if " -c src/" in line]
+    assert len(compiles) == len(list((REPO / "core" / "src").glob("*.c")))
+    for command in compiles:
+        assert set(flags) <= set(command), command
 
 
 def test_real_sources_build_and_load(cache):
