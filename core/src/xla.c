@@ -82,6 +82,14 @@ static DLDataType dtype_of(int32_t xla) {
     case 15: return (DLDataType){kDLComplex, 64, 1};
     case 16: return (DLDataType){kDLBfloat, 16, 1};
     case 18: return (DLDataType){kDLComplex, 128, 1};
+    case 19: return (DLDataType){kDLFloat8_e5m2, 8, 1};
+    case 20: return (DLDataType){kDLFloat8_e4m3fn, 8, 1};
+    case 23: return (DLDataType){kDLFloat8_e4m3b11fnuz, 8, 1};
+    case 24: return (DLDataType){kDLFloat8_e5m2fnuz, 8, 1};
+    case 25: return (DLDataType){kDLFloat8_e4m3fnuz, 8, 1};
+    case 28: return (DLDataType){kDLFloat8_e4m3, 8, 1};
+    case 29: return (DLDataType){kDLFloat8_e3m4, 8, 1};
+    case 33: return (DLDataType){kDLFloat8_e8m0fnu, 8, 1};
     default: return (DLDataType){0, 0, 0};
   }
 }

@@ -65,7 +65,10 @@ _NAMES = {(d.code, d.bits): d.name for d in dtypes.DTYPES.values()}
 # XLA's PrimitiveType of each element type a kernel takes (xla_data.proto).
 _XLA_TYPES = {"bool": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "uint8": 6,
               "uint16": 7, "uint32": 8, "uint64": 9, "float16": 10, "float32": 11,
-              "float64": 12, "complex64": 15, "bfloat16": 16, "complex128": 18}
+              "float64": 12, "complex64": 15, "bfloat16": 16, "complex128": 18,
+              "float8_e5m2": 19, "float8_e4m3fn": 20, "float8_e4m3b11fnuz": 23,
+              "float8_e5m2fnuz": 24, "float8_e4m3fnuz": 25, "float8_e4m3": 28,
+              "float8_e3m4": 29, "float8_e8m0fnu": 33}
 _ATTR_TYPES = {bool: numpy.bool_, int: numpy.int64, float: numpy.float64}
 
 
