@@ -51,7 +51,7 @@ def test_examples_run(path):
 
 
 # Where the architecture page must name every file, and the paths it may name.
-_TREE = ("tilejit", "core/src", "core/include/tilejit", "wrapper")
+_TREE = ("tilejit", "core/src", "core/include/tilejit", "wrapper", "build_tools")
 _PATH = re.compile(r"`((?:tilejit|core|wrapper|build_tools|tests)/[\w./-]*\w)`")
 
 
@@ -71,3 +71,46 @@ def test_the_architecture_page_names_every_file_and_only_files_that_exist():
     assert sorted(_tree_files() - named) == []
     # _prebuilt is made by a regular install, not kept in the tree.
     assert sorted(p for p in named if not (ROOT / p).exists() and "_prebuilt" not in p) == []
+
+
+def _sources_table(page: str) -> list[list[str]]:
+    """The core's sources table of the architecture page: per row, the files it names."""
+    start = page.index("| `core/src/internal.h`")
+    rows = page[start:page.index("\n\n", start)].splitlines()
+    return [re.findall(r"`(core/[\w/]+\.[ch])`", row.split("|")[1]) for row in rows]
+
+
+def _listed_before_their_callers(order: list[str], graph: dict) -> list[str]:
+    """The files of ``order`` that call a file listed after them (or not at all)."""
+    seen: set[str] = set()
+    wrong = []
+    for name in order:
+        if not graph.get(name, set()) <= seen:
+            wrong.append(f"{name} calls {sorted(graph[name] - seen)}, listed below it")
+        seen.add(name)
+    return wrong
+
+
+def test_the_architecture_pages_sources_table_is_lowest_layer_first():
+    # Every .c file of core/src is a row, and calls functions only of the rows above it:
+    # the call graph read from the sources, as the core's own cycle test reads it.
+    from test_core_api import source_graph
+
+    rows = _sources_table((DOCS / "architecture.md").read_text())
+    order = [Path(f).name for row in rows for f in row if f.startswith("core/src/")]
+    graph = source_graph()
+    assert sorted(f for f in order if f.endswith(".c")) == sorted(graph)
+    assert _listed_before_their_callers(order, graph) == []
+
+
+def test_the_layer_order_check_finds_a_file_above_what_it_calls():
+    page = ("| `core/src/internal.h` | x |\n| `core/src/call.c`, `core/src/call.h` | y |\n"
+            "| `core/src/arg.c` | z |\n\nMore text.")
+    rows = _sources_table(page)
+    assert rows == [["core/src/internal.h"], ["core/src/call.c", "core/src/call.h"],
+                    ["core/src/arg.c"]]
+    order = [Path(f).name for row in rows for f in row]
+    graph = {"call.c": {"arg.c"}, "arg.c": set()}
+    assert _listed_before_their_callers(order, graph) == [
+        "call.c calls ['arg.c'], listed below it"]
+    assert _listed_before_their_callers(["arg.c", "call.c"], graph) == []

@@ -19,6 +19,8 @@
  *                   launch, release (tj_call_run); bound launches, the same
  *                   steps once and the launch replayed (tj_bound_*)
  *   4  kernel.c     building a kernel's signature, loading it, freeing it
+ *      xla.c        kernels as XLA FFI custom calls: a call frame in, bound,
+ *                   launched on XLA's stream
  *   3  memo.c       binding a call: from the record of an earlier one, else
  *                   by validate.c's full checks, recorded (tj_call_bind)
  *      launch.c     packing the arguments and running a CPU kernel
@@ -32,7 +34,10 @@
  *      producer.c   the exchange-API producer, lazy views, capsules
  *      layout.c     the layout algebra of tensor views
  *   0  arg.c, expr.c, dtype.c, error.c   arguments, expressions, names,
- *                   the error record; sha256.c  file hashes
+ *                   the error record; sha256.c  file hashes; version.c
+ *
+ * docs/architecture.md lists the files lowest first, in an order these layers
+ * allow (tests/test_docs.py checks it against the calls).
  */
 #ifndef TILEJIT_INTERNAL_H_
 #define TILEJIT_INTERNAL_H_
