@@ -34,6 +34,17 @@ def _formatted(function: str, d: dtypes.DType) -> str:
     return buf.value.decode()
 
 
+def test_the_tables_dlpack_codes_are_the_headers():
+    # dtypes.py writes DLPack's codes itself (it is the bottom of the package); the vendored
+    # dlpack.h, as native/abi.py reads it, says the same.
+    names = {"int": "kDLInt", "uint": "kDLUInt", "float": "kDLFloat", "bfloat": "kDLBfloat",
+             "complex": "kDLComplex", "bool": "kDLBool", "float8_e4m3fn": "kDLFloat8_e4m3fn",
+             "float8_e5m2": "kDLFloat8_e5m2"}
+    for d in DTYPES:
+        kind = d.name if d.name.startswith("float8") else d.name.rstrip("0123456789")
+        assert d.code == getattr(abi, names[kind]), d.name
+
+
 @pytest.mark.parametrize("d", DTYPES, ids=lambda d: d.name)
 def test_the_cores_names_are_the_tables(d):
     # core/src/dtype.c names dtypes in messages; core/src/layout.c gives CuTe's names.

@@ -115,6 +115,35 @@ def test_no_import_cycles_in_tilejit():
     assert _cycles(_import_graph(PACKAGE)) == []
 
 
+def _floors(graph: dict[str, set[str]]) -> dict[str, int]:
+    """Each module's floor: 1 for a module importing none of the package, else one above
+    the highest module it imports (the graph has no cycles)."""
+    floors: dict[str, int] = {}
+
+    def floor(name: str) -> int:
+        if name not in floors:
+            floors[name] = 1 + max((floor(t) for t in graph[name]), default=0)
+        return floors[name]
+
+    for name in graph:
+        floor(name)
+    return floors
+
+
+def test_the_package_has_at_most_ten_import_floors():
+    # The longest chain of imports (function-level ones counted) from a module down to one
+    # that imports nothing of the package: a change that stacks a module on the tallest
+    # pile says so here, so that a new layer is a decision.
+    floors = _floors(_import_graph(PACKAGE))
+    tallest = max(floors, key=floors.get)
+    assert floors[tallest] <= 10, f"{tallest} stands on {floors[tallest]} floors"
+
+
+def test_floors_count_the_longest_chain():
+    assert _floors({"a": {"b", "c"}, "b": {"c"}, "c": set(), "d": set()}) == {
+        "a": 3, "b": 2, "c": 1, "d": 1}
+
+
 def test_no_import_cycles_in_build_tools():
     assert _cycles(_import_graph(REPO / "build_tools")) == []
 

@@ -44,10 +44,8 @@ from tilelang.jit import kernel as _tl_kernel
 from tilelang.jit.adapter.base import BaseKernelAdapter
 from tvm import tirx
 
-from .language.lang import _SCALAR_SYMBOL_DTYPES as _INTEGER_SCALARS
-from .language.lang import T
-from .language.program import Launch, Program
-from .runtime import compilation
+import tilejit
+from tilejit import Launch, Program, T
 
 BACKEND = "tilejit"
 # 2: scalar parameters in expressions, global workspaces, im2col tensor maps, TileLang's
@@ -404,7 +402,7 @@ def _program(description: dict, source: str | None, binary=None) -> tuple[Progra
                T.symbol(sym, dtype=dtype if dtype in ("int32", "int64") else "int64")
                for sym, dtype in description["symbols"].items()}
     for scalar_name, scalar in scalars.items():
-        if scalar_name not in symbols and scalar.dtype in _INTEGER_SCALARS:
+        if scalar_name not in symbols and scalar.is_integer:
             symbols[scalar_name] = scalar
     used = set()
     for f in description["functions"]:
@@ -514,7 +512,7 @@ def build(description: dict, source: str | None, out_idx, *, binary=None, compil
         options["target"] = "cuda"
         if binary is None:  # compiled here; a cached image is loaded as it is
             options.update(arch=description["arch"], compiler="nvcc")
-    return compilation.compile(prog, **options)
+    return tilejit.compile(prog, **options)
 
 
 # ---- The TileLang adapter and cache ---------------------------------------------------------

@@ -14,8 +14,11 @@ from ..runtime import frameworks as _registry
 
 
 def _torch():
-    from .torch import adapter  # torch is optional: imported with its first tensor
+    # torch is optional: imported with its first tensor. Its adapter is the tracer, and
+    # Dynamo inlines the wing's entries (dynamo.ENTRIES) for calls it traces.
+    from .torch import adapter, dynamo
 
+    _registry.install_tracer(adapter.ADAPTER, dynamo.ENTRIES, adapter.ADAPTER.is_compiling)
     return adapter.ADAPTER
 
 

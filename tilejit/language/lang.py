@@ -318,6 +318,12 @@ class Scalar(Param, Expr):
         self._symbol = None
 
     @property
+    def is_integer(self) -> bool:
+        """Whether the scalar is an integer one: its value can be used in shape, launch and
+        tensor-map expressions (``symbol``)."""
+        return self.dtype in _SCALAR_SYMBOL_DTYPES
+
+    @property
     def symbol(self) -> Symbol:
         """The symbol this scalar's value binds when an expression uses it (integer
         scalars only); a kernel names it after the parameter."""

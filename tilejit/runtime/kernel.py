@@ -9,7 +9,7 @@ import weakref
 from typing import ClassVar
 
 from ..builder.export import export as _export
-from ..builder.signature import Signature
+from ..builder.signature import Signature, lower
 from ..language.program import Program
 from ..native import abi
 from ..native._build import disk_cache
@@ -343,6 +343,18 @@ class JITKernel:
         return kernel
 
     _cuda_arch = None  # the architecture(s) a compiled CUDA kernel was built for
+
+    def _outputs_passed(self) -> JITKernel:
+        """The same compiled library with every output passed, not allocated (no
+        ``out_idx``), and the same validation: what Inductor's direct entry calls with the
+        buffers it allocated, inputs and outputs in declaration order. Not a kernel of the
+        user's: it has no op of its own."""
+        sig = lower(self.program, None, self._sig.target)
+        direct = JITKernel(self.program, sig, self.library_path, self._host_source,
+                           self.execution_backend, self._prebuilt,
+                           binary_digests=self._binary_digests)
+        JITKernel._alive.discard(direct)
+        return direct
 
     def export(self, path, *, overwrite: bool = False):
         """Writes the kernel to the directory ``path``: its compiled image, its signature

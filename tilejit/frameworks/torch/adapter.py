@@ -18,7 +18,7 @@ from ...native import abi
 from ...runtime import frameworks
 from ...runtime.fast_paths import FAST_PATHS
 from ...runtime.fast_paths import decided as _decided
-from . import dlpack, dynamo, probes, versions, views
+from . import dlpack, probes, versions, views
 from . import op as _op
 
 # DLPack device types with their own memory.
@@ -174,4 +174,3 @@ class TorchAdapter(frameworks.Adapter):
 ADAPTER = TorchAdapter()
 versions.warn_outside(torch.__version__)
 
-frameworks.install_tracer(ADAPTER, dynamo.ENTRIES, torch.compiler.is_compiling)

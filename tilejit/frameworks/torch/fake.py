@@ -12,7 +12,6 @@ from __future__ import annotations
 import torch
 
 from ...language.lang import Buffer, Expr, Scalar, Symbol
-from . import inductor
 from .results import op_result
 
 try:  # a condition on sizes torch may not know yet (data-dependent): taken as False
@@ -156,18 +155,18 @@ def _check_tensor(sig, label: str, param: Buffer, value) -> None:
                          f"{value.dim()}-d with shape {tuple(value.shape)}")
 
 
-def fake(kernel):
+def fake(kernel, traced=None):
     """The fake implementation: outputs shaped from the symbols the inputs bind
-    (``bind_symbols``), on the first tensor's device."""
+    (``bind_symbols``), on the first tensor's device. ``traced()``, when given, runs first
+    at every call: a trace meets every op here, whoever called it (the kernel,
+    ``kernel.torch_op``, an exported program)."""
     sig = kernel._sig
     params = kernel.params
     default = torch.device("cuda" if sig.target == "cuda" else "cpu")
 
     def fake(*args):
-        # A trace meets every op here, whoever called it (the kernel, kernel.torch_op, an
-        # exported program): Inductor, if loaded, gets its way to the kernel before a
-        # graph it cached runs.
-        inductor.inductor_loaded()
+        if traced is not None:
+            traced()
         values = bind_symbols(kernel, args)
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), default)
         outputs = []

@@ -43,7 +43,6 @@ import threading
 
 import torch
 
-from ...builder.signature import lower as _lower_signature
 from ...builder.torch_schema import NAMESPACE, input_kinds
 from ...runtime import fast_paths
 from ...runtime.fast_paths import FAST_PATHS
@@ -89,7 +88,7 @@ def offer(kernel, op, name: str, writes: bool) -> None:
     direct = None
     if FAST_PATHS and kernel._export_images is None:
         try:
-            direct = _direct_kernel(kernel)
+            direct = kernel._outputs_passed()
         except Exception:  # noqa: BLE001 - its library gone from the cache, say: the op
             direct = None
     setattr(op, _ATTRIBUTE, direct if direct is not None else _through_op(op))
@@ -120,19 +119,6 @@ def _through_op(op):
         args[-1].copy_(op(*args[:-1]))
 
     return call
-
-
-def _direct_kernel(kernel):
-    """The kernel with its output passed, not allocated: the same compiled library, the
-    same validation; called with the inputs and the output in declaration order."""
-    from ...runtime.kernel import JITKernel
-
-    sig = _lower_signature(kernel.program, None, kernel._sig.target)
-    direct = JITKernel(kernel.program, sig, kernel.library_path, kernel._host_source,
-                       kernel.execution_backend, kernel._prebuilt,
-                       binary_digests=kernel._binary_digests)
-    JITKernel._alive.discard(direct)  # not a kernel of the user's: no op of its own
-    return direct
 
 
 def _installed() -> bool:

@@ -102,7 +102,11 @@ def definition(kernel):
             if loaded is None:
                 _library.define(name + text)
             _library.impl(name, implementation(kernel), "CompositeExplicitAutograd")
-            torch.library.register_fake(f"{NAMESPACE}::{name}", fake.fake(kernel), lib=_library)
+            torch.library.register_fake(
+                f"{NAMESPACE}::{name}",
+                # Inductor, if loaded, gets its way to the kernel before a graph it cached
+                # runs: every trace meets the op's fake implementation.
+                fake.fake(kernel, traced=inductor.inductor_loaded), lib=_library)
             found = getattr(getattr(torch.ops, NAMESPACE), name).default
             written = [i for i, arg in enumerate(found._schema.arguments)
                        if arg.alias_info is not None and arg.alias_info.is_write]
