@@ -187,10 +187,14 @@ def test_every_torch_dtype_is_read_as_the_direct_call_reads_it(kernels, dtype):
 def test_an_exception_of_the_ops_python_autograd_keeps_its_class(error, tilejit_cache_dir):
     # A call requiring grad goes from the C autograd kernel to Python's, whose exception
     # crosses torch's C++ as the class the core's status table names for it.
+    # A kernel of its own: a registration is the op's, which every kernel of the same
+    # content shares.
     n = T.symbol("n")
-    k = _build("scale", [T.Buffer((n,), "float32", name="X", const=True),
-                         T.Buffer((n,), "float32", name="Y"),
-                         T.Scalar("float32", name="factor")], SCALE, out_idx=1)
+    name = f"scale_{error.__name__.lower()}"
+    k = _build(name, [T.Buffer((n,), "float32", name="X", const=True),
+                      T.Buffer((n,), "float32", name="Y"),
+                      T.Scalar("float32", name="factor")],
+               SCALE.replace("void scale(", f"void {name}("), out_idx=1)
 
     def setup_context(ctx, inputs, output):
         raise error("setup_context refuses")
