@@ -178,27 +178,123 @@ static int choose_stream(const tj_kernel *k, const tj_call *call, const tj_produ
   return rc;
 }
 
+/* ---- The core's allocator of host outputs ------------------------------------ */
+
+/* A call made from C with no producer to allocate with (tj_call_run,
+ * tj_bound_create: no tensor argument made by one; core_allocates) gets the
+ * outputs and workspaces of a CPU kernel from here: each a DLManagedTensor in
+ * host memory, compact row-major, its data aligned to the parameter's `align`
+ * and at least HOST_ALIGN bytes, deleted by its own deleter. They are owned
+ * and released as a producer's objects are, through host_outputs.release. */
+#define HOST_ALIGN 64
+
+typedef struct {
+  DLManagedTensor managed; /* first: the object handed out is its address */
+  int64_t shape[TJ_MAX_NDIM];
+} host_tensor;
+
+static void host_tensor_delete(DLManagedTensor *managed) {
+  if (managed == NULL) return;
+  free(managed->dl_tensor.data);
+  free(managed);
+}
+
+static void host_tensor_release(void *object) {
+  DLManagedTensor *managed = object;
+  managed->deleter(managed);
+}
+
+static const tj_host host_outputs = {.release = host_tensor_release, .type_offset = -1};
+
+/* The bytes of a compact tensor of `ndim` dims `shape` and `dtype`, or -1 when
+ * they do not fit in a size_t. */
+static int64_t host_bytes(int32_t ndim, const int64_t *shape, DLDataType dtype) {
+  uint64_t bits = (uint64_t)dtype.bits * (dtype.lanes ? dtype.lanes : 1);
+  for (int32_t d = 0; d < ndim; ++d) {
+    if (shape[d] < 0) return -1;
+    if (shape[d] == 0) return 0;
+    if (__builtin_mul_overflow(bits, (uint64_t)shape[d], &bits)) return -1;
+  }
+  uint64_t bytes = bits / 8 + (bits % 8 != 0);
+  return bytes > (uint64_t)INT64_MAX || bytes > (uint64_t)SIZE_MAX ? -1 : (int64_t)bytes;
+}
+
+/* Allocates output or workspace `o` of `k` as the frame shapes it. */
+static int host_allocate(const tj_kernel *k, int32_t o, const tj_frame *frame, tj_arg *out,
+                         void **object) {
+  int64_t bytes = host_bytes(frame->out_ndim[o], frame->out_shape[o], frame->out_dtype[o]);
+  if (bytes < 0) return tj_set_error(TJ_EVALUE, "its size does not fit in memory");
+  int64_t align = k->params[k->output_params[o]].align;
+  if (align < HOST_ALIGN) align = HOST_ALIGN;
+  host_tensor *t = calloc(1, sizeof(*t));
+  void *data = NULL;
+  /* Rounded up to the alignment, and never 0 bytes, so that data is not NULL. */
+  size_t size = ((size_t)bytes + (size_t)align - 1) & ~((size_t)align - 1);
+  if (t == NULL || size < (size_t)bytes ||
+      posix_memalign(&data, (size_t)align, size ? size : (size_t)align) != 0) {
+    free(t);
+    return tj_set_error(TJ_ENOMEM, "out of memory for %lld bytes", (long long)bytes);
+  }
+  DLTensor *dl = &t->managed.dl_tensor;
+  for (int32_t d = 0; d < frame->out_ndim[o]; ++d) t->shape[d] = frame->out_shape[o][d];
+  dl->data = data;
+  dl->device.device_type = kDLCPU;
+  dl->device.device_id = 0;
+  dl->ndim = frame->out_ndim[o];
+  dl->dtype = frame->out_dtype[o];
+  dl->shape = t->shape;
+  dl->strides = NULL;
+  dl->byte_offset = 0;
+  t->managed.manager_ctx = NULL;
+  t->managed.deleter = host_tensor_delete;
+  *object = &t->managed;
+  tj_arg_from_dltensor(out, dl, 0);
+  return TJ_OK;
+}
+
+/* Whether a call's outputs come from host_allocate: a call through the
+ * embedding API (tj_call_run, tj_bound_create: no binding, whose outputs would
+ * have to be its host's or its framework's objects) with no producer to
+ * allocate them. */
+static int core_allocates(const tj_producer *like, const tj_call_binding *binding) {
+  return binding == NULL && (like == NULL || like->allocate == NULL);
+}
+
 /* Allocates the outputs and the workspaces: objects[o] the host object made
  * for each (outputs, then workspaces; NULL where none was made), the caller's
- * to release also on failure. */
-static int allocate_outputs(const tj_kernel *k, const tj_producer *like, tj_frame *frame,
+ * to release also on failure; with `core` (core_allocates), by host_allocate. */
+static int allocate_outputs(const tj_kernel *k, const tj_producer *like, int core, tj_frame *frame,
                             tj_arg *outs, void **objects) {
   for (int32_t o = 0; o < k->nallocs; ++o) {
     const char *name = k->params[k->output_params[o]].name;
     const char *what = o < k->noutputs ? "output" : "workspace";
-    if (like == NULL || like->allocate == NULL)
+    if (core && k->target != TJ_TARGET_CPU)
+      return tj_error_at(tj_set_error(TJ_ETYPE,
+                                      "%s: %s '%s': no producer to allocate it on the device "
+                                      "(the core allocates a CPU kernel's outputs only): pass one "
+                                      "that allocates (a tensor argument's, or "
+                                      "tj_call_binding.fallback), or allocate it yourself "
+                                      "(tj_call_bind, then tj_call_set_output)",
+                                      k->name, what, name),
+                         -1, o, TJ_PRODUCER_NONE);
+    if (!core && (like == NULL || like->allocate == NULL))
       return tj_error_at(tj_set_error(TJ_ETYPE,
                                       "%s: %s '%s': no tensor argument to allocate it like, "
                                       "and no default allocator",
                                       k->name, what, name),
                          -1, o, TJ_PRODUCER_NONE);
-    DLTensor proto;
-    memset(&proto, 0, sizeof(proto));
-    proto.device = frame->device;
-    proto.ndim = frame->out_ndim[o];
-    proto.dtype = frame->out_dtype[o];
-    proto.shape = frame->out_shape[o];
-    int rc = like->allocate(like, &proto, &outs[o], &objects[o]);
+    int rc;
+    if (core) {
+      rc = host_allocate(k, o, frame, &outs[o], &objects[o]);
+    } else {
+      DLTensor proto;
+      memset(&proto, 0, sizeof(proto));
+      proto.device = frame->device;
+      proto.ndim = frame->out_ndim[o];
+      proto.dtype = frame->out_dtype[o];
+      proto.shape = frame->out_shape[o];
+      rc = like->allocate(like, &proto, &outs[o], &objects[o]);
+    }
     if (rc != TJ_OK) return output_failed(k, o, rc);
     if ((rc = tj_call_set_output(frame, o, &outs[o])) != TJ_OK) return rc;
   }
@@ -294,7 +390,7 @@ int tj_call_run_binding(const tj_kernel *k, tj_call *call, const tj_call_binding
   const tj_producer *like = NULL;
   tj_frame frame;
   int32_t owned = 1, claimed = -1, nargs = call->nargs;
-  int rc;
+  int rc, core = 0;
   for (int32_t o = 0; o < k->nallocs; ++o) {
     objects[o] = NULL;
     tj_arg_init(&outs[o]);
@@ -319,8 +415,9 @@ int tj_call_run_binding(const tj_kernel *k, tj_call *call, const tj_call_binding
       goto release;
     }
     like = frame.first_tensor >= 0 ? call->args[frame.first_tensor].producer : b->fallback;
+    core = core_allocates(like, binding);
     if ((rc = choose_stream(k, call, like, frame.device, &frame.stream)) == TJ_OK &&
-        (rc = allocate_outputs(k, like, &frame, outs, objects)) == TJ_OK)
+        (rc = allocate_outputs(k, like, core, &frame, outs, objects)) == TJ_OK)
       rc = k->nworkspaces == 0 ? launch(b->host, &frame)
                                : launch_with_workspaces(k, call, b->host, like, &frame);
   }
@@ -332,7 +429,8 @@ release:
   for (int32_t o = 0; o < k->nallocs; ++o)
     if (outs[o].owner_kind != TJ_OWNER_NONE) tj_arg_release(&outs[o]);
   for (int32_t o = 0; o < k->noutputs; ++o) call->outputs[o] = objects[o];
-  if (k->nworkspaces > 0) release_objects(b->host, like, objects, k->noutputs, k->nallocs);
+  if (k->nworkspaces > 0)
+    release_objects(core ? &host_outputs : b->host, like, objects, k->noutputs, k->nallocs);
   return rc;
 }
 
@@ -346,6 +444,7 @@ struct tj_bound {
   tj_call_binding binding;
   int32_t nargs;
   const tj_producer *like; /* the first tensor's producer: stream and outputs */
+  int32_t core;            /* 1: the outputs are the core's own (host_allocate) */
   tj_arg args[TJ_MAX_PARAMS];
   tj_arg outs[TJ_MAX_OUTPUTS];
   void *objects[TJ_MAX_OUTPUTS]; /* outputs, then workspaces: host objects, owned */
@@ -399,7 +498,8 @@ int tj_bound_create_binding(const tj_kernel *k, tj_call *call, const tj_call_bin
     } else {
       b->like = b->frame.first_tensor >= 0 ? b->args[b->frame.first_tensor].producer
                                            : b->binding.fallback;
-      if ((rc = allocate_outputs(k, b->like, &b->frame, b->outs, b->objects)) == TJ_OK)
+      b->core = core_allocates(b->like, binding);
+      if ((rc = allocate_outputs(k, b->like, b->core, &b->frame, b->outs, b->objects)) == TJ_OK)
         rc = tj__launch_pack(&b->frame, &b->packed);
     }
   }
@@ -488,6 +588,6 @@ void tj_bound_free(tj_bound *b) {
   tj__launch_unpack(&b->packed);
   for (int32_t i = 0; i < TJ_MAX_PARAMS; ++i) tj_arg_release(&b->args[i]);
   for (int32_t o = 0; o < k->nallocs; ++o) tj_arg_release(&b->outs[o]);
-  release_objects(b->binding.host, b->like, b->objects, 0, k->nallocs);
+  release_objects(b->core ? &host_outputs : b->binding.host, b->like, b->objects, 0, k->nallocs);
   free(b);
 }

@@ -494,26 +494,166 @@ TEST(call_run_releases_owned_imports) {
   tj_kernel_free(k);
 }
 
-TEST(call_run_no_tensor_fallback) {
-  /* A kernel whose only tensor is its output allocates with the fallback; without one
-   * it says so. */
-  memset(&rec, 0, sizeof(rec));
+/* fill(out: (2, n) float32 output, value: float32, n: int64 binding symbol n): every
+ * element of out is value; with n == 3 the kernel fails after writing. */
+static int32_t fill_value_entry(const tj_value *args) {
+  float *out = args[0].p;
+  int64_t n = args[2].i;
+  for (int64_t i = 0; i < 2 * n; ++i) out[i] = (float)args[1].f;
+  return n == 3 ? 1 : 0;
+}
+
+static tj_kernel *fill_kernel(int64_t align, uint32_t flags) {
   tj_kernel *k = NULL;
-  CHECK_OK(tj_kernel_create("fill", 2, TJ_TARGET_CPU, &k));
-  int32_t four = tjt_const(k, 4);
-  tjt_buffer(k, 0, "out", TJT_F32, 1, &four, NULL, 0, TJ_BUF_OUTPUT);
+  CHECK_OK(tj_kernel_create("fill", 3, TJ_TARGET_CPU, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  int32_t shape[2] = {tjt_const(k, 2), tjt_sym(k, 0)};
+  tjt_buffer(k, 0, "out", TJT_F32, 2, shape, NULL, align, flags);
   CHECK_OK(tj_kernel_set_scalar(k, 1, "value", TJT_F32));
+  CHECK_OK(tj_kernel_set_scalar(k, 2, "n", TJT_DTYPE(kDLInt, 64)));
+  CHECK_OK(tj_kernel_set_scalar_symbol(k, 2, 0));
   CHECK_OK(tj_kernel_finalize(k));
-  CHECK_OK(tj_kernel_set_entry(k, add_entry));
-  tj_arg args[1];
+  CHECK_OK(tj_kernel_set_entry(k, fill_value_entry));
+  return k;
+}
+
+static void fill_args(tj_arg *args, double value, int64_t n) {
   tj_arg_init(&args[0]);
   args[0].kind = TJ_ARG_FLOAT;
-  void *outputs[1];
-  tj_call call = {args, 1, 0, NULL, outputs};
-  CHECK_STATUS(tj_call_run(k, &call), TJ_ETYPE);
+  args[0].value.f = value;
+  tj_arg_init(&args[1]);
+  args[1].kind = TJ_ARG_INT;
+  args[1].value.i = n;
+}
+
+/* A host output the core allocated: a compact (2, n) float32 DLManagedTensor on the
+ * CPU, aligned to `align` bytes, every element `value`. */
+static void check_host_output(void *object, int64_t n, float value, uintptr_t align) {
+  DLManagedTensor *m = object;
+  CHECK(m != NULL && m->deleter != NULL);
+  DLTensor *t = &m->dl_tensor;
+  CHECK_EQ_INT(t->device.device_type, kDLCPU);
+  CHECK_EQ_INT(t->ndim, 2);
+  CHECK_EQ_INT(t->shape[0], 2);
+  CHECK_EQ_INT(t->shape[1], n);
+  CHECK(t->strides == NULL);
+  CHECK_EQ_INT(t->byte_offset, 0);
+  CHECK_EQ_INT(t->dtype.code, kDLFloat);
+  CHECK_EQ_INT(t->dtype.bits, 32);
+  CHECK_EQ_INT(t->dtype.lanes, 1);
+  CHECK(t->data != NULL);
+  CHECK_EQ_INT((uintptr_t)t->data % align, 0);
+  for (int64_t i = 0; i < 2 * n; ++i) CHECK(((float *)t->data)[i] == value);
+}
+
+TEST(call_run_core_allocates_host_outputs) {
+  /* A CPU kernel's outputs with no producer to allocate them (a call from C through
+   * tj_call_run, no tensor argument) come from the core: DLManagedTensors the caller
+   * owns, also when the call fails, and deletes with their deleter. */
+  memset(&rec, 0, sizeof(rec));
+  tj_kernel *k = fill_kernel(0, TJ_BUF_OUTPUT);
+  tj_arg args[2];
+  void *outputs[1] = {(void *)1};
+  tj_call call = {args, 2, 0, NULL, outputs};
+  for (int64_t n = 0; n < 3; ++n) { /* n == 0: an empty output still has data */
+    fill_args(args, 2.5, n);
+    CHECK_OK(tj_call_run(k, &call));
+    check_host_output(outputs[0], n, 2.5f, 64);
+    ((DLManagedTensor *)outputs[0])->deleter(outputs[0]);
+  }
+  /* A failed launch still hands the output over. */
+  fill_args(args, 1.0, 3);
+  CHECK_STATUS(tj_call_run(k, &call), TJ_ERUNTIME);
+  check_host_output(outputs[0], 3, 1.0f, 64);
+  ((DLManagedTensor *)outputs[0])->deleter(outputs[0]);
+  /* A refused call allocates nothing. */
+  fill_args(args, 1.0, -1);
+  outputs[0] = (void *)1;
+  CHECK_STATUS(tj_call_run(k, &call), TJ_EVALUE);
+  CHECK(outputs[0] == NULL);
+  tj_kernel_free(k);
+  /* A declared alignment above 64 bytes is kept. */
+  k = fill_kernel(256, TJ_BUF_OUTPUT);
+  fill_args(args, 4.0, 5);
+  CHECK_OK(tj_call_run(k, &call));
+  check_host_output(outputs[0], 5, 4.0f, 256);
+  ((DLManagedTensor *)outputs[0])->deleter(outputs[0]);
+  tj_kernel_free(k);
+  /* Tensor arguments no producer stands behind (tj_arg_from_dltensor) allocate the same. */
+  tj_kernel *add = adder(TJ_BUF_OUTPUT);
+  tjt_tensor a, b;
+  tjt_tensor_1d(&a, a_data, TJT_F32, 8);
+  tjt_tensor_1d(&b, b_data, TJT_F32, 8);
+  tj_arg targs[2];
+  tjt_arg_tensor(&targs[0], &a, 0);
+  tjt_arg_tensor(&targs[1], &b, 0);
+  tj_call tcall = {targs, 2, 0, NULL, outputs};
+  CHECK_OK(tj_call_run(add, &tcall));
+  DLManagedTensor *c = outputs[0];
+  CHECK_EQ_INT(c->dl_tensor.ndim, 1);
+  CHECK_EQ_INT(c->dl_tensor.shape[0], 8);
+  CHECK(((float *)c->dl_tensor.data)[7] == 88.0f);
+  c->deleter(c);
+  CHECK_EQ_INT(rec.allocations, 0); /* no producer was asked */
+  tj_kernel_free(add);
+  /* A call through a binding (tj_call_run_binding: here one with a host and no
+   * fallback) gets no core allocation: its outputs would have to be the host's objects. */
+  k = fill_kernel(0, TJ_BUF_OUTPUT);
+  tj_host host;
+  memset(&host, 0, sizeof(host));
+  const tj_call_binding binding = {NULL, &host, 0, 0};
+  fill_args(args, 1.0, 2);
+  CHECK_STATUS(tj_call_run_binding(k, &call, &binding), TJ_ETYPE);
   CHECK_EQ_STR(tj_last_error(),
                "fill: output 'out': no tensor argument to allocate it like, and "
                "no default allocator");
+  CHECK(outputs[0] == NULL);
+  tj_kernel_free(k);
+}
+
+static int32_t workspace_sum_entry(const tj_value *args) {
+  const float *a = args[0].p;
+  float *w = args[1].p, *out = args[2].p;
+  for (int64_t i = 0; i < args[3].i; ++i) {
+    if (w[i] != 0.0f) return 1; /* zero-filled */
+    w[i] = a[i] * 2;
+    out[i] = w[i] + 1;
+  }
+  return 0;
+}
+
+TEST(call_run_core_allocates_host_workspaces) {
+  /* ws(A: (n,) f32, W: (n,) f32 zero-filled workspace, out: (n,) f32 output): the
+   * core allocates both, hands the output over and deletes the workspace. */
+  tj_kernel *k = NULL;
+  CHECK_OK(tj_kernel_create("ws", 3, TJ_TARGET_CPU, &k));
+  CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
+  int32_t n = tjt_sym(k, 0);
+  tjt_buffer(k, 0, "A", TJT_F32, 1, &n, NULL, 0, TJ_BUF_CONST);
+  tjt_buffer(k, 1, "W", TJT_F32, 1, &n, NULL, 0, TJ_BUF_WORKSPACE | TJ_BUF_ZERO);
+  tjt_buffer(k, 2, "out", TJT_F32, 1, &n, NULL, 0, TJ_BUF_OUTPUT);
+  CHECK_OK(tj_kernel_finalize(k));
+  CHECK_OK(tj_kernel_set_entry(k, workspace_sum_entry));
+  tjt_tensor a;
+  tjt_tensor_1d(&a, a_data, TJT_F32, 8);
+  tj_arg args[1];
+  void *outputs[1];
+  tj_call call = {args, 1, 0, NULL, outputs};
+  for (int round = 0; round < 2; ++round) {
+    tjt_arg_tensor(&args[0], &a, 0);
+    CHECK_OK(tj_call_run(k, &call));
+    DLManagedTensor *out = outputs[0];
+    CHECK(((float *)out->dl_tensor.data)[7] == 17.0f);
+    out->deleter(out);
+  }
+  /* Bound: the workspace lives as long as the bound launch. */
+  tjt_arg_tensor(&args[0], &a, 0);
+  tj_bound *bound = NULL;
+  CHECK_OK(tj_bound_create(k, &call, &bound));
+  CHECK_OK(tj_bound_launch(bound, 0, NULL)); /* zero-filled at every launch */
+  CHECK_OK(tj_bound_launch(bound, 0, NULL));
+  CHECK(((float *)((DLManagedTensor *)outputs[0])->dl_tensor.data)[0] == 3.0f);
+  tj_bound_free(bound);
   tj_kernel_free(k);
 }
 
@@ -552,6 +692,36 @@ TEST(bound_launch_binds_once_and_replays) {
   tj_bound_free(bound);
   CHECK_EQ_INT(rec.deletes, 2);
   tj_bound_free(NULL);
+  tj_kernel_free(k);
+}
+
+TEST(bound_launch_core_allocates_host_outputs) {
+  /* A bound launch from C with no producer owns the core's host outputs: borrowed by
+   * the caller, launched into again and again, deleted by tj_bound_free. */
+  tj_kernel *k = fill_kernel(0, TJ_BUF_OUTPUT);
+  tj_arg args[2];
+  fill_args(args, 1.5, 4);
+  void *outputs[1] = {NULL};
+  tj_call call = {args, 2, 0, NULL, outputs};
+  tj_bound *bound = NULL;
+  CHECK_OK(tj_bound_create(k, &call, &bound));
+  DLManagedTensor *out = outputs[0]; /* allocated, not yet written */
+  CHECK_OK(tj_bound_launch(bound, 0, NULL));
+  check_host_output(out, 4, 1.5f, 64);
+  ((float *)out->dl_tensor.data)[0] = 0;
+  CHECK_OK(tj_bound_launch(bound, 0, NULL));
+  check_host_output(out, 4, 1.5f, 64);
+  CHECK(tj_bound_frame(bound)->params[0]->tensor.data == out->dl_tensor.data);
+  tj_bound_free(bound); /* deletes the output: ASan reports a leak or a double free */
+  /* A refused bind leaves nothing behind; a launch that fails keeps the handle's
+   * output for tj_bound_free. */
+  fill_args(args, 1.0, -2);
+  CHECK_STATUS(tj_bound_create(k, &call, &bound), TJ_EVALUE);
+  CHECK(bound == NULL && outputs[0] == NULL);
+  fill_args(args, 1.0, 3);
+  CHECK_OK(tj_bound_create(k, &call, &bound));
+  CHECK_STATUS(tj_bound_launch(bound, 0, NULL), TJ_ERUNTIME);
+  tj_bound_free(bound);
   tj_kernel_free(k);
 }
 

@@ -160,6 +160,35 @@ TEST(cuda_init_failure_is_retried) {
   tj_kernel_free(k);
 }
 
+TEST(cuda_outputs_need_a_producer) {
+  /* The core allocates host outputs only: a CUDA kernel's output with no producer to
+   * allocate it is refused by name, saying what to pass, before anything launches. */
+  use_fake();
+  tj_kernel *k = scale_kernel(0);
+  tjt_tensor a;
+  cuda_tensor(&a, 0x10000000, 10, 0);
+  tj_arg arg;
+  tjt_arg_tensor(&arg, &a, 0);
+  void *outputs[1] = {(void *)1};
+  tj_call call = {&arg, 1, 0, NULL, outputs};
+  const char *expected =
+      "scale: output 'C': no producer to allocate it on the device (the core allocates a CPU "
+      "kernel's outputs only): pass one that allocates (a tensor argument's, or "
+      "tj_call_binding.fallback), or allocate it yourself (tj_call_bind, then "
+      "tj_call_set_output)";
+  CHECK_STATUS(tj_call_run(k, &call), TJ_ETYPE);
+  CHECK_EQ_STR(tj_last_error(), expected);
+  CHECK_EQ_INT(tj_last_error_info()->output, 0);
+  CHECK(outputs[0] == NULL);
+  tjt_arg_tensor(&arg, &a, 0);
+  tj_bound *bound = (tj_bound *)1;
+  CHECK_STATUS(tj_bound_create(k, &call, &bound), TJ_ETYPE);
+  CHECK_EQ_STR(tj_last_error(), expected);
+  CHECK(bound == NULL);
+  CHECK_EQ_INT(fake.count("cuLaunchKernel"), 0);
+  tj_kernel_free(k);
+}
+
 /* Every parameter kind, byte_offset on every tensor, symbols, grid and
  * shared memory from expressions, and the stream, as cuLaunchKernel sees
  * them. */

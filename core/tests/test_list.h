@@ -60,8 +60,10 @@
   X(call_run_packs_repeated_cpu_calls)                \
   X(call_run_packs_in_the_functions_order)            \
   X(call_run_releases_owned_imports)                  \
-  X(call_run_no_tensor_fallback)                      \
+  X(call_run_core_allocates_host_outputs)             \
+  X(call_run_core_allocates_host_workspaces)          \
   X(bound_launch_binds_once_and_replays)              \
+  X(bound_launch_core_allocates_host_outputs)         \
   X(bound_launch_update)                              \
   X(bound_launch_failures_own_the_records)            \
   X(call_run_claims)                                  \
@@ -140,6 +142,7 @@
   /* test_cuda.c */                                   \
   X(cuda_no_driver)                                   \
   X(cuda_init_failure_is_retried)                     \
+  X(cuda_outputs_need_a_producer)                     \
   X(cuda_launch_records_everything)                   \
   X(cuda_module_once_per_context)                     \
   X(cuda_current_context_used)                        \

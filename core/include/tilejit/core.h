@@ -585,7 +585,9 @@ typedef struct tj_call {
   int32_t has_stream; /* 1: `stream` was given explicitly and wins */
   void *stream;
   /* One slot per output, in declaration order: new references the caller owns,
-   * also when the call fails (NULL where no object was made). */
+   * also when the call fails (NULL where no object was made). Outputs the
+   * core allocated itself (step 4 below) are DLManagedTensor *: the caller
+   * deletes each with its own deleter (m->deleter(m)). */
   void **outputs;
 } tj_call;
 
@@ -594,8 +596,14 @@ typedef struct tj_call {
  *   2. validates every argument and binds the symbols (tj_call_bind);
  *   3. the stream: explicit > the current work stream of the first tensor's
  *      producer (devices other than the CPU) > none;
- *   4. allocates each output with the first tensor's producer and validates
- *      it (tj_call_set_output); a kernel with outputs needs one (TJ_ETYPE);
+ *   4. allocates each output (and workspace) with the first tensor's producer
+ *      and validates it (tj_call_set_output). Where no producer allocates (a
+ *      call made here from C, its tensors from tj_arg_from_*), the core
+ *      allocates a CPU kernel's outputs in host memory: compact, aligned to
+ *      the parameter's align and at least 64 bytes, not zero-filled, each a
+ *      DLManagedTensor (call->outputs). A CUDA kernel's outputs need a
+ *      producer, or tj_call_bind and tj_call_set_output (TJ_ETYPE naming the
+ *      output);
  *   5. launches (tj_call_launch);
  *   6. releases every owning import, inputs and outputs, success or not.
  * On failure the record (tj_last_error_info) says which argument or output.
@@ -615,6 +623,8 @@ TJ_API int tj_call_run(const tj_kernel *kernel, tj_call *call);
 typedef struct tj_bound tj_bound;
 
 /* Binds `call` (its stream fields are ignored: the stream is each launch's).
+ * Outputs are allocated as tj_call_run allocates them (the core's own
+ * DLManagedTensors for a CPU kernel when no producer allocates).
  * The argument records move into the bound launch, which owns their imports
  * from here on, success or not (the caller's records are left as NONE; their
  * release is a no-op); what they borrow (a DLTensor's shape and strides, the

@@ -241,7 +241,9 @@ TJ_API int tj_arg_from_capsule(tj_arg *arg, void *capsule, const tj_host *host);
  * added at the end only, never reordered, resized or removed). */
 typedef struct tj_call_binding {
   /* Allocates outputs when no argument is a tensor; NULL: such a kernel's
-   * outputs cannot be allocated (TJ_ETYPE). */
+   * outputs cannot be allocated (TJ_ETYPE). (Only tj_call_run and
+   * tj_bound_create, with no binding, allocate a CPU kernel's outputs in the
+   * core: a binding's outputs are its host's objects.) */
   const tj_producer *fallback;
   const tj_host *host; /* its unlock/lock run around the kernel; may be NULL */
   /* 1: no framework claims the call (tj_claim): it is the framework's own
