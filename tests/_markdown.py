@@ -10,6 +10,20 @@ Conventions a block may use, both on lines that start at column 0:
 
 In expected text, ``...`` stands for any characters (an address, a path). A block
 preceded by ``<!-- no-run -->`` (it needs a GPU) is only compiled.
+
+The ```c, ```cpp and ```sh blocks (run by tests/test_docs_c.py, as a reader runs them):
+
+- a ```c or ```cpp block is saved under the name the next ```sh block compiles
+  (``cc app.c ...``: ``app.c``);
+- a ```sh block runs in one shell, in the reader's working directory, after the
+  assignments of the page's earlier ```sh blocks; the ```text block right after it is
+  what it prints;
+- a line ``NAME="value"  # ... printed`` stands for the value the reader copies from what
+  the page's Python printed: the printed line that ends as ``value`` does (its last path
+  component);
+- ``<!-- no-run -->`` before a ```sh block: it is not run (it installs packages, needs a
+  GPU, runs for minutes), only checked: its syntax, and the commands and options of
+  tilejit it names.
 """
 
 from __future__ import annotations
@@ -42,16 +56,16 @@ class Block:
     no_run: bool
 
 
-def code_blocks(text: str, language: str = "python") -> list[Block]:
-    """The fenced blocks of ``text`` in ``language``, in order."""
+def code_blocks(text: str, language: str | None = "python") -> list[Block]:
+    """The fenced blocks of ``text`` in ``language`` (None: in every language), in order."""
     blocks = []
     for match in _FENCE.finditer(text):
-        if match.group(1) != language:
+        if language is not None and match.group(1) != language:
             continue
         before = text[:match.start()].rstrip().splitlines()
         no_run = bool(before) and before[-1].strip() == NO_RUN
         line = text.count("\n", 0, match.start(2)) + 1
-        blocks.append(Block(language, match.group(2), line, no_run))
+        blocks.append(Block(match.group(1), match.group(2), line, no_run))
     return blocks
 
 
@@ -107,13 +121,19 @@ def _pattern(expected: str) -> re.Pattern:
     return re.compile(".*?".join(map(re.escape, expected.split("..."))), re.DOTALL)
 
 
+def matches(expected: str, got: str) -> bool:
+    """Whether ``got`` is the text ``expected``, where ``...`` stands for any characters."""
+    return _pattern(expected).fullmatch(got) is not None
+
+
 @contextlib.contextmanager
 def _prints(expected: str):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         yield
     got = out.getvalue().rstrip("\n")
-    assert _pattern(expected).fullmatch(got), f"printed {got!r}, the text says {expected!r}"
+    assert matches(expected, got), f"printed {got!r}, the text says {expected!r}"
+    print(got)  # what the reader sees: a path it then copies, say
 
 
 @contextlib.contextmanager
