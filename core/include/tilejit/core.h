@@ -304,7 +304,8 @@ TJ_API int tj_kernel_create(const char *name, int32_t nparams, int32_t target, t
 TJ_API void tj_kernel_free(tj_kernel *kernel);
 
 /* Declares the next symbol (ids are 0, 1, ... in call order; this order is the
- * ABI order of the trailing int64 arguments). `name` is copied;
+ * ABI order of the trailing symbol arguments, int64 unless
+ * tj_kernel_set_symbol_dtype says otherwise). `name` is copied;
  * divisibility >= 1. */
 TJ_API int tj_kernel_add_symbol(tj_kernel *kernel, const char *name, int64_t divisibility);
 
