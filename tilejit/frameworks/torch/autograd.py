@@ -12,13 +12,40 @@ from ...runtime.fast_paths import FAST_PATHS
 from .probes import APPLY, FORWARD_LEVEL, IDLE_LEVEL, apply_probe
 from .results import as_op_result
 
-_backwards: dict = {}  # op name -> (backward, setup_context), as registered
-_recorded: dict = {}  # op name -> its autograd.Function (_autograd_kernel)
-_appliers: dict = {}  # op name -> how claimed_call records a call (`applier`)
 _BELOW = "below autograd"  # forward's keyset from `fallback_kernel`: the op, below autograd
-_plain_bases: dict = {}  # op name -> the C apply of its Function for plain calls (`plain_applier`)
-_keyless: dict = {}  # op name -> its autograd kernel without a keyset (`fallback_kernel`)
-_bases: dict = {}  # op name -> the C apply of its Function (`base_applier`), fast paths on
+
+
+class OpRecord:
+    """Everything tilejit keeps of one torch op, in one place: an op name (a kernel's
+    content) and every kernel of that content share it. Made by ``record``.
+
+    - ``op``: its ``OpOverload``, once registered (``op.definition``);
+    - ``backward``: ``(backward, setup_context)`` as registered, or None;
+    - ``recorded``: the ``autograd.Function`` that records its calls (``autograd_kernel``);
+    - ``apply``: how a claimed call records (``applier``); ``base_apply``,
+      ``plain_apply``: the C apply of its Function for calls outside functorch's
+      transforms and for plain calls (fast paths on; else None);
+    - ``keyless``: its autograd kernel without the dispatcher's keyset (``fallback_kernel``);
+    - ``plain_forwards``: ``(plain Function, Python forward, C forward)``, for
+      ``_choose_forward``.
+    """
+
+    __slots__ = ("apply", "backward", "base_apply", "keyless", "op", "plain_apply",
+                 "plain_forwards", "recorded")
+
+    def __init__(self) -> None:
+        self.op = self.backward = self.recorded = self.apply = None
+        self.base_apply = self.plain_apply = self.keyless = self.plain_forwards = None
+
+
+_records: dict[str, OpRecord] = {}  # op name -> its record
+
+
+def record(name: str) -> OpRecord:
+    """The record of the op ``name``, made on first use."""
+    found = _records.get(name)
+    return found if found is not None else _records.setdefault(name, OpRecord())
+
 
 # Outside functorch's transforms a recorded call goes straight to the C apply of a
 # Function whose forward takes ctx (`_plain_apply` for plain calls, else `_single_apply`),
@@ -54,10 +81,38 @@ def autograd_kernel(kernel, op, name: str):
       one, naming the kernel and the argument: never outputs silently without
       gradient;
     - else it runs below autograd.
+
+    Made in three steps, each recorded in the op's record: how the op runs below
+    autograd (``_runners``), the ``autograd.Function`` that records a call
+    (``_recording_function``) and the ways calls reach its apply (``_appliers``); the
+    kernel itself then decides per call (``_decider``).
     """
-    label = kernel.name
-    names = input_names(kernel)
-    count = len(names)
+    rec = record(name)
+    count = len(input_names(kernel))
+    run, run_below = _runners(op)
+    Recorded, forward_with_ctx, backward = _recording_function(kernel, op, rec, run, run_below)
+    _appliers(kernel, op, rec, Recorded, forward_with_ctx, backward)
+    recorded = _decider(kernel, rec)
+
+    def autograd_kernel(keyset, *args):
+        if len(args) < count:
+            args = _padded(args, count)
+        return Recorded.apply(*args, keyset) if recorded(args) else run(keyset, args)
+
+    def without_keyset(*args):
+        # The same, for the op's C autograd kernel (native_op), which has no keyset to
+        # hand over: below autograd is where grad mode off and the guard send the op.
+        if len(args) < count:
+            args = _padded(args, count)
+        return rec.apply(*args, _BELOW) if recorded(args) else run_below(args)
+
+    rec.keyless = without_keyset
+    return autograd_kernel
+
+
+def _runners(op):
+    """``(run(keyset, args), run_below(args))``: the op below autograd, with the
+    dispatcher's keyset, or without one to hand over."""
     after = torch._C._after_autograd_keyset
     below = torch._C._AutoDispatchBelowAutograd
 
@@ -65,18 +120,25 @@ def autograd_kernel(kernel, op, name: str):
         with below():
             return op.redispatch(keyset & after, *args)
 
-    def run_below(args):  # the op, below autograd, when there is no keyset to hand over
+    def run_below(args):
         with below():
             return op(*args)
 
+    return run, run_below
+
+
+def _decider(kernel, rec: OpRecord):
+    """``recorded(args)``: what the Autograd kernel does with a call: tangents refused,
+    then True to record it, False to run it below autograd; refused without a backward."""
+    label = kernel.name
+    names = input_names(kernel)
+
     def recorded(args) -> bool:
-        """What the Autograd kernel does with a call: tangents refused, then True to
-        record it, False to run it below autograd; refused without a backward."""
         refuse_tangents(label, names, args)
         position = requiring_grad(args)
         if position is None:
             return False
-        if name not in _backwards:
+        if rec.backward is None:
             # torch.export (and AOTInductor, which exports) captures the op as it does a
             # torch custom op without autograd: a module's parameters require grad there.
             if torch.compiler.is_exporting():
@@ -84,11 +146,22 @@ def autograd_kernel(kernel, op, name: str):
             raise RuntimeError(_no_backward(label, position, names[position]))
         return True
 
-    # An op that writes its arguments goes through the dispatcher, which bumps their
-    # version counters; one that does not runs the kernel itself, as the op would.
-    direct = not any(arg.alias_info is not None and arg.alias_info.is_write
-                     for arg in op._schema.arguments)
+    return recorded
 
+
+def _writes_no_argument(op) -> bool:
+    """Whether the op writes none of its arguments: then a recorded call runs the kernel
+    itself, as the op would; one that writes goes through the dispatcher, which bumps
+    the arguments' version counters."""
+    return not any(arg.alias_info is not None and arg.alias_info.is_write
+                   for arg in op._schema.arguments)
+
+
+def _recording_function(kernel, op, rec: OpRecord, run, run_below):
+    """``(Recorded, forward_with_ctx, backward)``: the op's ``autograd.Function``, its
+    forward and setup_context apart, as torch.func's transforms require (``rec.recorded``);
+    the forward taking ``ctx`` and the backward, which the fast appliers share."""
+    direct = _writes_no_argument(op)
     unclaimed = kernel._unclaimed
     tensor = torch.Tensor
 
@@ -123,7 +196,7 @@ def autograd_kernel(kernel, op, name: str):
     def run_setup(ctx, inputs, output):
         # The registered setup_context sees the kernel's inputs, and needs_input_grad one
         # entry each: the keyset riding along as a last input is trimmed off, as in backward.
-        _, setup = _backwards[name]
+        _, setup = rec.backward
         if setup is not None:
             needs = ctx.needs_input_grad
             ctx.needs_input_grad = needs[:len(inputs)]
@@ -136,7 +209,7 @@ def autograd_kernel(kernel, op, name: str):
         run_setup(ctx, inputs[:-1], output)
 
     def backward(ctx, *grads):
-        registered, _ = _backwards[name]
+        registered, _ = rec.backward
         needs = ctx.needs_input_grad
         ctx.needs_input_grad = needs[:-1]
         try:
@@ -145,48 +218,42 @@ def autograd_kernel(kernel, op, name: str):
             ctx.needs_input_grad = needs
         return (*(result if isinstance(result, tuple) else (result,)), None)
 
-    # forward and setup_context apart, as torch.func's transforms require. Named after the
-    # kernel: its outputs' grad_fn is <kernel>Backward. Under vmap, torch.func batches it
-    # by running forward and backward per slice.
-    Recorded = type(label, (torch.autograd.Function,), {
+    # Named after the kernel: its outputs' grad_fn is <kernel>Backward. Under vmap,
+    # torch.func batches it by running forward and backward per slice.
+    rec.recorded = type(kernel.name, (torch.autograd.Function,), {
         "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
         "backward": staticmethod(backward), "generate_vmap_rule": True})
-    _recorded[name] = Recorded
-    if apply_checked():
-        base_apply = _single_apply(label, forward_with_ctx, backward)
+    return rec.recorded, forward_with_ctx, backward
 
-        def apply(*args):
-            if _transforms_active():
-                return Recorded.apply(*args)
-            # As Function.apply does there: a tensor left by a finished transform is
-            # unwrapped first (asked per tensor: the unwrapping copies the arguments).
-            for arg in args:
-                if isinstance(arg, tensor) and is_wrapped(arg):
-                    return base_apply(*_unwrap_dead_wrappers(args))
-            return base_apply(*args)
-        _bases[name] = base_apply
-        if direct:
-            single = kernel._core_kernel.num_outputs == 1
-            _plain_bases[name] = _plain_apply(label, name, unclaimed,
-                                              kernel._forward if single else None)
-    else:
-        apply = Recorded.apply
-    _appliers[name] = apply
 
-    def autograd_kernel(keyset, *args):
-        if len(args) < count:
-            args = _padded(args, count)
-        return Recorded.apply(*args, keyset) if recorded(args) else run(keyset, args)
+def _appliers(kernel, op, rec: OpRecord, Recorded, forward_with_ctx, backward) -> None:
+    """How calls reach the recording: ``rec.apply`` for every claimed call, and with the
+    fast paths the layers over it, the C applies of Functions whose forward takes ``ctx``
+    (``rec.base_apply`` outside functorch's transforms, ``rec.plain_apply`` for plain
+    calls of an op that writes no argument). Without them, ``Recorded.apply``."""
+    if not apply_checked():
+        rec.apply = Recorded.apply
+        return
+    label = kernel.name
+    tensor = torch.Tensor
+    base_apply = _single_apply(label, forward_with_ctx, backward)
 
-    def without_keyset(*args):
-        # The same, for the op's C autograd kernel (native_op), which has no keyset to
-        # hand over: below autograd is where grad mode off and the guard send the op.
-        if len(args) < count:
-            args = _padded(args, count)
-        return _appliers[name](*args, _BELOW) if recorded(args) else run_below(args)
+    def apply(*args):
+        if _transforms_active():
+            return Recorded.apply(*args)
+        # As Function.apply does there: a tensor left by a finished transform is
+        # unwrapped first (asked per tensor: the unwrapping copies the arguments).
+        for arg in args:
+            if isinstance(arg, tensor) and is_wrapped(arg):
+                return base_apply(*_unwrap_dead_wrappers(args))
+        return base_apply(*args)
 
-    _keyless[name] = without_keyset
-    return autograd_kernel
+    rec.base_apply = base_apply
+    if _writes_no_argument(op):
+        single = kernel._core_kernel.num_outputs == 1
+        rec.plain_apply = _plain_apply(label, rec, kernel._unclaimed,
+                                       kernel._forward if single else None)
+    rec.apply = apply
 
 
 def _padded(args: tuple, count: int) -> tuple:
@@ -226,7 +293,7 @@ def _single_apply(label: str, forward, backward):
     return super(torch.autograd.Function, Single).apply
 
 
-def _plain_apply(label: str, name: str, unclaimed, forward_entry=None):
+def _plain_apply(label: str, rec: OpRecord, unclaimed, forward_entry=None):
     """The C apply of the op's Function for the calls that matter most: plain tensors, no
     transform, an op that writes no argument. Its forward takes exactly the kernel's
     inputs (no keyset rides along), runs the kernel and the registered ``setup_context``;
@@ -237,31 +304,28 @@ def _plain_apply(label: str, name: str, unclaimed, forward_entry=None):
 
     def forward(ctx, *args):
         output = as_op_result(unclaimed(*args))
-        _, setup = _backwards[name]
+        _, setup = rec.backward
         if setup is not None:
             setup(ctx, args, output)
         return output
 
     def backward(ctx, *grads):
-        return _backwards[name][0](ctx, *grads)
+        return rec.backward[0](ctx, *grads)
 
     Plain = type(label, (torch.autograd.Function,), {
         "forward": staticmethod(forward), "backward": staticmethod(backward)})
-    _plain_forwards[name] = (Plain, forward, forward_entry)
-    _choose_forward(name)
+    rec.plain_forwards = (Plain, forward, forward_entry)
+    _choose_forward(rec)
     return super(torch.autograd.Function, Plain).apply
 
 
-_plain_forwards: dict = {}  # op name -> (its plain Function, Python forward, C forward)
-
-
-def _choose_forward(name: str) -> None:
+def _choose_forward(rec: OpRecord) -> None:
     """The plain Function's forward for the op's registration: the C one without a
     ``setup_context`` (nothing else for the forward to do), else the Python one."""
-    if name not in _plain_forwards:
+    if rec.plain_forwards is None:
         return
-    Plain, python_forward, c_forward = _plain_forwards[name]
-    setup = _backwards[name][1] if name in _backwards else None
+    Plain, python_forward, c_forward = rec.plain_forwards
+    setup = rec.backward[1] if rec.backward is not None else None
     Plain.forward = staticmethod(c_forward if c_forward is not None and setup is None
                                  else python_forward)
 
@@ -269,9 +333,10 @@ def _choose_forward(name: str) -> None:
 def fallback_kernel(kernel, op, name: str):
     """The op's autograd kernel without the dispatcher's keyset (``autograd_kernel``'s
     meaning), for the C autograd kernel to hand the calls it cannot run itself to."""
-    if name not in _keyless:
+    rec = record(name)
+    if rec.keyless is None:
         autograd_kernel(kernel, op, name)
-    return _keyless[name]
+    return rec.keyless
 
 
 def requiring_grad(args: tuple) -> int | None:
@@ -298,12 +363,6 @@ def tangents_idle() -> bool:
     return FAST_PATHS and getattr(forward_ad, FORWARD_LEVEL, None) == IDLE_LEVEL
 
 
-def backwards_and_appliers() -> tuple[dict, dict]:
-    """The registries ``claimed_call`` reads on every recorded call: op name -> backward
-    (``set_backward``), op name -> its applier (``applier``)."""
-    return _backwards, _appliers
-
-
 def refuse_tangents(kernel_name: str, names: list, args: tuple) -> None:
     """Forward-mode AD (``torch.autograd.forward_ad``, ``torch.func.jvp``): refused for
     an input carrying a tangent, naming the kernel and the argument."""
@@ -323,24 +382,26 @@ def refuse_tangents(kernel_name: str, names: list, args: tuple) -> None:
 
 def set_backward(name: str, backward, setup_context) -> None:
     """Records the backward of the op ``name`` (``register_autograd``)."""
-    _backwards[name] = (backward, setup_context)
-    _choose_forward(name)
+    rec = record(name)
+    rec.backward = (backward, setup_context)
+    _choose_forward(rec)
 
 
 def has_backward_named(name: str) -> bool:
-    return name in _backwards
+    rec = _records.get(name)
+    return rec is not None and rec.backward is not None
 
 
 def recorded(name: str):
     """The ``autograd.Function`` that records calls of the op ``name``."""
-    return _recorded[name]
+    return record(name).recorded
 
 
 def base_applier(name: str):
     """``apply(*args, None)`` without the checks of ``applier``: the C apply, for a caller
     that has made sure no functorch transform is active and no input is a functorch
     wrapper; None when the fast path is off (then ``applier``)."""
-    return _bases.get(name)
+    return record(name).base_apply
 
 
 def plain_applier(name: str):
@@ -349,10 +410,10 @@ def plain_applier(name: str):
     a tensor: the C apply of a Function that runs the kernel at once (`_plain_apply`);
     None for an op that writes an argument (its calls go through the dispatcher, which
     bumps the version counters) or with the fast path off."""
-    return _plain_bases.get(name)
+    return record(name).plain_apply
 
 
 def applier(name: str):
     """``apply(*args, None)``: records a call of the op ``name`` from Python, as
     ``recorded(name).apply`` does (with the fast path, minus its signature binding)."""
-    return _appliers[name]
+    return record(name).apply

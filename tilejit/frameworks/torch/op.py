@@ -40,7 +40,6 @@ from .probes import FORWARD_LEVEL, IDLE_LEVEL
 from .results import kernel_result, op_result, outputs_of
 
 _lock = threading.RLock()
-_ops: dict = {}  # op name -> its OpOverload, once registered
 _library = None  # the torch.library.Library fragment of the namespace, made on first use
 
 
@@ -87,11 +86,12 @@ def definition(kernel):
     """
     global _library
     name = op_name(kernel)
-    found = _ops.get(name)
+    rec = autograd.record(name)  # the op's one record: its OpOverload once registered
+    found = rec.op
     if found is not None:
         return found
     with _lock:
-        found = _ops.get(name)
+        found = rec.op
         if found is None:
             text, _ = schema(kernel)
             if _library is None:
@@ -121,7 +121,7 @@ def definition(kernel):
             if written:
                 _library.impl(name, _versions_bumped(found, written), "ADInplaceOrView",
                               with_keyset=True)
-            _ops[name] = found
+            rec.op = found
             inductor.offer(kernel, found, name, bool(written))
     return found
 
@@ -144,7 +144,7 @@ def _loaded_op(kernel, name: str, text: str):
 
 def is_defined(kernel) -> bool:
     """Whether the op of ``kernel`` is registered already."""
-    return op_name(kernel) in _ops
+    return autograd.record(op_name(kernel)).op is not None
 
 
 def _versions_bumped(op, written: list[int]):
@@ -284,8 +284,8 @@ def _recorder(kernel, otherwise, *, at_once: bool = False):
     buffers_only = _buffers_only(kernel)
     tensor, parameter, wrapped = torch.Tensor, torch.nn.Parameter, autograd.is_wrapped
     names = autograd.input_names(kernel)
-    backwards, appliers = autograd.backwards_and_appliers()
-    apply, plain_apply = autograd.base_applier(name), autograd.plain_applier(name)
+    rec = autograd.record(name)
+    apply, plain_apply = rec.base_apply, rec.plain_apply
     grad_enabled, inference = torch.is_grad_enabled, torch.is_inference_mode_enabled
     transforms_active = torch._C._are_functorch_transforms_active
     # What autograd.tangents_idle reads, read inline.
@@ -293,7 +293,7 @@ def _recorder(kernel, otherwise, *, at_once: bool = False):
         IDLE_LEVEL
 
     def run(kernel_object, args: tuple, stream):
-        registered = backwards.get(name)
+        registered = rec.backward
         if (stream is not None or registered is None or len(args) != count
                 or not grad_enabled() or inference()):
             return otherwise(kernel_object, args, stream)
@@ -326,7 +326,7 @@ def _recorder(kernel, otherwise, *, at_once: bool = False):
         if direct:
             result = plain_apply(*args) if plain_apply is not None else apply(*args, None)
         else:
-            result = appliers[name](*args, None)
+            result = rec.apply(*args, None)
         return kernel_result(result)
 
     return run
