@@ -774,9 +774,43 @@ def run(calls: int = REPORT_MIN_CALLS, repeats: int = 11, quick: bool = False) -
 
     >>> report, ok = run(calls=100_000, repeats=11)
     """
+    start = time.perf_counter()
+    rows = _cpu_rows(quick)
+    elapsed_build = time.perf_counter() - start
+    _measure(rows.every, calls, repeats)
+    reference = _reference_row(rows)
+    lines = [*_header(calls, repeats, quick, elapsed_build), "", *_cpu_tables(rows, reference)]
+    ok = not any(row.required and not row.times for row in [*rows.every, reference])
+    return "\n".join(lines), ok
+
+
+@dataclass
+class _CpuRows:
+    """The rows of `run`'s tables A to F, made (not measured yet)."""
+
+    a: list  # A: tilejit's backends and the peers on 3 tensors, no allocation
+    b: list  # B: out_idx allocation
+    c: list  # C: per tensor count of WIDE, A's rows on more tensors
+    d: list  # D: (backend, row) over arguments converted up front
+    e: list  # E: TileLang's kernels
+    f: list  # F: per scalar count, A's rows with scalars
+    tvm: Row
+    floors: list  # per tensor set (3, *WIDE)
+    ctypes_floors: list
+    tvms: list
+    tl_a: Row  # TileLang-style ctypes, A and B
+    tl_b: Row
+    empty: Row
+
+    @property
+    def every(self) -> list:
+        return (self.a + self.b + [row for rows in self.c for row in rows]
+                + [row for _, row in self.d] + self.e + [row for rows in self.f for row in rows])
+
+
+def _cpu_rows(quick: bool) -> _CpuRows:
     import torch
 
-    start = time.perf_counter()
     tensors = tuple(torch.rand(N, dtype=torch.float32) for _ in range(max(WIDE)))
     tensor_sets = [tensors[:count] for count in (3, *WIDE)]  # cases A, then C
     a, b, c = tensor_sets[0]
@@ -786,14 +820,24 @@ def run(calls: int = REPORT_MIN_CALLS, repeats: int = 11, quick: bool = False) -
     tl_a, tl_b, ctypes_floors = _ctypes_rows(tensor_sets)
     tvms = _tvm_ffi_rows(tensor_sets)
     pybind = _pybind_row(a, b, c, quick)
-    views = _view_rows(kernels, tensor_sets[0])
-    rows_f = _scalar_rows(tensor_sets[0])
-    tilelang_rows = _tilelang_rows(a, b, c)
     empty = Row("torch.empty((16,), dtype=torch.float32) alone", torch.empty, ((N,),),
                 {"dtype": torch.float32}, required=True)
+    return _CpuRows(
+        a=[*tj_a, tvms[0], tl_a, pybind, floors[0], ctypes_floors[0]],
+        b=[*tj_b, tl_b, empty, _composite_row(kernels.get("cython"), a, b)],
+        c=[[*tj_rows, tvm_n, floor_n, ctypes_floor_n] for tj_rows, tvm_n, floor_n, ctypes_floor_n
+           in zip(tj_wide, tvms[1:], floors[1:], ctypes_floors[1:])],
+        d=_view_rows(kernels, tensor_sets[0]), e=_tilelang_rows(a, b, c),
+        f=_scalar_rows(tensor_sets[0]), tvm=tvms[0], floors=floors,
+        ctypes_floors=ctypes_floors, tvms=tvms, tl_a=tl_a, tl_b=tl_b, empty=empty)
+
+
+def _composite_row(tj_plain, a, b) -> Row:
+    """torch.empty and a no-allocation call in one Python function (table B)."""
+    import torch
+
     composite = Row("torch.empty + tilejit cython no-alloc call, in one Python function",
                     note="measured; includes a Python frame the sum below does not")
-    tj_plain = kernels.get("cython")
     if tj_plain is not None:
         float32 = torch.float32
         empty_fn = torch.empty
@@ -804,53 +848,47 @@ def run(calls: int = REPORT_MIN_CALLS, repeats: int = 11, quick: bool = False) -
             return out
 
         composite.fn, composite.args = empty_then_call, (a, b)
-    elapsed_build = time.perf_counter() - start
+    return composite
 
-    floor, ctypes_floor, tvm = floors[0], ctypes_floors[0], tvms[0]
-    rows_a = [*tj_a, tvm, tl_a, pybind, floor, ctypes_floor]
-    rows_b = [*tj_b, tl_b, empty, composite]
-    rows_c = [[*tj_rows, tvm_n, floor_n, ctypes_floor_n] for tj_rows, tvm_n, floor_n, ctypes_floor_n
-              in zip(tj_wide, tvms[1:], floors[1:], ctypes_floors[1:])]
-    rows_d = [row for _, row in views]
-    every_row = (rows_a + rows_b + [row for rows in rows_c for row in rows] + rows_d
-                 + tilelang_rows + [row for rows in rows_f for row in rows])
-    _measure(every_row, calls, repeats)
 
-    by_name = {row.name: row for row in rows_a + rows_b}
-    cython_a = by_name["tilejit cython"].median
+def _reference_row(rows: _CpuRows) -> Row:
+    """The base of the out_idx target: torch.empty alone plus tilejit cython on A."""
+    cython_a = {row.name: row for row in rows.a}["tilejit cython"].median
     reference = Row("reference: torch.empty alone + tilejit cython (A), sum of medians",
                     note="the base of the out_idx target")
-    if empty.median is not None and cython_a is not None:
-        reference.times = [empty.median + cython_a]
-    ref_ns = reference.median
+    if rows.empty.median is not None and cython_a is not None:
+        reference.times = [rows.empty.median + cython_a]
+    return reference
 
-    table_a = _no_alloc_table(rows_a, 3, tvm, floor, ctypes_floor, tl_a)
+
+def _cpu_tables(rows: _CpuRows, reference: Row) -> list[str]:
+    """Tables A to F of `run`'s report, from measured rows."""
+    by_name = {row.name: row for row in rows.a + rows.b}
+    floor, ctypes_floor = rows.floors[0], rows.ctypes_floors[0]
+    ref_ns = reference.median
+    table_a = _no_alloc_table(rows.a, 3, rows.tvm, floor, ctypes_floor, rows.tl_a)
     table_b = []
-    for row in [*rows_b, reference]:
+    for row in [*rows.b, reference]:
         target = ""
         if row.name == "tilejit cython (out_idx)":
             target = _targets([("≤ 0.7× reference", row.median, _scaled(0.7, ref_ns))])
         elif row.name == "tilejit ctypes (out_idx)":
-            target = _targets([("≤ TileLang-style ctypes", row.median, tl_b.median)])
+            target = _targets([("≤ TileLang-style ctypes", row.median, rows.tl_b.median)])
         table_b.append((row, (ref_ns,), target))
     table_c = []
-    for count, rows, tvm_n, floor_n, ctypes_floor_n in zip(WIDE, rows_c, tvms[1:], floors[1:],
-                                                          ctypes_floors[1:]):
-        table_c += _no_alloc_table(rows, count, tvm_n, floor_n, ctypes_floor_n)
+    for count, wide_rows, tvm_n, floor_n, ctypes_floor_n in zip(
+            WIDE, rows.c, rows.tvms[1:], rows.floors[1:], rows.ctypes_floors[1:]):
+        table_c += _no_alloc_table(wide_rows, count, tvm_n, floor_n, ctypes_floor_n)
     table_d = [(row, (floor.median, by_name[f"tilejit {backend}"].median), "")
-               for backend, row in views]
-
+               for backend, row in rows.d]
     table_e = []
-    for tilejit_row, cython_row in (tilelang_rows[:2], tilelang_rows[2:]):
+    for tilejit_row, cython_row in (rows.e[:2], rows.e[2:]):
         target = _targets([("≤ 0.5× TileLang cython", tilejit_row.median,
                             _scaled(0.5, cython_row.median))])
         table_e += [(tilejit_row, (cython_row.median,), target),
                     (cython_row, (cython_row.median,), "")]
-
     wide = " and ".join(str(count) for count in WIDE)
-    lines = [
-        *_header(calls, repeats, quick, elapsed_build),
-        "",
+    return [
         *_table(f"A. No-op CPU kernel, 3 torch float32 tensors of {N} elements, no allocation",
                 ("× floor", "× ctypes floor"), table_a),
         "",
@@ -873,12 +911,10 @@ def run(calls: int = REPORT_MIN_CALLS, repeats: int = 11, quick: bool = False) -
         *_table(f"F. No-op CPU kernel, 3 torch float32 tensors of {N} elements and 1 scalar "
                 "(a float), then 2 (a float and an int), no allocation",
                 ("× floor", "× ctypes floor"),
-                [entry for rows, n in zip(rows_f, (1, 2))
-                 for entry in _scalar_table(rows, f", {n} scalar{'s' if n > 1 else ''}")]),
+                [entry for scalar_rows, n in zip(rows.f, (1, 2))
+                 for entry in _scalar_table(scalar_rows, f", {n} scalar{'s' if n > 1 else ''}")]),
         "",
     ]
-    ok = not any(row.required and not row.times for row in [*every_row, reference])
-    return "\n".join(lines), ok
 
 
 # ---- E. inside torch.compile (``--torch-compile``) ----------------------------------------
