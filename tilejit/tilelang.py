@@ -393,68 +393,9 @@ def program(description: dict, source: str | None, binary=None) -> tuple[Program
 
 def _program(description: dict, source: str | None, binary=None) -> tuple[Program, list[str]]:
     name = description["name"]
-    # An integer scalar parameter is an expression of its own: where the lowering uses
-    # it (a grid of ceildiv(max_seqlen_q, 64)) or a dynamic dimension shares its name,
-    # the scalar stands for it.
-    scalars = {p["name"]: T.Scalar(p["dtype"], name=p["name"]) for p in description["params"]
-               if p["kind"] == "scalar"}
-    symbols = {sym: scalars[sym] if sym in scalars else
-               T.symbol(sym, dtype=dtype if dtype in ("int32", "int64") else "int64")
-               for sym, dtype in description["symbols"].items()}
-    for scalar_name, scalar in scalars.items():
-        if scalar_name not in symbols and scalar.is_integer:
-            symbols[scalar_name] = scalar
-    used = set()
-    for f in description["functions"]:
-        for key in ("grid", "block"):
-            for e in f.get(key, ()):
-                used |= _expr_names(e)
-        used |= _expr_names(f.get("shared_mem", 0))
-        for a in f["args"]:
-            if "expr" in a:
-                used |= _expr_names(a["expr"])
-    unknown = sorted(n for n in used if n not in symbols)
-    if unknown:
-        raise TileLangError(f"{name}: the launch uses {', '.join(unknown)}, which is neither a "
-                            "dynamic dimension nor an integer scalar parameter")
-    params, by_name = [], {}
-    for p in description["params"]:
-        if p["kind"] == "buffer":
-            strides = p["strides"]
-            param = T.Buffer(tuple(_to_expr(d, symbols) for d in p["shape"]), p["dtype"],
-                             strides=None if strides is None else
-                             tuple(_to_expr(s, symbols) for s in strides),
-                             name=p["name"], const=p["const"])
-        else:
-            param = scalars[p["name"]]
-        params.append(param)
-        by_name[p["name"]] = param
-    workspaces = []
-    for w in description.get("workspaces", ()):
-        # TileLang's default runtime hands kernels workspace memory as it finds it (its
-        # pool is not cleared): no zero fill.
-        workspace = T.Workspace(tuple(_to_expr(d, symbols) for d in w["shape"]), w["dtype"],
-                                name=w["name"])
-        workspaces.append(workspace)
-        by_name[w["name"]] = workspace
-    maps = {}
-    for desc, m in description["tensormaps"].items():
-        fields = {key: [_to_expr(v, symbols) for v in m[key]]
-                  for key in ("dims", "strides", "element_strides")}
-        flags = {key: m[key] for key in ("data_type", "interleave", "swizzle", "l2_promotion",
-                                         "oob_fill")}
-        if m.get("kind", "tiled") == "im2col":
-            maps[desc] = T.TensorMap.im2col_map(
-                by_name[m["buffer"]],
-                lower_corner=[_to_expr(v, symbols) for v in m["lower_corner"]],
-                upper_corner=[_to_expr(v, symbols) for v in m["upper_corner"]],
-                channels_per_pixel=_to_expr(m["channels_per_pixel"][0], symbols),
-                pixels_per_column=_to_expr(m["pixels_per_column"][0], symbols),
-                **fields, **flags, name=desc)
-        else:
-            maps[desc] = T.TensorMap(by_name[m["buffer"]],
-                                     box=[_to_expr(v, symbols) for v in m["box"]],
-                                     **fields, **flags, name=desc)
+    symbols, scalars = _symbols(description)
+    params, by_name, workspaces = _params(description, symbols, scalars)
+    maps = _tensormaps(description, symbols, by_name)
 
     def kernel_args(function):
         out = []
@@ -487,6 +428,85 @@ def _program(description: dict, source: str | None, binary=None) -> tuple[Progra
     flags = ["-std=c++20", *(f"-I{d}" for d in template_include_dirs()),
              "-Xcudafe", "--diag_suppress=177", "-w"]
     return prog, flags
+
+
+def _symbols(description: dict) -> tuple[dict, dict]:
+    """``(symbols, scalars)``: every name the launch may use, and the scalar parameters.
+    An integer scalar parameter is an expression of its own: where the lowering uses it
+    (a grid of ceildiv(max_seqlen_q, 64)) or a dynamic dimension shares its name, the
+    scalar stands for it. A name the launch uses that is neither is refused."""
+    scalars = {p["name"]: T.Scalar(p["dtype"], name=p["name"]) for p in description["params"]
+               if p["kind"] == "scalar"}
+    symbols = {sym: scalars[sym] if sym in scalars else
+               T.symbol(sym, dtype=dtype if dtype in ("int32", "int64") else "int64")
+               for sym, dtype in description["symbols"].items()}
+    for scalar_name, scalar in scalars.items():
+        if scalar_name not in symbols and scalar.is_integer:
+            symbols[scalar_name] = scalar
+    used = set()
+    for f in description["functions"]:
+        for key in ("grid", "block"):
+            for e in f.get(key, ()):
+                used |= _expr_names(e)
+        used |= _expr_names(f.get("shared_mem", 0))
+        for a in f["args"]:
+            if "expr" in a:
+                used |= _expr_names(a["expr"])
+    unknown = sorted(n for n in used if n not in symbols)
+    if unknown:
+        raise TileLangError(f"{description['name']}: the launch uses {', '.join(unknown)}, "
+                            "which is neither a dynamic dimension nor an integer scalar "
+                            "parameter")
+    return symbols, scalars
+
+
+def _params(description: dict, symbols: dict, scalars: dict) -> tuple[list, dict, list]:
+    """``(params, by_name, workspaces)``: the kernel's parameters in order, every buffer,
+    scalar and workspace by name, and the workspaces."""
+    params, by_name = [], {}
+    for p in description["params"]:
+        if p["kind"] == "buffer":
+            strides = p["strides"]
+            param = T.Buffer(tuple(_to_expr(d, symbols) for d in p["shape"]), p["dtype"],
+                             strides=None if strides is None else
+                             tuple(_to_expr(s, symbols) for s in strides),
+                             name=p["name"], const=p["const"])
+        else:
+            param = scalars[p["name"]]
+        params.append(param)
+        by_name[p["name"]] = param
+    workspaces = []
+    for w in description.get("workspaces", ()):
+        # TileLang's default runtime hands kernels workspace memory as it finds it (its
+        # pool is not cleared): no zero fill.
+        workspace = T.Workspace(tuple(_to_expr(d, symbols) for d in w["shape"]), w["dtype"],
+                                name=w["name"])
+        workspaces.append(workspace)
+        by_name[w["name"]] = workspace
+    return params, by_name, workspaces
+
+
+def _tensormaps(description: dict, symbols: dict, by_name: dict) -> dict:
+    """The kernel's TMA descriptors by name: tiled, or im2col."""
+    maps = {}
+    for desc, m in description["tensormaps"].items():
+        fields = {key: [_to_expr(v, symbols) for v in m[key]]
+                  for key in ("dims", "strides", "element_strides")}
+        flags = {key: m[key] for key in ("data_type", "interleave", "swizzle", "l2_promotion",
+                                         "oob_fill")}
+        if m.get("kind", "tiled") == "im2col":
+            maps[desc] = T.TensorMap.im2col_map(
+                by_name[m["buffer"]],
+                lower_corner=[_to_expr(v, symbols) for v in m["lower_corner"]],
+                upper_corner=[_to_expr(v, symbols) for v in m["upper_corner"]],
+                channels_per_pixel=_to_expr(m["channels_per_pixel"][0], symbols),
+                pixels_per_column=_to_expr(m["pixels_per_column"][0], symbols),
+                **fields, **flags, name=desc)
+        else:
+            maps[desc] = T.TensorMap(by_name[m["buffer"]],
+                                     box=[_to_expr(v, symbols) for v in m["box"]],
+                                     **fields, **flags, name=desc)
+    return maps
 
 
 def _outputs_writable(description: dict, out_idx) -> dict:

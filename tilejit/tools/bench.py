@@ -948,66 +948,8 @@ def run_torch_compile(calls: int = REPORT_MIN_CALLS, repeats: int = 11) -> tuple
     start = time.perf_counter()
     add = _bench_add()
     a, b = torch.rand(N), torch.rand(N)
-    # The reference for what torch charges any custom op: one registered the same way
-    # (torch.library, CompositeExplicitAutograd) whose implementation is a Python function
-    # that only allocates its output.
-    library = torch.library.Library("tilejit_bench", "FRAGMENT")
-    library.define("empty_like_add(Tensor a, Tensor b) -> Tensor")
-    library.impl("empty_like_add", lambda x, y: torch.empty_like(x), "CompositeExplicitAutograd")
-    torch.library.register_fake("tilejit_bench::empty_like_add",
-                                lambda x, y: torch.empty_like(x), lib=library)
-    python_op = torch.ops.tilejit_bench.empty_like_add.default
-
-    def compiled(fn):
-        return torch.compile(fn, fullgraph=True, backend="inductor")
-
-    # Calls that autograd records: the kernel with its backward registered, against a
-    # hand-written autograd.Function around the direct call and torch's own add.
-    add.register_autograd(lambda ctx, grad: (grad, grad))
-
-    class HandWritten(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x, y):
-            return add(x, y)
-
-        @staticmethod
-        def backward(ctx, grad):
-            return grad, grad
-
-    a_grad = a.clone().requires_grad_()
-
-    aten_add = torch.ops.aten.add.Tensor
-    rows = [
-        Row("eager: torch.add(a, b)", torch.add, (a, b), required=True),
-        Row("eager: tilejit add(a, b), direct call", add, (a, b), required=True),
-        Row("eager: torch.ops.aten.add.Tensor(a, b), torch's own op called as an op", aten_add,
-            (a, b), required=True),
-        Row("eager: add.torch_op(a, b), the op through torch's dispatcher", add.torch_op,
-            (a, b), required=True, note="reference: torch's own op called as an op"),
-        Row("compiled graph: torch.add(a, b)", compiled(lambda x, y: torch.add(x, y)), (a, b),
-            required=True),
-        Row("compiled graph: add(a, b)", compiled(lambda x, y: add(x, y)), (a, b),
-            required=True, note="reference: the same graph with torch.add"),
-        Row("compiled graph: a torch.library op whose Python implementation only allocates",
-            compiled(lambda x, y: python_op(x, y)), (a, b), required=True,
-            note="what torch charges any custom op it calls from a compiled graph"),
-        Row("compiled graph: add(torch.add(a, b), b)",
-            compiled(lambda x, y: add(torch.add(x, y), y)), (a, b), required=True,
-            note="minus the torch.add graph: what the tilejit op adds to a graph"),
-        Row("compiled graph: torch.add(torch.add(a, b), b)",
-            compiled(lambda x, y: torch.add(torch.add(x, y), y)), (a, b), required=True,
-            note="inductor fuses the two adds into one loop"),
-    ]
-    recorded = [
-        Row("eager, recorded by autograd: torch.add(a, b), a requires grad", torch.add,
-            (a_grad, b), required=True),
-        Row("eager, recorded by autograd: tilejit add(a, b) with its backward", add,
-            (a_grad, b), required=True,
-            note="reference: the hand-written autograd.Function below"),
-        Row("eager, recorded by autograd: a hand-written autograd.Function around add",
-            HandWritten.apply, (a_grad, b), required=True,
-            note="what a user would write around the direct call"),
-    ]
+    rows = _torch_op_rows(add, a, b)
+    recorded = _recorded_rows(add, a.clone().requires_grad_(), b)
     for row in rows[4:]:  # compiled (and checked) before anything is timed
         row.fn(a, b)
     for row in recorded:
@@ -1031,6 +973,82 @@ def run_torch_compile(calls: int = REPORT_MIN_CALLS, repeats: int = 11) -> tuple
                      f"{N} float32 elements, one output allocated per call",
                      ("× compiled torch.add", "× reference"), table), ""]
     return "\n".join(lines), all(row.times for row in rows)
+
+
+def _allocating_python_op():
+    """The reference for what torch charges any custom op: one registered the same way
+    (torch.library, CompositeExplicitAutograd) whose implementation is a Python function
+    that only allocates its output."""
+    import torch
+
+    library = torch.library.Library("tilejit_bench", "FRAGMENT")
+    library.define("empty_like_add(Tensor a, Tensor b) -> Tensor")
+    library.impl("empty_like_add", lambda x, y: torch.empty_like(x), "CompositeExplicitAutograd")
+    torch.library.register_fake("tilejit_bench::empty_like_add",
+                                lambda x, y: torch.empty_like(x), lib=library)
+    _allocating_python_op.library = library  # registered for the process's life
+    return torch.ops.tilejit_bench.empty_like_add.default
+
+
+def _torch_op_rows(add, a, b) -> list:
+    """Eager and compiled calls of ``add`` beside torch's own add (not measured yet)."""
+    import torch
+
+    python_op = _allocating_python_op()
+
+    def compiled(fn):
+        return torch.compile(fn, fullgraph=True, backend="inductor")
+
+    aten_add = torch.ops.aten.add.Tensor
+    return [
+        Row("eager: torch.add(a, b)", torch.add, (a, b), required=True),
+        Row("eager: tilejit add(a, b), direct call", add, (a, b), required=True),
+        Row("eager: torch.ops.aten.add.Tensor(a, b), torch's own op called as an op", aten_add,
+            (a, b), required=True),
+        Row("eager: add.torch_op(a, b), the op through torch's dispatcher", add.torch_op,
+            (a, b), required=True, note="reference: torch's own op called as an op"),
+        Row("compiled graph: torch.add(a, b)", compiled(lambda x, y: torch.add(x, y)), (a, b),
+            required=True),
+        Row("compiled graph: add(a, b)", compiled(lambda x, y: add(x, y)), (a, b),
+            required=True, note="reference: the same graph with torch.add"),
+        Row("compiled graph: a torch.library op whose Python implementation only allocates",
+            compiled(lambda x, y: python_op(x, y)), (a, b), required=True,
+            note="what torch charges any custom op it calls from a compiled graph"),
+        Row("compiled graph: add(torch.add(a, b), b)",
+            compiled(lambda x, y: add(torch.add(x, y), y)), (a, b), required=True,
+            note="minus the torch.add graph: what the tilejit op adds to a graph"),
+        Row("compiled graph: torch.add(torch.add(a, b), b)",
+            compiled(lambda x, y: torch.add(torch.add(x, y), y)), (a, b), required=True,
+            note="inductor fuses the two adds into one loop"),
+    ]
+
+
+def _recorded_rows(add, a_grad, b) -> list:
+    """Calls that autograd records: the kernel with its backward registered, against a
+    hand-written autograd.Function around the direct call and torch's own add."""
+    import torch
+
+    add.register_autograd(lambda ctx, grad: (grad, grad))
+
+    class HandWritten(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, y):
+            return add(x, y)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad, grad
+
+    return [
+        Row("eager, recorded by autograd: torch.add(a, b), a requires grad", torch.add,
+            (a_grad, b), required=True),
+        Row("eager, recorded by autograd: tilejit add(a, b) with its backward", add,
+            (a_grad, b), required=True,
+            note="reference: the hand-written autograd.Function below"),
+        Row("eager, recorded by autograd: a hand-written autograd.Function around add",
+            HandWritten.apply, (a_grad, b), required=True,
+            note="what a user would write around the direct call"),
+    ]
 
 
 # ---- F. JAX (``--jax``) ------------------------------------------------------------------

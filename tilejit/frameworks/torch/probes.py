@@ -174,9 +174,7 @@ def plain_call(torch, handle_is_impl, tls_word, handles):
 
     Checked on a thread of its own; None (and the reason recorded) when anything does not
     match."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    from .views import _Memory, locate
+    from .views import locate
 
     def probe():
         located = locate()
@@ -186,55 +184,8 @@ def plain_call(torch, handle_is_impl, tls_word, handles):
         keyset_offset = located[1]
         if not handle_is_impl():
             raise LookupError("an AtenTensorHandle does not start with its TensorImpl")
-        memory = _Memory()
-        try:
-            def keyset(tensor) -> int:
-                words = memory.words(tensor._cdata + keyset_offset, 8)
-                if words is None:
-                    raise LookupError("a TensorImpl could not be read")
-                return words[0]
-
-            devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-            plain = []
-            for device in devices:
-                samples = [torch.ones(3, device=device),
-                           torch.ones(2, 2, dtype=torch.int64, device=device)[:, 1],
-                           torch.zeros(1, dtype=torch.bool, device=device),
-                           torch.empty(0, dtype=torch.float16, device=device)]
-                words = {keyset(t) for t in samples}
-                if len(words) != 1:
-                    raise LookupError(f"plain {device} tensors differ in their key sets")
-                plain.extend(words)
-            from torch._subclasses.fake_tensor import FakeTensorMode
-
-            with FakeTensorMode():
-                fake = torch.ones(3)
-            others = [keyset(torch.zeros(2, dtype=torch.complex64).conj()), keyset(fake)]
-            # functorch's wrappers, as grad and vmap hand them to the function.
-            torch.func.grad(lambda x: others.append(keyset(x)) or x.sum())(torch.ones(2))
-            torch.func.vmap(lambda x: others.append(keyset(x)) or x)(torch.ones(2, 2))
-            if any(word in plain for word in others):
-                raise LookupError("a conjugate view, a FakeTensor or a functorch wrapper "
-                                  "has a plain key set")
-        finally:
-            memory.close()
-
-        class Watching(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                return func(*args, **(kwargs or {}))
-
-        default = torch._C._dispatch_tls_local_include_set()
-        outside = tls_word(TLS_INCLUDED)
-        seen = []
-        with Watching():
-            seen.append(tls_word(TLS_INCLUDED))
-        torch.func.vmap(lambda x: seen.append(tls_word(TLS_INCLUDED)) or x)(torch.ones(2, 2))
-        torch.func.grad(lambda x: seen.append(tls_word(TLS_INCLUDED)) or x.sum())(torch.ones(2))
-        with torch.inference_mode():
-            seen.append(tls_word(TLS_INCLUDED))
-        if outside != 0 or 0 in seen or torch._C._dispatch_tls_local_include_set() != default:
-            raise LookupError("libc10's thread-local key set does not follow dispatch modes, "
-                              "functorch's transforms and inference mode")
+        plain = _plain_keysets(torch, keyset_offset)
+        _check_thread_word(torch, tls_word)
         return (meta, keyset_offset, plain, TLS_INCLUDED,
                 *_tangent_probe(torch, meta, handles))
 
@@ -248,6 +199,71 @@ def plain_call(torch, handle_is_impl, tls_word, handles):
     _decided(PLAIN_CALL, True, f"autograd record at byte {found[0]}, key set at byte "
              f"{found[1]} of the TensorImpl; libc10's thread-local included keys; {tangents}")
     return found
+
+
+def _plain_keysets(torch, keyset_offset: int) -> list:
+    """The key set words of plain dense tensors (CPU; CUDA when torch has a GPU), read at
+    ``keyset_offset`` of their TensorImpl: one per device, the same for tensors of several
+    dtypes and for views; LookupError unless a conjugate view, a FakeTensor and
+    functorch's wrappers (as grad and vmap hand them over) all have another."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from .views import _Memory
+
+    memory = _Memory()
+    try:
+        def keyset(tensor) -> int:
+            words = memory.words(tensor._cdata + keyset_offset, 8)
+            if words is None:
+                raise LookupError("a TensorImpl could not be read")
+            return words[0]
+
+        devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+        plain = []
+        for device in devices:
+            samples = [torch.ones(3, device=device),
+                       torch.ones(2, 2, dtype=torch.int64, device=device)[:, 1],
+                       torch.zeros(1, dtype=torch.bool, device=device),
+                       torch.empty(0, dtype=torch.float16, device=device)]
+            words = {keyset(t) for t in samples}
+            if len(words) != 1:
+                raise LookupError(f"plain {device} tensors differ in their key sets")
+            plain.extend(words)
+        with FakeTensorMode():
+            fake = torch.ones(3)
+        others = [keyset(torch.zeros(2, dtype=torch.complex64).conj()), keyset(fake)]
+        torch.func.grad(lambda x: others.append(keyset(x)) or x.sum())(torch.ones(2))
+        torch.func.vmap(lambda x: others.append(keyset(x)) or x)(torch.ones(2, 2))
+        if any(word in plain for word in others):
+            raise LookupError("a conjugate view, a FakeTensor or a functorch wrapper "
+                              "has a plain key set")
+        return plain
+    finally:
+        memory.close()
+
+
+def _check_thread_word(torch, tls_word) -> None:
+    """LookupError unless libc10's thread-local included keys (``tls_word``) are 0 outside
+    everything and not 0 inside a TorchDispatchMode, torch.func.vmap and grad, and
+    inference mode, leaving the thread's include set as it was."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Watching(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    default = torch._C._dispatch_tls_local_include_set()
+    outside = tls_word(TLS_INCLUDED)
+    seen = []
+    with Watching():
+        seen.append(tls_word(TLS_INCLUDED))
+    torch.func.vmap(lambda x: seen.append(tls_word(TLS_INCLUDED)) or x)(torch.ones(2, 2))
+    torch.func.grad(lambda x: seen.append(tls_word(TLS_INCLUDED)) or x.sum())(torch.ones(2))
+    with torch.inference_mode():
+        seen.append(tls_word(TLS_INCLUDED))
+    if outside != 0 or 0 in seen or torch._C._dispatch_tls_local_include_set() != default:
+        raise LookupError("libc10's thread-local key set does not follow dispatch modes, "
+                          "functorch's transforms and inference mode")
 
 
 _FW_GRAD = "_ZNK5torch8autograd12AutogradMeta7fw_gradEmRKN2at10TensorBaseE"
