@@ -348,3 +348,59 @@ def test_every_wing_says_what_it_is_for():
     for init in sorted(PACKAGE.glob("*/__init__.py")):
         doc = ast.get_docstring(ast.parse(init.read_text()))
         assert doc and len(doc.split()) >= 8, init
+
+
+# --- the kernel's internal interface -------------------------------------------------------
+
+
+def _kernel_private_names() -> set[str]:
+    """The underscore names of JITKernel: its class body's and what its methods set on
+    ``self``."""
+    tree = ast.parse((PACKAGE / "runtime" / "kernel.py").read_text())
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "JITKernel"]
+    names = set()
+    for node in ast.walk(cls):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+              and node.value.id == "self"):
+            names.add(node.attr)
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def _private_kernel_uses(private: set[str]) -> dict[str, set[str]]:
+    """Module -> the kernel's underscore names it reaches on an object other than
+    ``self``, outside runtime/kernel.py."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == PACKAGE / "runtime" / "kernel.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Attribute) and node.attr in private
+                    and not (isinstance(node.value, ast.Name) and node.value.id == "self")):
+                found.setdefault(_module_name(path), set()).add(node.attr)
+    return found
+
+
+def test_the_package_uses_only_the_kernels_internal_interface():
+    from tilejit.runtime.kernel import INTERNAL_INTERFACE
+
+    private = _kernel_private_names()
+    assert {"_sig", "_core_kernel", "_kept_images", "_host_source"} <= private
+    outside = {module: sorted(names - INTERNAL_INTERFACE)
+               for module, names in _private_kernel_uses(private).items()}
+    assert {module: names for module, names in outside.items() if names} == {}
+    # Every name of the interface is the kernel's (or set on it by the runtime) and used.
+    used = set().union(*_private_kernel_uses(private | INTERNAL_INTERFACE).values())
+    assert sorted(INTERNAL_INTERFACE - used) == []
+
+
+def test_the_interface_check_sees_a_private_attribute_read_elsewhere(tmp_path, monkeypatch):
+    module = tmp_path / "tilejit" / "builder"
+    module.mkdir(parents=True)
+    (module / "x.py").write_text("def f(kernel):\n    return kernel._kept_images, self_ok()\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "tilejit")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    assert _private_kernel_uses({"_kept_images"}) == {"tilejit.builder.x": {"_kept_images"}}

@@ -142,7 +142,7 @@ def header_text(kernel) -> str:
     sig = kernel._sig
     upper = sig.name.upper()
     outputs = sorted(sig.out_idx)
-    args = [i for i in range(len(sig.names)) if i not in outputs]
+    args = sig.inputs
 
     def describe(i: int) -> str:
         p = kernel.params[i]

@@ -9,6 +9,7 @@ that and writes the packed entry.
 
 from __future__ import annotations
 
+import functools
 import operator
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -153,6 +154,28 @@ class Signature:
     def kernel_args(self) -> tuple[KernelArg, ...]:
         """What the (first) kernel function receives, in order."""
         return self.functions[0].kernel_args
+
+    # The kernel's facts every part of tilejit reads (its call, its torch op, its JAX
+    # call, its export), computed here once from the signature. A frozen dataclass: the
+    # cached values go into the instance's __dict__, as functools.cached_property does.
+
+    @functools.cached_property
+    def inputs(self) -> tuple[int, ...]:
+        """The parameters a call passes (every one not in ``out_idx``), in call order."""
+        outputs = set(self.out_idx)
+        return tuple(i for i in range(len(self.names)) if i not in outputs)
+
+    @functools.cached_property
+    def input_names(self) -> tuple[str, ...]:
+        """The names of ``inputs``."""
+        return tuple(self.names[i] for i in self.inputs)
+
+    @functools.cached_property
+    def output_order(self) -> tuple[int, ...]:
+        """For each output in ``out_idx`` (return) order, its place among the outputs in
+        declaration order (the order the core allocates and numbers them in)."""
+        declared = sorted(self.out_idx)
+        return tuple(declared.index(i) for i in self.out_idx)
 
     @property
     def c_prototype(self) -> str:

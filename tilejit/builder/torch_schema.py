@@ -43,11 +43,9 @@ def inputs(kernel) -> list[tuple[int, str, str]]:
     Tensor, ``t`` a Tensor? (an optional buffer), ``i`` a SymInt, ``f`` a float, ``b`` a
     bool. A ``T.Pointer`` parameter, which no op can take, is a TypeError."""
     sig = kernel._sig
-    outputs = set(sig.out_idx)
     found = []
-    for i, param in enumerate(kernel.params):
-        if i in outputs:
-            continue
+    for i in sig.inputs:
+        param = kernel.params[i]
         if isinstance(param, Buffer):
             kind = "t" if param.optional else "T"
         elif isinstance(param, Scalar):
@@ -99,8 +97,7 @@ def schema(kernel) -> tuple[str, tuple[str, ...]]:
 def output_order(kernel) -> list[int]:
     """The op's returns as the kernel's outputs: return r is output ``order[r]`` (the
     outputs in declaration order; the op returns them in ``out_idx`` order)."""
-    declared = sorted(kernel._sig.out_idx)
-    return [declared.index(i) for i in kernel._sig.out_idx]
+    return list(kernel._sig.output_order)
 
 
 def implementable_in_c(kernel) -> bool:
@@ -108,8 +105,8 @@ def implementable_in_c(kernel) -> bool:
     a required tensor input (without one, Python's implementation makes them)."""
     sig = kernel._sig
     return not sig.out_idx or any(
-        isinstance(p, Buffer) and not p.optional and i not in sig.out_idx
-        for i, p in enumerate(kernel.params))
+        isinstance(kernel.params[i], Buffer) and not kernel.params[i].optional
+        for i in sig.inputs)
 
 
 def export_text(kernel) -> str | None:

@@ -197,12 +197,7 @@ class _Described:
 
 def _inputs(kernel) -> list:
     """The kernel's inputs (the parameters a call gives), in declaration order."""
-    inputs = kernel.__dict__.get("_jax_inputs")
-    if inputs is None:
-        names = set(kernel._core_kernel.input_names)
-        inputs = kernel.__dict__["_jax_inputs"] = [
-            p for p, name in zip(kernel.params, kernel._sig.names) if name in names]
-    return inputs
+    return [kernel.params[i] for i in kernel._sig.inputs]
 
 
 def _input_name(kernel, position: int) -> str:
@@ -342,7 +337,7 @@ def _made(kernel, name: str, described: _Described, results: list):
     ffi = jax.ffi.ffi_call(name, results, vmap_method=kernel.jax_vmap_method,
                            input_output_aliases=aliases or None)
     run = _undifferentiable(kernel, ffi, _attributes(kernel, described, for_core=False))
-    order = kernel._out_order
+    order = kernel._sig.output_order
 
     def returned(*operands):
         out = run(*operands)

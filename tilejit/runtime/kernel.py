@@ -20,6 +20,27 @@ from .bound import BoundLaunch
 
 _MISSING = object()  # an input a keyword call has not given
 
+# The kernel's internal interface: besides its public attributes, the only ones the rest
+# of tilejit (the builder, the backends, the framework adapters) reads or sets; every other
+# underscore name is the kernel's own (tests/test_layering.py holds the package to it). A
+# framework keeps what it caches per kernel in the kernel's __dict__ under a key named
+# after itself (``_torch_...``, ``_jax_...``).
+INTERNAL_INTERFACE = frozenset({
+    "_sig",  # the lowered Signature, with the facts computed on it (inputs, output order)
+    "_core_kernel",  # the core kernel (native.library.CoreKernel) the backends call
+    # Entries of the kernel: calls no framework claims back, calls validated before a
+    # claim, the forward of an autograd.Function, and a twin whose outputs are passed.
+    "_unclaimed", "_validated", "_forward", "_outputs_passed",
+    # What a framework that claims or traces calls uses (``_alive``: every kernel alive,
+    # whose ops torch.compile registers before it compiles).
+    "_claimed_call", "_hand_claims_to", "_positional", "_trace_key", "_traced_call", "_alive",
+    # What export() writes and a load sets: the images, as verified, and where from.
+    "_prebuilt", "_binary_digests", "_export_images", "_cuda_arch",
+    # The backend's binding of the kernel (runtime/backends.py, runtime/binding.py: the
+    # plan's callback for inputs given by name).
+    "_entry", "_attach_plan", "_call_with_keywords",
+})
+
 
 class JITKernel:
     """A compiled kernel; call it with tensors: ``kernel(*args, stream=None)``. Inputs may
@@ -56,16 +77,13 @@ class JITKernel:
         self.library_path = library_path
         self._host_source = host_source
         self.execution_backend = _backends.resolve(execution_backend)
-        # The core numbers outputs in declaration order (that is the order the backend
-        # allocates and returns them in); the caller gets them in out_idx order.
-        outs = sorted(signature.out_idx)
-        order = tuple(outs.index(i) for i in signature.out_idx)
         # Each JITKernel has its own core kernel (and so its own CUDA modules); one opened
         # from an export (tilejit.load) is handed over.
         self._core_kernel = core_kernel or CoreKernel(signature.spec, library_path,
                                                       signature.entry, prebuilt)
-        self._out_order = order
-        _backends.bind(self, self.execution_backend, self._core_kernel, order)
+        # The core numbers outputs in declaration order (that is the order the backend
+        # allocates and returns them in); the caller gets them in out_idx order.
+        _backends.bind(self, self.execution_backend, self._core_kernel, signature.output_order)
         if signature.target == "cuda":
             # Loaded ahead on the thread's current device (torch makes its device's
             # context current), so that a first call inside a graph capture loads
@@ -245,7 +263,7 @@ class JITKernel:
         entry = self.__dict__.get(key)
         if entry is None:
             made = _backends.own_entry(self, self.execution_backend, self._core_kernel,
-                                       self._out_order, unclaimed=unclaimed)
+                                       self._sig.output_order, unclaimed=unclaimed)
             entry = self.__dict__.setdefault(key, made)
         return entry[0]
 
@@ -258,8 +276,7 @@ class JITKernel:
         out is None. Refused, naming the kernel: an unknown name, an output's name (the
         call allocates it), a name given twice, a missing input."""
         keywords = dict(keywords)
-        outputs = set(self._sig.out_idx)
-        names = [n for i, n in enumerate(self._sig.names) if i not in outputs]
+        names = list(self._sig.input_names)
         stream = host.pop_stream(keywords, names)
         if not keywords:
             return args, stream
@@ -312,7 +329,7 @@ class JITKernel:
         entry = self.__dict__.get("_bind_entry")
         if entry is None:
             plan = binding.Plan(self, self._core_kernel, self.execution_backend != "dlpack",
-                                self._out_order)
+                                self._sig.output_order)
             entry = self.__dict__.setdefault("_bind_entry", (binding.bind_entry(plan), plan))
         return BoundLaunch(self, entry[0], args)
 

@@ -66,8 +66,7 @@ is_wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor",
 
 
 def input_names(kernel) -> list[str]:
-    outputs = set(kernel._sig.out_idx)
-    return [n for i, n in enumerate(kernel._sig.names) if i not in outputs]
+    return list(kernel._sig.input_names)
 
 
 def autograd_kernel(kernel, op, name: str):

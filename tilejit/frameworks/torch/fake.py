@@ -37,7 +37,7 @@ def bind_symbols(kernel, args) -> dict:
     signatures of every kind."""
     sig = kernel._sig
     params = kernel.params
-    inputs = [i for i in range(len(params)) if i not in set(sig.out_idx)]
+    inputs = sig.inputs
     firm: dict[Symbol, tuple] = {}  # symbol -> (value, label of the argument binding it)
     loose: dict[Symbol, object] = {}
     bound_by_scalars = {s for s in sig.symbols if s.scalar is not None}

@@ -31,8 +31,14 @@ import threading
 
 import torch
 
-from ...builder.torch_schema import NAMESPACE, inputs, kernel_name_of, op_name, schema
-from ...language.lang import Buffer
+from ...builder.torch_schema import (
+    NAMESPACE,
+    implementable_in_c,
+    inputs,
+    kernel_name_of,
+    op_name,
+    schema,
+)
 from ...runtime import frameworks
 from ...runtime.fast_paths import FAST_PATHS
 from . import autograd, fake, inductor, native_op
@@ -51,10 +57,8 @@ def implementation(kernel):
     on torch's current stream, the one a CUDA graph capture records. A kernel whose
     outputs may not be torch's (no required tensor input to allocate them like) gets
     them converted."""
-    sig = kernel._sig
     entry = kernel._unclaimed
-    if any(isinstance(p, Buffer) and not p.optional and i not in sig.out_idx
-           for i, p in enumerate(kernel.params)) or not sig.out_idx:
+    if implementable_in_c(kernel):  # outputs allocated like a tensor input: torch's
         return entry
 
     def impl(*args):
