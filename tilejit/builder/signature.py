@@ -9,9 +9,9 @@ that and writes the packed entry.
 
 from __future__ import annotations
 
-import functools
 import operator
 from dataclasses import dataclass
+from dataclasses import field as _field
 from typing import NamedTuple
 
 from ..language import dtypes as _dtypes
@@ -149,33 +149,30 @@ class Signature:
     functions: tuple[KernelFunction, ...]  # the kernel functions, in launch order
     entry: str = ENTRY_SYMBOL     # what tj_kernel_load resolves: the glue's entry, or the
                                   # (first) CUDA kernel itself
+    # The kernel's facts every part of tilejit reads (its call, its torch op, its JAX
+    # call, its export), computed here once (__post_init__), as plain attributes: traced
+    # code (Dynamo) reads them too.
+    # The parameters a call passes (every one not in out_idx), in call order; their names.
+    inputs: tuple[int, ...] = _field(init=False, repr=False, compare=False)
+    input_names: tuple[str, ...] = _field(init=False, repr=False, compare=False)
+    # For each output in out_idx (return) order, its place among the outputs in
+    # declaration order (the order the core allocates and numbers them in).
+    output_order: tuple[int, ...] = _field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        outputs = set(self.out_idx)
+        inputs = tuple(i for i in range(len(self.names)) if i not in outputs)
+        declared = sorted(self.out_idx)
+        object.__setattr__(self, "inputs", inputs)
+        object.__setattr__(self, "input_names", tuple(self.names[i] for i in inputs))
+        object.__setattr__(self, "output_order",
+                           tuple(declared.index(i) for i in self.out_idx))
 
     @property
     def kernel_args(self) -> tuple[KernelArg, ...]:
         """What the (first) kernel function receives, in order."""
         return self.functions[0].kernel_args
 
-    # The kernel's facts every part of tilejit reads (its call, its torch op, its JAX
-    # call, its export), computed here once from the signature. A frozen dataclass: the
-    # cached values go into the instance's __dict__, as functools.cached_property does.
-
-    @functools.cached_property
-    def inputs(self) -> tuple[int, ...]:
-        """The parameters a call passes (every one not in ``out_idx``), in call order."""
-        outputs = set(self.out_idx)
-        return tuple(i for i in range(len(self.names)) if i not in outputs)
-
-    @functools.cached_property
-    def input_names(self) -> tuple[str, ...]:
-        """The names of ``inputs``."""
-        return tuple(self.names[i] for i in self.inputs)
-
-    @functools.cached_property
-    def output_order(self) -> tuple[int, ...]:
-        """For each output in ``out_idx`` (return) order, its place among the outputs in
-        declaration order (the order the core allocates and numbers them in)."""
-        declared = sorted(self.out_idx)
-        return tuple(declared.index(i) for i in self.out_idx)
 
     @property
     def c_prototype(self) -> str:
