@@ -160,7 +160,11 @@ def test_examples_run_as_written(path, tmp_path, monkeypatch):
     work.mkdir()
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "python").symlink_to(sys.executable)
+    # `python` in the reader's shell is this interpreter, run by its own path: a symlink
+    # elsewhere would lose the venv it belongs to (Python finds pyvenv.cfg beside it).
+    shim = bin_dir / "python"
+    shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    shim.chmod(0o755)
     _strict_cc(bin_dir, work)
     env = subprocess_env(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.chdir(work)
