@@ -475,16 +475,21 @@ def _doc_block(language: str) -> str:
     return blocks[0]
 
 
+def _config_output(*flags: str) -> str:
+    return subprocess.run([sys.executable, "-m", "tilejit", "config", *flags], check=True,
+                          capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}).stdout
+
+
 def _config(*flags: str) -> list[str]:
-    out = subprocess.run([sys.executable, "-m", "tilejit", "config", *flags], check=True,
-                         capture_output=True, text=True, env={**os.environ,
-                                                              "PYTHONPATH": str(REPO_ROOT)})
-    return shlex.split(out.stdout)  # quoted where a directory has a space
+    return shlex.split(_config_output(*flags))  # quoted where a directory has a space
 
 
 def test_config_prints_the_flags_and_directories():
     cflags, libs = _config("--cflags"), _config("--libs")
-    (include,), (libdir,) = _config("--includedir"), _config("--libdir")
+    # One directory alone is printed as it is: "$(python -m tilejit config --libdir)".
+    include, libdir = (_config_output(flag).rstrip("\n") for flag in ("--includedir", "--libdir"))
+    assert _config("--includedir", "--libdir") == [include, libdir]
     assert cflags == [f"-I{include}"] and (Path(include) / "tilejit" / "tilejit.h").is_file()
     assert libs == [f"-L{libdir}", "-ltilejit", f"-Wl,-rpath,{libdir}"]
     assert (Path(libdir) / "libtilejit.so").is_file()

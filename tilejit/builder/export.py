@@ -613,7 +613,8 @@ def embedding_dirs() -> tuple[Path, Path]:
 def config_flags(cflags: bool, libs: bool, includedir: bool, libdir: bool) -> str:
     """What ``python -m tilejit config`` prints for the options given, in that order, each
     quoted for a shell where it needs it (a directory with a space: ``shlex.split`` or a
-    shell's ``eval`` reads it back as one word)."""
+    shell's ``eval`` reads it back as one word). One directory asked alone
+    (``--includedir``, ``--libdir``) is printed as it is, for ``"$(...)"``."""
     include, lib = embedding_dirs()
     words = []
     if cflags:
@@ -624,4 +625,6 @@ def config_flags(cflags: bool, libs: bool, includedir: bool, libdir: bool) -> st
         words.append(str(include))
     if libdir:
         words.append(str(lib))
+    if len(words) == 1 and (includedir or libdir):
+        return words[0]
     return shlex.join(words)
