@@ -22,9 +22,16 @@ class OpRecord:
     - ``op``: its ``OpOverload``, once registered (``op.definition``);
     - ``backward``: ``(backward, setup_context)`` as registered, or None;
     - ``recorded``: the ``autograd.Function`` that records its calls (``autograd_kernel``);
-    - ``apply``: how a claimed call records (``applier``); ``base_apply``,
-      ``plain_apply``: the C apply of its Function for calls outside functorch's
-      transforms and for plain calls (fast paths on; else None);
+    - ``apply``: ``apply(*args, None)``, how a claimed call records (the Function's own
+      apply, or with the fast paths its C apply minus the signature binding);
+    - ``base_apply``: ``apply(*args, None)`` for a caller that has made sure no functorch
+      transform is active and no input is a functorch wrapper: the C apply (fast paths
+      on; else None);
+    - ``plain_apply``: ``apply(*args)`` for a caller that has also made sure every input
+      is a plain tensor (``PLAIN_TENSORS``) or not a tensor: a Function that runs the
+      kernel at once (`_plain_apply`); None for an op that writes an argument (its calls
+      go through the dispatcher, which bumps the version counters) or without the fast
+      paths;
     - ``keyless``: its autograd kernel without the dispatcher's keyset (``fallback_kernel``);
     - ``plain_forwards``: ``(plain Function, Python forward, C forward)``, for
       ``_choose_forward``.
@@ -389,30 +396,3 @@ def set_backward(name: str, backward, setup_context) -> None:
 def has_backward_named(name: str) -> bool:
     rec = _records.get(name)
     return rec is not None and rec.backward is not None
-
-
-def recorded(name: str):
-    """The ``autograd.Function`` that records calls of the op ``name``."""
-    return record(name).recorded
-
-
-def base_applier(name: str):
-    """``apply(*args, None)`` without the checks of ``applier``: the C apply, for a caller
-    that has made sure no functorch transform is active and no input is a functorch
-    wrapper; None when the fast path is off (then ``applier``)."""
-    return record(name).base_apply
-
-
-def plain_applier(name: str):
-    """``apply(*args)`` for a caller that has made sure of ``base_applier``'s conditions
-    and that every input is a plain tensor (``PLAIN_TENSORS``, no functorch wrapper) or not
-    a tensor: the C apply of a Function that runs the kernel at once (`_plain_apply`);
-    None for an op that writes an argument (its calls go through the dispatcher, which
-    bumps the version counters) or with the fast path off."""
-    return record(name).plain_apply
-
-
-def applier(name: str):
-    """``apply(*args, None)``: records a call of the op ``name`` from Python, as
-    ``recorded(name).apply`` does (with the fast path, minus its signature binding)."""
-    return record(name).apply

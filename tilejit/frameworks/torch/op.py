@@ -229,9 +229,10 @@ def _take_claims(kernel) -> None:
     call may be) after the core has validated it; a call it does not record then goes
     on to ``_claimed_call``."""
     name = op_name(kernel)
-    if autograd.base_applier(name) is None:
+    rec = autograd.record(name)
+    if rec.base_apply is None:
         return
-    plain_apply = autograd.plain_applier(name)
+    plain_apply = rec.plain_apply
     if plain_apply is None or not _buffers_only(kernel):
         kernel._hand_claims_to(_recorder(kernel, type(kernel)._claimed_call))
         return
@@ -277,8 +278,8 @@ def _recorder(kernel, otherwise, *, at_once: bool = False):
     dispatcher, where torch.func's transforms see the autograd.Function (they cannot
     from inside an op's Autograd kernel): outside them, with no functorch wrapper and no
     tensor subclass (a fake tensor) among the inputs, straight through the C apply of
-    the op's Function for plain calls (``autograd.plain_applier``; for an op that writes
-    an argument ``autograd.base_applier``); else through ``applier``. ``at_once``: the
+    the op's Function for plain calls (the op record's ``plain_apply``; for an op that
+    writes an argument its ``base_apply``); else through its ``apply``. ``at_once``: the
     call has not been validated, so only a plain call on torch tensors with the fast
     tangent check is recorded here (the kernel validates it in the forward); every
     other call is ``otherwise``'s."""
