@@ -94,12 +94,6 @@ def schema(kernel) -> tuple[str, tuple[str, ...]]:
     return f"({', '.join(args)}) -> {returns}", tuple(mutated)
 
 
-def output_order(kernel) -> list[int]:
-    """The op's returns as the kernel's outputs: return r is output ``order[r]`` (the
-    outputs in declaration order; the op returns them in ``out_idx`` order)."""
-    return list(kernel._sig.output_order)
-
-
 def implementable_in_c(kernel) -> bool:
     """Whether the core's C kernel can run ``kernel``'s op: its outputs are allocated like
     a required tensor input (without one, Python's implementation makes them)."""
@@ -121,4 +115,4 @@ def export_text(kernel) -> str | None:
     return "\n".join([
         "tilejit-torch-op 1", f"namespace {NAMESPACE}", f"schema {op_name(kernel)}{text}",
         f"inputs {input_kinds(kernel) or '-'}",
-        " ".join(["order", *map(str, output_order(kernel))]), ""])
+        " ".join(["order", *map(str, kernel._sig.output_order)]), ""])

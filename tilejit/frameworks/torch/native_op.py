@@ -195,7 +195,8 @@ def register(kernel, op, name: str, namespace: str, mutates: bool) -> bool:
     kinds = schema.input_kinds(kernel)
     fallback = _FALLBACK(_fallback(kernel, op, name, kinds)) if autograd_in_c(mutates) else None
     plain = plain_probe() if fallback is not None else None
-    returns = schema.output_order(kernel)
+    # The op's returns as the kernel's outputs: return r is output returns[r].
+    returns = kernel._sig.output_order
     order = (ctypes.c_int32 * max(len(returns), 1))(*returns)
     spec = _TorchOp(namespace.encode(), name.encode(), kinds.encode(),
                     fallback if fallback is not None else _FALLBACK(), None,
