@@ -948,7 +948,9 @@ def run_torch_compile(calls: int = REPORT_MIN_CALLS, repeats: int = 11) -> tuple
     start = time.perf_counter()
     add = _bench_add()
     a, b = torch.rand(N), torch.rand(N)
-    rows = _torch_op_rows(add, a, b)
+    # The library stays registered while the rows run, and goes with this frame.
+    _library, python_op = _allocating_python_op()
+    rows = _torch_op_rows(add, a, b, python_op)
     recorded = _recorded_rows(add, a.clone().requires_grad_(), b)
     for row in rows[4:]:  # compiled (and checked) before anything is timed
         row.fn(a, b)
@@ -976,7 +978,7 @@ def run_torch_compile(calls: int = REPORT_MIN_CALLS, repeats: int = 11) -> tuple
 
 
 def _allocating_python_op():
-    """The reference for what torch charges any custom op: one registered the same way
+    """``(library, op)``: the reference for what torch charges any custom op: one registered the same way
     (torch.library, CompositeExplicitAutograd) whose implementation is a Python function
     that only allocates its output."""
     import torch
@@ -986,15 +988,13 @@ def _allocating_python_op():
     library.impl("empty_like_add", lambda x, y: torch.empty_like(x), "CompositeExplicitAutograd")
     torch.library.register_fake("tilejit_bench::empty_like_add",
                                 lambda x, y: torch.empty_like(x), lib=library)
-    _allocating_python_op.library = library  # registered for the process's life
-    return torch.ops.tilejit_bench.empty_like_add.default
+    return library, torch.ops.tilejit_bench.empty_like_add.default
 
 
-def _torch_op_rows(add, a, b) -> list:
-    """Eager and compiled calls of ``add`` beside torch's own add (not measured yet)."""
+def _torch_op_rows(add, a, b, python_op) -> list:
+    """Eager and compiled calls of ``add`` beside torch's own add and ``python_op`` (not
+    measured yet)."""
     import torch
-
-    python_op = _allocating_python_op()
 
     def compiled(fn):
         return torch.compile(fn, fullgraph=True, backend="inductor")
