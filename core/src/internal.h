@@ -66,11 +66,12 @@ typedef struct {
   int32_t shape[TJ_MAX_NDIM];   /* expression ids */
   int32_t strides[TJ_MAX_NDIM]; /* expression ids, when has_strides */
   int32_t has_strides;
-  int32_t has_complex; /* some dim is neither constant nor a lone symbol */
-  int64_t align;       /* bytes, >= 1 */
-  uint32_t flags;      /* TJ_BUF_* */
-  int32_t position;    /* caller argument index; -1 for outputs */
-  int32_t output;      /* output index (workspaces follow the outputs); -1 for inputs */
+  int32_t has_complex;    /* some dim is neither constant nor a lone symbol */
+  int64_t align;          /* bytes, >= 1 */
+  int64_t declared_align; /* as declared (0: the default), for tj_kernel_param_info */
+  uint32_t flags;         /* TJ_BUF_* */
+  int32_t position;       /* caller argument index; -1 for outputs */
+  int32_t output;         /* output index (workspaces follow the outputs); -1 for inputs */
 } tj__param;
 
 /* One kernel function launched per call. Launch 0 is built at finalize from

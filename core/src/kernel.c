@@ -243,6 +243,7 @@ int tj_kernel_set_buffer(tj_kernel *k, int32_t index, const char *name, DLDataTy
   /* Default: the element size, or its largest power-of-two divisor (12-byte int32x3). */
   int64_t bytes = tj__dtype_bytes(dtype);
   p->align = align ? align : (bytes & -bytes);
+  p->declared_align = align;
   p->flags = flags;
   for (int32_t d = 0; d < ndim; ++d) {
     p->shape[d] = shape_ids[d];
@@ -314,6 +315,7 @@ int tj_kernel_set_pointer(tj_kernel *k, int32_t index, const char *name, DLDataT
   if (rc) return rc;
   p->dtype = dtype;
   p->align = align ? align : 1;
+  p->declared_align = align;
   p->flags = flags;
   return TJ_OK;
 }
@@ -677,4 +679,90 @@ int32_t tj_kernel_param_kind(const tj_kernel *k, int32_t index) {
 }
 const char *tj_kernel_param_name(const tj_kernel *k, int32_t index) {
   return k != NULL && index >= 0 && index < k->nparams ? k->params[index].name : NULL;
+}
+
+/* ---- Reading the signature back ----------------------------------------------- */
+
+int32_t tj_kernel_target(const tj_kernel *k) { return k ? k->target : 0; }
+int32_t tj_kernel_num_exprs(const tj_kernel *k) { return k ? k->nexprs : -1; }
+int32_t tj_kernel_num_launches(const tj_kernel *k) {
+  return k == NULL ? -1 : k->target == TJ_TARGET_CUDA ? k->nlaunches : 0;
+}
+int32_t tj_kernel_num_tensormaps(const tj_kernel *k) { return k ? k->ntensormaps : -1; }
+
+/* A finalized kernel and an index in [0, n), else a refusal naming `what`. */
+static int check_read(const tj_kernel *k, const char *what, int32_t index, int32_t n) {
+  TJ__REFUSE_NULL("tj_kernel", k);
+  if (!k->finalized)
+    return tj_set_error(TJ_EVALUE, "%s: the kernel is not finalized; its %s cannot be read yet",
+                        k->name, what);
+  if (index < 0 || index >= n)
+    return tj_set_error(TJ_EVALUE, "%s: %s %d out of range [0, %d)", k->name, what, index, n);
+  return TJ_OK;
+}
+
+int tj_kernel_symbol_info(const tj_kernel *k, int32_t symbol, tj_symbol_info *out) {
+  int rc = check_read(k, "symbol", symbol, k ? k->nsymbols : 0);
+  if (rc) return rc;
+  out->name = k->symbol_names[symbol];
+  out->divisibility = k->symbol_div[symbol];
+  out->dtype = k->symbol_dtype[symbol];
+  return TJ_OK;
+}
+
+int tj_kernel_expr_info(const tj_kernel *k, int32_t expr, tj_expr_info *out) {
+  int rc = check_read(k, "expression", expr, k ? k->nexprs : 0);
+  if (rc) return rc;
+  const tj__expr *e = &k->exprs[expr];
+  out->code = e->code;
+  out->n = e->n;
+  out->text = e->text ? e->text : "";
+  return TJ_OK;
+}
+
+int tj_kernel_param_info(const tj_kernel *k, int32_t index, tj_param_info *out) {
+  int rc = check_read(k, "parameter", index, k ? k->nparams : 0);
+  if (rc) return rc;
+  const tj__param *p = &k->params[index];
+  int buffer = p->kind == TJ_PARAM_BUFFER;
+  out->kind = p->kind;
+  out->name = p->name;
+  out->dtype = p->dtype;
+  out->ndim = buffer ? p->ndim : 0;
+  out->shape = buffer ? p->shape : NULL;
+  out->strides = buffer && p->has_strides ? p->strides : NULL;
+  out->align = p->kind == TJ_PARAM_SCALAR ? 0 : p->declared_align;
+  out->flags = p->kind == TJ_PARAM_SCALAR ? 0 : p->flags;
+  out->symbol = p->kind == TJ_PARAM_SCALAR ? p->binds : -1;
+  return TJ_OK;
+}
+
+int tj_kernel_abi_info(const tj_kernel *k, int32_t *n, const tj_abi_arg **args) {
+  int rc = check_read(k, "argument list", 0, 1);
+  if (rc) return rc;
+  *n = k->has_abi ? k->nabi : -1;
+  *args = k->has_abi ? k->abi : NULL;
+  return TJ_OK;
+}
+
+int tj_kernel_launch_info(const tj_kernel *k, int32_t index, tj_launch_info *out) {
+  int rc = check_read(k, "launch", index, tj_kernel_num_launches(k));
+  if (rc) return rc;
+  const tj__launch *l = &k->launches[index];
+  out->symbol = l->symbol ? l->symbol : "";
+  memcpy(out->grid, l->config, sizeof(out->grid));
+  memcpy(out->block, l->config + 3, sizeof(out->block));
+  out->shared_mem = l->config[6];
+  out->cluster = l->has_cluster ? l->cluster : NULL;
+  out->flags = l->flags;
+  out->nargs = l->nabi;
+  out->args = l->abi;
+  return TJ_OK;
+}
+
+int tj_kernel_tensormap_info(const tj_kernel *k, int32_t index, const tj_tensormap **out) {
+  int rc = check_read(k, "tensor map", index, k ? k->ntensormaps : 0);
+  if (rc) return rc;
+  *out = &k->tensormaps[index];
+  return TJ_OK;
 }

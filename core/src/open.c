@@ -31,6 +31,17 @@ typedef struct {
   char *data; /* the file's bytes as read and checked, owned (NUL-terminated) */
 } listed_file;
 
+/* What signature.tj says beyond the builder calls (tj_kernel_export_out_idx,
+ * _function, _load); every string and array owned. */
+typedef struct {
+  int32_t nout; /* -1: no out_idx line */
+  int32_t out_line;
+  int32_t out_idx[TJ_MAX_OUTPUTS];
+  int32_t nfunctions;
+  tj_export_function functions[TJ_MAX_LAUNCHES];
+  tj_export_load load;
+} described;
+
 /* An export as read: kept by the kernel tj_kernel_open makes (tj_kernel_export_file). */
 typedef struct {
   char *dir; /* owned */
@@ -39,11 +50,32 @@ typedef struct {
   listed_file files[MAX_FILES];
   int32_t nfiles;
   int dirfd; /* while reading: every file is read from this one directory */
+  described said;
 } manifest;
+
+static void described_free(described *d) {
+  for (int32_t f = 0; f < d->nfunctions; ++f) {
+    tj_export_function *fn = &d->functions[f];
+    for (int32_t a = 0; a < fn->nargs; ++a) {
+      free((char *)fn->args[a].name);
+      free((char *)fn->args[a].dtype);
+    }
+    free((void *)fn->args);
+    free((char *)fn->name);
+    free((char *)fn->prototype);
+  }
+  free((char *)d->load.image);
+  free((char *)d->load.entry);
+  free((char *)d->load.library);
+  free((char *)d->load.symbol);
+  memset(d, 0, sizeof(*d));
+  d->nout = -1;
+}
 
 static void manifest_free(void *opened) {
   manifest *m = opened;
   if (m == NULL) return;
+  described_free(&m->said);
   for (int32_t i = 0; i < m->nfiles; ++i) free(m->files[i].data);
   if (m->dirfd >= 0) close(m->dirfd);
   free(m->dir);
@@ -54,6 +86,7 @@ static manifest *manifest_new(const char *dir) {
   manifest *m = calloc(1, sizeof(*m));
   if (m == NULL) return NULL;
   m->dirfd = -1;
+  m->said.nout = -1;
   if ((m->dir = strdup(dir)) == NULL) {
     free(m);
     return NULL;
@@ -343,7 +376,7 @@ static int check_machine(const manifest *m) {
 /* ---- The signature file ----------------------------------------------------- */
 
 typedef struct {
-  const manifest *m;
+  manifest *m;
   tj_kernel *k;
   int32_t line;
   int32_t finalized;
@@ -489,6 +522,113 @@ static int load_checked(replay *r, const tj__line_tokens *t, int prebuilt) {
   return rc;
 }
 
+/* ---- What the file says beyond the builder calls ----------------------------- */
+
+static int out_of_memory(replay *r) {
+  return tj_set_error(TJ_ENOMEM, "tilejit export %s: out of memory", r->m->dir);
+}
+
+/* out_idx N PARAM...: the outputs in the order a call returns them. */
+static int out_idx_line(replay *r, const tj__line_tokens *t) {
+  described *d = &r->m->said;
+  int64_t n;
+  int rc;
+  if (d->nout >= 0) return bad(r, "a second out_idx line");
+  if ((rc = int_at(r, t, 1, 0, TJ_MAX_OUTPUTS, "output count", &n)) ||
+      (rc = expect_tokens(r, t, 2 + (int32_t)n)))
+    return rc;
+  for (int32_t i = 0; i < (int32_t)n; ++i) {
+    int64_t param;
+    if ((rc = int_at(r, t, 2 + i, 0, r->k->nparams - 1, "output parameter", &param))) return rc;
+    for (int32_t j = 0; j < i; ++j)
+      if (d->out_idx[j] == param) return bad(r, "out_idx names parameter %d twice", (int)param);
+    d->out_idx[i] = (int32_t)param;
+  }
+  d->nout = (int32_t)n;
+  d->out_line = r->line;
+  return TJ_OK;
+}
+
+/* out_idx, once the kernel is built: the output buffers, each once. */
+static int check_out_idx(replay *r) {
+  const described *d = &r->m->said;
+  if (d->nout < 0) return TJ_OK;
+  int64_t listed_params[TJ_MAX_OUTPUTS], outputs[TJ_MAX_OUTPUTS];
+  int32_t noutputs = tj_kernel_num_outputs(r->k), same = noutputs == d->nout;
+  for (int32_t i = 0; i < d->nout; ++i) {
+    listed_params[i] = d->out_idx[i];
+    same = same && r->k->params[d->out_idx[i]].output >= 0 &&
+           r->k->params[d->out_idx[i]].output < noutputs;
+  }
+  if (same) return TJ_OK;
+  for (int32_t i = 0; i < noutputs; ++i) outputs[i] = tj_kernel_output_param(r->k, i);
+  char said[256], are[256];
+  tj__format_tuple(listed_params, d->nout, said, sizeof(said));
+  tj__format_tuple(outputs, noutputs, are, sizeof(are));
+  r->line = d->out_line;
+  return bad(r, "out_idx %s does not list the output buffers %s", said, are);
+}
+
+/* function NAME PROTOTYPE: a kernel function as kernel.h declares it. */
+static int function_line(replay *r, const tj__line_tokens *t) {
+  described *d = &r->m->said;
+  if (t->n < 3) return bad(r, "'function' takes a name and a prototype");
+  if (d->nfunctions == TJ_MAX_LAUNCHES) return bad(r, "more than %d functions", TJ_MAX_LAUNCHES);
+  tj_export_function *fn = &d->functions[d->nfunctions];
+  memset(fn, 0, sizeof(*fn));
+  ++d->nfunctions;
+  fn->name = strdup(t->tok[1]);
+  fn->prototype = strdup(t->rest[2]);
+  fn->args = calloc(TJ_MAX_ABI_ARGS, sizeof(*fn->args));
+  return fn->name && fn->prototype && fn->args ? TJ_OK : out_of_memory(r);
+}
+
+/* A 0 or 1 field. */
+static int flag_at(replay *r, const tj__line_tokens *t, int32_t i, const char *what, int32_t *out) {
+  int64_t v;
+  int rc = int_at(r, t, i, 0, 1, what, &v);
+  if (rc == TJ_OK) *out = (int32_t)v;
+  return rc;
+}
+
+/* arg NAME SOURCE INDEX DTYPE POINTER CONST PARAM: an argument of the function above. */
+static int arg_line(replay *r, const tj__line_tokens *t) {
+  described *d = &r->m->said;
+  if (d->nfunctions == 0) return bad(r, "'arg' before any 'function' line");
+  tj_export_function *fn = &d->functions[d->nfunctions - 1];
+  if (fn->nargs == TJ_MAX_ABI_ARGS) return bad(r, "more than %d arguments", TJ_MAX_ABI_ARGS);
+  tj_export_arg a;
+  int64_t source, index, param;
+  int rc;
+  if ((rc = expect_tokens(r, t, 8)) ||
+      (rc = int_at(r, t, 2, TJ_ABI_PARAM, TJ_ABI_TENSORMAP, "argument source", &source)) ||
+      (rc = int_at(r, t, 3, 0, INT32_MAX, "argument index", &index)) ||
+      (rc = flag_at(r, t, 5, "pointer", &a.pointer)) ||
+      (rc = flag_at(r, t, 6, "const", &a.is_const)) ||
+      (rc = int_at(r, t, 7, -1, r->k->nparams - 1, "parameter", &param)))
+    return rc;
+  a.source = (int32_t)source;
+  a.index = (int32_t)index;
+  a.param = (int32_t)param;
+  a.name = strdup(t->tok[1]);
+  a.dtype = strdup(t->tok[4]);
+  ((tj_export_arg *)fn->args)[fn->nargs++] = a;
+  return a.name && a.dtype ? TJ_OK : out_of_memory(r);
+}
+
+/* The load line's files and symbols. */
+static int keep_load(replay *r, const tj__line_tokens *t) {
+  tj_export_load *load = &r->m->said.load;
+  load->image = strdup(t->tok[1]);
+  load->entry = strdup(t->tok[2]);
+  if (t->n == 5) {
+    load->library = strdup(t->tok[3]);
+    load->symbol = strdup(t->tok[4]);
+  }
+  int kept = load->image && load->entry && (t->n != 5 || (load->library && load->symbol));
+  return kept ? TJ_OK : out_of_memory(r);
+}
+
 static int load_line(replay *r, const tj__line_tokens *t) {
   if (r->loaded) return bad(r, "a second load line");
   int rc = built(r, tj_kernel_finalize(r->k));
@@ -500,9 +640,10 @@ static int load_line(replay *r, const tj__line_tokens *t) {
     if (!listed(r->m, t->tok[i]))
       return bad(r, "'%s' names file '%s', which MANIFEST does not list", t->tok[0], t->tok[i]);
   }
-  rc = load_checked(r, t, prebuilt);
-  r->loaded = rc == TJ_OK;
-  return rc;
+  if ((rc = check_out_idx(r)) || (rc = load_checked(r, t, prebuilt)) || (rc = keep_load(r, t)))
+    return rc;
+  r->loaded = 1;
+  return TJ_OK;
 }
 
 /* kernel NAME TARGET NPARAMS: the first entry. */
@@ -673,13 +814,14 @@ static int launch_attrs_line(replay *r, const tj__line_tokens *t) {
 
 static int replay_line(replay *r, tj__line_tokens *t) {
   const char *key = t->tok[0];
-  if (strcmp(key, "function") == 0 || strcmp(key, "arg") == 0 || strcmp(key, "out_idx") == 0)
-    return TJ_OK; /* what kernel.h and the Python binding show; the core needs none */
   if (r->k == NULL) {
     if (strcmp(key, "kernel") != 0) return bad(r, "expected the 'kernel' line first");
     return kernel_line(r, t);
   }
   if (r->finalized) return bad(r, "'%s' after the load line", key);
+  if (strcmp(key, "out_idx") == 0) return out_idx_line(r, t);
+  if (strcmp(key, "function") == 0) return function_line(r, t);
+  if (strcmp(key, "arg") == 0) return arg_line(r, t);
   if (strcmp(key, "symbol") == 0) return symbol_line(r, t);
   if (strcmp(key, "expr") == 0) return expr_line(r, t);
   if (strcmp(key, "buffer") == 0 || strcmp(key, "scalar") == 0 || strcmp(key, "pointer") == 0)
@@ -693,14 +835,39 @@ static int replay_line(replay *r, tj__line_tokens *t) {
 }
 
 /* One line of signature.tj: the header on line 1, else an entry (comments skipped). */
+/* The offset of the first byte of `s` that starts no well-formed UTF-8
+ * sequence (an overlong form, a surrogate, beyond U+10FFFF, cut short), or -1. */
+static int64_t not_utf8_at(const unsigned char *s) {
+  for (int64_t i = 0; s[i];) {
+    unsigned c = s[i], lo = 0x80, hi = 0xBF;
+    int64_t len = c < 0x80                 ? 1
+                  : c >= 0xC2 && c <= 0xDF ? 2
+                  : c >= 0xE0 && c <= 0xEF ? 3
+                  : c >= 0xF0 && c <= 0xF4 ? 4
+                                           : 0;
+    if (len == 0) return i;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+    for (int64_t j = 1; j < len; ++j, lo = 0x80, hi = 0xBF)
+      if (s[i + j] < lo || s[i + j] > hi) return i;
+    i += len;
+  }
+  return -1;
+}
+
 static int replay_text_line(replay *r, char *line) {
   tj__line_tokens t;
   char *whole = strdup(line);
   if (whole == NULL) return tj_set_error(TJ_ENOMEM, "tilejit export %s: out of memory", r->m->dir);
   tj__split(line, whole, &t);
   int rc = TJ_OK;
-  int64_t v;
-  if (r->line == 1) {
+  int64_t v, at = t.n > 0 && t.tok[0][0] == '#' ? -1 : not_utf8_at((const unsigned char *)whole);
+  if (at >= 0) { /* every string the kernel keeps is text a binding can decode */
+    rc = bad(r, "byte %#04x at column %lld is not UTF-8 (only comment lines may hold other bytes)",
+             (unsigned)(unsigned char)whole[at], (long long)at + 1);
+  } else if (r->line == 1) {
     if (t.n != 2 || strcmp(t.tok[0], "tilejit-signature") != 0 ||
         !tj__parse_int(t.tok[1], 0, 1 << 30, &v))
       rc = bad(r, "not 'tilejit-signature <format version>'");
@@ -846,4 +1013,43 @@ int tj_kernel_export_file(const tj_kernel *kernel, int32_t i, const char **name,
 const char *tj_kernel_export_arch(const tj_kernel *kernel) {
   const manifest *m = kernel ? kernel->opened : NULL;
   return m ? m->arch : NULL;
+}
+
+/* The export a kernel was opened from, else a refusal naming the function. */
+static const described *said_of(const tj_kernel *kernel) {
+  const manifest *m = kernel ? kernel->opened : NULL;
+  if (m == NULL)
+    tj_set_error(TJ_EVALUE, "%s: the kernel was not opened from an export",
+                 kernel ? kernel->name : "tj_kernel_export_*: kernel is NULL;");
+  return m ? &m->said : NULL;
+}
+
+int tj_kernel_export_out_idx(const tj_kernel *kernel, int32_t *n, const int32_t **out_idx) {
+  const described *d = said_of(kernel);
+  if (d == NULL) return TJ_EVALUE;
+  *n = d->nout;
+  *out_idx = d->nout >= 0 ? d->out_idx : NULL;
+  return TJ_OK;
+}
+
+int32_t tj_kernel_export_num_functions(const tj_kernel *kernel) {
+  const manifest *m = kernel ? kernel->opened : NULL;
+  return m ? m->said.nfunctions : 0;
+}
+
+int tj_kernel_export_function(const tj_kernel *kernel, int32_t i, tj_export_function *out) {
+  const described *d = said_of(kernel);
+  if (d == NULL) return TJ_EVALUE;
+  if (i < 0 || i >= d->nfunctions)
+    return tj_set_error(TJ_EVALUE, "%s: function %d out of range [0, %d)", kernel->name, (int)i,
+                        (int)d->nfunctions);
+  *out = d->functions[i];
+  return TJ_OK;
+}
+
+int tj_kernel_export_load(const tj_kernel *kernel, tj_export_load *out) {
+  const described *d = said_of(kernel);
+  if (d == NULL) return TJ_EVALUE;
+  *out = d->load;
+  return TJ_OK;
 }

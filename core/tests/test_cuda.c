@@ -1050,6 +1050,51 @@ TEST(cuda_launches_tensor_maps_and_attributes) {
   tj_kernel_free(k);
 }
 
+/* What the builder calls declared reads back as declared: launches with their
+ * attributes and arguments, the tensor map, a narrow symbol. */
+TEST(cuda_signature_reads_back) {
+  use_fake();
+  tj_kernel *k = two_kernel(32);
+  CHECK_EQ_INT(tj_kernel_target(k), TJ_TARGET_CUDA);
+  CHECK_EQ_INT(tj_kernel_num_launches(k), 2);
+  CHECK_EQ_INT(tj_kernel_num_tensormaps(k), 1);
+  tj_symbol_info sym;
+  CHECK_OK(tj_kernel_symbol_info(k, 0, &sym));
+  CHECK_EQ_STR(sym.name, "n");
+  CHECK(sym.divisibility == 1 && sym.dtype.code == kDLInt && sym.dtype.bits == 32);
+  tj_launch_info first, second;
+  CHECK_OK(tj_kernel_launch_info(k, 0, &first));
+  CHECK_OK(tj_kernel_launch_info(k, 1, &second));
+  CHECK_EQ_STR(first.symbol, "copy");
+  CHECK_EQ_STR(second.symbol, "finish");
+  tj_expr_info grid;
+  CHECK_OK(tj_kernel_expr_info(k, first.grid[0], &grid));
+  CHECK_EQ_STR(grid.text, "ceildiv(n, 128)");
+  CHECK(grid.n == 3 && grid.code[2] == TJ_OP_CONST && grid.code[3] == 128);
+  CHECK(first.cluster != NULL && first.flags == TJ_LAUNCH_PDL && first.nargs == 3);
+  CHECK(first.args[0].source == TJ_ABI_TENSORMAP && first.args[2].source == TJ_ABI_SYMBOL);
+  CHECK(second.cluster == NULL && second.flags == TJ_LAUNCH_COOPERATIVE && second.nargs == 2);
+  int32_t nabi;
+  const tj_abi_arg *abi;
+  CHECK_OK(tj_kernel_abi_info(k, &nabi, &abi));
+  CHECK(nabi == 3 && abi == first.args);
+  const tj_tensormap *map;
+  CHECK_OK(tj_kernel_tensormap_info(k, 0, &map));
+  CHECK_EQ_STR(map->name, "A_desc");
+  CHECK(map->param == 0 && map->rank == 1 && map->l2_promotion == 2);
+  tj_param_info a;
+  CHECK_OK(tj_kernel_param_info(k, 0, &a));
+  CHECK(a.kind == TJ_PARAM_BUFFER && a.ndim == 1 && a.strides == NULL && a.align == 0);
+  CHECK(a.flags == TJ_BUF_CONST && a.symbol == -1);
+  tj_expr_info extent;
+  CHECK_OK(tj_kernel_expr_info(k, a.shape[0], &extent));
+  CHECK(extent.n == 1 && extent.code[0] == TJ_OP_SYM && extent.code[1] == 0);
+  CHECK_STATUS(tj_kernel_launch_info(k, 2, &first), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("two: launch 2 out of range [0, 2)");
+  CHECK_STATUS(tj_kernel_tensormap_info(k, -1, &map), TJ_EVALUE);
+  tj_kernel_free(k);
+}
+
 TEST(cuda_tensor_map_encode_error_names_the_map) {
   use_fake();
   fake.set_capability(9, 0);

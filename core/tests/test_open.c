@@ -44,6 +44,10 @@ static const char SIGNATURE[] =
     "buffer 2 C 2:32:1 0 4 1 0 -\n"
     "out_idx 1 2\n"
     "function vec_add void vec_add(const float *A, const float *B, float *C, int64_t n)\n"
+    "arg A 1 0 float32 1 1 0\n"
+    "arg B 1 1 float32 1 1 1\n"
+    "arg C 1 2 float32 1 0 2\n"
+    "arg n 2 0 int64 0 0 -1\n"
     "load kernel.so tilejit_packed_entry\n";
 
 static char export_dir[256];
@@ -189,6 +193,25 @@ TEST(open_refuses_damaged_exports) {
        "the file ends before its load line"},
       {"tilejit-export 1", "out_idx", "launch_everything 1\nout_idx",
        "unknown entry 'launch_everything'"},
+      {"tilejit-export 1", "out_idx 1 2", "out_idx 1 1",
+       "signature.tj: line 9: out_idx (1,) does not list the output buffers (2,)"},
+      {"tilejit-export 1", "out_idx 1 2", "out_idx 2 2 2",
+       "line 9: out_idx names parameter 2 twice"},
+      {"tilejit-export 1", "out_idx 1 2", "out_idx 1 3", "output parameter '3' is not an integer"},
+      {"tilejit-export 1", "out_idx 1 2", "out_idx 1 2\nout_idx 1 2", "a second out_idx line"},
+      {"tilejit-export 1", "function vec_add void",
+       "arg A 1 0 float32 1 1 0\nfunction vec_add void",
+       "line 10: 'arg' before any 'function' line"},
+      {"tilejit-export 1", "arg n 2 0 int64 0 0 -1", "arg n 9 0 int64 0 0 -1",
+       "line 14: argument source '9' is not an integer in [1, 4]"},
+      {"tilejit-export 1", "arg n 2 0 int64 0 0 -1", "arg n 2 0 int64 2 0 -1",
+       "pointer '2' is not an integer in [0, 1]"},
+      {"tilejit-export 1", "arg n 2 0 int64 0 0 -1", "arg n 2 0 int64 0 0", "'arg' takes 7 fields"},
+      {"tilejit-export 1", "function vec_add void vec_add(", "function vec_add\n#",
+       "line 10: 'function' takes a name and a prototype"},
+      {"tilejit-export 1", "int64_t n)", "int64_t \xe9)",
+       "line 10: byte 0xe9 at column 81 is not UTF-8 (only comment lines may hold other bytes)"},
+      {"tilejit-export 1", "int64_t n)", "int64_t \xed\xa0\x80)", "byte 0xed at column 81"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); ++i)
     check_refused(cases[i].header, cases[i].old ? edited(cases[i].old, cases[i].new) : SIGNATURE,
@@ -205,6 +228,79 @@ TEST(open_refuses_damaged_exports) {
   remove_export();
   CHECK_STATUS(tj_kernel_open("/nonexistent/export", &k), TJ_EVALUE);
   CHECK_ERROR_CONTAINS("tilejit export /nonexistent/export: MANIFEST: cannot read it");
+}
+
+/* What the export says is read back as it says it: the builder calls' signature
+ * and the lines beyond them (out_idx, function, arg, load). Non-UTF-8 bytes
+ * are for comment lines only. */
+TEST(open_reads_what_the_export_says) {
+  write_export("tilejit-export 1", edited("# vec_add(", "# caf\xe9 vec_add("));
+  tj_kernel *k;
+  CHECK_OK(tj_kernel_open(export_dir, &k));
+  CHECK_EQ_INT(tj_kernel_target(k), TJ_TARGET_CPU);
+  CHECK_EQ_INT(tj_kernel_num_launches(k), 0);
+  CHECK_EQ_INT(tj_kernel_num_exprs(k), 1);
+  tj_param_info c;
+  CHECK_OK(tj_kernel_param_info(k, 2, &c));
+  CHECK_EQ_STR(c.name, "C");
+  CHECK(c.kind == TJ_PARAM_BUFFER && c.flags == TJ_BUF_OUTPUT && c.ndim == 1 && c.shape[0] == 0);
+  CHECK(c.dtype.code == kDLFloat && c.dtype.bits == 32 && c.strides == NULL && c.align == 0);
+  int32_t n;
+  const tj_abi_arg *abi;
+  CHECK_OK(tj_kernel_abi_info(k, &n, &abi));
+  CHECK(n == -1 && abi == NULL);
+  const int32_t *out_idx;
+  CHECK_OK(tj_kernel_export_out_idx(k, &n, &out_idx));
+  CHECK(n == 1 && out_idx[0] == 2);
+  CHECK_EQ_INT(tj_kernel_export_num_functions(k), 1);
+  tj_export_function fn;
+  CHECK_OK(tj_kernel_export_function(k, 0, &fn));
+  CHECK_EQ_STR(fn.name, "vec_add");
+  CHECK_EQ_STR(fn.prototype, "void vec_add(const float *A, const float *B, float *C, int64_t n)");
+  CHECK_EQ_INT(fn.nargs, 4);
+  CHECK_EQ_STR(fn.args[3].name, "n");
+  CHECK_EQ_STR(fn.args[3].dtype, "int64");
+  CHECK(fn.args[3].source == TJ_ABI_SYMBOL && fn.args[3].param == -1 && !fn.args[3].pointer);
+  CHECK(fn.args[0].pointer && fn.args[0].is_const && !fn.args[2].is_const);
+  CHECK_STATUS(tj_kernel_export_function(k, 1, &fn), TJ_EVALUE);
+  tj_export_load load;
+  CHECK_OK(tj_kernel_export_load(k, &load));
+  CHECK_EQ_STR(load.image, "kernel.so");
+  CHECK_EQ_STR(load.entry, "tilejit_packed_entry");
+  CHECK(load.library == NULL && load.symbol == NULL);
+  tj_kernel *again;
+  CHECK_OK(tj_kernel_reopen(k, &again)); /* read again from the kept bytes, the same */
+  CHECK_OK(tj_kernel_export_function(again, 0, &fn));
+  CHECK_EQ_STR(fn.args[1].name, "B");
+  tj_kernel_free(again);
+  tj_kernel_free(k);
+  remove_export();
+  /* Without out_idx and function lines: none, for a reader to default. */
+  write_export("tilejit-export 1",
+               "tilejit-signature 1\n"
+               "kernel vec_add cpu 3\n"
+               "symbol n 1 0:64:1\n"
+               "expr 1 2 0 n\n"
+               "buffer 0 A 2:32:1 0 2 1 0 -\n"
+               "buffer 1 B 2:32:1 0 2 1 0 -\n"
+               "buffer 2 C 2:32:1 0 4 1 0 -\n"
+               "load kernel.so tilejit_packed_entry\n");
+  CHECK_OK(tj_kernel_open(export_dir, &k));
+  CHECK_OK(tj_kernel_export_out_idx(k, &n, &out_idx));
+  CHECK(n == -1 && out_idx == NULL);
+  CHECK_EQ_INT(tj_kernel_export_num_functions(k), 0);
+  call_vec_add(k);
+  tj_kernel_free(k);
+  remove_export();
+  /* A kernel not opened says nothing of an export; one not finalized, nothing yet. */
+  CHECK_OK(tj_kernel_create("plain", 1, TJ_TARGET_CPU, &k));
+  CHECK_STATUS(tj_kernel_export_out_idx(k, &n, &out_idx), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("plain: the kernel was not opened from an export");
+  CHECK_EQ_INT(tj_kernel_export_num_functions(k), 0);
+  CHECK_STATUS(tj_kernel_export_load(k, &load), TJ_EVALUE);
+  CHECK_STATUS(tj_kernel_param_info(k, 0, &c), TJ_EVALUE);
+  CHECK_ERROR_CONTAINS("plain: the kernel is not finalized; its parameter cannot be read yet");
+  tj_kernel_free(k);
 }
 
 /* The kernel is what was checked: its library is a private copy (two opens of

@@ -475,6 +475,71 @@ TJ_API int32_t tj_kernel_output_param(const tj_kernel *kernel, int32_t i);
 TJ_API int32_t tj_kernel_param_kind(const tj_kernel *kernel, int32_t index);
 TJ_API const char *tj_kernel_param_name(const tj_kernel *kernel, int32_t index);
 
+/* ---- Reading a kernel's signature ----------------------------------------- */
+
+/* What the builder calls above declared, read back from a finalized kernel: a
+ * kernel tj_kernel_open built (tilejit's Python binding reads an export's
+ * signature this way, never the file) or any other. Each *_info function fills
+ * `out` with borrowed pointers, valid while the kernel lives, and returns
+ * TJ_EVALUE for an index out of range or a kernel not finalized.
+ * Compatibility: the *_info structs are append-only. */
+TJ_API int32_t tj_kernel_target(const tj_kernel *kernel); /* tj_target; 0 for NULL */
+TJ_API int32_t tj_kernel_num_exprs(const tj_kernel *kernel);
+/* CUDA kernel functions launched per call; 0 for a CPU kernel. */
+TJ_API int32_t tj_kernel_num_launches(const tj_kernel *kernel);
+TJ_API int32_t tj_kernel_num_tensormaps(const tj_kernel *kernel);
+
+typedef struct tj_symbol_info {
+  const char *name;
+  int64_t divisibility;
+  DLDataType dtype; /* int64 unless tj_kernel_set_symbol_dtype said otherwise */
+} tj_symbol_info;
+TJ_API int tj_kernel_symbol_info(const tj_kernel *kernel, int32_t symbol, tj_symbol_info *out);
+
+typedef struct tj_expr_info {
+  const int64_t *code; /* n (op, operand) pairs */
+  int32_t n;
+  const char *text; /* "" when none was given */
+} tj_expr_info;
+TJ_API int tj_kernel_expr_info(const tj_kernel *kernel, int32_t expr, tj_expr_info *out);
+
+typedef struct tj_param_info {
+  int32_t kind; /* tj_param_kind */
+  const char *name;
+  DLDataType dtype;
+  int32_t ndim;           /* buffers; 0 otherwise */
+  const int32_t *shape;   /* buffers: ndim expression ids */
+  const int32_t *strides; /* buffers: ndim expression ids; NULL: compact row-major */
+  int64_t align;          /* as declared: 0 for the default */
+  uint32_t flags;         /* TJ_BUF_* */
+  int32_t symbol;         /* a scalar: the symbol it binds (tj_kernel_set_scalar_symbol); else -1 */
+} tj_param_info;
+TJ_API int tj_kernel_param_info(const tj_kernel *kernel, int32_t index, tj_param_info *out);
+
+/* The kernel function's arguments as tj_kernel_set_abi declared them; *n is -1
+ * and *args NULL where it was never called (the default list). */
+TJ_API int tj_kernel_abi_info(const tj_kernel *kernel, int32_t *n, const tj_abi_arg **args);
+
+/* CUDA launch `index` (0 .. tj_kernel_num_launches - 1), as
+ * tj_kernel_set_launch / tj_kernel_add_launch / tj_kernel_set_launch_attrs
+ * declared it; launch 0's arguments are the kernel's (tj_kernel_set_abi, or
+ * the default list). */
+typedef struct tj_launch_info {
+  const char *symbol; /* its __global__ function; "" before an image is set */
+  int32_t grid[3];    /* expression ids */
+  int32_t block[3];
+  int32_t shared_mem;
+  const int32_t *cluster; /* 3 expression ids, or NULL for none */
+  uint32_t flags;         /* TJ_LAUNCH_* */
+  int32_t nargs;
+  const tj_abi_arg *args;
+} tj_launch_info;
+TJ_API int tj_kernel_launch_info(const tj_kernel *kernel, int32_t index, tj_launch_info *out);
+
+/* Tensor map `index` as tj_kernel_add_tensormap took it. */
+TJ_API int tj_kernel_tensormap_info(const tj_kernel *kernel, int32_t index,
+                                    const tj_tensormap **out);
+
 /* ---- Exported kernels ----------------------------------------------------- */
 
 /* Opens an export directory (what kernel.export(path) writes in Python: a
@@ -513,6 +578,48 @@ TJ_API int32_t tj_kernel_export_num_files(const tj_kernel *kernel);
 TJ_API int tj_kernel_export_file(const tj_kernel *kernel, int32_t i, const char **name,
                                  const void **data, int64_t *size, const char **sha256);
 TJ_API const char *tj_kernel_export_arch(const tj_kernel *kernel);
+
+/* What an export says beyond the builder calls, read from its signature.tj by
+ * tj_kernel_open (and tj_kernel_reopen) and checked there, the rest of the
+ * file's reading: the order a call returns the outputs in (`out_idx`), each
+ * kernel function's name, C prototype and arguments (`function`, `arg`: what
+ * kernel.h declares), and the `load` line's files and symbols. TJ_EVALUE for a
+ * kernel not opened. Borrowed pointers, valid while the kernel lives.
+ * Compatibility: the tj_export_* structs are append-only.
+ *
+ * tj_kernel_export_out_idx: *n outputs, parameter indices in return order, the
+ * output buffers each exactly once; *n is -1 and *out_idx NULL where the file
+ * has no out_idx line (outputs are then returned in declaration order). */
+TJ_API int tj_kernel_export_out_idx(const tj_kernel *kernel, int32_t *n, const int32_t **out_idx);
+
+typedef struct tj_export_arg {
+  const char *name;
+  int32_t source;    /* tj_abi_source */
+  int32_t index;     /* parameter, symbol, expression or tensor map */
+  const char *dtype; /* tilejit's name of its value type, or a pointer's element type */
+  int32_t pointer;   /* 1: passed as a pointer */
+  int32_t is_const;  /* 1: a pointer to const */
+  int32_t param;     /* the parameter it passes, or -1 */
+} tj_export_arg;
+
+typedef struct tj_export_function {
+  const char *name;
+  const char *prototype; /* as tilejit declared it */
+  int32_t nargs;
+  const tj_export_arg *args;
+} tj_export_function;
+
+/* Kernel functions in launch order (0 where the file has no function line). */
+TJ_API int32_t tj_kernel_export_num_functions(const tj_kernel *kernel);
+TJ_API int tj_kernel_export_function(const tj_kernel *kernel, int32_t i, tj_export_function *out);
+
+typedef struct tj_export_load {
+  const char *image;   /* the file loaded: a CPU library (a prebuilt's glue), a CUDA image */
+  const char *entry;   /* the symbol resolved in it */
+  const char *library; /* load_prebuilt: the kernel's own library file; else NULL */
+  const char *symbol;  /* load_prebuilt: its function; else NULL */
+} tj_export_load;
+TJ_API int tj_kernel_export_load(const tj_kernel *kernel, tj_export_load *out);
 
 /* ---- Calls ---------------------------------------------------------------- */
 
