@@ -262,6 +262,23 @@ def vec_add(build):
                              T.Buffer((n,), "float32", name="C")], VEC_ADD, out_idx=-1)
 
 
+def assert_reads_back(original, loaded) -> None:
+    """``loaded`` (``tilejit.load`` of ``original``'s export) has the signature ``original``
+    was compiled with: the core read the export's signature.tj once, and what it kept
+    (``tj_kernel_*_info``, ``tj_kernel_export_*``) is what Python was told. The same holds
+    for the core kernel ``original`` built in this process."""
+    from tilejit.builder.export import _spec
+
+    mine, theirs = original._sig, loaded._sig
+    assert theirs.spec == mine.spec
+    assert _spec(original._core_kernel.declared(), original.name) == mine.spec
+    assert (theirs.out_idx, theirs.functions, theirs.entry, theirs.names) == (
+        mine.out_idx, mine.functions, mine.entry, mine.names)
+    assert [(s.name, s.divisibility, s.dtype) for s in theirs.symbols] == [
+        (s.name, s.divisibility, s.dtype) for s in mine.symbols]
+    assert [repr(p) for p in loaded.program.params] == [repr(p) for p in original.program.params]
+
+
 # ---- The fake CUDA driver (tests/fake_cuda) ------------------------------------------------
 
 

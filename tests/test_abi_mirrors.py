@@ -211,7 +211,8 @@ _C_SCALARS = {"int": ctypes.c_int, "int32_t": ctypes.c_int32, "int64_t": ctypes.
 
 def _ctypes_for(declaration: str) -> set:
     """The ctypes types that stand for a C parameter (or return) type: the exact scalar
-    or struct, ``c_char_p`` for strings, a typed pointer (or ``c_void_p``) for pointers."""
+    or struct, ``c_char_p`` for strings, a typed pointer (or ``c_void_p``) for pointers,
+    a pointer to a typed pointer (or to ``c_void_p``) for an array handed back."""
     text = re.sub(r"\bconst\b", "", declaration)
     pointers = text.count("*") + text.count("[")
     text = re.sub(r"\[[^\]]*\]", "", text).replace("*", " ")
@@ -227,6 +228,11 @@ def _ctypes_for(declaration: str) -> set:
         return {ctypes.POINTER(_C_SCALARS[base]), ctypes.c_void_p}
     if pointers == 2 and base == "char":  # a string handed back
         return {ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_void_p)}
+    if pointers == 2 and base in by_name:  # a struct array handed back
+        return {ctypes.POINTER(ctypes.POINTER(by_name[base])), ctypes.POINTER(ctypes.c_void_p)}
+    if pointers == 2 and base in _C_SCALARS and base != "void":
+        return {ctypes.POINTER(ctypes.POINTER(_C_SCALARS[base])),
+                ctypes.POINTER(ctypes.c_void_p)}
     if pointers == 2:
         return {ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p}
     return {ctypes.c_void_p}

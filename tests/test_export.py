@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="these tests run kernels on torch tensors")
-from conftest import REPO_ROOT, load_fakes
+from conftest import REPO_ROOT, assert_reads_back, load_fakes
 
 import tilejit
 from tilejit import T
@@ -108,6 +108,7 @@ def test_a_loaded_kernel_behaves_as_the_exported_one(everything, exported, backe
     assert loaded.c_prototype == original.c_prototype
     assert loaded.out_idx == [5, 3, 4] and [str(s) for s in loaded.symbols] == ["m", "n", "s"]
     assert repr(loaded.params) == repr(original.params)
+    assert_reads_back(original, loaded)
     args = _everything_args()
     for got, want in zip(loaded(*args), original(*args)):
         torch.testing.assert_close(got, want)
@@ -266,6 +267,12 @@ def _edit(directory: Path, name: str, old: str, new: str, rehash: bool = True) -
         _rehash(directory, name)
 
 
+def _drop_lines(directory: Path, name: str, starts: tuple) -> None:
+    lines = (directory / name).read_text().splitlines(keepends=True)
+    (directory / name).write_text("".join(x for x in lines if not x.startswith(starts)))
+    _rehash(directory, name)
+
+
 def _flip_byte(directory: Path, name: str) -> None:
     data = bytearray((directory / name).read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -324,6 +331,25 @@ DAMAGES = {
     "wrong entry symbol": (lambda d: _edit(d, "signature.tj", "tilejit_packed_entry",
                                            "not_an_entry"),
                            r"signature.tj: line \d+: .*not_an_entry"),
+    # The lines beyond the builder calls, read by the core too.
+    "out_idx not the outputs": (
+        lambda d: _edit(d, "signature.tj", "out_idx 3 5 3 4", "out_idx 3 5 3 0"),
+        (r"signature.tj: line \d+: out_idx \(5, 3, 0\) does not list the output buffers "
+        r"\(3, 4, 5\)")),
+    "no out_idx": (lambda d: _edit(d, "signature.tj", "out_idx 3 5 3 4", "# out_idx"),
+                   r"signature.tj: no 'out_idx' line: the Python binding returns the outputs"),
+    "no function": (lambda d: _drop_lines(d, "signature.tj", ("function ", "arg ")),
+                    (r"signature.tj: no 'function' line: the Python binding shows each kernel "
+                    r"function's prototype")),
+    "arg without a function": (
+        lambda d: _edit(d, "signature.tj", "out_idx 3 5 3 4", "out_idx 3 5 3 4\narg x 1 0 int8 0 0 7"),
+        r"signature.tj: line \d+: 'arg' before any 'function' line"),
+    "unknown arg dtype": (lambda d: _edit(d, "signature.tj", "arg i8 1 7 int8", "arg i8 1 7 int9"),
+                          (r"signature.tj: function 'everything': argument 'i8': unknown dtype "
+                          r"'int9'")),
+    "bad arg flag": (lambda d: _edit(d, "signature.tj", "arg i8 1 7 int8 0 0 7",
+                                     "arg i8 1 7 int8 2 0 7"),
+                     r"signature.tj: line \d+: pointer '2' is not an integer in \[0, 1\]"),
 }
 
 
@@ -361,6 +387,7 @@ def prebuilt_scale(tmp_path):
 def test_a_prebuilt_library_exports_with_its_glue(tmp_path, tilejit_cache_dir):
     k, library = prebuilt_scale(tmp_path)
     out = k.export(tmp_path / "scale")
+    assert_reads_back(k, tilejit.load(out))
     core = build_tools.core_library_path().name  # with torch_op.so, which links it
     assert sorted(os.listdir(out)) == sorted(["MANIFEST", "glue.so", "kernel.h", "kernel.so",
                                               "signature.tj", "torch_op.so", "torch_op.txt",
@@ -392,6 +419,7 @@ def test_a_multi_launch_cuda_kernel_with_tensor_maps_round_trips(fake, tmp_path,
     fake.set_capability(9, 0)
     loaded = tilejit.load(out, execution_backend=backend)
     assert loaded.c_prototype == k.c_prototype
+    assert_reads_back(k, loaded)  # launches, clusters, flags, tensor maps
     a, c = fakes.FakeCudaTensor((100, 64)), fakes.FakeCudaTensor((100, 64))
     records = []
     for kernel in (k, loaded):

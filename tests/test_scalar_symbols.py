@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="these tests run kernels on torch tensors")
-from conftest import load_fakes
+from conftest import assert_reads_back, load_fakes
 
 import tilejit
 from tilejit import T
@@ -292,6 +292,7 @@ def test_scalars_and_workspaces_export_and_load(backend, tmp_path):
         k.export(tmp_path / prog.name)
         loaded = tilejit.load(tmp_path / prog.name, execution_backend=backend)
         assert loaded.c_prototype == k.c_prototype
+        assert_reads_back(k, loaded)  # scalars binding symbols, workspaces
         assert [repr(w) for w in loaded.program.workspaces] == [
             repr(w) for w in k.program.workspaces]
     text = (tmp_path / "fill" / "signature.tj").read_text()
@@ -317,6 +318,7 @@ def test_an_im2col_map_exports_and_loads(fake, tmp_path):
     k = tilejit.compile(prog, target="cuda")
     k.export(tmp_path / "conv")
     assert "tensormap_im2col X_desc 0 6 4 " in (tmp_path / "conv" / "signature.tj").read_text()
+    assert_reads_back(k, tilejit.load(tmp_path / "conv"))
     fake.set_capability(9, 0)
     x, y = FakeCudaTensor((2, 8, 8, 32), "float16"), FakeCudaTensor((4,))
     records = []

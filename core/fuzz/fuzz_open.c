@@ -52,6 +52,47 @@ static const char default_signature[] =
     "tilejit-signature 1\nkernel k cpu 1\nsymbol n 1 0:64:1\nexpr 1 2 0 n\n"
     "buffer 0 A 2:32:1 0 0 1 0 -\nload kernel.so tilejit_packed_entry\n";
 
+/* Everything an opened kernel says of itself is readable: each string
+ * terminated, each array as long as its count (a bad read is an ASan finding). */
+static size_t total;
+static void touch(const char *s) {
+  if (s == NULL) abort();
+  total += strlen(s);
+}
+
+static void read_back(const tj_kernel *k) {
+  tj_param_info p;
+  for (int32_t i = 0; i < tj_kernel_num_params(k); ++i) {
+    if (tj_kernel_param_info(k, i, &p) != TJ_OK) abort();
+    touch(p.name);
+    for (int32_t d = 0; d < p.ndim; ++d) total += (size_t)p.shape[d] + (p.strides ? 1 : 0);
+  }
+  tj_expr_info e;
+  for (int32_t i = 0; i < tj_kernel_num_exprs(k); ++i) {
+    if (tj_kernel_expr_info(k, i, &e) != TJ_OK) abort();
+    touch(e.text);
+    total += (size_t)e.code[2 * e.n - 1];
+  }
+  int32_t n;
+  const int32_t *out_idx;
+  if (tj_kernel_export_out_idx(k, &n, &out_idx) != TJ_OK) abort();
+  for (int32_t i = 0; i < n; ++i) total += (size_t)out_idx[i];
+  tj_export_function fn;
+  for (int32_t i = 0; i < tj_kernel_export_num_functions(k); ++i) {
+    if (tj_kernel_export_function(k, i, &fn) != TJ_OK) abort();
+    touch(fn.name);
+    touch(fn.prototype);
+    for (int32_t a = 0; a < fn.nargs; ++a) {
+      touch(fn.args[a].name);
+      touch(fn.args[a].dtype);
+    }
+  }
+  tj_export_load load;
+  if (tj_kernel_export_load(k, &load) != TJ_OK) abort();
+  touch(load.image);
+  touch(load.entry);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!dir[0]) setup();
   int manifest_mode = size > 0 && data[0] == 'M';
@@ -74,6 +115,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int rc = tj_kernel_open(dir, &k);
   if (rc == TJ_OK) {
     if (k == NULL) abort();
+    read_back(k);
     tj_kernel_free(k);
   } else {
     const char *message = tj_last_error();

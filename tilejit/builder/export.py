@@ -4,9 +4,9 @@
 An export holds the compiled image, ``signature.tj`` (everything the core builds the
 kernel from, one builder call per line), ``kernel.h`` (the prototype and the signature
 for C readers) and ``MANIFEST`` (versions, target, architecture, each file's size and
-SHA-256). The core reads and checks both text files (``core/src/open.c``), and is the
-only reader of MANIFEST; this module writes them and reads the core's checked bytes of
-``signature.tj`` back, split as the core splits them, into the Python objects a kernel
+SHA-256). The core reads and checks both text files (``core/src/open.c``), and is their
+only reader; this module writes them, and turns what the core read (the kernel's declared
+signature and what ``signature.tj`` says beyond it) into the Python objects a kernel
 carries (its parameters, symbols and prototypes). docs/export.md describes the format.
 
 >>> kernel.export("out/vec_add")
@@ -355,18 +355,6 @@ def _move_into_place(staging: Path, target: Path) -> None:
 # ---- Reading -----------------------------------------------------------------------------
 
 
-def _triple(text: str) -> tuple[int, int, int]:
-    code, bits, lanes = text.split(":")
-    return int(code), int(bits), int(lanes)
-
-
-def _abi_at(fields: list, at: int) -> tuple[tuple[AbiSpec, ...], int]:
-    n = int(fields[at])
-    entries = tuple(AbiSpec(int(fields[at + 1 + 3 * j]), int(fields[at + 2 + 3 * j]),
-                            _triple(fields[at + 3 + 3 * j])) for j in range(n))
-    return entries, at + 1 + 3 * n
-
-
 def _decode(code: tuple, symbols: list):
     """The expression an RPN program computes (``lang.lower_expr`` backwards)."""
     stack = []
@@ -382,72 +370,65 @@ def _decode(code: tuple, symbols: list):
     return expr
 
 
-def split_line(line: str) -> tuple[list, list]:
-    """``(fields, rests)`` of a line as the core splits it (open.c): fields separated by
-    runs of spaces and tabs, and for each field the line from it on (a text field)."""
-    fields, rests, at = [], [], 0
-    while True:
-        while at < len(line) and line[at] in " \t":
-            at += 1
-        if at == len(line):
-            return fields, rests
-        end = at
-        while end < len(line) and line[end] not in " \t":
-            end += 1
-        fields.append(line[at:end])
-        rests.append(line[at:])
-        at = end
+def _spec(declared: dict, name: str) -> CoreSpec:
+    """The core's reading of the builder calls (``CoreKernel.declared``) as a ``CoreSpec``."""
+    def entries(raw):
+        return tuple(AbiSpec(*a) for a in raw)
 
-
-def text_lines(data: bytes, directory, file: str) -> list:
-    """The lines of a checked text file as the core reads them: split at newlines (a
-    trailing CR dropped), comment lines (``#``) kept as None, whatever their bytes; any
-    other line not UTF-8 is a ValueError naming the file and the line."""
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    out = []
-    for number, raw in enumerate(lines, start=1):
-        raw = raw[:-1] if raw.endswith(b"\r") else raw
-        if raw.lstrip(b" \t").startswith(b"#"):
-            out.append(None)
-            continue
-        try:
-            out.append(raw.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"tilejit export {directory}: {file}: line {number}: byte "
-                             f"{raw[exc.start]:#04x} at column {exc.start + 1} is not UTF-8 "
-                             "(only comment lines may hold other bytes)") from None
-    return out
+    return CoreSpec(
+        name, declared["target"], tuple(declared["symbols"]), tuple(declared["exprs"]),
+        tuple(ParamSpec(*p) for p in declared["params"]),
+        None if declared["abi"] is None else entries(declared["abi"]),
+        tuple(LaunchSpec(symbol, grid, block, shared, entries(args), cluster, flags)
+              for symbol, grid, block, shared, args, cluster, flags in declared["launches"]),
+        tuple(TensorMapSpec(*m) for m in declared["tensormaps"]))
 
 
 class Loaded:
-    """What ``signature.tj`` says, as the Python objects of a kernel: ``program``,
-    ``signature``, and the image files (``library``, ``prebuilt``: names in the export;
-    ``files``: role -> name). The core has read and checked every file and built the
-    kernel (``tj_kernel_open``); this reads the same checked bytes (``core_kernel``'s
-    ``export_files``), never the directory, for what only Python needs, and refuses what
-    the core skips but Python cannot use (``out_idx``, ``function`` and ``arg`` lines) by
-    line. MANIFEST is the core's alone: the digests and the architecture come from it."""
+    """What an export says, as the Python objects of a kernel: ``program``, ``signature``,
+    and the image files (``library``, ``prebuilt``: paths in the export; ``files``: role
+    -> name). The core is the one reader of the export: it read and checked every file,
+    built the kernel (``tj_kernel_open``) and kept what ``signature.tj`` says, which this
+    reads back from it (``CoreKernel.declared``, ``CoreKernel.export_said``) and turns
+    into Python objects; it refuses only what the core accepts but Python cannot use (an
+    export without ``out_idx`` or ``function`` lines, a dtype name it does not know)."""
 
     def __init__(self, directory: Path, core_kernel):
         self.directory = directory
-        self.symbols, self.exprs, self.params, self.maps, self.launches = [], [], [], [], []
-        self.functions, self.abi, self.out_idx, self.files = [], None, None, {}
-        self.name = self.target = self.entry = None
+        said = core_kernel.export_said()
         checked = core_kernel.export_files
-        lines = text_lines(checked[SIGNATURE_FILE][0], directory, SIGNATURE_FILE)
-        for number, line in enumerate(lines[1:], start=2):
-            if line is None:
-                continue
-            fields, rests = split_line(line)
-            if not fields:
-                continue
-            try:
-                self._read(fields, rests)
-            except (ValueError, IndexError, KeyError, TypeError) as exc:
-                raise self._refuse(number, f"cannot read '{fields[0]}' ({exc})") from None
-        self._build(len(lines), checked)
+        load = said["load"]
+        self.entry = load["entry"]
+        self.files = {"library": load["image"]}
+        if load["library"] is not None:
+            self.files["prebuilt"] = load["library"]
+        spec = _spec(core_kernel.declared(), core_kernel.name)
+        self.name, self.target = spec.name, TARGET_NAMES[spec.target]
+        if said["out_idx"] is None:
+            raise self._refuse("no 'out_idx' line: the Python binding returns the outputs "
+                               "in the order it names")
+        if not said["functions"]:
+            raise self._refuse("no 'function' line: the Python binding shows each kernel "
+                               "function's prototype")
+        functions = tuple(KernelFunction(name, self._args(name, args), prototype)
+                          for name, prototype, args in said["functions"])
+        self.library = str(directory / self.files["library"])
+        self.prebuilt = (str(directory / self.files["prebuilt"]) if "prebuilt" in self.files
+                         else None)
+        binary = checked[self.files["prebuilt" if self.prebuilt else "library"]][0]
+        try:  # what the core accepts but tilejit's language cannot state (a vector dtype)
+            symbols = [Symbol(s, d, dtype=_BY_DLPACK[dt]) for s, d, dt in spec.symbols]
+            decoded = [_decode(code, symbols) for code, _ in spec.exprs]
+            objects = [self._lang_param(p, decoded, symbols) for p in spec.params]
+            self.program = Program(
+                self.name, [o for o in objects if not isinstance(o, Workspace)], binary=binary,
+                workspaces=[o for o in objects if isinstance(o, Workspace)])
+        except (ValueError, IndexError, KeyError, TypeError) as exc:
+            raise self._refuse(f"the parameters do not make a kernel tilejit's Python "
+                               f"binding can show ({exc!r})") from None
+        self.signature = Signature(
+            self.name, self.target, tuple(p.name for p in self.program.params),
+            said["out_idx"], tuple(symbols), spec, functions, self.entry)
         # The images' SHA-256, as the core checked them.
         self.digests = [checked[self.files[role]][1] for role in ("library", "prebuilt")
                         if role in self.files]
@@ -457,119 +438,20 @@ class Loaded:
         arch = core_kernel.export_arch
         self.cuda_arch = arch if arch and self.target == "cuda" and arch != "unknown" else None
 
-    def _refuse(self, number: int, what: str) -> ValueError:
-        return ValueError(f"tilejit export {self.directory}: {SIGNATURE_FILE}: line {number}: "
-                          f"{what}")
+    def _refuse(self, what: str) -> ValueError:
+        return ValueError(f"tilejit export {self.directory}: {SIGNATURE_FILE}: {what}")
 
-    def _read(self, fields: list, rests: list) -> None:
-        key = fields[0]
-        if key == "kernel":
-            self.name, self.target = fields[1], fields[2]
-        elif key == "symbol":
-            self.symbols.append((fields[1], int(fields[2]), _triple(fields[3])))
-        elif key == "expr":
-            pairs = int(fields[1])
-            code = tuple(int(x) for x in fields[2:2 + 2 * pairs])
-            text = rests[2 + 2 * pairs] if len(fields) > 2 + 2 * pairs else ""
-            self.exprs.append((code, text))
-        elif key in ("buffer", "scalar", "pointer"):
-            self.params.append(self._param(key, fields))
-        elif key in ("tensormap", "tensormap_im2col"):
-            rank = int(fields[4])
-            ints = [int(x) for x in fields[5:]]
-            dims, ints = tuple(ints[:rank]), ints[rank:]
-            strides, ints = tuple(ints[:rank - 1]), ints[rank - 1:]
-            box, im2col = (), None
-            if key == "tensormap":
-                box, ints = tuple(ints[:rank]), ints[rank:]
-            element_strides, ints = tuple(ints[:rank]), ints[rank:]
-            if key == "tensormap_im2col":
-                corners = rank - 2
-                im2col = (tuple(ints[:corners]), tuple(ints[corners:2 * corners]),
-                          ints[2 * corners], ints[2 * corners + 1])
-                ints = ints[2 * corners + 2:]
-            interleave, swizzle, l2_promotion, oob_fill = ints
-            self.maps.append(TensorMapSpec(fields[1], int(fields[2]), int(fields[3]), dims,
-                                           strides, box, element_strides, interleave, swizzle,
-                                           l2_promotion, oob_fill, im2col))
-        elif key == "abi":
-            self.abi, _ = _abi_at(fields, 1)
-        elif key == "launch":
-            ints = [int(x) for x in fields[2:9]]
-            entries, _ = _abi_at(fields, 9)
-            self.launches.append([fields[1], tuple(ints[:3]), tuple(ints[3:6]), ints[6],
-                                  entries, None, 0])
-        elif key == "launch_attrs":
-            launch = self.launches[int(fields[1])]
-            if fields[2] == "-":
-                launch[6] = int(fields[3])
-            else:
-                launch[5], launch[6] = tuple(int(x) for x in fields[2:5]), int(fields[5])
-        elif key == "out_idx":
-            self.out_idx = tuple(int(x) for x in fields[2:])
-            if len(self.out_idx) != int(fields[1]):
-                raise ValueError(f"{fields[1]} outputs announced, {len(self.out_idx)} listed")
-        elif key == "function":
-            self.functions.append((fields[1], rests[2], []))
-        elif key == "arg":
-            param = int(fields[7])
-            self.functions[-1][2].append(KernelArg(
-                fields[1], int(fields[2]), int(fields[3]), _dtypes.canonical(fields[4]),
-                bool(int(fields[5])), bool(int(fields[6])), None if param < 0 else param))
-        elif key == "load":
-            self.files, self.entry = {"library": fields[1]}, fields[2]
-        elif key == "load_prebuilt":
-            self.files, self.entry = {"library": fields[1], "prebuilt": fields[3]}, fields[2]
-
-    def _build(self, end: int, checked: dict) -> None:
-        params = self.params
-        outputs = {i for i, p in enumerate(params)
-                   if p.kind == abi.TJ_PARAM_BUFFER and p.flags & abi.TJ_BUF_OUTPUT}
-        if self.out_idx is None or sorted(self.out_idx) != sorted(outputs):
-            raise self._refuse(end, f"out_idx {self.out_idx} does not list the output "
-                                    f"buffers {sorted(outputs)}")
-        if not self.functions:
-            raise self._refuse(end, "no 'function' line")
-        try:
-            spec = CoreSpec(self.name, abi.TJ_TARGET_CPU if self.target == "cpu"
-                            else abi.TJ_TARGET_CUDA, tuple(self.symbols), tuple(self.exprs),
-                            tuple(params), self.abi,
-                            tuple(LaunchSpec(*x) for x in self.launches), tuple(self.maps))
-            symbols = [Symbol(s, d, dtype=_BY_DLPACK[dt]) for s, d, dt in self.symbols]
-            decoded = [_decode(code, symbols) for code, _ in self.exprs]
-            self.library = str(self.directory / self.files["library"])
-            self.prebuilt = (str(self.directory / self.files["prebuilt"])
-                             if "prebuilt" in self.files else None)
-            objects = [self._lang_param(p, decoded, symbols) for p in params]
-            callers = [o for o in objects if not isinstance(o, Workspace)]
-            binary = checked[self.files["prebuilt" if self.prebuilt else "library"]][0]
-            self.program = Program(self.name, callers, binary=binary,
-                                   workspaces=[o for o in objects if isinstance(o, Workspace)])
-        except (ValueError, IndexError, KeyError, TypeError) as exc:
-            raise self._refuse(end, f"the parameters do not make a kernel ({exc})") from None
-        self.signature = Signature(
-            self.name, self.target, tuple(p.name for p in self.program.params), self.out_idx,
-            tuple(symbols), spec,
-            tuple(KernelFunction(f, tuple(a), proto) for f, proto, a in self.functions),
-            self.entry)
-
-    @staticmethod
-    def _param(key: str, fields: list) -> ParamSpec:
-        dtype = _triple(fields[3])
-        if key == "scalar":
-            if len(fields) not in (4, 5):
-                raise ValueError(f"{len(fields) - 1} fields")
-            return ParamSpec(abi.TJ_PARAM_SCALAR, fields[2], dtype, (), None, 0, 0,
-                             int(fields[4]) if len(fields) == 5 else -1)
-        if key == "pointer":
-            return ParamSpec(abi.TJ_PARAM_POINTER, fields[2], dtype, (), None, int(fields[4]),
-                             int(fields[5]))
-        ndim = int(fields[6])
-        shape = tuple(int(x) for x in fields[7:7 + ndim])
-        rest = fields[7 + ndim:]
-        strides = None if rest == ["-"] else tuple(int(x) for x in rest)
-        return ParamSpec(abi.TJ_PARAM_BUFFER, fields[2], dtype, shape, strides,
-                         int(fields[4]), int(fields[5]))
+    def _args(self, function: str, args: list) -> tuple:
+        result = []
+        for name, source, index, dtype, pointer, const, param in args:
+            try:
+                dtype = _dtypes.canonical(dtype)
+            except (ValueError, TypeError, KeyError):
+                raise self._refuse(f"function '{function}': argument '{name}': unknown dtype "
+                                   f"'{dtype}'") from None
+            result.append(KernelArg(name, source, index, dtype, pointer, const,
+                                    None if param < 0 else param))
+        return tuple(result)
 
     @staticmethod
     def _lang_param(p: ParamSpec, decoded: list, symbols: list):

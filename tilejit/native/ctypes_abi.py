@@ -84,6 +84,48 @@ class TjTensorMap(Structure):
                 ("pixels_per_column", c_int32)]
 
 
+class TjSymbolInfo(Structure):
+    _c_name_ = "tj_symbol_info"
+    _fields_ = [("name", c_char_p), ("divisibility", c_int64), ("dtype", DLDataType)]
+
+
+class TjExprInfo(Structure):
+    _c_name_ = "tj_expr_info"
+    _fields_ = [("code", POINTER(c_int64)), ("n", c_int32), ("text", c_char_p)]
+
+
+class TjParamInfo(Structure):
+    _c_name_ = "tj_param_info"
+    _fields_ = [("kind", c_int32), ("name", c_char_p), ("dtype", DLDataType), ("ndim", c_int32),
+                ("shape", POINTER(c_int32)), ("strides", POINTER(c_int32)), ("align", c_int64),
+                ("flags", c_uint32), ("symbol", c_int32)]
+
+
+class TjLaunchInfo(Structure):
+    _c_name_ = "tj_launch_info"
+    _fields_ = [("symbol", c_char_p), ("grid", c_int32 * 3), ("block", c_int32 * 3),
+                ("shared_mem", c_int32), ("cluster", POINTER(c_int32)), ("flags", c_uint32),
+                ("nargs", c_int32), ("args", POINTER(TjAbiArg))]
+
+
+class TjExportArg(Structure):
+    _c_name_ = "tj_export_arg"
+    _fields_ = [("name", c_char_p), ("source", c_int32), ("index", c_int32), ("dtype", c_char_p),
+                ("pointer", c_int32), ("is_const", c_int32), ("param", c_int32)]
+
+
+class TjExportFunction(Structure):
+    _c_name_ = "tj_export_function"
+    _fields_ = [("name", c_char_p), ("prototype", c_char_p), ("nargs", c_int32),
+                ("args", POINTER(TjExportArg))]
+
+
+class TjExportLoad(Structure):
+    _c_name_ = "tj_export_load"
+    _fields_ = [("image", c_char_p), ("entry", c_char_p), ("library", c_char_p),
+                ("symbol", c_char_p)]
+
+
 class TjHost(Structure):
     _c_name_ = "tj_host"
     _fields_ = [(name, c_void_p) for name in (

@@ -25,7 +25,18 @@ from ctypes import (
 
 from . import abi
 from ._build import build_tools
-from .ctypes_abi import DLDataType, TjAbiArg, TjTensorMap
+from .ctypes_abi import (
+    DLDataType,
+    TjAbiArg,
+    TjExportArg,
+    TjExportFunction,
+    TjExportLoad,
+    TjExprInfo,
+    TjLaunchInfo,
+    TjParamInfo,
+    TjSymbolInfo,
+    TjTensorMap,
+)
 
 _lock = threading.Lock()
 _core = None  # ctypes.CDLL: calls drop the GIL (none of them reaches Python)
@@ -86,6 +97,21 @@ _PROTOTYPES = {
     "tj_kernel_export_file": (c_int, [c_void_p, c_int32, POINTER(c_char_p), POINTER(c_void_p),
                                       POINTER(c_int64), POINTER(c_char_p)]),
     "tj_kernel_export_arch": (c_char_p, [c_void_p]),
+    "tj_kernel_target": (c_int32, [c_void_p]),
+    "tj_kernel_num_symbols": (c_int32, [c_void_p]),
+    "tj_kernel_num_exprs": (c_int32, [c_void_p]),
+    "tj_kernel_num_launches": (c_int32, [c_void_p]),
+    "tj_kernel_num_tensormaps": (c_int32, [c_void_p]),
+    "tj_kernel_symbol_info": (c_int, [c_void_p, c_int32, POINTER(TjSymbolInfo)]),
+    "tj_kernel_expr_info": (c_int, [c_void_p, c_int32, POINTER(TjExprInfo)]),
+    "tj_kernel_param_info": (c_int, [c_void_p, c_int32, POINTER(TjParamInfo)]),
+    "tj_kernel_abi_info": (c_int, [c_void_p, POINTER(c_int32), POINTER(POINTER(TjAbiArg))]),
+    "tj_kernel_launch_info": (c_int, [c_void_p, c_int32, POINTER(TjLaunchInfo)]),
+    "tj_kernel_tensormap_info": (c_int, [c_void_p, c_int32, POINTER(POINTER(TjTensorMap))]),
+    "tj_kernel_export_out_idx": (c_int, [c_void_p, POINTER(c_int32), POINTER(POINTER(c_int32))]),
+    "tj_kernel_export_num_functions": (c_int32, [c_void_p]),
+    "tj_kernel_export_function": (c_int, [c_void_p, c_int32, POINTER(TjExportFunction)]),
+    "tj_kernel_export_load": (c_int, [c_void_p, POINTER(TjExportLoad)]),
     "tj_cuda_device_capability": (c_int, [c_int32, POINTER(c_int32), POINTER(c_int32)]),
     "tj_kernel_warmup": (c_int, [c_void_p, c_int32]),
     "tj_producer_from_exchange": (c_int, [c_void_p, c_void_p, c_void_p]),
@@ -131,6 +157,23 @@ def cuda_device_capability(device_id: int = -1) -> tuple[int, int]:
 
 
 _INT64 = (abi.kDLInt, 64, 1)
+
+
+def _text(value: bytes) -> str:
+    return value.decode("utf-8")  # the core keeps UTF-8 only (open.c refuses other bytes)
+
+
+def _triple(dtype) -> tuple[int, int, int]:
+    return (dtype.code, dtype.bits, dtype.lanes)
+
+
+def _export_arg(a: TjExportArg) -> tuple:
+    return (_text(a.name), a.source, a.index, _text(a.dtype), bool(a.pointer), bool(a.is_const),
+            a.param)
+
+
+def _abi_entries(args, n: int) -> tuple:
+    return tuple((a.source, a.index, _triple(a.dtype)) for a in args[:n])
 
 
 def _abi_array(entries):
@@ -241,6 +284,83 @@ class CoreKernel:
                                                       digest.value.decode())
         self.export_arch = core.tj_kernel_export_arch(handle).decode()
         return self
+
+    def declared(self) -> dict:
+        """What the kernel's builder calls declared, as the core keeps it
+        (``tj_kernel_*_info``): ``target``, ``symbols``, ``exprs``, ``params``, ``abi``,
+        ``launches`` and ``tensormaps``, each as plain tuples in the field order of
+        ``tilejit.builder.signature``'s ``CoreSpec`` parts (``None`` for an ``abi`` never
+        declared, and for a launch's absent ``cluster`` or a tiled map's ``im2col``)."""
+        core, handle = _core, self.address
+        symbol, expr, param = TjSymbolInfo(), TjExprInfo(), TjParamInfo()
+        symbols, exprs, params = [], [], []
+        for i in range(core.tj_kernel_num_symbols(handle)):
+            check(core.tj_kernel_symbol_info(handle, i, byref(symbol)))
+            symbols.append((_text(symbol.name), symbol.divisibility, _triple(symbol.dtype)))
+        for i in range(core.tj_kernel_num_exprs(handle)):
+            check(core.tj_kernel_expr_info(handle, i, byref(expr)))
+            exprs.append((tuple(expr.code[:2 * expr.n]), _text(expr.text)))
+        for i in range(core.tj_kernel_num_params(handle)):
+            check(core.tj_kernel_param_info(handle, i, byref(param)))
+            strides = tuple(param.strides[:param.ndim]) if param.strides else None
+            params.append((param.kind, _text(param.name), _triple(param.dtype),
+                           tuple(param.shape[:param.ndim]) if param.shape else (), strides,
+                           param.align, param.flags, param.symbol))
+        nabi, abi_args = c_int32(), POINTER(TjAbiArg)()
+        check(core.tj_kernel_abi_info(handle, byref(nabi), byref(abi_args)))
+        return {"target": core.tj_kernel_target(handle), "symbols": symbols, "exprs": exprs,
+                "params": params,
+                "abi": None if nabi.value < 0 else _abi_entries(abi_args, nabi.value),
+                "launches": self._launches(), "tensormaps": self._tensormaps()}
+
+    def _launches(self) -> list:
+        core, handle, info, launches = _core, self.address, TjLaunchInfo(), []
+        for i in range(core.tj_kernel_num_launches(handle)):
+            check(core.tj_kernel_launch_info(handle, i, byref(info)))
+            launches.append((_text(info.symbol), tuple(info.grid), tuple(info.block),
+                             info.shared_mem, _abi_entries(info.args, info.nargs),
+                             tuple(info.cluster[:3]) if info.cluster else None, info.flags))
+        return launches
+
+    def _tensormaps(self) -> list:
+        core, handle, maps = _core, self.address, []
+        found = POINTER(TjTensorMap)()
+        for i in range(core.tj_kernel_num_tensormaps(handle)):
+            check(core.tj_kernel_tensormap_info(handle, i, byref(found)))
+            m = found.contents
+            rank = m.rank
+            im2col = None
+            if m.im2col:
+                im2col = (tuple(m.lower_corner[:rank - 2]), tuple(m.upper_corner[:rank - 2]),
+                          m.channels_per_pixel, m.pixels_per_column)
+            maps.append((_text(m.name), m.param, m.data_type, tuple(m.dims[:rank]),
+                         tuple(m.strides[:rank - 1]), () if m.im2col else tuple(m.box[:rank]),
+                         tuple(m.element_strides[:rank]), m.interleave, m.swizzle,
+                         m.l2_promotion, m.oob_fill, im2col))
+        return maps
+
+    def export_said(self) -> dict:
+        """What the export this kernel was opened from says beyond the builder calls, as
+        the core read and checked it (``tj_kernel_export_*``): ``out_idx`` (parameter
+        indices in return order; ``None`` without an out_idx line), ``functions`` (``(name,
+        prototype, args)``, each arg ``(name, source, index, dtype name, pointer, const,
+        param or -1)``) and ``load`` (``image``, ``entry``, ``library``, ``symbol``; the
+        last two ``None`` but for a prebuilt library)."""
+        core, handle = _core, self.address
+        n, out_idx = c_int32(), POINTER(c_int32)()
+        check(core.tj_kernel_export_out_idx(handle, byref(n), byref(out_idx)))
+        functions, function = [], TjExportFunction()
+        for i in range(core.tj_kernel_export_num_functions(handle)):
+            check(core.tj_kernel_export_function(handle, i, byref(function)))
+            args = [_export_arg(a) for a in function.args[:function.nargs]]
+            functions.append((_text(function.name), _text(function.prototype), args))
+        load = TjExportLoad()
+        check(core.tj_kernel_export_load(handle, byref(load)))
+        return {"out_idx": None if n.value < 0 else tuple(out_idx[:n.value]),
+                "functions": functions,
+                "load": {field: None if getattr(load, field) is None
+                         else _text(getattr(load, field))
+                         for field in ("image", "entry", "library", "symbol")}}
 
     def _read_params(self) -> None:
         core, handle = _core, self.address
