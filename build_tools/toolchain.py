@@ -53,7 +53,7 @@ def find_executable(name: str) -> str | None:
 
     if os.sep in name:
         return name if runnable(name) else None
-    for directory in os.environ.get("PATH", os.defpath).split(os.pathsep):
+    for directory in (env.text("PATH") or os.defpath).split(os.pathsep):
         candidate = os.path.join(directory or ".", name)
         if runnable(candidate):
             return candidate

@@ -372,16 +372,71 @@ def _kernel_private_names() -> set[str]:
 
 def _private_kernel_uses(private: set[str]) -> dict[str, set[str]]:
     """Module -> the kernel's underscore names it reaches on an object other than
-    ``self``, outside runtime/kernel.py."""
+    ``self``, outside runtime/kernel.py: as attributes, and as keys of its ``__dict__``
+    (``_dict_keys``) that are the kernel's names."""
     found: dict[str, set[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         if path == PACKAGE / "runtime" / "kernel.py":
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        names = {k for k in _dict_keys(tree) if k in private}
+        for node in ast.walk(tree):
             if (isinstance(node, ast.Attribute) and node.attr in private
                     and not (isinstance(node.value, ast.Name) and node.value.id == "self")):
-                found.setdefault(_module_name(path), set()).add(node.attr)
+                names.add(node.attr)
+        if names:
+            found[_module_name(path)] = names
     return found
+
+
+def _is_dict_of(node) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "__dict__"
+
+
+def _dict_keys(tree) -> set[str]:
+    """The constant keys an object's ``__dict__`` is read or written with in ``tree``:
+    ``x.__dict__[key]``, ``x.__dict__.get(key)`` / ``setdefault`` / ``pop``, ``key in
+    x.__dict__``."""
+    keys = set()
+    for node in ast.walk(tree):
+        key = None
+        if isinstance(node, ast.Subscript) and _is_dict_of(node.value):
+            key = node.slice
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and _is_dict_of(node.func.value) and node.args):
+            key = node.args[0]
+        elif (isinstance(node, ast.Compare) and len(node.comparators) == 1
+              and _is_dict_of(node.comparators[0])):
+            key = node.left
+        if key is not None:
+            assert isinstance(key, ast.Constant) and isinstance(key.value, str), ast.dump(node)
+            keys.add(key.value)
+    return keys
+
+
+# What a framework caches on a kernel, in its __dict__: keys named after the framework.
+_FRAMEWORK_KEYS = {"tilejit.frameworks.torch.": "_torch_", "tilejit.builder.torch_schema":
+                   "_torch_", "tilejit.frameworks.jax": "_jax_"}
+
+
+def test_a_kernels_dict_holds_the_interface_and_each_frameworks_own_keys():
+    from tilejit.runtime.kernel import INTERNAL_INTERFACE
+
+    wrong = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = _module_name(path)
+        if module == "tilejit.runtime.kernel":
+            continue
+        prefixes = tuple(p for m, p in _FRAMEWORK_KEYS.items() if module.startswith(m))
+        keys = _dict_keys(ast.parse(path.read_text(), str(path)))
+        bad = sorted(k for k in keys if k not in INTERNAL_INTERFACE
+                     and not (prefixes and k.startswith(prefixes)))
+        if bad:
+            wrong[module] = bad
+    assert wrong == {}
+    # The check reads every form a key takes.
+    assert _dict_keys(ast.parse("k.__dict__['_a']; k.__dict__.get('_b'); '_c' in k.__dict__\n"
+                                "k.__dict__.setdefault('_d', 1)")) == {"_a", "_b", "_c", "_d"}
 
 
 def test_the_package_uses_only_the_kernels_internal_interface():

@@ -168,7 +168,7 @@ def _image_kind(archs: tuple[str, ...]) -> str:
 
 
 def _cuda_homes() -> list[Path]:
-    homes = [os.environ.get(name, "").strip() for name in ("CUDA_HOME", "CUDA_PATH")]
+    homes = [_env.text(name) for name in ("CUDA_HOME", "CUDA_PATH")]
     return [Path(h) for h in homes if h] + [Path("/usr/local/cuda")]
 
 

@@ -39,6 +39,9 @@ INTERNAL_INTERFACE = frozenset({
     # The backend's binding of the kernel (runtime/backends.py, runtime/binding.py: the
     # plan's callback for inputs given by name).
     "_entry", "_attach_plan", "_call_with_keywords",
+    # The call plan the backend attached (kept in the kernel's __dict__), whose claims a
+    # framework takes over.
+    "_call_plan",
 })
 
 

@@ -57,7 +57,7 @@ def _compilers() -> dict:
         cc = toolchain.c_compiler()[0]
     except Exception:  # noqa: BLE001 - reported as missing
         cc = None
-    cxx = os.environ.get("CXX") or "c++"
+    cxx = env.text("CXX") or "c++"
     nvcc = find_nvcc()
     return {"cc": _compiler(cc), "c++": _compiler(cxx),
             "nvcc": {"path": nvcc, "version": _first_line([nvcc, "--version"]) if nvcc else None},
