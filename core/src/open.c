@@ -607,6 +607,16 @@ static int arg_line(replay *r, const tj__line_tokens *t) {
       (rc = flag_at(r, t, 6, "const", &a.is_const)) ||
       (rc = int_at(r, t, 7, -1, r->k->nparams - 1, "parameter", &param)))
     return rc;
+  /* What it passes is declared above it; a parameter names itself. */
+  const tj_kernel *k = r->k;
+  const int32_t declared[] = {k->nparams, k->nsymbols, k->nexprs, k->ntensormaps};
+  static const char *const what[] = {"parameter", "symbol", "expression", "tensor map"};
+  if (index >= declared[source - 1])
+    return bad(r, "argument '%s' passes %s %lld, but %d are declared above it", t->tok[1],
+               what[source - 1], (long long)index, (int)declared[source - 1]);
+  if (param != (source == TJ_ABI_PARAM ? index : -1))
+    return bad(r, "argument '%s': parameter %lld, expected %lld", t->tok[1], (long long)param,
+               (long long)(source == TJ_ABI_PARAM ? index : -1));
   a.source = (int32_t)source;
   a.index = (int32_t)index;
   a.param = (int32_t)param;
