@@ -33,22 +33,25 @@ TEST(open_sha256) {
 
 /* ---- A hand-written export of tests/fixtures/vec_add.c ------------------------ */
 
+/* The builder calls, then the load line: all the core needs. */
+#define VEC_ADD_BUILT             \
+  "kernel vec_add cpu 3\n"        \
+  "symbol n 1 0:64:1\n"           \
+  "expr 1 2 0 n\n"                \
+  "buffer 0 A 2:32:1 0 2 1 0 -\n" \
+  "buffer 1 B 2:32:1 0 2 1 0 -\n" \
+  "buffer 2 C 2:32:1 0 4 1 0 -\n"
+#define VEC_ADD_LOAD "load kernel.so tilejit_packed_entry\n"
+
 static const char SIGNATURE[] =
     "tilejit-signature 1\n"
-    "# vec_add(A: (n,) float32, B: (n,) float32) -> C: (n,) float32\n"
-    "kernel vec_add cpu 3\n"
-    "symbol n 1 0:64:1\n"
-    "expr 1 2 0 n\n"
-    "buffer 0 A 2:32:1 0 2 1 0 -\n"
-    "buffer 1 B 2:32:1 0 2 1 0 -\n"
-    "buffer 2 C 2:32:1 0 4 1 0 -\n"
+    "# vec_add(A: (n,) float32, B: (n,) float32) -> C: (n,) float32\n" VEC_ADD_BUILT
     "out_idx 1 2\n"
     "function vec_add void vec_add(const float *A, const float *B, float *C, int64_t n)\n"
     "arg A 1 0 float32 1 1 0\n"
     "arg B 1 1 float32 1 1 1\n"
     "arg C 1 2 float32 1 0 2\n"
-    "arg n 2 0 int64 0 0 -1\n"
-    "load kernel.so tilejit_packed_entry\n";
+    "arg n 2 0 int64 0 0 -1\n" VEC_ADD_LOAD;
 
 static char export_dir[256];
 
@@ -284,15 +287,7 @@ TEST(open_reads_what_the_export_says) {
   tj_kernel_free(k);
   remove_export();
   /* Without out_idx and function lines: none, for a reader to default. */
-  write_export("tilejit-export 1",
-               "tilejit-signature 1\n"
-               "kernel vec_add cpu 3\n"
-               "symbol n 1 0:64:1\n"
-               "expr 1 2 0 n\n"
-               "buffer 0 A 2:32:1 0 2 1 0 -\n"
-               "buffer 1 B 2:32:1 0 2 1 0 -\n"
-               "buffer 2 C 2:32:1 0 4 1 0 -\n"
-               "load kernel.so tilejit_packed_entry\n");
+  write_export("tilejit-export 1", "tilejit-signature 1\n" VEC_ADD_BUILT VEC_ADD_LOAD);
   CHECK_OK(tj_kernel_open(export_dir, &k));
   CHECK_OK(tj_kernel_export_out_idx(k, &n, &out_idx));
   CHECK(n == -1 && out_idx == NULL);
