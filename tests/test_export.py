@@ -336,8 +336,6 @@ DAMAGES = {
         lambda d: _edit(d, "signature.tj", "out_idx 3 5 3 4", "out_idx 3 5 3 0"),
         (r"signature.tj: line \d+: out_idx \(5, 3, 0\) does not list the output buffers "
         r"\(3, 4, 5\)")),
-    "no out_idx": (lambda d: _edit(d, "signature.tj", "out_idx 3 5 3 4", "# out_idx"),
-                   r"signature.tj: no 'out_idx' line: the Python binding returns the outputs"),
     "no function": (lambda d: _drop_lines(d, "signature.tj", ("function ", "arg ")),
                     (r"signature.tj: no 'function' line: the Python binding shows each kernel "
                     r"function's prototype")),
@@ -363,6 +361,18 @@ def test_every_damaged_export_is_refused_by_name(exported, tmp_path, damage):
         tilejit.load(damaged)
     assert str(info.value).startswith(f"tilejit export {damaged}: "), str(info.value)
     assert re.search(message, str(info.value)), str(info.value)
+
+
+def test_without_an_out_idx_line_the_outputs_come_in_declaration_order(exported, tmp_path):
+    # What a C program writing its own signature.tj may leave out: the core returns the
+    # outputs in declaration order, and so does the loaded kernel.
+    edited = tmp_path / "edited"
+    shutil.copytree(exported, edited)
+    _drop_lines(edited, "signature.tj", ("out_idx ",))
+    loaded = tilejit.load(edited)
+    assert loaded.out_idx == [3, 4, 5]
+    p, s, t2 = loaded(*_everything_args())
+    assert (p.shape, s.shape, t2.shape) == ((6,), (1,), (7,)) and s.tolist() == [6]
 
 
 def test_a_missing_directory_is_refused(tmp_path):

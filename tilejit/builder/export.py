@@ -390,8 +390,10 @@ class Loaded:
     -> name). The core is the one reader of the export: it read and checked every file,
     built the kernel (``tj_kernel_open``) and kept what ``signature.tj`` says, which this
     reads back from it (``CoreKernel.declared``, ``CoreKernel.export_said``) and turns
-    into Python objects; it refuses only what the core accepts but Python cannot use (an
-    export without ``out_idx`` or ``function`` lines, a dtype name it does not know)."""
+    into Python objects. Without an ``out_idx`` line the outputs are returned in
+    declaration order, as the core returns them; it refuses only what the core accepts
+    but Python cannot use (an export without ``function`` lines, a dtype name it does not
+    know)."""
 
     def __init__(self, directory: Path, core_kernel):
         self.directory = directory
@@ -404,9 +406,10 @@ class Loaded:
             self.files["prebuilt"] = load["library"]
         spec = _spec(core_kernel.declared(), core_kernel.name)
         self.name, self.target = spec.name, TARGET_NAMES[spec.target]
-        if said["out_idx"] is None:
-            raise self._refuse("no 'out_idx' line: the Python binding returns the outputs "
-                               "in the order it names")
+        out_idx = said["out_idx"]
+        if out_idx is None:  # as the core returns them: in declaration order
+            out_idx = tuple(i for i, p in enumerate(spec.params) if p.kind == abi.TJ_PARAM_BUFFER
+                            and p.flags & abi.TJ_BUF_OUTPUT)
         if not said["functions"]:
             raise self._refuse("no 'function' line: the Python binding shows each kernel "
                                "function's prototype")
@@ -428,7 +431,7 @@ class Loaded:
                                f"binding can show ({exc!r})") from None
         self.signature = Signature(
             self.name, self.target, tuple(p.name for p in self.program.params),
-            said["out_idx"], tuple(symbols), spec, functions, self.entry)
+            out_idx, tuple(symbols), spec, functions, self.entry)
         # The images' SHA-256, as the core checked them.
         self.digests = [checked[self.files[role]][1] for role in ("library", "prebuilt")
                         if role in self.files]
