@@ -375,6 +375,17 @@ def test_without_an_out_idx_line_the_outputs_come_in_declaration_order(exported,
     assert (p.shape, s.shape, t2.shape) == ((6,), (1,), (7,)) and s.tolist() == [6]
 
 
+def test_every_expression_the_core_reads_loads(exported, tmp_path):
+    # A signature.tj written by hand may use an operation tilejit never writes (unary
+    # minus): the core reads it, and so does the loaded kernel.
+    edited = tmp_path / "edited"
+    shutil.copytree(exported, edited)
+    _edit(edited, "signature.tj", "expr 3 2 0 1 1 3 0 m + 1", "expr 5 2 0 9 0 9 0 1 1 3 0 -(-m) + 1")
+    loaded = tilejit.load(edited)
+    assert str(loaded.program.params[5].shape[0]) == "(0 - (0 - m)) + 1"
+    assert loaded(*_everything_args())[0].shape == (7,)
+
+
 def test_a_missing_directory_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"tilejit export .*nothing: MANIFEST: cannot read"):
         tilejit.load(tmp_path / "nothing")

@@ -363,6 +363,8 @@ def _decode(code: tuple, symbols: list):
             stack.append(operand)
         elif op == OP_SYM:
             stack.append(symbols[operand])
+        elif op == abi.TJ_OP_NEG:  # the core's unary minus, which tilejit never writes
+            stack.append(BinaryExpr(_OPS[abi.TJ_OP_SUB], 0, stack.pop()))
         else:
             rhs, lhs = stack.pop(), stack.pop()
             stack.append(BinaryExpr(_OPS[op], lhs, rhs))
