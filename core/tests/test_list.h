@@ -163,8 +163,8 @@
   X(cuda_param_info_checked)                          \
   X(cuda_tensor_map_encode_error_names_the_map)       \
   X(cuda_im2col_map_and_zeroed_workspace)             \
-  X(cuda_launches_tensor_maps_and_attributes)\
-  X(cuda_signature_reads_back)         \
+  X(cuda_launches_tensor_maps_and_attributes)         \
+  X(cuda_signature_reads_back)                        \
   /* test_layout.c */                                 \
   X(layout_init_and_format)                           \
   X(layout_init_errors)                               \
@@ -187,7 +187,7 @@
   X(open_sha256)                                      \
   X(open_calls_an_export)                             \
   X(open_refuses_damaged_exports)                     \
-  X(open_reads_what_the_export_says)\
+  X(open_reads_what_the_export_says)                  \
   X(open_keeps_what_it_checked)                       \
   X(open_refuses_links_fifos_and_nul)                 \
   /* test_torch.c */                                  \
