@@ -2,9 +2,9 @@
 
 Every reader of a `TILEJIT_*` variable goes through these functions (and so does every
 read of another tool's variable tilejit uses: `CUDA_HOME`, `CUDA_PATH`, `CXX`, `PATH`,
-through `text`), so a value is checked the same way wherever it is read, and a bad one is refused every time it is read
-(before anything is built or written), with a message naming the variable, the value
-found and what is accepted::
+through `text`), so a value is checked the same way wherever it is read, and a bad one
+is refused every time it is read (before anything is built or written), with a message
+naming the variable, the value found and what is accepted::
 
     TILEJIT_FAST_PATHS='maybe': expected one of 1, true, yes, on, 0, false, no, off (any case)
 

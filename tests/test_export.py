@@ -340,7 +340,8 @@ DAMAGES = {
                     (r"signature.tj: no 'function' line: the Python binding shows each kernel "
                     r"function's prototype")),
     "arg without a function": (
-        lambda d: _edit(d, "signature.tj", "out_idx 3 5 3 4", "out_idx 3 5 3 4\narg x 1 0 int8 0 0 7"),
+        lambda d: _edit(d, "signature.tj", "out_idx 3 5 3 4",
+                        "out_idx 3 5 3 4\narg x 1 0 int8 0 0 7"),
         r"signature.tj: line \d+: 'arg' before any 'function' line"),
     "unknown arg dtype": (lambda d: _edit(d, "signature.tj", "arg i8 1 7 int8", "arg i8 1 7 int9"),
                           (r"signature.tj: function 'everything': argument 'i8': unknown dtype "
@@ -380,7 +381,8 @@ def test_every_expression_the_core_reads_loads(exported, tmp_path):
     # minus): the core reads it, and so does the loaded kernel.
     edited = tmp_path / "edited"
     shutil.copytree(exported, edited)
-    _edit(edited, "signature.tj", "expr 3 2 0 1 1 3 0 m + 1", "expr 5 2 0 9 0 9 0 1 1 3 0 -(-m) + 1")
+    _edit(edited, "signature.tj", "expr 3 2 0 1 1 3 0 m + 1",
+          "expr 5 2 0 9 0 9 0 1 1 3 0 -(-m) + 1")
     loaded = tilejit.load(edited)
     assert str(loaded.program.params[5].shape[0]) == "(0 - (0 - m)) + 1"
     assert loaded(*_everything_args())[0].shape == (7,)

@@ -844,7 +844,6 @@ static int replay_line(replay *r, tj__line_tokens *t) {
   return bad(r, "unknown entry '%s'", key);
 }
 
-/* One line of signature.tj: the header on line 1, else an entry (comments skipped). */
 /* The offset of the first byte of `s` that starts no well-formed UTF-8
  * sequence (an overlong form, a surrogate, beyond U+10FFFF, cut short), or -1. */
 static int64_t not_utf8_at(const unsigned char *s) {
@@ -867,6 +866,7 @@ static int64_t not_utf8_at(const unsigned char *s) {
   return -1;
 }
 
+/* One line of signature.tj: the header on line 1, else an entry (comments skipped). */
 static int replay_text_line(replay *r, char *line) {
   tj__line_tokens t;
   char *whole = strdup(line);
@@ -1025,12 +1025,16 @@ const char *tj_kernel_export_arch(const tj_kernel *kernel) {
   return m ? m->arch : NULL;
 }
 
-/* The export a kernel was opened from, else a refusal naming the function. */
+/* What the export a kernel was opened from says, else NULL and a refusal
+ * naming the kernel (or saying it is NULL). */
 static const described *said_of(const tj_kernel *kernel) {
-  const manifest *m = kernel ? kernel->opened : NULL;
+  if (kernel == NULL) {
+    tj_set_error(TJ_EVALUE, "tj_kernel_export_*: kernel is NULL");
+    return NULL;
+  }
+  const manifest *m = kernel->opened;
   if (m == NULL)
-    tj_set_error(TJ_EVALUE, "%s: the kernel was not opened from an export",
-                 kernel ? kernel->name : "tj_kernel_export_*: kernel is NULL;");
+    tj_set_error(TJ_EVALUE, "%s: the kernel was not opened from an export", kernel->name);
   return m ? &m->said : NULL;
 }
 

@@ -410,8 +410,7 @@ class Loaded:
         self.name, self.target = spec.name, TARGET_NAMES[spec.target]
         out_idx = said["out_idx"]
         if out_idx is None:  # as the core returns them: in declaration order
-            out_idx = tuple(i for i, p in enumerate(spec.params) if p.kind == abi.TJ_PARAM_BUFFER
-                            and p.flags & abi.TJ_BUF_OUTPUT)
+            out_idx = core_kernel.output_params
         if not said["functions"]:
             raise self._refuse("no 'function' line: the Python binding shows each kernel "
                                "function's prototype")

@@ -365,10 +365,12 @@ class CoreKernel:
     def _read_params(self) -> None:
         core, handle = _core, self.address
         noutputs = core.tj_kernel_num_outputs(handle)
-        allocated = {core.tj_kernel_output_param(handle, i)  # outputs, then workspaces
-                     for i in range(noutputs + core.tj_kernel_num_workspaces(handle))}
+        allocated = [core.tj_kernel_output_param(handle, i)  # outputs, then workspaces
+                     for i in range(noutputs + core.tj_kernel_num_workspaces(handle))]
         nparams = core.tj_kernel_num_params(handle)
         self.num_outputs = noutputs
+        # The output parameters in declaration order: the order the core returns them in.
+        self.output_params = tuple(allocated[:noutputs])
         self.num_inputs = nparams - len(allocated)
         self.input_names = tuple(core.tj_kernel_param_name(handle, i).decode()
                                  for i in range(nparams) if i not in allocated)

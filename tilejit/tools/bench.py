@@ -978,9 +978,9 @@ def run_torch_compile(calls: int = REPORT_MIN_CALLS, repeats: int = 11) -> tuple
 
 
 def _allocating_python_op():
-    """``(library, op)``: the reference for what torch charges any custom op: one registered the same way
-    (torch.library, CompositeExplicitAutograd) whose implementation is a Python function
-    that only allocates its output."""
+    """``(library, op)``: the reference for what torch charges any custom op: one
+    registered the same way (torch.library, CompositeExplicitAutograd) whose
+    implementation is a Python function that only allocates its output."""
     import torch
 
     library = torch.library.Library("tilejit_bench", "FRAGMENT")
