@@ -518,9 +518,10 @@ def _rmtree(path: str) -> None:
 
 # The directories under a cache root that tilejit writes entries into, and how deep an
 # entry lies below each: kernels/<key[:2]>/<key>, core/<hash> (and core/<hash>-torch_op),
-# wrapper/<abi>/<hash>, bench/<stem>-<hash>. Nothing else under the root is tilejit's: a
+# wrapper/<abi>/<hash>, bench/<stem>-<hash>, tunings/<key[:2]>/<key> (an autotuner's
+# choice). Nothing else under the root is tilejit's: a
 # cache directory set to a shared directory by mistake keeps its other files.
-_AREAS = {"kernels": 2, "core": 1, "wrapper": 2, "bench": 1}
+_AREAS = {"kernels": 2, "core": 1, "wrapper": 2, "bench": 1, "tunings": 2}
 _EMBEDDING_LINK = "libtilejit.so"  # what ``-ltilejit`` finds beside a core (its entry's)
 _KERNEL_SUFFIXES = (".so", ".cubin", ".ptx", ".fatbin")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
@@ -541,6 +542,8 @@ def _artifact_shape(parts: tuple[str, ...], name: str) -> bool:
     area, key = parts[0], parts[-1]
     if area == "kernels":
         return name.startswith("kernel.") and name[len("kernel"):] in _KERNEL_SUFFIXES
+    if area == "tunings":
+        return name == "tuning.json"
     if area == "core":  # the core, or the torch_op.so an export carries (core/<hash>-torch_op)
         return name == f"libtilejit_core-{key}.so" or (key.endswith("-torch_op")
                                                        and name == "torch_op.so")
@@ -557,7 +560,7 @@ def _owned(parts: tuple[str, ...], dirnames: list[str], filenames: list[str]) ->
         return False
     if not all(_plain_name(p) for p in parts) or dirnames:
         return False
-    if parts[0] == "kernels" and (len(parts[1]) != 2 or not parts[2].startswith(parts[1])):
+    if parts[0] in ("kernels", "tunings") and (len(parts[1]) != 2 or not parts[2].startswith(parts[1])):
         return False
     artifacts = [name for name in filenames if name != _META_NAME]
     if parts[0] == "core" and _EMBEDDING_LINK in artifacts and len(artifacts) == 2:

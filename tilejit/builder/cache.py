@@ -16,11 +16,14 @@ core, the wrapper and the benchmark's extensions); this module adds the kernel's
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from ..native._build import build_tools, disk_cache, elf, env, scratch
 from . import remote_cache as _remote
@@ -110,7 +113,7 @@ def _reset_memo() -> None:
 def get_or_build(key: str, build: Callable[[Path], None], suffix: str = ".so",
                  check: Callable[[str], str | None] | None = None,
                  info: dict | None = None, shared: bool = False,
-                 verbose: bool = False) -> Path:
+                 verbose: bool = False, area: str = "kernels") -> Path:
     """Return the path of a valid artifact for `key`, calling `build(path)` on a miss.
 
     `build` must write the artifact to the path it is given (a fresh file in a private
@@ -129,6 +132,13 @@ def get_or_build(key: str, build: Callable[[Path], None], suffix: str = ".so",
     writes is published there (`tilejit.builder.remote_cache`); ``verbose`` logs those
     lookups on stderr.
 
+    ``area`` is the cache's folder for the entry: ``kernels`` (the artifact is
+    ``kernel<suffix>``) or ``tunings`` (an autotuner's choice, ``tuning<suffix>``).
+
+    An artifact handed over by an executor's worker for this key
+    (``tilejit.runtime.executors``, through ``supplied_artifacts``) is installed in place
+    of ``build``, checked like a remote entry.
+
     Example:
         >>> key = artifact_key(source=src, target="cpu", flags=[])
         >>> so = get_or_build(key, lambda out: compile_cpu(src, "vec_add", [], out))
@@ -136,30 +146,121 @@ def get_or_build(key: str, build: Callable[[Path], None], suffix: str = ".so",
         'kernel.so'
     """
     _check_key(key, suffix)
+    if area not in _ARTIFACT_NAMES:
+        raise ValueError(f"cache area must be one of {sorted(_ARTIFACT_NAMES)}, got {area!r}")
+    name = _ARTIFACT_NAMES[area] + suffix
+    info = {"kind": _KINDS[area], **(info or {})}
+    _capture_built(key, name, info)
+    build = _supplied_or(key, name, check, build)
     if cache_disabled():
-        return _build_private(build, suffix, check)
-
-    info = {"kind": "kernel", **(info or {})}
+        path = _build_private(build, suffix, check, _ARTIFACT_NAMES[area])
+        _captured_path(key, path)
+        return path
     remote = _remote.configured() if shared else None
     if remote is not None:
-        build = remote.around(key, build, "kernel" + suffix, check, info, verbose)
+        build = remote.around(key, build, name, check, info, verbose)
 
     def find_or_build() -> Path:
-        kernels = cache_dir() / "kernels"
+        folder = cache_dir() / area
         if disk_cache.max_size() is not None:
             _note_core_and_wrapper()
-        return disk_cache.get_or_build(kernels / key[:2] / key, "kernel" + suffix, build,
-                                       tmp_dir=kernels, check=check,
-                                       info=info)
+        found = disk_cache.get_or_build(folder / key[:2] / key, name, build,
+                                        tmp_dir=folder, check=check, info=info)
+        _captured_path(key, found)
+        return found
 
     return disk_cache.with_fallback(find_or_build)
 
 
-def host_specific(flags) -> bool:
-    """Whether compiler flags tune the code for the CPU compiling it (``-march=native``,
-    ``-mcpu=native``, ``-mtune=native``): such a kernel is never shared through a remote
-    cache, where a machine with another CPU could fetch it."""
-    return any(flag.startswith("-m") and flag.endswith("=native") for flag in flags)
+_ARTIFACT_NAMES = {"kernels": "kernel", "tunings": "tuning"}
+
+
+# ---- Artifacts carried between processes (an executor's workers) -------------------------
+#
+# A worker compiling for another process records what `get_or_build` found or built for
+# each key (`capture_artifacts`); the other process hands those bytes back to its own
+# `get_or_build` (`supplied_artifacts`), which installs them, checked, in place of building.
+# Both are per thread of control (context variables): a worker thread captures only its own
+# compiles, and a supplied artifact serves only the compile that asked for it.
+
+_capture: contextvars.ContextVar = contextvars.ContextVar("tilejit_capture", default=None)
+_supply: contextvars.ContextVar = contextvars.ContextVar("tilejit_supply", default=None)
+
+
+class Artifact(NamedTuple):
+    """A cache entry's artifact as it travels between processes: its key, its file name in
+    the entry (``kernel.so``), its bytes, their SHA-256, and what meta.json says of it."""
+
+    key: str
+    name: str
+    data: bytes
+    sha256: str
+    info: dict
+
+
+@contextlib.contextmanager
+def capture_artifacts():
+    """Records the artifact of every `get_or_build` in this context: yields the list the
+    ``Artifact`` records are appended to, in order."""
+    found: list = []
+    token = _capture.set({"pending": {}, "found": found})
+    try:
+        yield found
+    finally:
+        _capture.reset(token)
+
+
+def _capture_built(key: str, name: str, info: dict) -> None:
+    state = _capture.get()
+    if state is not None:
+        state["pending"][key] = (name, info)
+
+
+def _captured_path(key: str, path: Path) -> None:
+    state = _capture.get()
+    if state is None or key not in state["pending"]:
+        return
+    name, info = state["pending"].pop(key)
+    data = Path(path).read_bytes()
+    state["found"].append(Artifact(key, name, data, hashlib.sha256(data).hexdigest(),
+                                   dict(info)))
+
+
+@contextlib.contextmanager
+def supplied_artifacts(artifacts):
+    """`get_or_build` installs these (``Artifact`` records, by key) instead of building
+    when the local cache misses their key. A record whose bytes do not match its SHA-256,
+    or that the entry's check refuses, is not installed: the build runs instead. Yields a
+    dict counting what happened: ``installed`` (keys installed from the records) and
+    ``built`` (keys built here after all: no record for the key, or a refused one)."""
+    state = {"by_key": {a.key: a for a in artifacts}, "installed": [], "built": []}
+    token = _supply.set(state)
+    try:
+        yield state
+    finally:
+        _supply.reset(token)
+
+
+def _supplied_or(key: str, name: str, check, build):
+    """``build``, or, under `supplied_artifacts`, a build that writes the artifact supplied
+    for ``key`` (falling back to ``build`` when there is none or it is not sound)."""
+    state = _supply.get()
+    if state is None:
+        return build
+    supplied = state["by_key"].get(key)
+
+    def install(out: Path):
+        if (supplied is not None and supplied.name == name
+                and hashlib.sha256(supplied.data).hexdigest() == supplied.sha256):
+            out.write_bytes(supplied.data)
+            if check is None or check(str(out)) is None:
+                state["installed"].append(key)
+                return None
+            out.unlink()
+        state["built"].append(key)
+        return build(out)
+
+    return install
 
 
 def _note_core_and_wrapper() -> None:
@@ -204,9 +305,9 @@ def store_bytes(data: bytes, suffix: str = ".so", info: dict | None = None,
 
 
 def _build_private(build: Callable[[Path], None], suffix: str,
-                   check: Callable[[str], str | None] | None) -> Path:
+                   check: Callable[[str], str | None] | None, stem: str = "kernel") -> Path:
     workdir = scratch.make("private")
-    target = Path(workdir) / ("kernel" + suffix)
+    target = Path(workdir) / (stem + suffix)
     try:
         build(target)
         if not target.is_file():
@@ -240,7 +341,7 @@ def _rmtree(path: str) -> None:
 
 # ---- Managing the cache: python -m tilejit cache ... ----------------------------------------
 
-_KINDS = {"kernels": "kernel", "core": "core", "wrapper": "wrapper"}
+_KINDS = {"kernels": "kernel", "core": "core", "wrapper": "wrapper", "tunings": "tuning"}
 
 
 def _record(entry: disk_cache.Entry, root: Path) -> dict:

@@ -21,7 +21,7 @@ from pathlib import Path
 from ..native._build import scratch, toolchain
 
 __all__ = ["CompileError", "compile_cpu", "compiler_identity", "default_flags", "find_cc",
-           "find_cxx"]
+           "find_cxx", "native_flags", "native_resolution"]
 
 # The defaults come before the user's flags: with gcc and clang the last occurrence of an
 # option wins, so a user's `-O3` or `-std=c17` overrides ours without any flag parsing.
@@ -248,6 +248,82 @@ def compiler_identity(cc: list[str]) -> str:
         identity = _binary_fingerprint(cc)
     with _identity_lock:
         return _identities.setdefault(key, identity)
+
+
+_native_lock = threading.Lock()
+_natives: dict[tuple[tuple[str, ...], tuple[str, ...]], str | None] = {}
+
+
+def native_flags(flags) -> tuple[str, ...]:
+    """The flags that tune the code for the CPU compiling it: ``-march=native``,
+    ``-mcpu=native``, ``-mtune=native``."""
+    return tuple(flag for flag in flags if flag.startswith("-m") and flag.endswith("=native"))
+
+
+def native_resolution(cc: list[str], flags) -> str | None:
+    """What ``-march=native`` (``-mcpu=``, ``-mtune=``) in ``flags`` means to ``cc`` on this
+    machine, as text that two machines share exactly when the compiler makes the same code
+    for both: GCC's ``-Q --help=target`` (the chosen CPU and every target option it turns
+    on), clang's ``-###`` (its ``-target-cpu`` and ``-target-feature`` arguments). None
+    when ``flags`` has no such flag; ``"unresolved"`` when the compiler says neither (a
+    kernel so built is never shared). Memoised per process.
+
+    Example:
+        >>> native_resolution(["gcc"], ["-O3", "-march=native"])[:40]
+        'gcc -march=znver3 -mtune=znver3 sha256:'
+    """
+    natives = native_flags(flags)
+    if not natives:
+        return None
+    memo = (tuple(cc), natives)
+    with _native_lock:
+        if memo in _natives:
+            return _natives[memo]
+    resolved = _ask_gcc(cc, natives) or _ask_clang(cc, natives) or "unresolved"
+    with _native_lock:
+        return _natives.setdefault(memo, resolved)
+
+
+def _run_quietly(command: list[str]) -> str | None:
+    import subprocess
+
+    try:
+        done = subprocess.run(command, check=False, capture_output=True, text=True,
+                              errors="replace", timeout=60, env=toolchain.compiler_env(),
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout + done.stderr if done.returncode == 0 else None
+
+
+def _ask_gcc(cc: list[str], natives: tuple[str, ...]) -> str | None:
+    import hashlib
+
+    text = _run_quietly([*cc, *natives, "-Q", "--help=target"])
+    if text is None:
+        return None
+    chosen = re.findall(r"^\s*-m(arch|cpu|tune)=[ \t]+(\S+)\s*$", text, re.MULTILINE)
+    if not chosen:
+        return None
+    lines = sorted(line.split() and " ".join(line.split()) for line in text.splitlines()
+                   if line.strip().startswith("-"))
+    digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
+    return "gcc " + " ".join(f"-m{k}={v}" for k, v in chosen) + f" sha256:{digest}"
+
+
+def _ask_clang(cc: list[str], natives: tuple[str, ...]) -> str | None:
+    import hashlib
+
+    text = _run_quietly([*cc, *natives, "-###", "-x", "c", "-c", "/dev/null", "-o",
+                         "/dev/null"])
+    if text is None:
+        return None
+    cpu = re.findall(r'"-(?:target-cpu|tune-cpu)" "([^"]+)"', text)
+    features = sorted(re.findall(r'"-target-feature" "([^"]+)"', text))
+    if not cpu:
+        return None
+    digest = hashlib.sha256(" ".join(cpu + features).encode()).hexdigest()
+    return f"clang -target-cpu {cpu[0]} sha256:{digest}"
 
 
 def _binary_fingerprint(cc: list[str]) -> str:

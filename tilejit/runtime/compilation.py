@@ -5,6 +5,7 @@ artifact cache; ``tilejit.load``: an export (``tilejit.export``) to a JITKernel;
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import os
 import platform
@@ -29,7 +30,8 @@ from ..version import VERSION
 from . import backends as _backends
 from .kernel import JITKernel
 
-__all__ = ["CompileErrors", "CompileOptions", "compile", "compile_many", "load"]
+__all__ = ["CompileErrors", "CompileOptions", "compile", "compile_artifacts", "compile_many",
+           "load"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +128,8 @@ def _compile_cuda(program: Program, sig, execution_backend: str, flags: list, ve
 
     kernel = _load_built(cuda_image, lambda path: JITKernel(program, sig, str(path), source,
                                                             execution_backend))
-    kernel._cuda_arch = ",".join(resolve_arch(arch))  # what kernel.export records
+    if kernel is not None:
+        kernel._cuda_arch = ",".join(resolve_arch(arch))  # what kernel.export records
     return kernel
 
 
@@ -164,9 +167,13 @@ def _compile_cpu(program: Program, sig, target: str, execution_backend: str, fla
                                "from this source is in the cache") from None
         return JITKernel(program, sig, str(found), source, execution_backend,
                          prebuilt=prebuilt)
+    # `-march=native` is keyed by what this compiler makes of it on this CPU: machines of
+    # one CPU share such a kernel (locally, remotely, from an executor's worker), others
+    # never meet it.
+    native = _compiler.native_resolution(cc, flags)
     key = _cache.artifact_key(source=source, target=target, flags=flags, compiler=cc,
                               default_flags=defaults, compiler_identity=identity,
-                              tilejit=VERSION)
+                              tilejit=VERSION, **({"native": native} if native else {}))
 
     def build(out_path):
         _compiler.compile_cpu(source, program.name, flags, out_path, cc=cc, language=language)
@@ -175,20 +182,29 @@ def _compile_cpu(program: Program, sig, target: str, execution_backend: str, fla
             "portable_key": portable}
     kernel = _load_built(
         lambda: _cache.get_or_build(key, build, check=_elf.problem, info=info,  # whole
-                                    shared=not _cache.host_specific(flags), verbose=verbose),
+                                    shared=native != "unresolved", verbose=verbose),
         lambda path: JITKernel(program, sig, str(path), source, execution_backend,
                                prebuilt=prebuilt))
-    if verbose:
+    if verbose and kernel is not None:
         print(f"tilejit: {program.name}: {kernel.c_prototype} -> {kernel.library_path} "
               f"({(time.perf_counter() - start) * 1e3:.1f} ms)", file=sys.stderr)
     return kernel
 
 
+# Set while `compile_artifacts` runs: compiles find or build their artifact and stop there
+# (a worker compiling for another process loads nothing).
+_build_only: contextvars.ContextVar = contextvars.ContextVar("tilejit_build_only",
+                                                             default=False)
+
+
 def _load_built(find, load):
     """``load(find())``: a kernel from its cache entry. Another process may remove the
     entry (``python -m tilejit cache prune``, ``TILEJIT_CACHE_MAX_SIZE``) between the two;
-    then it is found, that is built, again, once."""
+    then it is found, that is built, again, once. Under ``compile_artifacts``: ``find()``
+    only, and None."""
     path = find()
+    if _build_only.get():
+        return None
     try:
         return load(path)
     except (OSError, RuntimeError, ValueError):
@@ -233,6 +249,44 @@ def load(path, execution_backend: str = "auto"):
     if "jax" in sys.modules:  # registered for jax.export-ed programs that call it
         kernel.jax_target  # noqa: B018 - read for its registration
     return kernel
+
+
+# ---- Compiling for another process -------------------------------------------------------
+
+
+def compile_artifacts(program: Program, **compile_options) -> list:
+    """What compiling ``program`` here finds or builds in the cache, without loading it:
+    the ``tilejit.builder.cache.Artifact`` records (key, file name, bytes, SHA-256) another
+    process installs in its own cache (``cache.supplied_artifacts``) before it compiles the
+    same program, which then finds them instead of compiling. What an executor's worker
+    runs (``tilejit.runtime.executors``)."""
+    with _cache.capture_artifacts() as found:
+        token = _build_only.set(True)
+        try:
+            compile(program, **compile_options)
+        finally:
+            _build_only.reset(token)
+    return found
+
+
+def resolved_options(program: Program | None, compile_options: dict) -> dict:
+    """``compile_options`` with what this process's environment decides filled in (the
+    target, flags, CUDA architectures and compiler), so that another process compiles
+    exactly what this one would."""
+    where = program.name if program is not None else "compile_many"
+    options = dict(compile_options)
+    target, backend, flags, verbose = _options(options.get("target"),
+                                               options.get("execution_backend"),
+                                               options.get("compile_flags"),
+                                               options.get("verbose"), where)
+    options.update(target=target, execution_backend=backend, compile_flags=flags,
+                   verbose=verbose)
+    if target == "cuda" and (program is None or program.binary is None):
+        from ..builder.cuda_compiler import resolve_compiler
+
+        options["arch"] = list(resolve_arch(options.get("arch")))
+        options["compiler"] = resolve_compiler(options.get("compiler"))
+    return options
 
 
 # ---- Many kernels at once -----------------------------------------------------------------
@@ -305,10 +359,19 @@ class _Progress:
             self.bar.close()
 
 
-def compile_many(programs, *, workers=None, progress=None, **compile_options) -> list:
+def compile_many(programs, *, workers=None, progress=None, executor=None,
+                 **compile_options) -> list:
     """Compiles ``programs`` (each as ``tilejit.compile(program, **compile_options)``) on
     ``workers`` threads (default: the machine's cores; compilers run as processes, so
     threads compile in parallel) and returns the kernels in input order.
+
+    ``executor``: compile on other processes or machines instead: a
+    ``concurrent.futures.Executor`` (``ProcessPoolExecutor``, Dask's
+    ``client.get_executor()``), a ``dask.distributed.Client``, or ``"ray"`` (after
+    ``ray.init()``). Each worker compiles into its own cache and sends the artifact back;
+    this process checks it, installs it in its cache and loads it (``workers`` threads
+    wait and install). An artifact built with another compiler or for another CPU is not
+    installed: that program is compiled here (see ``tilejit.runtime.executors``).
 
     A program that fails does not stop the others: once all have finished,
     ``CompileErrors`` (an ``ExceptionGroup``) names every failed program with its
@@ -317,8 +380,11 @@ def compile_many(programs, *, workers=None, progress=None, **compile_options) ->
     ``None`` only when stderr is a terminal, ``False`` never.
 
     >>> kernels = tilejit.compile_many([prog_a, prog_b], out_idx=-1, workers=2)
+    >>> kernels = tilejit.compile_many(programs, out_idx=-1, executor=client)  # Dask
     """
     from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    from . import executors as _executors
 
     programs = list(programs)
     if workers is None:
@@ -329,6 +395,7 @@ def compile_many(programs, *, workers=None, progress=None, **compile_options) ->
         if not isinstance(program, Program):
             raise TypeError(f"compile_many: programs[{i}] must be a tilejit.Program, got "
                             f"{type(program).__name__}")
+    engine = None if executor is None else _executors.engine(executor, "compile_many")
     # The wrapper is built (or found) once, here, rather than by every worker at once.
     _, backend, _, _ = _options(compile_options.get("target"),
                                 compile_options.get("execution_backend"), None, False)
@@ -336,10 +403,14 @@ def compile_many(programs, *, workers=None, progress=None, **compile_options) ->
     kernels: list = [None] * len(programs)
     failures: dict = {}
     bar = _Progress(len(programs), progress)
+    if engine is None:
+        def task(i):
+            return compile(programs[i], **compile_options)
+    else:
+        task = _remote_tasks(engine, programs, compile_options)
     try:
         with ThreadPoolExecutor(max_workers=min(workers, max(len(programs), 1))) as pool:
-            futures = {pool.submit(compile, program, **compile_options): i
-                       for i, program in enumerate(programs)}
+            futures = {pool.submit(task, i): i for i in range(len(programs))}
             for future in as_completed(futures):
                 i = futures[future]
                 try:
@@ -358,3 +429,50 @@ def compile_many(programs, *, workers=None, progress=None, **compile_options) ->
                             [failures[i] for i in order],
                             [(i, programs[i].name) for i in order], kernels)
     return kernels
+
+
+def _remote_tasks(engine, programs: list, compile_options: dict):
+    """Sends every program to ``engine``'s workers now; returns the task that waits for
+    program ``i``'s artifacts and compiles it here with them supplied."""
+    from . import executors as _executors
+
+    handles: dict = {}
+    for i, program in enumerate(programs):
+        if program.binary is not None:
+            continue  # nothing to compile: the binary is stored and loaded here
+        try:
+            options = resolved_options(program, compile_options)
+            handles[i] = engine.submit(_executors.build_on_worker, program, options)
+            _executors._count("sent")
+        except Exception:  # noqa: BLE001 - a program that cannot be sent compiles here
+            _executors._count("worker_failures")
+    verbose = resolved_options(None, {**compile_options, "target": "cpu"})["verbose"]
+
+    def task(i):
+        program = programs[i]
+        if i not in handles:
+            return compile(program, **compile_options)
+        try:
+            artifacts = engine.result(handles[i])
+        except Exception as exc:  # noqa: BLE001 - sorted below
+            if _executors.genuine_failure(exc):
+                raise
+            _executors._count("worker_failures")
+            _executors._count("compiled_here")
+            if verbose:
+                print(f"tilejit: {program.name}: the {engine.name} worker failed ("
+                      f"{type(exc).__name__}: {str(exc).strip()[:200]}); compiling here",
+                      file=sys.stderr)
+            return compile(program, **compile_options)
+        with _cache.supplied_artifacts(artifacts) as supplied:
+            kernel = compile(program, **compile_options)
+        _executors._count("installed", len(supplied["installed"]))
+        if supplied["built"]:
+            _executors._count("compiled_here")
+            if verbose:
+                print(f"tilejit: {program.name}: the {engine.name} worker's build is not "
+                      "this machine's (another compiler or CPU); compiled here",
+                      file=sys.stderr)
+        return kernel
+
+    return task
