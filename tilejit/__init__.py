@@ -17,6 +17,7 @@ from .language.lang import T
 from .language.pointer import Pointer, make_ptr
 from .language.program import Launch, Program
 from .runtime import cython_backend as _cython_backend
+from .runtime.autotune import AutotuneError, autotune, autotune_inputs
 from .runtime.compilation import CompileErrors, compile, compile_many, load
 from .runtime.jit import JITFunction, jit
 from .runtime.kernel import JITKernel
@@ -55,6 +56,7 @@ def __dir__():
 
 
 __all__ = [
+    "AutotuneError",
     "CompileError",
     "CompileErrors",
     "JITFunction",
@@ -64,6 +66,8 @@ __all__ = [
     "Program",
     "T",
     "__version__",
+    "autotune",
+    "autotune_inputs",
     "compile",
     "compile_many",
     "empty",
