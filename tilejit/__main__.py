@@ -61,6 +61,8 @@ def main(argv=None) -> int:
     ls = cache_sub.add_parser("ls", help="one line per entry: key, kind, name, target, "
                                          "architecture, size, created, last used")
     ls.add_argument("--json", action="store_true", help="a JSON list of objects")
+    kinds = ("kernel", "tuning", "core", "wrapper", "bench")
+    ls.add_argument("--kind", choices=kinds, help="only entries of this kind")
     cache_sub.add_parser("size", help="total bytes and entry count")
     verify = cache_sub.add_parser("verify", help="re-check every entry's files; exit 1 if "
                                                  "any is damaged")
@@ -69,7 +71,9 @@ def main(argv=None) -> int:
     prune.add_argument("--max-size", metavar="SIZE", help="keep at most SIZE (500M, 2G)")
     prune.add_argument("--older-than", metavar="DURATION",
                        help="remove entries not used for DURATION (30m, 12h, 7d)")
-    cache_sub.add_parser("clear", help="remove every entry")
+    clear = cache_sub.add_parser("clear", help="remove every entry (or every one of a kind)")
+    clear.add_argument("--kind", choices=kinds, help="only entries of this kind (tuning: "
+                                                     "autotuned choices)")
     cache_sub.add_parser("path", help="print the cache directory")
     remote = cache_sub.add_parser("remote", help="the remote cache (TILEJIT_REMOTE_CACHE): "
                                                  "address, reachability, entries, this "

@@ -392,9 +392,19 @@ def prune(max_size: int | None = None, older_than: float | None = None) -> list[
     return [_record(e, root) for e in disk_cache.prune(root, max_size, older_than)]
 
 
-def clear() -> list[dict]:
-    """Removes every entry; returns them."""
-    return prune(older_than=-1.0)
+def clear(kind: str | None = None) -> list[dict]:
+    """Removes every entry (every one of ``kind``: ``kernel``, ``tuning``, ``core``,
+    ``wrapper``, ``bench``); returns them."""
+    if kind is None:
+        return prune(older_than=-1.0)
+    root = cache_dir()
+    removed = []
+    for entry in disk_cache.entries(root) if root.is_dir() else []:
+        record = _record(entry, root)
+        if record["kind"] == kind:
+            disk_cache.remove(entry.path)
+            removed.append(record)
+    return removed
 
 
 def foreign_files() -> int:
@@ -437,7 +447,7 @@ def main(args) -> int:
               "to a directory", file=sys.stderr)
         return 1
     if args.cache_command == "ls":
-        listed = entries()
+        listed = [e for e in entries() if args.kind in (None, e["kind"])]
         if args.json:
             print(json.dumps(listed, indent=1))
             return 0
@@ -480,7 +490,7 @@ def main(args) -> int:
         print(f"removed {len(removed)} entries ({_human(sum(e['size'] for e in removed))}); "
               f"{sum(e['size'] for e in entries())} bytes left{_left_alone()}")
         return 0
-    removed = clear()
+    removed = clear(getattr(args, "kind", None))
     print(f"removed {len(removed)} entries ({_human(sum(e['size'] for e in removed))}) from "
           f"{cache_dir()}{_left_alone()}")
     return 0

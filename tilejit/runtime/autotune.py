@@ -588,16 +588,16 @@ def _assign(x, saved) -> None:
 
 
 def _host(x):
-    """A NumPy array holding ``x``'s values (torch tensors moved to the host, types NumPy
-    lacks widened)."""
+    """A NumPy copy of ``x``'s values (torch tensors moved to the host, types NumPy lacks
+    widened): what it holds now, whatever is later written to ``x``."""
     import numpy as np
 
     if hasattr(x, "detach"):
         x = x.detach().cpu()
         if str(x.dtype) in ("torch.bfloat16", "torch.float8_e4m3fn", "torch.float8_e5m2"):
             x = x.float()
-        return x.numpy()
-    return np.asarray(x)
+        return np.array(x.numpy(), copy=True)
+    return np.array(x, copy=True)
 
 
 def _as_tuple(value) -> tuple:
