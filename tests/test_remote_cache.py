@@ -264,14 +264,17 @@ def test_verbose_logs_misses_publishes_and_hits(remote, machines, capfd):
     assert f"remote cache {address}: {name}: hit (" in capfd.readouterr().err
 
 
-def test_host_tuned_kernels_are_never_shared(remote, machines):
+def test_host_tuned_kernels_are_shared_by_machines_of_one_cpu(remote, machines):
+    # -march=native is keyed by what the compiler resolves it to here (tests/
+    # test_executors.py fakes a machine of another CPU, which never gets the kernel).
     name = _name()
     machines.use("a")
     _run(name, compile_flags=["-march=native"])
-    assert remote_cache.stats() == dict.fromkeys(remote_cache.stats(), 0)
+    assert remote_cache.stats()["publishes"] == 1
     machines.use("b")
     _run(name, compile_flags=["-march=native"])
-    assert _compiles(machines.log, name) == 2
+    assert _compiles(machines.log, name) == 1
+    assert remote_cache.stats()["hits"] == 1
 
 
 def test_the_key_holds_the_machine_and_the_toolchain(monkeypatch):
