@@ -152,16 +152,16 @@ def _factory():
     ({"configs": None}, ValueError, "spin: autotune: configs is required"),
     ({"configs": {"reps": 1}}, TypeError, "spin: autotune: configs must be a list of dicts"),
     ({"configs": [{"reps": 1}, {"rep": 2}]}, TypeError,
-     "spin: autotune: configs[1] {'rep': 2} sets 'rep', which spin() does not take (its "
-     "keyword arguments: n, reps)"),
+     ("spin: autotune: configs[1] {'rep': 2} sets 'rep', which spin() does not take (its "
+      "keyword arguments: n, reps)")),
     ({"configs": [7]}, TypeError, "spin: autotune: configs[0] must be a dict"),
     ({"configs": [{}], "warmup": -1}, ValueError,
      "spin: autotune: warmup must be an int >= 0, got -1"),
     ({"configs": [{}], "rep": -3}, ValueError, "spin: autotune: rep must be an int >= 1, got -3"),
     ({"configs": [{}], "rep": 0}, ValueError, "spin: autotune: rep must be an int >= 1, got 0"),
     ({"configs": [{}], "atol": -1}, ValueError, "spin: autotune: atol must be a number >= 0"),
-    ({"configs": [{}], "executor": 3}, TypeError, "spin: autotune: executor must be a "
-     "concurrent.futures.Executor"),
+    ({"configs": [{}], "executor": 3}, TypeError,
+     "spin: autotune: executor must be a concurrent.futures.Executor"),
     ({"configs": [{}], "executor": "dask"}, ValueError, "spin: autotune: executor must be"),
     ({"configs": [{}], "framework": "jax"}, ValueError, "spin: autotune: framework must be"),
 ])
@@ -412,9 +412,9 @@ def test_signed_entries_from_another_key_are_tuned_again(counted, machines, tmp_
 
 def test_a_machine_takes_the_choice_from_redis(counted, machines, tmp_path):
     pytest.importorskip("redis", reason="the redis client is in the test extra")
-    from test_remote_cache import RedisServer, _ci
-
     import shutil
+
+    from test_remote_cache import RedisServer, _ci
     if shutil.which("redis-server") is None:
         if _ci():
             pytest.fail("redis-server is not installed; CI installs it (.ci/run)")
@@ -423,7 +423,7 @@ def test_a_machine_takes_the_choice_from_redis(counted, machines, tmp_path):
     server.start()
     try:
         _shared_remote(server.url, counted, machines)
-        assert any(k.startswith(b"tilejit:kernel:") for k in server.client().keys())
+        assert any(k.startswith(b"tilejit:kernel:") for k in server.client().scan_iter())
     finally:
         server.stop()
     remote_cache.reset()

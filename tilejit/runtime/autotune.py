@@ -507,7 +507,7 @@ def _make_inputs(tuner: AutotuneFunction, kernel: JITKernel) -> list:
     where = f"{tuner.name}: autotune"
     if framework == "torch":
         try:
-            import torch
+            import torch  # noqa: F401 - present, or said so now
         except ImportError:
             raise RuntimeError(f"{where}: making inputs for a {kernel.target} kernel needs "
                                "torch; install it, or pass the inputs with `with "
@@ -523,7 +523,7 @@ def _make_inputs(tuner: AutotuneFunction, kernel: JITKernel) -> list:
             shape = []
             for d in param.shape:
                 if not isinstance(d, int):
-                    raise ValueError(
+                    raise ValueError(  # noqa: TRY004 - a value the caller must supply
                         f"{where}: parameter '{name}' has the symbolic size {d!r} "
                         f"(shape {tuple(param.shape)!r}); tilejit cannot make inputs for it: "
                         f"pass them with `with tilejit.autotune_inputs(...)`")

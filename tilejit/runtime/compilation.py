@@ -454,7 +454,7 @@ def _remote_tasks(engine, programs: list, compile_options: dict):
             return compile(program, **compile_options)
         try:
             artifacts = engine.result(handles[i])
-        except Exception as exc:  # noqa: BLE001 - sorted below
+        except Exception as exc:
             if _executors.genuine_failure(exc):
                 raise
             _executors._count("worker_failures")
