@@ -80,6 +80,7 @@ def test_the_fastest_config_is_chosen_and_recorded(counted):
     assert counted.runs() == len(CONFIGS) * (1 + 2 + 3)
     assert _compiles(counted.log, name) == len(CONFIGS)
     assert spin(4096) is kernel
+    assert spin.jit(4096, **record.config) is kernel
     assert counted.runs() == len(CONFIGS) * 6 and _compiles(counted.log, name) == 3
 
 

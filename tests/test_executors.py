@@ -136,6 +136,20 @@ def test_autotune_compiles_its_configs_on_the_executor(worker_env):
     assert executors.stats()["installed"] == len(CONFIGS)
 
 
+def test_a_jit_warmup_compiles_on_the_executor(worker_env):
+    name = _name()
+
+    @tilejit.jit(out_idx=-1)
+    def spin(n, reps=1):
+        return program(n, reps, f"{name}_{reps}")
+
+    with concurrent.futures.ProcessPoolExecutor(2, initializer=_set_env,
+                                                initargs=(worker_env,)) as pool:
+        kernels = spin.warmup([(64, 1), (64, 2)], executor=pool)
+    _run_all(kernels)
+    assert spin(64, 2) is kernels[1] and executors.stats()["installed"] == 2
+
+
 def test_a_dask_cluster_compiles(worker_env):
     distributed = pytest.importorskip("distributed", reason="dask[distributed] is in the "
                                                             "test extra (tilejit[dask])")

@@ -221,6 +221,11 @@ class AutotuneFunction:
             if record is None:
                 record = self._choose(args, kwargs, configs, given)
                 self._chosen[key] = record
+                # The factory's own calls with the chosen config find the kernel too.
+                with contextlib.suppress(TypeError):
+                    jit_key = self.jit._canonical_key(args, {**kwargs, **record.config})
+                    with self.jit._lock:
+                        self.jit._kernels.setdefault(jit_key, record.kernel)
             else:
                 record = _from_cache(record)
         try:

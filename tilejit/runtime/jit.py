@@ -263,9 +263,9 @@ class JITFunction:
                 pass
         return kernel
 
-    def warmup(self, calls, *, workers=None, progress=None) -> list[JITKernel]:
-        """Compiles the kernels of many calls at once, as ``tilejit.compile_many`` does,
-        and returns them in order; later calls with those arguments find them. Each item
+    def warmup(self, calls, *, workers=None, progress=None, executor=None) -> list[JITKernel]:
+        """Compiles the kernels of many calls at once, as ``tilejit.compile_many`` does
+        (on ``executor``'s workers when given), and returns them in order; later calls with those arguments find them. Each item
         of ``calls`` is a tuple of positional arguments, a dict of keyword arguments, or
         a ``(args, kwargs)`` pair; a single non-tuple value is one positional argument.
 
@@ -299,7 +299,8 @@ class JITFunction:
         if missing:
             try:
                 built = compile_many(list(missing.values()), workers=workers,
-                                     progress=progress, **self.options.as_kwargs())
+                                     progress=progress, executor=executor,
+                                     **self.options.as_kwargs())
             except CompileErrors as exc:
                 built = exc.kernels
                 for (i, _), error in zip(exc.failed, exc.exceptions):
