@@ -181,6 +181,35 @@ def test_ray_compiles(worker_env):
     assert executors.stats()["compiled_here"] == 0
 
 
+CUDA_SCALE = r"""
+extern "C" __global__ void NAME(const float *X, float *Y, long long n) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) Y[i] = 2 * X[i];
+}
+"""
+
+
+def test_cuda_images_compile_on_workers_too(worker_env):
+    from conftest import no_nvrtc
+
+    why = no_nvrtc()
+    if why:
+        pytest.skip(f"NVRTC cannot be loaded: {why}")
+    n = tilejit.T.symbol("n")
+    name = _name()
+    programs = [tilejit.Program(
+        name=f"{name}_{i}", source=CUDA_SCALE.replace("NAME", f"{name}_{i}"),
+        params=[tilejit.T.Buffer((n,), "float32", name="X", const=True),
+                tilejit.T.Buffer((n,), "float32", name="Y")],
+        grid=((n + 127) // 128,), block=(128,)) for i in range(2)]
+    with concurrent.futures.ProcessPoolExecutor(1, initializer=_set_env,
+                                                initargs=(worker_env,)) as pool:
+        kernels = tilejit.compile_many(programs, target="cuda", arch="sm_90",
+                                       compiler="nvrtc", out_idx=-1, executor=pool)
+    assert [Path(k.library_path).name for k in kernels] == ["kernel.cubin"] * 2
+    assert executors.stats()["installed"] == 2 and executors.stats()["compiled_here"] == 0
+
+
 def test_bad_executors_are_refused_before_compiling():
     with pytest.raises(TypeError, match=r"^compile_many: executor must be a "
                        r"concurrent.futures.Executor .* got int 3"):

@@ -437,7 +437,7 @@ class _Bench:
         params = kernel.params
         self.saved = [(j, _copy(self.inputs[j])) for j, i in enumerate(sig.inputs)
                       if isinstance(params[i], Buffer) and not params[i].const
-                      and _is_tensor(self.inputs[j])]
+                      and _writable(self.inputs[j])]
         self.written = [j for j, _ in self.saved]
         self.expected = None
         if tuner.ref_prog is not None:
@@ -576,6 +576,21 @@ def _random(rng, dtype: str, shape, where: str, name: str, framework: str):
 
 def _is_tensor(x) -> bool:
     return hasattr(x, "__dlpack__") and hasattr(x, "shape")
+
+
+def _writable(x) -> bool:
+    """Whether a kernel could write ``x`` (a torch tensor, a writable NumPy-like array);
+    an immutable array (JAX's) is refused by the kernel's checks, never written."""
+    if not _is_tensor(x):
+        return False
+    if hasattr(x, "copy_"):
+        return True
+    if type(x).__module__.split(".")[0] in ("jax", "jaxlib"):
+        return False
+    flags = getattr(x, "flags", None)
+    if flags is not None and hasattr(flags, "writeable"):
+        return bool(flags.writeable)
+    return hasattr(x, "__setitem__") and callable(getattr(x, "copy", None))  # CuPy's
 
 
 def _copy(x):
