@@ -37,6 +37,25 @@ def _compiles(log: Path, name: str) -> int:
     return sum(f"/{name}.c " in line for line in log.read_text().splitlines())
 
 
+@pytest.fixture(scope="module", autouse=True)
+def module_cache(tmp_path_factory, logging_cc):
+    """This module's own cache: its child processes compile with the logging compiler,
+    whose path keys a core and a wrapper of their own, built here once (the session's
+    cache keeps one core, which other modules count on)."""
+    # This process's core and wrapper come from the session's cache, as in other modules.
+    n = T.symbol("n")
+    tilejit.compile(tilejit.Program("noop", [T.Buffer((n,), "float32", name="X")],
+                                    "void noop(float *X, int64_t n) {}"))(np.ones(3, np.float32))
+    tilejit.empty((1,))
+    root = tmp_path_factory.mktemp("autotune-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TILEJIT_CACHE_DIR", str(root))
+        subprocess.run([sys.executable, "-c", "import numpy, tilejit; print(tilejit.empty((1,)))"],
+                       env=subprocess_env(TILEJIT_CC=str(logging_cc)), check=True,
+                       capture_output=True, timeout=600)
+        yield root
+
+
 @pytest.fixture
 def counted(tmp_path, monkeypatch, logging_cc):
     """Compiles logged to ``counted.log``; ``counted.runs()`` the tuner's kernel runs."""
