@@ -254,6 +254,8 @@ def test_symbolic_sizes_ask_for_inputs_and_given_inputs_are_restored():
     np.testing.assert_array_equal(x, np.arange(5, dtype=np.float32))  # unchanged
     assert record.config == {"step": 1}
     assert "differs from ref_prog" in record.trials[1].error
+    # The choice is the arguments': outside the block, the same call takes it.
+    assert bump() is record.kernel and bump.tuning().from_cache
 
 
 def test_given_torch_inputs_are_restored_too():

@@ -59,7 +59,9 @@ def autotune_inputs(*tensors):
     """Tunes on these tensors: within the block, an autotuned call that must tune times
     its configs on ``tensors`` (the kernel's inputs, in order: every parameter but the
     outputs of ``out_idx``) instead of inputs made from the parameters. A parameter the
-    kernel writes is restored after every run: the tensors are as given afterwards.
+    kernel writes is restored after every run: the tensors are as given afterwards. The
+    choice is keyed by the call's arguments, not by these tensors: a later call with the
+    same arguments, inside the block or not, in this process or another, takes it.
 
     >>> with tilejit.autotune_inputs(a, b):
     ...     kernel = matmul(M, N, K)
@@ -205,15 +207,15 @@ class AutotuneFunction:
     def tuning(self, /, *args, **kwargs) -> Tuning:
         """The record of the choice for these arguments: tuned now, or found (in this
         process, the disk cache or the remote cache: ``from_cache``)."""
-        given = _inputs.get()
         raw = (args, tuple(kwargs.items()), tuple(map(type, args)),
-               tuple(map(type, kwargs.values())), _inputs_key(given))
+               tuple(map(type, kwargs.values())))
         try:
             return self._calls[raw]
         except (KeyError, TypeError):
             pass
+        given = _inputs.get()  # what a tuning runs on; the choice is the arguments'
         configs = self._configs_for(args, kwargs)
-        key = (self._canonical(args, kwargs, configs), _inputs_key(given))
+        key = self._canonical(args, kwargs, configs)
         with self._lock:
             key_lock = self._key_locks.setdefault(key, threading.Lock())
         with key_lock:  # threads asking for the same arguments tune once
@@ -317,7 +319,7 @@ class AutotuneFunction:
                 program = None
             programs.append(program)
         options = self.jit.options.as_kwargs()
-        key = self._entry_key(args, kwargs, configs, programs, errors, options, given)
+        key = self._entry_key(args, kwargs, configs, programs, errors, options)
         if key is None:  # arguments with no stable spelling: this process only
             return self._tune(configs, programs, errors, options, given)
         tuned: list = []
@@ -350,7 +352,7 @@ class AutotuneFunction:
                        for t in record["trials"])
         return Tuning(configs[index], record["latency"], kernel, True, trials)
 
-    def _entry_key(self, args, kwargs, configs, programs, errors, options, given):
+    def _entry_key(self, args, kwargs, configs, programs, errors, options):
         """The disk and remote key of this choice, or None when an argument or a config
         has no stable spelling."""
         try:
@@ -374,7 +376,6 @@ class AutotuneFunction:
                                         if k not in ("verbose", "execution_backend")}),
                 native=_native(resolved), device=_device(resolved),
                 check=[_callable_name(self.ref_prog), self.atol, self.rtol],
-                inputs=_tuning.encode(_inputs_key(given)),
                 framework=self.framework)
         except (_tuning.Unencodable, TypeError, ValueError):
             return None
@@ -622,25 +623,6 @@ def _host(x):
 
 def _as_tuple(value) -> tuple:
     return tuple(value) if isinstance(value, (tuple, list)) else (value,)
-
-
-def _inputs_key(given):
-    """What a choice depends on in the inputs given with ``autotune_inputs``: each one's
-    type, shape, dtype and strides (a scalar's type and value)."""
-    if given is None:
-        return None
-    key = []
-    for x in given:
-        if _is_tensor(x):
-            strides = getattr(x, "strides", None)
-            if callable(getattr(x, "stride", None)):
-                strides = tuple(x.stride())
-            key.append((type(x).__name__, tuple(x.shape), str(x.dtype),
-                        tuple(strides) if strides is not None else None,
-                        str(getattr(x, "device", "cpu"))))
-        else:
-            key.append((type(x).__name__, x if isinstance(x, (int, float, bool)) else None))
-    return tuple(key)
 
 
 def _freeze(value):

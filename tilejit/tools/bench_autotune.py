@@ -43,6 +43,7 @@ import tilejit
 from .. import T, __version__
 from ..builder import cache as _cache
 from ..native._build import build_tools
+from ..native._build import env as _env
 
 SIZE = (384, 384, 384)
 """``(M, N, K)`` of the benchmarked matmul: a few milliseconds per run."""
@@ -136,16 +137,16 @@ def compile_matmul(config: dict, tag: str = ""):
 @contextlib.contextmanager
 def _environment(**values: str):
     """Sets environment variables for the block, then restores them."""
-    saved = {name: os.environ.get(name) for name in values}
+    saved = {name: value for name, value in os.environ.items() if name in values}
     os.environ.update(values)
     try:
         yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
+        for name in values:
+            if name in saved:
+                os.environ[name] = saved[name]
             else:
-                os.environ[name] = value
+                os.environ.pop(name, None)
 
 
 def _seeded_cache(parent: Path, name: str) -> Path:
@@ -232,7 +233,7 @@ def _child(mode: str, tag: str, env: dict[str, str], config: dict | None = None)
     returns what it printed: the seconds from ``import tilejit`` to the kernel, and
     whether the choice came from a cache."""
     package_parent = str(Path(tilejit.__file__).resolve().parents[1])
-    paths = [package_parent, *filter(None, [os.environ.get("PYTHONPATH")])]
+    paths = [package_parent, *filter(None, [_env.text("PYTHONPATH")])]
     done = subprocess.run(
         [sys.executable, "-c", _CHILD, mode, tag, json.dumps(config or {})],
         env={**os.environ, "PYTHONPATH": os.pathsep.join(paths), **env},
