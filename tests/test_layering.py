@@ -130,13 +130,14 @@ def _floors(graph: dict[str, set[str]]) -> dict[str, int]:
     return floors
 
 
-def test_the_package_has_at_most_ten_import_floors():
+def test_the_package_has_at_most_eleven_import_floors():
     # The longest chain of imports (function-level ones counted) from a module down to one
     # that imports nothing of the package: a change that stacks a module on the tallest
-    # pile says so here, so that a new layer is a decision.
+    # pile says so here, so that a new layer is a decision. The eleventh: autotune over
+    # @jit (runtime.autotune -> runtime.jit), as its decorator stacks on jit's.
     floors = _floors(_import_graph(PACKAGE))
     tallest = max(floors, key=floors.get)
-    assert floors[tallest] <= 10, f"{tallest} stands on {floors[tallest]} floors"
+    assert floors[tallest] <= 11, f"{tallest} stands on {floors[tallest]} floors"
 
 
 def test_floors_count_the_longest_chain():

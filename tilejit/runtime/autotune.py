@@ -43,6 +43,7 @@ from ..builder import tuning as _tuning
 from ..builder.signature import lower
 from ..language.lang import Buffer, PointerParam, Scalar
 from ..language.program import Program
+from . import frameworks
 from .compilation import CompileErrors, compile, compile_many, resolved_options
 from .jit import JITFunction, LayoutJITFunction
 from .kernel import JITKernel
@@ -468,15 +469,12 @@ class _Bench:
 
     def timed(self, kernel) -> float:
         if self.cuda:
-            import torch
-
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            self.run(kernel)
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / 1e3
+            timer = _torch().device_timer("cuda")
+            if timer is not None:
+                start, stop = timer
+                start()
+                self.run(kernel)
+                return stop()
         begin = time.perf_counter()
         self.run(kernel)
         return time.perf_counter() - begin
@@ -513,7 +511,7 @@ def _make_inputs(tuner: AutotuneFunction, kernel: JITKernel) -> list:
     where = f"{tuner.name}: autotune"
     if framework == "torch":
         try:
-            import torch  # noqa: F401 - present, or said so now
+            _torch()
         except ImportError:
             raise RuntimeError(f"{where}: making inputs for a {kernel.target} kernel needs "
                                "torch; install it, or pass the inputs with `with "
@@ -536,8 +534,7 @@ def _make_inputs(tuner: AutotuneFunction, kernel: JITKernel) -> list:
                 shape.append(d)
             values = _random(rng, param.dtype, shape, where, name, framework)
             if framework == "torch":
-                device = "cuda" if kernel.target == "cuda" else "cpu"
-                values = values.to(device)
+                values = _torch().tensor_from(values, param.dtype, kernel.target)
             inputs.append(values)
         elif isinstance(param, Scalar) and param.dtype.startswith(("float", "complex")):
             inputs.append(float(rng.random()))
@@ -561,9 +558,7 @@ def _random(rng, dtype: str, shape, where: str, name: str, framework: str):
     else:
         data = rng.standard_normal(shape)
     if framework == "torch":
-        import torch
-
-        return torch.from_numpy(np.ascontiguousarray(data)).to(getattr(torch, dtype))
+        return np.ascontiguousarray(data)  # the adapter makes the tensor of its dtype
     try:
         return np.ascontiguousarray(data.astype(dtype))
     except TypeError:
@@ -670,22 +665,26 @@ def _device(options: dict) -> str:
     if target in _devices:
         return _devices[target]
     if target == "cuda":
-        text = "cuda"
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                major, minor = torch.cuda.get_device_capability()
-                text = f"cuda {torch.cuda.get_device_name()} sm_{major}{minor}"
-        except Exception:  # noqa: BLE001 - no torch, or no device: the capability alone
+        text = None
+        with contextlib.suppress(Exception):  # no torch, or no device
+            text = _torch().device_name("cuda")
+        if text is None:  # the architecture the driver reports (or is given) alone
             from ..builder.cuda_compiler import resolve_arch
 
+            text = "unknown"
             with contextlib.suppress(Exception):
-                text = f"cuda {','.join(resolve_arch(options.get('arch')))}"
+                text = ",".join(resolve_arch(options.get("arch")))
+        text = f"cuda {text}"
     else:
         text = f"cpu {platform.machine()} {_cpu_model()}"
     _devices[target] = text
     return text
+
+
+def _torch():
+    """torch's adapter (``tilejit.runtime.frameworks``): torch is known to its wing only.
+    ImportError without torch."""
+    return frameworks.adapter_named("torch")
 
 
 def _cpu_model() -> str:

@@ -269,6 +269,13 @@ def compile_artifacts(program: Program, **compile_options) -> list:
     return found
 
 
+def compile_on_worker(program: Program, options: dict) -> list:
+    """What an executor's worker runs (``tilejit.runtime.executors``): ``program``
+    compiled through the worker's own cache with ``options`` (resolved by the caller),
+    its artifacts returned (``compile_artifacts``)."""
+    return compile_artifacts(program, **options)
+
+
 def resolved_options(program: Program | None, compile_options: dict) -> dict:
     """``compile_options`` with what this process's environment decides filled in (the
     target, flags, CUDA architectures and compiler), so that another process compiles
@@ -442,7 +449,7 @@ def _remote_tasks(engine, programs: list, compile_options: dict):
             continue  # nothing to compile: the binary is stored and loaded here
         try:
             options = resolved_options(program, compile_options)
-            handles[i] = engine.submit(_executors.build_on_worker, program, options)
+            handles[i] = engine.submit(compile_on_worker, program, options)
             _executors._count("sent")
         except Exception:  # noqa: BLE001 - a program that cannot be sent compiles here
             _executors._count("worker_failures")

@@ -26,7 +26,7 @@ import threading
 
 from ..builder.compiler import CompileError
 
-__all__ = ["Engine", "engine", "stats"]
+__all__ = ["Engine", "engine", "genuine_failure", "stats"]
 
 _stats_lock = threading.Lock()
 _stats = {"sent": 0, "installed": 0, "compiled_here": 0, "worker_failures": 0}
@@ -49,14 +49,6 @@ def reset() -> None:
     """Forget the counts, as a new process would (for tests)."""
     with _stats_lock:
         _stats.update(dict.fromkeys(_stats, 0))
-
-
-def build_on_worker(program, options: dict) -> list:
-    """What a worker runs: the program compiled through the worker's own cache, its
-    artifacts returned (``compilation.compile_artifacts``)."""
-    from .compilation import compile_artifacts
-
-    return compile_artifacts(program, **options)
 
 
 class Engine:

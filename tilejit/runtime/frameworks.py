@@ -12,6 +12,9 @@ For a type of tensor it asks the type's adapter (``adapter_for``):
 - ``claim(cls)`` / ``claims(obj, failed)`` / ``claimed_call(kernel, args, stream)``: calls
   the framework must run itself (autograd, tracers), handed back by the core
   (``tj_claim``);
+- ``tensor_from(values, dtype, device)``, ``device_timer(device)``, ``device_name(device)``:
+  inputs an autotuner makes up, and how it times and names the device
+  (``tilejit.runtime.autotune``);
 - ``import_refusal(obj)``: why an object cannot be imported, said plainly;
   ``exportable(obj)``: an alias ``__dlpack__`` exports when the object is refused;
   ``exported(obj, capsule)``: ``__dlpack__``'s capsule, corrected where the framework
@@ -67,6 +70,23 @@ class Adapter:
     def lazy_view(self, obj) -> int:
         """The ``TJ_VIEW_*`` bits of ``obj``."""
         return 0
+
+    def tensor_from(self, values, dtype: str, device: str):
+        """A tensor of this framework holding NumPy ``values`` as ``dtype`` (tilejit's
+        name) on ``device`` (``"cpu"`` or ``"cuda"``): inputs tilejit makes up (an
+        autotuner's)."""
+        raise NotImplementedError(f"tilejit cannot make {self.name or 'these'} tensors")
+
+    def device_timer(self, device: str):
+        """``(start, stop)`` timing what runs between them on the framework's current
+        stream of ``device`` (``stop()`` returns seconds, waiting for the stream), or None
+        when the framework has no clock of its own there (the host's is used)."""
+        return
+
+    def device_name(self, device: str) -> str | None:
+        """What the framework calls the current ``device`` (a GPU's name and compute
+        capability), or None."""
+        return
 
     def claim(self, cls: type):
         """How the core learns that the framework must run a call with objects of ``cls``

@@ -62,6 +62,28 @@ class TorchAdapter(frameworks.Adapter):
         empty = torch.empty
         return lambda shape: empty(shape, dtype=tdtype, device=where)
 
+    def tensor_from(self, values, dtype: str, device: str):
+        return torch.from_numpy(values).to(device=device, dtype=getattr(torch, dtype))
+
+    def device_timer(self, device: str):
+        if device != "cuda":
+            return None
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+
+        def stop() -> float:
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3  # ms -> s
+
+        return start.record, stop
+
+    def device_name(self, device: str) -> str | None:
+        if device != "cuda" or not torch.cuda.is_available():
+            return None
+        major, minor = torch.cuda.get_device_capability()
+        return f"{torch.cuda.get_device_name()} sm_{major}{minor}"
+
     def stream(self, device_type: int, device_id: int) -> int:
         if device_type in _CUDA_DEVICES:
             return torch.cuda.current_stream(device_id).cuda_stream
