@@ -203,7 +203,11 @@ class AutotuneFunction:
     # ---- The call -------------------------------------------------------------------------
 
     def __call__(self, /, *args, **kwargs) -> JITKernel:
-        return self.tuning(*args, **kwargs).kernel
+        try:  # the exact call seen before: one dict lookup (the key as in ``tuning``)
+            return self._calls[(args, tuple(kwargs.items()), tuple(map(type, args)),
+                                tuple(map(type, kwargs.values())))].kernel
+        except (KeyError, TypeError):
+            return self.tuning(*args, **kwargs).kernel
 
     def tuning(self, /, *args, **kwargs) -> Tuning:
         """The record of the choice for these arguments: tuned now, or found (in this
