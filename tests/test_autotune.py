@@ -280,6 +280,24 @@ def test_made_up_inputs_follow_the_framework_asked_for():
     assert seen == [torch.Tensor, np.ndarray]
 
 
+def test_in_place_outputs_are_the_last_buffers_written():
+    # Nothing declared const, no out_idx: ref_prog's one result is checked against C.
+    name = _name()
+
+    @tilejit.autotune(configs=[{"k": 2}, {"k": 3}], ref_prog=lambda a, b, c: a + 2 * b,
+                      warmup=0, rep=2)
+    @tilejit.jit()
+    def axpy(k=2):
+        return tilejit.Program(
+            name=name, source=f"void {name}(float *A, float *B, float *C) "
+            f"{{ for (int i = 0; i < 16; ++i) C[i] = A[i] + {k} * B[i]; }}",
+            params=[T.Buffer((16,), "float32", name=x) for x in "ABC"])
+
+    record = axpy.tuning()
+    assert record.config == {"k": 2}
+    assert record.trials[1].error.startswith("ValueError: output 0 differs from ref_prog")
+
+
 def test_wrong_given_inputs_are_named():
     spin = make(name=_name())
     with tilejit.autotune_inputs(np.ones(8, np.float32), np.ones(8, np.float32)), \
