@@ -114,6 +114,11 @@ def test_a_callable_gives_the_configs_from_the_call():
     assert spin.tuning(512).config == {"reps": 1}
     assert spin.tuning(64).config == {"reps": 2}
     assert seen == [512, 64]
+    # Any iterable of dicts: a generator, read once.
+    spin = make(configs=({"reps": r} for r in (9, 1)), name=_name())
+    assert spin.tuning(256).config == {"reps": 1} and spin.tuning(128).config == {"reps": 1}
+    spin = make(configs=lambda n: ({"reps": r} for r in (1, 9)), name=_name())
+    assert spin.tuning(256).config == {"reps": 1}
 
 
 def test_failing_configs_are_skipped_and_reported():

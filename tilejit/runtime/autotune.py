@@ -187,9 +187,7 @@ class AutotuneFunction:
         if configs is None:
             raise ValueError(f"{where}: configs is required: a list of dicts of "
                              f"{self.name}()'s keyword arguments, or a callable returning one")
-        self.configs = configs
-        if not callable(configs):
-            self._check_configs(configs)
+        self.configs = configs if callable(configs) else self._check_configs(configs)
         self.warmup, self.rep, self.ref_prog = warmup, rep, ref_prog
         self.atol, self.rtol = float(atol), float(rtol)
         self.executor, self.progress, self.workers = executor, progress, workers
@@ -249,9 +247,10 @@ class AutotuneFunction:
 
     def _check_configs(self, configs) -> list:
         where = f"{self.name}: autotune"
-        if isinstance(configs, dict) or not isinstance(configs, (list, tuple)):
+        if isinstance(configs, (dict, str, bytes)) or not hasattr(configs, "__iter__"):
             raise TypeError(f"{where}: configs must be a list of dicts, got "
                             f"{type(configs).__name__}")
+        configs = list(configs)  # a tuple, a generator: read once
         if not configs:
             raise ValueError(f"{where}: configs is empty; give at least one dict of "
                              f"{self.name}()'s keyword arguments")
