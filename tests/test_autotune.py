@@ -303,6 +303,31 @@ def test_in_place_outputs_are_the_last_buffers_written():
     assert record.trials[1].error.startswith("ValueError: output 0 differs from ref_prog")
 
 
+@pytest.mark.parametrize("fullgraph", [True, False])
+def test_a_call_under_torch_compile_is_the_tuned_kernels_op(fullgraph):
+    torch = pytest.importorskip("torch")
+    spin = make(name=_name(), ref_prog=lambda a: a * 2)
+
+    @torch.compile(fullgraph=fullgraph)
+    def model(x):
+        return spin(x.shape[0])(x) + 1
+
+    x = torch.arange(1024, dtype=torch.float32)
+    assert torch.equal(model(x), x * 2 + 1)
+    assert spin.tuning(1024).config == CONFIGS[1]
+
+
+def test_jax_arrays_and_tensors_that_need_gradients_tune_as_given():
+    torch = pytest.importorskip("torch")
+    x = torch.ones(2048, requires_grad=True)
+    with tilejit.autotune_inputs(x):
+        assert make(name=_name()).tuning(2048).config == CONFIGS[1]
+    assert x.grad is None and x.grad_fn is None
+    jnp = pytest.importorskip("jax.numpy")
+    with tilejit.autotune_inputs(jnp.arange(2048, dtype=jnp.float32)):
+        assert make(name=_name()).tuning(2048).config == CONFIGS[1]
+
+
 def test_wrong_given_inputs_are_named():
     spin = make(name=_name())
     with tilejit.autotune_inputs(np.ones(8, np.float32), np.ones(8, np.float32)), \

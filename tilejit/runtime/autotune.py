@@ -45,6 +45,7 @@ from ..language.lang import Buffer, PointerParam, Scalar
 from ..language.program import Program
 from . import frameworks
 from .compilation import CompileErrors, compile, compile_many, resolved_options
+from .fast_paths import FAST_PATHS
 from .jit import JITFunction, LayoutJITFunction
 from .kernel import JITKernel
 
@@ -197,15 +198,24 @@ class AutotuneFunction:
         self._lock = threading.Lock()
         self._key_locks: dict = {}
         functools.update_wrapper(self, factory.func)
+        frameworks.register_traced(self)
+        frameworks.load_present()  # a tracing framework imported already installs its tracer
 
     # ---- The call -------------------------------------------------------------------------
 
     def __call__(self, /, *args, **kwargs) -> JITKernel:
+        if frameworks.compiling():  # traced by torch.compile (frameworks.traceable)
+            return frameworks.deferred_entry("jit")(self, *args, **kwargs)
         try:  # the exact call seen before: one dict lookup (the key as in ``tuning``)
             return self._calls[(args, tuple(kwargs.items()), tuple(map(type, args)),
                                 tuple(map(type, kwargs.values())))].kernel
         except (KeyError, TypeError):
             return self.tuning(*args, **kwargs).kernel
+
+    def kernel_for(self, /, *args, **kwargs) -> JITKernel:
+        """The tuned kernel of these arguments (what a call returns): what ``torch.compile``
+        finds at trace time, outside the graph, for a call it traces."""
+        return self.tuning(*args, **kwargs).kernel
 
     def tuning(self, /, *args, **kwargs) -> Tuning:
         """The record of the choice for these arguments: tuned now, or found (in this
@@ -419,6 +429,11 @@ class AutotuneFunction:
         return Tuning(configs[best], latencies[best], kernels[best], False, trials)
 
 
+# Under torch.compile a call is traced as a @jit function's is (the "jit" entry of the
+# tracing adapter): the kernel tuned or found at trace time, standing in the graph as its op.
+frameworks.traceable(AutotuneFunction.__call__, "jit", FAST_PATHS)
+
+
 # ---- Running and timing -----------------------------------------------------------------
 
 
@@ -428,11 +443,15 @@ class _Bench:
     def __init__(self, tuner: AutotuneFunction, kernel: JITKernel, given):
         self.tuner, self.name = tuner, tuner.name
         self.cuda = kernel.target == "cuda"
+        self.traced = frameworks.compiling()
         sig = kernel._sig
         if given is None:
             self.inputs = _make_inputs(tuner, kernel)
         else:
-            self.inputs = list(given)
+            # Tensors that need gradients are run as their detached selves (the same
+            # memory): tuning records nothing for autograd.
+            self.inputs = [x.detach() if getattr(x, "requires_grad", False)
+                           and callable(getattr(x, "detach", None)) else x for x in given]
             if len(self.inputs) != len(sig.inputs):
                 raise ValueError(
                     f"{self.name}: autotune_inputs got {len(self.inputs)} tensors; the kernel "
@@ -455,6 +474,8 @@ class _Bench:
             _assign(self.inputs[j], copy)
 
     def run(self, kernel):
+        if self.traced:  # torch.compile's trace time: the kernel itself, not its op
+            return kernel._unclaimed(*self.inputs)
         return kernel(*self.inputs)
 
     def measure(self, kernel) -> float:
