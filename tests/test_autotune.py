@@ -40,8 +40,9 @@ def _compiles(log: Path, name: str) -> int:
 @pytest.fixture(scope="module", autouse=True)
 def module_cache(tmp_path_factory, logging_cc):
     """This module's own cache: its child processes compile with the logging compiler,
-    whose path keys a core and a wrapper of their own, built here once (the session's
-    cache keeps one core, which other modules count on)."""
+    whose path keys a core of its own, built here once (the session's cache keeps one
+    core, which other modules count on). They run the ctypes backend, which needs no
+    wrapper (every backend tunes alike; the wrapper's build would cost seconds)."""
     # This process's core and wrapper come from the session's cache, as in other modules.
     n = T.symbol("n")
     tilejit.compile(tilejit.Program("noop", [T.Buffer((n,), "float32", name="X")],
@@ -50,7 +51,9 @@ def module_cache(tmp_path_factory, logging_cc):
     root = tmp_path_factory.mktemp("autotune-cache")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("TILEJIT_CACHE_DIR", str(root))
-        subprocess.run([sys.executable, "-c", "import numpy, tilejit; print(tilejit.empty((1,)))"],
+        patch.setenv("TILEJIT_EXECUTION_BACKEND", "ctypes")
+        build_core = "from tilejit.native import library; library.core_library()"
+        subprocess.run([sys.executable, "-c", build_core],
                        env=subprocess_env(TILEJIT_CC=str(logging_cc)), check=True,
                        capture_output=True, timeout=600)
         yield root
