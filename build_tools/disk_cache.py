@@ -519,8 +519,8 @@ def _rmtree(path: str) -> None:
 # The directories under a cache root that tilejit writes entries into, and how deep an
 # entry lies below each: kernels/<key[:2]>/<key>, core/<hash> (and core/<hash>-torch_op),
 # wrapper/<abi>/<hash>, bench/<stem>-<hash>, tunings/<key[:2]>/<key> (an autotuner's
-# choice). Nothing else under the root is tilejit's: a
-# cache directory set to a shared directory by mistake keeps its other files.
+# choice). Nothing else under the root is tilejit's: a cache directory set to a shared
+# directory by mistake keeps its other files.
 _AREAS = {"kernels": 2, "core": 1, "wrapper": 2, "bench": 1, "tunings": 2}
 _EMBEDDING_LINK = "libtilejit.so"  # what ``-ltilejit`` finds beside a core (its entry's)
 _KERNEL_SUFFIXES = (".so", ".cubin", ".ptx", ".fatbin")
@@ -560,7 +560,8 @@ def _owned(parts: tuple[str, ...], dirnames: list[str], filenames: list[str]) ->
         return False
     if not all(_plain_name(p) for p in parts) or dirnames:
         return False
-    if parts[0] in ("kernels", "tunings") and (len(parts[1]) != 2 or not parts[2].startswith(parts[1])):
+    keyed = parts[0] in ("kernels", "tunings")  # <area>/<key[:2]>/<key>
+    if keyed and (len(parts[1]) != 2 or not parts[2].startswith(parts[1])):
         return False
     artifacts = [name for name in filenames if name != _META_NAME]
     if parts[0] == "core" and _EMBEDDING_LINK in artifacts and len(artifacts) == 2:

@@ -305,7 +305,7 @@ def _ask_gcc(cc: list[str], natives: tuple[str, ...]) -> str | None:
     chosen = re.findall(r"^\s*-m(arch|cpu|tune)=[ \t]+(\S+)\s*$", text, re.MULTILINE)
     if not chosen:
         return None
-    lines = sorted(line.split() and " ".join(line.split()) for line in text.splitlines()
+    lines = sorted(" ".join(line.split()) for line in text.splitlines()
                    if line.strip().startswith("-"))
     digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
     return "gcc " + " ".join(f"-m{k}={v}" for k, v in chosen) + f" sha256:{digest}"

@@ -23,13 +23,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import platform
 
 from ..language.program import Program
 from ..version import VERSION
 from .cache import artifact_key
 from .signature import Signature
 
-__all__ = ["check_entry", "encode", "entry", "program_digest", "read_entry", "tuning_key"]
+__all__ = ["check_entry", "cpu_model", "encode", "entry", "program_digest", "read_entry",
+           "tuning_key"]
 
 _FORMAT = 1
 
@@ -67,6 +69,20 @@ def program_digest(program: Program, signature: Signature) -> str:
                        "language": getattr(program, "language", None), "binary": binary},
                       sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def cpu_model() -> str:
+    """This machine's CPU as the system names it (``/proc/cpuinfo``'s model name, or its
+    ``Model`` / ``cpu model`` line on ARM and MIPS): part of a choice's key, and of the
+    benchmarks' headers."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith(("model name", "Model", "cpu model")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
 
 
 def tuning_key(**parts) -> str:

@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import inspect
 import platform
 import statistics
 import threading
 import time
-from dataclasses import dataclass, field
 
 from ..builder import cache as _cache
 from ..builder import tuning as _tuning
@@ -75,7 +75,7 @@ def autotune_inputs(*tensors):
         _inputs.reset(token)
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Trial:
     """One config's outcome: its ``latency`` in seconds (the median of the timed runs), or
     None and the ``error`` (why it was skipped: it did not compile, raised, or differed
@@ -86,7 +86,7 @@ class Trial:
     error: str | None
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Tuning:
     """The record of a choice: the fastest ``config`` (the dict as given), its ``latency``
     (seconds, the median of its timed runs), its ``kernel``, whether the choice came
@@ -97,7 +97,7 @@ class Tuning:
     latency: float
     kernel: JITKernel
     from_cache: bool
-    trials: tuple[Trial, ...] = field(default=())
+    trials: tuple[Trial, ...] = dataclasses.field(default=())
 
 
 class AutotuneError(RuntimeError):
@@ -140,10 +140,6 @@ def autotune(configs=None, *, warmup: int = 3, rep: int = 20, ref_prog=None,
                                 workers=workers, framework=framework)
 
     return wrap
-
-
-def _describe_config(config) -> str:
-    return repr(config)
 
 
 class AutotuneFunction:
@@ -227,26 +223,24 @@ class AutotuneFunction:
         except (KeyError, TypeError):
             pass
         given = _inputs.get()  # what a tuning runs on; the choice is the arguments'
-        configs = self._configs_for(args, kwargs)
-        key = self._canonical(args, kwargs, configs)
+        configs, key = self._configs_and_key(args, kwargs)
         with self._lock:
             key_lock = self._key_locks.setdefault(key, threading.Lock())
         with key_lock:  # threads asking for the same arguments tune once
-            record = self._chosen.get(key)
-            if record is None:
+            kept = self._chosen.get(key)
+            if kept is None:
                 record = self._choose(args, kwargs, configs, given)
-                self._chosen[key] = record
+                # What later asks get: the same choice, from the process's cache.
+                kept = self._chosen[key] = dataclasses.replace(record, from_cache=True)
                 # The factory's own calls with the chosen config find the kernel too.
                 with contextlib.suppress(TypeError):
                     jit_key = self.jit._canonical_key(args, {**kwargs, **record.config})
                     with self.jit._lock:
                         self.jit._kernels.setdefault(jit_key, record.kernel)
             else:
-                record = _from_cache(record)
-        try:
-            self._calls[raw] = record if record.from_cache else _from_cache(record)
-        except TypeError:
-            pass
+                record = kept
+        with contextlib.suppress(TypeError):  # an unhashable argument: no fast path
+            self._calls[raw] = kept
         return record
 
     def cache_info(self) -> int:
@@ -276,9 +270,13 @@ class AutotuneFunction:
                     raise TypeError(f"{where}: configs[{i}] {config!r} sets '{name}', which "
                                     f"{self.name}() does not take (its keyword arguments: "
                                     f"{', '.join(self._keywords) or 'none'})")
-        return list(configs)
+        return configs
 
-    def _configs_for(self, args, kwargs) -> list:
+    def _configs_and_key(self, args, kwargs) -> tuple[list, tuple]:
+        """The configs of a call (refused as above) and the call's key in this process:
+        its arguments with the defaults of those no config sets, and the configs. A call
+        that passes an argument a config sets, lacks one, or passes an unhashable one is
+        refused in the function's name."""
         configs = self.configs
         if callable(configs):
             configs = configs(*args, **kwargs)
@@ -294,18 +292,12 @@ class AutotuneFunction:
                                 f"config sets it); leave it out, or call {self.name}.jit(..., "
                                 f"{name}=...) for one config")
         for p in self._signature.parameters.values():
-            if (p.name not in bound.arguments and p.name not in tuned
-                    and p.default is p.empty and p.kind not in (p.VAR_POSITIONAL,
-                                                                  p.VAR_KEYWORD)):
-                raise TypeError(f"{self.name}(): missing a required argument: '{p.name}'")
-        return configs
-
-    def _canonical(self, args, kwargs, configs):
-        tuned = {name for config in configs for name in config}
-        bound = self._signature.bind_partial(*args, **kwargs)
-        for p in self._signature.parameters.values():
-            if p.name not in bound.arguments and p.name not in tuned and p.default is not p.empty:
+            if p.name in bound.arguments or p.name in tuned:
+                continue
+            if p.default is not p.empty:
                 bound.arguments[p.name] = p.default
+            elif p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise TypeError(f"{self.name}(): missing a required argument: '{p.name}'")
         key = []
         for name, value in bound.arguments.items():
             try:
@@ -315,7 +307,7 @@ class AutotuneFunction:
                                 f"{type(value).__name__} is unhashable; autotuned arguments "
                                 "must be hashable (use tuples, not lists)") from None
             key.append((name, type(value), value))
-        return tuple(key), tuple(_freeze(c) for c in configs)
+        return configs, (tuple(key), tuple(_freeze(c) for c in configs))
 
     # ---- Choosing ---------------------------------------------------------------------------
 
@@ -347,8 +339,7 @@ class AutotuneFunction:
                 [(i, t.latency, t.error) for i, t in enumerate(record.trials)],
                 _device(options)))
 
-        first = programs[0] if programs[0] is not None else next(
-            (p for p in programs if p is not None), None)
+        first = next((p for p in programs if p is not None), None)
         path = _cache.get_or_build(
             key, build, suffix=".json", check=_tuning.check_entry, area="tunings",
             info={"name": first.name if first is not None else self.name,
@@ -356,11 +347,9 @@ class AutotuneFunction:
             shared=True, verbose=bool(options.get("verbose")))
         if tuned:
             return tuned[0]
+        # The key holds every config and program: the entry's index is this call's.
         record = _tuning.read_entry(path.read_bytes())
         index = record["chosen"]
-        if record["count"] != len(configs) or programs[index] is None:
-            # Not this call's configs after all (cannot happen with a sound key): tune.
-            return self._tune(configs, programs, errors, options, given)
         kernel = compile(programs[index], **options)
         trials = tuple(Trial(configs[t["index"]], t["latency"], t["error"])
                        for t in record["trials"])
@@ -370,7 +359,7 @@ class AutotuneFunction:
         """The disk and remote key of this choice, or None when an argument or a config
         has no stable spelling."""
         try:
-            resolved = resolved_options(None, options)
+            resolved = resolved_options(options, self.name)
             digests = []
             for i, program in enumerate(programs):
                 if program is None:
@@ -421,7 +410,7 @@ class AutotuneFunction:
         trials = tuple(Trial(c, latencies.get(i), None if i in latencies else errors.get(i))
                        for i, c in enumerate(configs))
         if not latencies:
-            lines = [f"  configs[{i}] {_describe_config(t.config)}: {t.error}"
+            lines = [f"  configs[{i}] {t.config!r}: {t.error}"
                      for i, t in enumerate(trials)]
             raise AutotuneError(f"{self.name}: autotune: every one of the {len(configs)} "
                                 "configs failed:\n" + "\n".join(lines), trials)
@@ -659,10 +648,6 @@ def _freeze(value):
     return (type(value), value)
 
 
-def _from_cache(record: Tuning) -> Tuning:
-    return Tuning(record.config, record.latency, record.kernel, True, record.trials)
-
-
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -707,7 +692,7 @@ def _device(options: dict) -> str:
                 text = ",".join(resolve_arch(options.get("arch")))
         text = f"cuda {text}"
     else:
-        text = f"cpu {platform.machine()} {_cpu_model()}"
+        text = f"cpu {platform.machine()} {_tuning.cpu_model()}"
     _devices[target] = text
     return text
 
@@ -716,16 +701,3 @@ def _torch():
     """torch's adapter (``tilejit.runtime.frameworks``): torch is known to its wing only.
     ImportError without torch."""
     return frameworks.adapter_named("torch")
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if line.startswith(("model name", "Model", "cpu model")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-

@@ -254,33 +254,26 @@ def load(path, execution_backend: str = "auto"):
 # ---- Compiling for another process -------------------------------------------------------
 
 
-def compile_artifacts(program: Program, **compile_options) -> list:
-    """What compiling ``program`` here finds or builds in the cache, without loading it:
-    the ``tilejit.builder.cache.Artifact`` records (key, file name, bytes, SHA-256) another
-    process installs in its own cache (``cache.supplied_artifacts``) before it compiles the
-    same program, which then finds them instead of compiling. What an executor's worker
-    runs (``tilejit.runtime.executors``)."""
+def compile_artifacts(program: Program, options: dict) -> list:
+    """What an executor's worker runs (``tilejit.runtime.executors``): ``program``
+    compiled through this process's cache with ``options`` (``resolved_options`` of the
+    caller), without loading it. Returns the ``tilejit.builder.cache.Artifact`` records
+    (key, file name, bytes, SHA-256) the caller installs in its own cache
+    (``cache.supplied_artifacts``) before it compiles the same program, which then finds
+    them instead of compiling."""
     with _cache.capture_artifacts() as found:
         token = _build_only.set(True)
         try:
-            compile(program, **compile_options)
+            compile(program, **options)
         finally:
             _build_only.reset(token)
     return found
 
 
-def compile_on_worker(program: Program, options: dict) -> list:
-    """What an executor's worker runs (``tilejit.runtime.executors``): ``program``
-    compiled through the worker's own cache with ``options`` (resolved by the caller),
-    its artifacts returned (``compile_artifacts``)."""
-    return compile_artifacts(program, **options)
-
-
-def resolved_options(program: Program | None, compile_options: dict) -> dict:
+def resolved_options(compile_options: dict, where: str) -> dict:
     """``compile_options`` with what this process's environment decides filled in (the
-    target, flags, CUDA architectures and compiler), so that another process compiles
-    exactly what this one would."""
-    where = program.name if program is not None else "compile_many"
+    target, flags, verbosity, CUDA architectures and compiler), so that another process
+    compiles exactly what this one would. ``where`` names the caller in a refusal."""
     options = dict(compile_options)
     target, backend, flags, verbose = _options(options.get("target"),
                                                options.get("execution_backend"),
@@ -288,7 +281,7 @@ def resolved_options(program: Program | None, compile_options: dict) -> dict:
                                                options.get("verbose"), where)
     options.update(target=target, execution_backend=backend, compile_flags=flags,
                    verbose=verbose)
-    if target == "cuda" and (program is None or program.binary is None):
+    if target == "cuda":
         from ..builder.cuda_compiler import resolve_compiler
 
         options["arch"] = list(resolve_arch(options.get("arch")))
@@ -444,16 +437,21 @@ def _remote_tasks(engine, programs: list, compile_options: dict):
     from . import executors as _executors
 
     handles: dict = {}
+    verbose = False
+    try:  # once for every program: each worker compiles what this process would
+        options = resolved_options(compile_options, "compile_many")
+        verbose = options["verbose"]
+    except Exception:  # noqa: BLE001 - unresolvable here: every compile here says why
+        _executors._count("worker_failures")
+        options = None
     for i, program in enumerate(programs):
-        if program.binary is not None:
-            continue  # nothing to compile: the binary is stored and loaded here
+        if options is None or program.binary is not None:
+            continue  # a binary has nothing to compile: it is stored and loaded here
         try:
-            options = resolved_options(program, compile_options)
-            handles[i] = engine.submit(compile_on_worker, program, options)
+            handles[i] = engine.submit(compile_artifacts, program, options)
             _executors._count("sent")
         except Exception:  # noqa: BLE001 - a program that cannot be sent compiles here
             _executors._count("worker_failures")
-    verbose = resolved_options(None, {**compile_options, "target": "cpu"})["verbose"]
 
     def task(i):
         program = programs[i]

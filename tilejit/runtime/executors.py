@@ -7,7 +7,8 @@ Ray instance ``ray.init()`` started or joined). Each program goes to a worker as
 program and the options this process resolved (target, flags, CUDA architectures,
 compiler), so the worker compiles what this process would. The worker compiles through
 its own cache and sends back the artifact, never a loaded kernel: the file's bytes, their
-SHA-256 and the cache key it computed (``compilation.compile_artifacts``). This process
+SHA-256 and the cache key it computed (``compilation.compile_artifacts``, with the
+options of ``compilation.resolved_options``). This process
 then compiles the same program under ``cache.supplied_artifacts``: its cache, missing the
 key, installs the worker's bytes after checking them (the hash, a whole shared library)
 instead of compiling. The key holds the compiler, its version and what ``-march=native``

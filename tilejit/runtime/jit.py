@@ -265,9 +265,10 @@ class JITFunction:
 
     def warmup(self, calls, *, workers=None, progress=None, executor=None) -> list[JITKernel]:
         """Compiles the kernels of many calls at once, as ``tilejit.compile_many`` does
-        (on ``executor``'s workers when given), and returns them in order; later calls with those arguments find them. Each item
-        of ``calls`` is a tuple of positional arguments, a dict of keyword arguments, or
-        a ``(args, kwargs)`` pair; a single non-tuple value is one positional argument.
+        (on ``executor``'s workers when given), and returns them in order; later calls
+        with those arguments find them. Each item of ``calls`` is a tuple of positional
+        arguments, a dict of keyword arguments, or a ``(args, kwargs)`` pair; a single
+        non-tuple value is one positional argument.
 
         A call that fails (its program cannot be made, or does not compile) does not stop
         the others: the kernels that compiled are kept (later calls find them), and once

@@ -53,6 +53,7 @@ import tilejit
 
 from .. import T, __version__
 from ..builder import compiler
+from ..builder.tuning import cpu_model as _cpu_model
 from ..native._build import build_tools, disk_cache, elf, toolchain
 
 N = 16
@@ -675,17 +676,6 @@ def _measure(rows: list[Row], calls: int, repeats: int) -> None:
 
 
 # ---- the report -------------------------------------------------------------------------
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def _version(module: str) -> str:
