@@ -330,3 +330,20 @@ def logging_cc(tmp_path_factory):
                       'exec cc "$@"\n')
     script.chmod(0o755)
     return script
+
+
+@pytest.fixture
+def cc_log(tmp_path, monkeypatch, logging_cc):
+    """Every compiler run of this test (and of its child processes) is appended to the
+    returned log file."""
+    log = tmp_path / "cc.log"
+    log.touch()
+    monkeypatch.setenv("TILEJIT_CC", str(logging_cc))
+    monkeypatch.setenv("TILEJIT_CC_LOG", str(log))
+    return log
+
+
+def compiler_runs(log: Path, kernel: str) -> int:
+    """How many logged compiler runs built ``kernel`` (its source ``<kernel>.c``; not
+    ``--version`` probes, nor a link whose output is named ``<kernel>.cpython-...so``)."""
+    return sum(f"/{kernel}.c " in f"{line} " for line in log.read_text().splitlines())

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from autotune_kernels import CONFIGS, check, make, program
+from conftest import compiler_runs as _compiles
 from conftest import subprocess_env
 
 import tilejit
@@ -31,10 +32,6 @@ TESTS = Path(__file__).resolve().parent
 
 def _name() -> str:
     return f"spin_{uuid.uuid4().hex[:10]}"
-
-
-def _compiles(log: Path, name: str) -> int:
-    return sum(f"/{name}.c " in line for line in log.read_text().splitlines())
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -60,12 +57,8 @@ def module_cache(tmp_path_factory, logging_cc):
 
 
 @pytest.fixture
-def counted(tmp_path, monkeypatch, logging_cc):
+def counted(cc_log, monkeypatch):
     """Compiles logged to ``counted.log``; ``counted.runs()`` the tuner's kernel runs."""
-    log = tmp_path / "cc.log"
-    log.touch()
-    monkeypatch.setenv("TILEJIT_CC", str(logging_cc))
-    monkeypatch.setenv("TILEJIT_CC_LOG", str(log))
     runs = []
     original = autotune_module._Bench.run
 
@@ -79,7 +72,7 @@ def counted(tmp_path, monkeypatch, logging_cc):
         pass
 
     counted = Counted()
-    counted.log, counted.runs = log, lambda: len(runs)
+    counted.log, counted.runs = cc_log, lambda: len(runs)
     return counted
 
 

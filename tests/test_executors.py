@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from autotune_kernels import CONFIGS, check, make, program
+from conftest import compiler_runs as _compiles
 
 import tilejit
 from tilejit.runtime import executors
@@ -21,10 +22,6 @@ from tilejit.runtime import executors
 
 def _name() -> str:
     return f"spin_{uuid.uuid4().hex[:10]}"
-
-
-def _compiles(log: Path, name: str) -> int:
-    return sum(f"/{name}.c " in line for line in log.read_text().splitlines())
 
 
 def _set_env(values: dict) -> None:

@@ -98,16 +98,6 @@ def test_prototype_without_parameters(build):
 # --- compiler errors --------------------------------------------------------------------------
 
 
-@pytest.fixture
-def cc_log(tmp_path, monkeypatch, logging_cc):
-    """Every compiler run of this test is appended to the returned log file."""
-    log = tmp_path / "cc.log"
-    log.touch()
-    monkeypatch.setenv("TILEJIT_CC", str(logging_cc))
-    monkeypatch.setenv("TILEJIT_CC_LOG", str(log))
-    return log
-
-
 def _compiles(log: Path, kernel: str) -> list[str]:
     """The logged compiler runs that built `kernel` (not `--version` probes, nor a link
     whose output is named `<kernel>.cpython-...so`)."""

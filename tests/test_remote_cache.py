@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import compiler_runs as _compiles
 from conftest import subprocess_env
 
 import tilejit
@@ -142,10 +143,6 @@ def _program(name: str) -> tilejit.Program:
 
 def _name() -> str:
     return f"remote_{uuid.uuid4().hex[:10]}"
-
-
-def _compiles(log: Path, name: str) -> int:
-    return sum(1 for line in log.read_text().splitlines() if f"/{name}.c " in f"{line} ")
 
 
 def _run(name: str, **options) -> tilejit.JITKernel:
