@@ -208,6 +208,14 @@ def hash_files(kind: str, extra: Iterable[str], files: Iterable[tuple[str, Path]
         >>> hash_files("tilejit-core", ["cc"], [("core/src/a.c", Path("core/src/a.c"))])
         '0b61d2e7a9f4c318'
     """
+    files = list(files)
+    # The same files unchanged (same inode, size and mtime) hash as before: a process asks
+    # for the core's and the wrapper's keys several times as it starts.
+    seen = (kind, tuple(extra), tuple((name, str(path), _fingerprint(os.stat(path)))
+                                      for name, path in files))
+    known = _hashed.get(seen)
+    if known is not None:
+        return known
     digest = hashlib.sha256()
 
     def feed(data: bytes) -> None:
@@ -216,12 +224,16 @@ def hash_files(kind: str, extra: Iterable[str], files: Iterable[tuple[str, Path]
         digest.update(data)
 
     feed(kind.encode())
-    for value in extra:
+    for value in seen[1]:
         feed(value.encode())
     for name, path in files:
         feed(name.encode())
         feed(path.read_bytes())
-    return digest.hexdigest()[:16]
+    _hashed[seen] = found = digest.hexdigest()[:16]
+    return found
+
+
+_hashed: dict[tuple, str] = {}  # hash_files' answers by the files' names and fingerprints
 
 
 def sha256_file(path) -> str:
@@ -521,7 +533,7 @@ def _rmtree(path: str) -> None:
 # wrapper/<abi>/<hash>, bench/<stem>-<hash>, tunings/<key[:2]>/<key> (an autotuner's
 # choice). Nothing else under the root is tilejit's: a cache directory set to a shared
 # directory by mistake keeps its other files.
-_AREAS = {"kernels": 2, "core": 1, "wrapper": 2, "bench": 1, "tunings": 2}
+_AREAS = {"kernels": 2, "core": 1, "wrapper": 2, "bench": 1, "tunings": 2, "probes": 1}
 _EMBEDDING_LINK = "libtilejit.so"  # what ``-ltilejit`` finds beside a core (its entry's)
 _KERNEL_SUFFIXES = (".so", ".cubin", ".ptx", ".fatbin")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
@@ -544,6 +556,8 @@ def _artifact_shape(parts: tuple[str, ...], name: str) -> bool:
         return name.startswith("kernel.") and name[len("kernel"):] in _KERNEL_SUFFIXES
     if area == "tunings":
         return name == "tuning.json"
+    if area == "probes":  # what a fast path found on a build of another project
+        return name == "probe.json"
     if area == "core":  # the core, or the torch_op.so an export carries (core/<hash>-torch_op)
         return name == f"libtilejit_core-{key}.so" or (key.endswith("-torch_op")
                                                        and name == "torch_op.so")

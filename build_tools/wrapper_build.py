@@ -89,13 +89,31 @@ def _resolve_dirs(core_dir: Path | None, wrapper_dir: Path | None) -> tuple[Path
 
 
 def _cython_version() -> str:
+    """Cython's version, read from its sources: importing Cython costs a fresh process a
+    tenth of a second, and the wrapper's key is computed at every start."""
+    import importlib.util
+    import re
+
+    if "Cython" in sys.modules:
+        return sys.modules["Cython"].__version__
     try:
-        import Cython
-    except ImportError:
+        spec = importlib.util.find_spec("Cython")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
         # The hash must still be computable (it names the entry a build would produce);
         # the build itself then reports the missing Cython.
         return "missing"
-    return Cython.__version__
+    shadow = Path(next(iter(spec.submodule_search_locations))) / "Shadow.py"
+    try:
+        found = re.search(r'^__version__ = "([^"]+)"', shadow.read_text(encoding="utf-8"), re.M)
+    except OSError:
+        found = None
+    if found is None:  # laid out otherwise: ask Cython itself
+        import Cython
+
+        return Cython.__version__
+    return found.group(1)
 
 
 def source_hash(core_dir: Path | None = None, wrapper_dir: Path | None = None) -> str:

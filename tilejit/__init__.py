@@ -17,7 +17,6 @@ from .language.lang import T
 from .language.pointer import Pointer, make_ptr
 from .language.program import Launch, Program
 from .runtime import cython_backend as _cython_backend
-from .runtime.autotune import AutotuneError, autotune, autotune_inputs
 from .runtime.compilation import CompileErrors, compile, compile_many, load
 from .runtime.jit import JITFunction, jit
 from .runtime.kernel import JITKernel
@@ -35,11 +34,20 @@ def empty(shape, dtype="float32", device="cpu"):
     return _cython_backend.wrapper_module().empty(shape, _canonical(dtype), device)
 
 
+_AUTOTUNE = ("AutotuneError", "autotune", "autotune_inputs")
+
+
 def __getattr__(name):
-    """``tilejit.Array``, the class of ``tilejit.empty``'s tensors, is defined by the compiled
+    """``tilejit.autotune`` (with ``AutotuneError`` and ``autotune_inputs``) is imported on
+    first access. ``tilejit.Array``, the class of ``tilejit.empty``'s tensors, is defined by the compiled
     wrapper (``wrapper/_array.pxi``): it is loaded, and built if need be, on first access
     only, so that ``import tilejit`` compiles nothing. Without a wrapper (no Cython, no C
     compiler) the access raises ImportError saying why."""
+    if name in _AUTOTUNE:  # imported on first use: a start that never tunes skips it
+        from .runtime import autotune
+
+        globals().update({n: getattr(autotune, n) for n in _AUTOTUNE})
+        return globals()[name]
     if name != "Array":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     try:
@@ -52,7 +60,7 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted({*globals(), "Array"})
+    return sorted({*globals(), "Array", *_AUTOTUNE})
 
 
 __all__ = [

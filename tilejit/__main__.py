@@ -52,6 +52,9 @@ def main(argv=None) -> int:
                             "config against the default, tuning from an empty cache on 1 "
                             "local worker and on a 2-worker Dask cluster, and a fresh "
                             "process's time to the tuned kernel (disk, remote cache)")
+    bench.add_argument("--startup", action="store_true",
+                       help="instead: a fresh process's import, cached compile and first "
+                            "call, on NumPy, torch and JAX (whichever are installed)")
     doctor = sub.add_parser("doctor", help="what this installation has and uses: versions, "
                                            "compilers, builds, CUDA, fast paths")
     doctor.add_argument("--json", action="store_true", help="print it as JSON")
@@ -67,7 +70,7 @@ def main(argv=None) -> int:
     ls = cache_sub.add_parser("ls", help="one line per entry: key, kind, name, target, "
                                          "architecture, size, created, last used")
     ls.add_argument("--json", action="store_true", help="a JSON list of objects")
-    kinds = ("kernel", "tuning", "core", "wrapper", "bench")
+    kinds = ("kernel", "tuning", "core", "wrapper", "bench", "probe")
     ls.add_argument("--kind", choices=kinds, help="only entries of this kind")
     cache_sub.add_parser("size", help="total bytes and entry count")
     verify = cache_sub.add_parser("verify", help="re-check every entry's files; exit 1 if "
@@ -92,6 +95,10 @@ def main(argv=None) -> int:
         print(f"wrapper: {build_tools.build_wrapper(force=args.force, verbose=True)}")
         print(f"core:    {build_tools.build_core_library(force=args.force)}")
         return 0
+    if args.command == "bench" and args.startup:
+        from .tools import bench_startup
+
+        return bench_startup.main(args.out, runs=args.repeats or bench_startup.RUNS)
     if args.command == "bench" and args.autotune:
         return _bench_autotune.main(args)
     if args.command == "bench":

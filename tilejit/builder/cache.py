@@ -341,7 +341,8 @@ def _rmtree(path: str) -> None:
 
 # ---- Managing the cache: python -m tilejit cache ... ----------------------------------------
 
-_KINDS = {"kernels": "kernel", "core": "core", "wrapper": "wrapper", "tunings": "tuning"}
+_KINDS = {"kernels": "kernel", "core": "core", "wrapper": "wrapper", "tunings": "tuning",
+          "probes": "probe"}
 
 
 def _record(entry: disk_cache.Entry, root: Path) -> dict:

@@ -52,3 +52,4 @@ def in_fresh_thread(fn):
     if not ok:
         raise value
     return value
+

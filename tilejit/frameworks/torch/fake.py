@@ -14,11 +14,22 @@ import torch
 from ...language.lang import Buffer, Expr, Scalar, Symbol
 from .results import op_result
 
-try:  # a condition on sizes torch may not know yet (data-dependent): taken as False
-    from torch.fx.experimental.symbolic_shapes import guard_or_false as _known
-except ImportError:  # an older torch: every size is known here
-    def _known(condition) -> bool:
-        return bool(condition)
+_guard: list = []  # [torch's guard_or_false, or bool], imported on the first symbolic size
+
+
+def _known(condition) -> bool:
+    """A condition on sizes, taken as False when torch may not know it yet (a symbolic,
+    data-dependent one). Plain sizes answer with a bool; torch's symbolic shapes (and
+    with them sympy, most of a second) are imported only for a symbolic one."""
+    if condition is True or condition is False:
+        return condition
+    if not _guard:
+        try:
+            from torch.fx.experimental.symbolic_shapes import guard_or_false
+        except ImportError:  # an older torch: every size is known here
+            guard_or_false = bool
+        _guard.append(guard_or_false)
+    return _guard[0](condition)
 
 
 def torch_dtype(name: str):

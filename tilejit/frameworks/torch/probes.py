@@ -96,10 +96,45 @@ def _autograd_meta_offset(torch) -> int:
     autograd tracks): the one word of the TensorImpl that is NULL on fresh tensors and
     set on every tensor requiring grad or carrying a tangent, read as
     ``tilejit.frameworks.torch.views`` reads the lazy-view bits. -1 when it cannot be told apart:
-    every tensor is then asked libc10."""
+    every tensor is then asked libc10.
+
+    Making a tensor with a tangent costs a fresh process a third of a second (torch loads
+    its forward-AD decompositions), so the search runs once per torch build and is kept
+    on disk (``fast_paths.kept``); a kept offset is used only when it still tells the
+    tensors without a record from those with one (all but the tangents) in this process."""
+
+    def find() -> int:
+        candidates = _meta_candidates(torch, tangents=True)
+        return 8 * candidates[0] if candidates is not None and len(candidates) == 1 else -1
+
+    def holds(offset) -> bool:
+        if offset == -1:  # kept "not found": every tensor is asked libc10, which is right
+            return True
+        candidates = _meta_candidates(torch, tangents=False)
+        return (isinstance(offset, int) and offset % 8 == 0 and candidates is not None
+                and offset // 8 in candidates)
+
+    return kept("autograd record (TensorImpl)", _torch_build(torch), find, holds)
+
+
+def _torch_build(torch) -> str:
+    """What tells one torch build from another: its version, commit, and its libc10 file."""
+    import os
+    import platform
+    from pathlib import Path
+
+    libraries = sorted((Path(torch.__file__).parent / "lib").glob("libc10.*"))
+    files = [f"{path} {os.stat(path).st_size} {os.stat(path).st_mtime_ns}" for path in libraries]
+    return " ".join([torch.__version__, str(getattr(torch.version, "git_version", "")),
+                     sys.implementation.cache_tag, platform.machine(), *files])
+
+
+def _meta_candidates(torch, tangents: bool) -> list[int] | None:
+    """The TensorImpl words (by index) NULL on tensors autograd does not know and set on
+    those it does (with ``tangents``, forward-mode duals among them); None when a
+    TensorImpl cannot be read."""
     from torch.autograd import forward_ad
 
-    
     leaf = torch.ones(3, requires_grad=True)
     without = [torch.ones(3), torch.zeros(2, 2), torch.empty(0), leaf.detach(),
                torch.ones(3, dtype=torch.int32),
@@ -110,18 +145,21 @@ def _autograd_meta_offset(torch) -> int:
                    torch.ones(2).requires_grad_()]
     memory = _Memory()
     try:
-        with forward_ad.dual_level():
-            dual = forward_ad.make_dual(torch.ones(3), torch.ones(3))
-            with_record += [dual, dual * 2]
+        if tangents:
+            with forward_ad.dual_level():
+                dual = forward_ad.make_dual(torch.ones(3), torch.ones(3))
+                # A result with a tangent (dual + dual: dual * 2 would load torch._dynamo).
+                with_record += [dual, dual + dual]
+                tables = [memory.words(t._cdata, 512) for t in (*without, *with_record)]
+        else:
             tables = [memory.words(t._cdata, 512) for t in (*without, *with_record)]
     finally:
         memory.close()
     if any(words is None for words in tables):
-        return -1
-    candidates = [i for i in range(min(map(len, tables)))
-                  if all(w[i] == 0 for w in tables[:len(without)])
-                  and all(w[i] != 0 for w in tables[len(without):])]
-    return 8 * candidates[0] if len(candidates) == 1 else -1
+        return None
+    return [i for i in range(min(map(len, tables)))
+            if all(w[i] == 0 for w in tables[:len(without)])
+            and all(w[i] != 0 for w in tables[len(without):])]
 
 
 def forward_ad_scope(torch):
@@ -309,7 +347,7 @@ def _tangent_probe(torch, meta_offset: int, handles) -> tuple:
             cases = [leaf, leaf * 2, leaf[1:]]
             with forward_ad.dual_level():
                 dual = forward_ad.make_dual(torch.ones(3), torch.ones(3))
-                cases += [dual, dual * 2, leaf]
+                cases += [dual, dual + dual, leaf]
                 answers = [untangled(t) for t in cases]
                 truth = [forward_ad.unpack_dual(t).tangent is None for t in cases]
             answers += [untangled(leaf), untangled(dual)]  # the level closed: no tangents
@@ -375,3 +413,52 @@ def apply_probe(torch) -> bool:
              "call running no Python but the forward; the Function's forward takes ctx and "
              "runs setup_context itself")
     return True
+
+
+def kept(name: str, build: str, find, holds):
+    """What ``find()`` finds for fast path ``name`` on ``build`` (the other project's build it
+    reads, say a torch wheel), found once per build and kept in the disk cache
+    (``probes/``), so that a fresh process skips a search that costs more than its first
+    call should. A kept finding is used only when ``holds(value)``, a cheap check of it in
+    this process, is true; else it is found again and kept anew. ``find`` returns a JSON
+    value, and its exceptions reach the caller. Without a usable cache (disabled,
+    unwritable, damaged), ``find()``."""
+    import hashlib
+    import json
+
+    from ...builder.cache import cache_dir, cache_disabled
+    from ...native._build import disk_cache
+    from ...version import VERSION
+
+    if cache_disabled():
+        return find()
+    found: list = []
+
+    def write(path) -> None:
+        try:
+            found.append(find())
+        except BaseException as exc:  # the finding's own failure, not the cache's
+            raise _NotFound from exc
+        path.write_text(json.dumps(found[-1]), encoding="utf-8")
+
+    digest = hashlib.sha256(f"{name}\0{build}\0{VERSION}".encode()).hexdigest()[:32]
+    info = {"kind": "probe", "name": name}
+
+    def entry(force: bool = False):
+        return disk_cache.with_fallback(lambda: disk_cache.get_or_build(
+            cache_dir() / "probes" / digest, "probe.json", write, force=force, info=info))
+
+    try:
+        value = json.loads(entry().read_text(encoding="utf-8"))
+        if found or holds(value):
+            return value
+        value = json.loads(entry(force=True).read_text(encoding="utf-8"))
+    except _NotFound as failed:
+        raise failed.__cause__ from None
+    except (OSError, ValueError):  # no usable cache: found here, every process
+        return found[-1] if found else find()
+    return value
+
+
+class _NotFound(Exception):
+    """``kept``'s ``find`` failed (its exception is the cause)."""
