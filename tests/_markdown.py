@@ -9,7 +9,10 @@ Conventions a block may use, both on lines that start at column 0:
   raise ``SomeError`` with that message.
 
 In expected text, ``...`` stands for any characters (an address, a path). A block
-preceded by ``<!-- no-run -->`` (it needs a GPU) is only compiled.
+preceded by ``<!-- no-run -->`` (it needs a GPU) is only compiled, as is a sketch: a block
+whose first line is a comment starting ``# Sketch`` (it leaves out what the reader brings,
+and says so). Every other block of a page runs, in order, in one fresh interpreter
+(``python tests/_markdown.py PAGE``), as a reader pastes them.
 
 The ```c, ```cpp and ```sh blocks (run by tests/test_docs_c.py, as a reader runs them):
 
@@ -164,11 +167,24 @@ def checked_source(code: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def is_sketch(block: Block) -> bool:
+    """Whether ``block`` is a sketch: its first line a comment starting ``# Sketch``."""
+    first = block.code.lstrip("\n").splitlines()[:1]
+    return bool(first) and first[0].startswith("# Sketch")
+
+
+def run_page(path: Path, where: str) -> None:
+    """Runs every ```python block of the page at ``path`` in order, in one namespace."""
+    namespace: dict = {"__name__": "__main__"}
+    for block in code_blocks(path.read_text()):
+        run_block(block, where, namespace)
+
+
 def run_block(block: Block, where: str, namespace: dict) -> None:
     """Runs ``block`` in ``namespace`` with its expected outputs checked; a ``no-run``
     block is only compiled."""
     filename = f"{where}, line {block.line}"
-    if block.no_run:
+    if block.no_run or is_sketch(block):
         compile(block.code, filename, "exec", dont_inherit=True)
         return
     namespace.setdefault("_md_prints", _prints)
@@ -178,3 +194,9 @@ def run_block(block: Block, where: str, namespace: dict) -> None:
     # block's text through linecache, as it would a file's.
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec", dont_inherit=True), namespace)  # noqa: S102
+
+
+if __name__ == "__main__":  # python tests/_markdown.py PAGE: a page's examples, as pasted
+    import sys
+
+    run_page(Path(sys.argv[1]), Path(sys.argv[1]).name)

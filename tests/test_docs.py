@@ -1,11 +1,15 @@
 """The user documentation (docs/*.md) stays true: every relative link and anchor exists,
-and every ```python block runs and prints or raises what the text says (see _markdown)."""
+and every ```python block runs and prints or raises what the text says, each page's blocks
+in order in a fresh interpreter, as a reader pastes them (see _markdown)."""
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from _markdown import broken_links, code_blocks, run_block
+from _markdown import Block, broken_links, code_blocks, run_block
+from conftest import subprocess_env
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -40,14 +44,31 @@ def test_links(path):
     assert not broken_links(path)
 
 
-@pytest.mark.parametrize("path", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_examples_run(path):
-    # The blocks of a page run in order in one namespace, as a reader would paste them.
-    namespace: dict = {"__name__": f"docs.{path.stem}"}
+def run_page_as_pasted(path: Path, where: Path) -> None:
+    """The page's blocks run in order in one fresh interpreter, in the empty directory
+    ``where``, as a reader pastes them (``python tests/_markdown.py PAGE``)."""
     blocks = code_blocks(path.read_text())
     skip_without_optional_imports("\n".join(b.code for b in blocks if not b.no_run))
-    for block in blocks:
-        run_block(block, f"docs/{path.name}", namespace)
+    for block in blocks:  # a block that does not even compile is said first, and plainly
+        compile(block.code, f"{path.name}, line {block.line}", "exec", dont_inherit=True)
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "_markdown.py"), str(path)],
+                          cwd=where, env=subprocess_env(), capture_output=True, text=True,
+                          timeout=900, check=False)
+    assert done.returncode == 0, f"{path.name}: {done.stderr[-6000:]}"
+
+
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_examples_run(path, tmp_path):
+    run_page_as_pasted(path, tmp_path)
+
+
+def test_a_sketch_is_compiled_not_run():
+    sketch = Block("python", "# Sketch: `model` is yours\nmodel.train()\n", 1, False)
+    run_block(sketch, "page", {})  # not run: `model` is not defined
+    with pytest.raises(SyntaxError):
+        run_block(Block("python", "# Sketch\nmodel.train(\n", 1, False), "page", {})
+    with pytest.raises(NameError):
+        run_block(Block("python", "# A comment\nmodel.train()\n", 1, False), "page", {})
 
 
 # Where the architecture page must name every file, and the paths it may name.

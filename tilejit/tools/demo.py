@@ -1,9 +1,11 @@
 """``python -m tilejit demo [--target cuda] [--tilelang]``: compile three kernels, run them
-on torch tensors, check them (``--tilelang``: TileLang kernels, through tilejit).
+on torch tensors (on NumPy arrays where torch is not installed; on JAX arrays too where JAX
+is), check them (``--tilelang``: TileLang kernels, through tilejit).
 
-Each row: the kernel, the shape it ran on, the max error against torch, the compile
-time (cold or from the disk cache, as it happened) and the median per-call time (for
-CUDA, including the wait for the GPU to finish).
+Each row: the kernel, the shape it ran on, the max error against the framework's own
+result, the compile time (cold or from the disk cache, as it happened; the framework's
+import is timed on its own line) and the median per-call time (for CUDA, including the
+wait for the GPU to finish).
 """
 
 from __future__ import annotations
@@ -93,17 +95,52 @@ def _per_call_us(fn, *args, calls=2000, repeats=5):
     return statistics.median(samples)
 
 
-def run(print_fn=print, target="cpu") -> bool:
-    """Runs the demo; returns True when every kernel matches torch."""
-    if target == "cuda":
-        return run_cuda(print_fn)
+def _framework(print_fn):
+    """torch, imported (and its tilejit adapter loaded) with the time it took, so that the
+    compile column holds compiles only; None when torch is not installed."""
+    if importlib.util.find_spec("torch") is None:
+        return None
+    start = time.perf_counter()
     import torch
 
-    torch.manual_seed(0)
+    from ..runtime import frameworks
+
+    frameworks.load_present()  # tilejit's torch adapter, loaded with torch
+    print_fn(f"torch {torch.__version__} imported ({(time.perf_counter() - start) * 1e3:.0f} ms, "
+             "not counted below)")
+    return torch
+
+
+def _cpu_inputs(torch):
+    """``(name, rand, randn, check_against)`` for the framework the CPU rows run on: torch
+    when installed, else NumPy."""
+    if torch is not None:
+        torch.manual_seed(0)
+        return ("torch", torch.rand, torch.randn,
+                lambda got, want: (got - want).abs().max().item())
+    import numpy
+
+    generator = numpy.random.default_rng(0)
+    return ("NumPy", lambda *shape: generator.random(shape, dtype=numpy.float32),
+            lambda *shape: generator.standard_normal(shape, dtype=numpy.float32),
+            lambda got, want: float(numpy.abs(got - want).max()))
+
+
+def run(print_fn=print, target="cpu") -> bool:
+    """Runs the demo; returns True when every kernel matches its framework's own result.
+    The kernels run on torch tensors, or on NumPy arrays when torch is not installed; and
+    on JAX arrays too when JAX is installed."""
+    if target == "cuda":
+        return run_cuda(print_fn)
+    torch = _framework(print_fn)
+    if torch is None:
+        print_fn("torch is not installed: the kernels run on NumPy arrays"
+                 + (" and JAX arrays" if importlib.util.find_spec("jax") else ""))
+    name, rand, randn, error = _cpu_inputs(torch)
     (vec_prog, vec_out), (mm_prog, mm_out), (rs_prog, rs_out) = programs()
     rows = []
     # The wrapper is built once per interpreter (seconds, on first use): do it up front so
-    # the compile column shows kernel compiles only.
+    # the compile column shows kernel compiles only (cold, or found in the disk cache).
     start = time.perf_counter()
     backend = resolve_backend("auto")
     print_fn(f"backend {backend} ready ({(time.perf_counter() - start) * 1e3:.0f} ms)")
@@ -115,25 +152,24 @@ def run(print_fn=print, target="cpu") -> bool:
 
     vec_add, t_vec = build(vec_prog, vec_out)
     for size in (1000, 1 << 20):
-        a, b = torch.rand(size), torch.rand(size)
-        err = (vec_add(a, b) - (a + b)).abs().max().item()
-        rows.append(("vec_add", f"({size},)", err, t_vec, _per_call_us(vec_add, a, b)))
+        a, b = rand(size), rand(size)
+        rows.append(("vec_add", f"({size},)", error(vec_add(a, b), a + b), t_vec,
+                     _per_call_us(vec_add, a, b)))
 
     matmul, t_mm = build(mm_prog, mm_out)
     for m in (1, 257):
-        a, b = torch.randn(m, 128), torch.randn(128, 64)
-        err = (matmul(a, b) - a @ b).abs().max().item()
-        rows.append(("matmul", f"({m}, 128) @ (128, 64)", err, t_mm,
+        a, b = randn(m, 128), randn(128, 64)
+        rows.append(("matmul", f"({m}, 128) @ (128, 64)", error(matmul(a, b), a @ b), t_mm,
                      _per_call_us(matmul, a, b, calls=200)))
 
     row_stats, t_rs = build(rs_prog, rs_out)
-    x = torch.randn(300, 100)[:, :77]  # a strided view: rows 100 apart
+    x = randn(300, 100)[:, :77]  # a strided view: rows 100 apart
     mx, sm = row_stats(x)
-    err = max((mx - x.amax(dim=1)).abs().max().item(), (sm - x.sum(dim=1)).abs().max().item())
+    err = max(error(mx, x.max(1) if torch is None else x.amax(dim=1)), error(sm, x.sum(1)))
     rows.append(("row_stats (max, sum)", "(300, 77) strided", err, t_rs,
                  _per_call_us(row_stats, x, calls=500)))
 
-    ok = _report(rows, print_fn)
+    ok = _report(rows, print_fn, name)
     if importlib.util.find_spec("jax") is not None:
         ok = run_jax((vec_add, t_vec), (matmul, t_mm), (row_stats, t_rs), print_fn) and ok
     return ok
@@ -142,12 +178,14 @@ def run(print_fn=print, target="cpu") -> bool:
 def run_jax(vec_add, matmul, row_stats, print_fn=print) -> bool:
     """The same kernels called with JAX arrays, eagerly and inside ``jax.jit`` (XLA custom
     calls, docs/jax.md), against ``jax.numpy``; each argument is ``(kernel, compile ms)``."""
+    start = time.perf_counter()
     import jax
     import jax.numpy as jnp
 
+    imported = (time.perf_counter() - start) * 1e3
     print_fn("")
-    print_fn(f"JAX {jax.__version__} ({jax.default_backend()}): the same kernels as XLA custom "
-             "calls")
+    print_fn(f"JAX {jax.__version__} ({jax.default_backend()}, imported in {imported:.0f} ms): "
+             "the same kernels as XLA custom calls")
     key = jax.random.PRNGKey(0)
     rows = []
     (add, t_add), (mm, t_mm), (stats, t_stats) = vec_add, matmul, row_stats

@@ -167,7 +167,8 @@ def report() -> dict:
         "compilers": compilers, "builds": _builds(cached_before), "cuda": cuda,
         "fast_paths_switch": "on" if fast_paths.FAST_PATHS else "off (TILEJIT_FAST_PATHS=0)",
         "fast_paths": paths,
-        "cache_dir": env.text("TILEJIT_CACHE_DIR") or None,
+        "cache_dir": str(_cache.cache_dir()),
+        "cache_dir_from": "TILEJIT_CACHE_DIR" if env.text("TILEJIT_CACHE_DIR") else "default",
         "remote_cache": _cache.remote_report(),
         "torch_ops": _torch_ops() if packages["torch"] is not None else None,
         "torch_range": _torch_range(packages["torch"]),
@@ -265,7 +266,9 @@ def _text(info: dict) -> str:
         lines += ["", f"torch ops: {info['torch_ops']}"]
     if info["jax"] is not None:
         lines += ["", f"jax: {info['jax']}"]
-    lines += ["", f"cache dir: {info['cache_dir'] or 'default (TILEJIT_CACHE_DIR unset)'}"]
+    source = ("from TILEJIT_CACHE_DIR" if info["cache_dir_from"] != "default" else
+              "the default; TILEJIT_CACHE_DIR is unset")
+    lines += ["", f"cache dir: {info['cache_dir']}  ({source})"]
     lines.append(f"remote cache: {_remote_line(info['remote_cache'])}")
     return "\n".join(lines)
 
