@@ -37,6 +37,10 @@ NOT_RUN = {
     ("README.md", 'pip install torch==2.13.0 -e ".[test]" && python -m pytest'):
         "installs the test extra, then runs the whole suite (25 minutes)",
     ("README.md", "bash .ci/torch-range"): "downloads 3 GB of torch wheels per release",
+    ("README.md", 'pip install ".[jax]" && python -m tilejit demo'):
+        "installs tilejit and JAX from the network; .ci/run runs it in a venv without torch",
+    ("README.md", 'pip install -e ".[jax]" pytest && python -m pytest tests/test_jax.py'):
+        "installs JAX from the network; .ci/run runs it in a venv without torch",
     ("docs/cli.md", "python -m tilejit demo"):
         "compiles and runs every demo kernel; --target cuda needs a GPU, --tilelang TileLang",
     ("docs/cli.md", 'pip install -e ".[bench]"'):

@@ -116,9 +116,10 @@ def kernel_class(base: type, name: str) -> type:
             cython_backend.wrapper_module()._enable_vectorcall(cls)
         _decided("vectorcall (CPython type flags)", FAST_PATHS,
                  "set on the wrapper's kernel classes" if FAST_PATHS else "TILEJIT_FAST_PATHS=0")
-        _decided("Dynamo inline (_torchdynamo_inline)", FAST_PATHS,
-                 "set on every kernel class's __call__" if FAST_PATHS else
-                 "TILEJIT_FAST_PATHS=0: Dynamo inlines __call__ (torch.compiler.is_compiling)")
+        if frameworks.tracer_installed():
+            _decided("Dynamo inline (_torchdynamo_inline)", FAST_PATHS,
+                     "set on every kernel class's __call__" if FAST_PATHS else
+                     "TILEJIT_FAST_PATHS=0: Dynamo inlines __call__ (torch.compiler.is_compiling)")
         _classes[name] = cls
     return cls
 

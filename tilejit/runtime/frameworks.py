@@ -255,14 +255,14 @@ def load_present() -> None:
     loaded when a kernel is made after it, or when it traces a call)."""
     if not _tracer:
         for root in _tracing:
-            if root in sys.modules:
+            if sys.modules.get(root) is not None:
                 adapter_named(root)
 
 
 def _compiling_before_tracer() -> bool:
     """Whether a tracer runs the call, asked before a tracing adapter is loaded: only a
     framework already imported can be tracing."""
-    return bool(_tracing) and _tracing[0] in sys.modules and _compiling_before[0]()
+    return bool(_tracing) and sys.modules.get(_tracing[0]) is not None and _compiling_before[0]()
 
 
 compiling = _compiling_before_tracer
@@ -282,6 +282,15 @@ def traceable(call, kind: str, fast_paths: bool) -> None:
         entry = _inlined.get(kind) or _deferred.get(kind)
         if entry is not None:
             call._torchdynamo_inline = entry
+
+
+def tracer_installed() -> bool:
+    """Whether the tracing framework (torch) is installed here, imported or not: what a
+    fast path for its tracer is reported for (``python -m tilejit doctor``)."""
+    import importlib.util
+
+    return any(sys.modules.get(root) is not None or importlib.util.find_spec(root) is not None
+               for root in _tracing)
 
 
 def deferred_entry(kind: str):

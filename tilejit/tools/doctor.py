@@ -27,10 +27,21 @@ from ..runtime import backends, binding, fast_paths
 from ..runtime.kernel import JITKernel
 
 
+# The module each distribution is imported as, where the names differ.
+_MODULES = {"apache-tvm-ffi": "tvm_ffi", "Cython": "Cython"}
+
+
 def _version(distribution: str) -> str | None:
+    """The installed distribution's version; None when it is not installed, or when this
+    process cannot import it (its files are left without its module)."""
+    import importlib.util
+
+    module = _MODULES.get(distribution, distribution)
     try:
+        if importlib.util.find_spec(module) is None:
+            return None
         return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
+    except (importlib.metadata.PackageNotFoundError, ImportError, ValueError):
         return None
 
 
