@@ -41,6 +41,55 @@ _TILEJIT_ENV = (
 )
 
 
+def inductor_blocked() -> str:
+    """Why torch's Inductor cannot build here, or "": it compiles and links C++ with the
+    paths of torch's headers and libraries, Python's headers and its own cache unquoted,
+    so a space in any of them breaks every Inductor build (plain ``torch.compile`` fails
+    there too). Tests that fail that way then skip, saying so (``pytest_runtest_call``)."""
+    import sysconfig
+    import tempfile
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return ""
+    paths = {"torch": os.path.dirname(spec.origin),
+             "Python's headers": sysconfig.get_paths().get("include", ""),
+             "Inductor's cache": os.environ.get("TORCHINDUCTOR_CACHE_DIR", tempfile.gettempdir())}
+    for what, path in paths.items():
+        if " " in path:
+            return (f"torch's Inductor cannot build C++ under a path with a space ({what}: "
+                    f"{path!r}); plain torch.compile fails there too. Install torch (the venv) "
+                    f"under a path without spaces to run this test")
+    return ""
+
+
+_INDUCTOR_FAILURES = ("InductorError", "CppCompileError", "BackendCompilerFailed")
+
+
+def _an_inductor_build_failed(exc: BaseException) -> bool:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        text = f"{type(exc).__name__} {exc}"
+        if any(name in text for name in _INDUCTOR_FAILURES):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """A test that fails because Inductor cannot build under a path with a space
+    (``inductor_blocked``) is skipped with that reason; everywhere else nothing changes."""
+    try:
+        return (yield)
+    except Exception as exc:
+        blocked = inductor_blocked()
+        if blocked and _an_inductor_build_failed(exc):
+            pytest.skip(blocked)
+        raise
+
+
 def no_nvrtc() -> str:
     """Why NVRTC (an optional package: the CUDA toolkit's, or the nvidia-cuda-nvrtc wheel's)
     cannot be loaded here, or "" when it can: tests that compile with it skip without it."""

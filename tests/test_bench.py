@@ -162,3 +162,34 @@ def test_bench_cuda_on_the_test_driver_reports_every_row(tmp_path):
     targets = sections[4]
     assert "bound h(): " in targets and "× the builtin (≤ 1.5× builtin: " in targets
     assert "direct call: " in targets and "(≤ 3× builtin: " in targets
+
+
+def _bench(tmp_path, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return subprocess.run([sys.executable, "-m", "tilejit", "bench", *argv], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_bench_startup_reports_every_installed_framework(tmp_path):
+    done = _bench(tmp_path, "--startup", "--repeats", "1", "--out", str(tmp_path / "s.md"))
+    assert done.returncode in (0, 1), done.stderr  # 1: a target missed, said in the table
+    rows = {cells[0]: cells[1:] for cells in (
+        [c.strip() for c in line.strip("|").split("|")] for line in done.stdout.splitlines()
+        if line.startswith("| ") and "framework" not in line)}
+    from tilejit.tools import bench_startup
+
+    for name in bench_startup.FRAMEWORKS:
+        if name in bench_startup.installed():
+            assert rows[name][-1] in ("met", "MISSED"), done.stdout
+            assert rows[name][-2] == "0", f"{name}: torch.compile's modules loaded"
+        else:
+            assert rows[name][0] == "not installed"
+
+
+def test_bench_jax_quick_says_how_long_it_will_take(tmp_path):
+    pytest.importorskip("jax")
+    done = _bench(tmp_path, "--jax", "--quick")
+    assert done.returncode == 0, done.stderr
+    assert "repeats of 500 calls: about" in done.stderr
+    assert "| eager: tilejit add(a, b), 16 float32 |" in done.stdout

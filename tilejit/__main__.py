@@ -40,7 +40,8 @@ def main(argv=None) -> int:
                        help="timed repeats per row (default 11; 7 with --target cuda)")
     bench.add_argument("--out", help="also write the table to this file")
     bench.add_argument("--quick", action="store_true",
-                       help="skip peers that take long to build (the pybind11 extension)")
+                       help="skip peers that take long to build (the pybind11 extension); "
+                            "with --jax, fewer calls and repeats: under a minute")
     bench.add_argument("--torch-compile", action="store_true",
                        help="instead: a tilejit kernel inside torch.compile (inductor), next "
                             "to torch.add")

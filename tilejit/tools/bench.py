@@ -651,7 +651,10 @@ def _run_once(row: Row, calls: int) -> float:
     return timer(calls, row.fn, *row.args, *(row.kwargs[k] for k in kwnames)) / calls
 
 
-def _measure(rows: list[Row], calls: int, repeats: int) -> None:
+def _measure(rows: list[Row], calls: int, repeats: int, progress=None) -> None:
+    """Times every row ``repeats`` times, ``calls`` calls each, interleaved; ``progress``
+    (one line of text at a time) hears how long the timing will take, measured on the
+    untimed warm-up, and each repeat as it ends."""
     live = [row for row in rows if row.fn is not None]
     warmup = max(_WARMUP_MIN, calls // _WARMUP_FRACTION)
     for row in live:
@@ -665,11 +668,18 @@ def _measure(rows: list[Row], calls: int, repeats: int) -> None:
     enabled = gc.isenabled()
     gc.disable()
     try:
+        started = time.perf_counter()
         for row in live:
             _run_once(row, warmup)
-        for _ in range(repeats):
+        left = (time.perf_counter() - started) * calls * repeats / warmup
+        if progress is not None:
+            progress(f"timing {len(live)} rows, {repeats} repeats of {calls} calls: about "
+                     f"{left:.0f} s")
+        for i in range(repeats):
             for row in live:
                 row.times.append(_run_once(row, calls))
+            if progress is not None:
+                progress(f"repeat {i + 1} of {repeats} done")
     finally:
         if enabled:
             gc.enable()
@@ -1044,7 +1054,8 @@ def _recorded_rows(add, a_grad, b) -> list:
 # ---- F. JAX (``--jax``) ------------------------------------------------------------------
 
 
-def run_jax(calls: int = REPORT_MIN_CALLS, repeats: int = 11) -> tuple[str, bool]:
+def run_jax(calls: int = REPORT_MIN_CALLS, repeats: int = 11,
+            progress=None) -> tuple[str, bool]:
     """Case F: a tilejit kernel called with JAX arrays (an XLA custom call, docs/jax.md),
     jitted and eager, next to ``jnp``'s add in the same run; and on 1M elements, the
     jitted call next to the same kernel called directly on NumPy arrays (what the handler
@@ -1081,7 +1092,7 @@ def run_jax(calls: int = REPORT_MIN_CALLS, repeats: int = 11) -> tuple[str, bool
     for row in rows:  # compiled (and checked) before anything is timed
         row.fn(*row.args)
     elapsed_build = time.perf_counter() - start
-    _measure(rows, calls, repeats)
+    _measure(rows, calls, repeats, progress)
     references = {rows[1].name: (rows[0], "≤ 1.25×"), rows[3].name: (rows[2], ""),
                   rows[4].name: (rows[5], "")}
     table = []
@@ -1095,6 +1106,21 @@ def run_jax(calls: int = REPORT_MIN_CALLS, repeats: int = 11) -> tuple[str, bool
     return "\n".join(lines), all(row.times for row in rows)
 
 
+def _progress():
+    """What a long run says as it goes, on stderr: each line in place on a terminal, else
+    only the estimate of how long it will take (a log keeps that)."""
+    tty = sys.stderr.isatty()
+
+    def say(line: str) -> None:
+        if tty:
+            print(f"\r\033[K{line}", end="" if line.startswith("repeat") else "\n",
+                  file=sys.stderr, flush=True)
+        elif line.startswith("timing"):
+            print(line, file=sys.stderr, flush=True)
+
+    return say
+
+
 def main(args) -> int:
     """Entry point of ``python -m tilejit bench``; ``args`` has ``calls``, ``repeats`` (None:
     the defaults), ``out``, ``quick``, ``torch_compile`` and ``jax``. Returns 1 when a row tilejit is
@@ -1104,7 +1130,10 @@ def main(args) -> int:
     if getattr(args, "torch_compile", False):
         report, ok = run_torch_compile(calls=calls, repeats=repeats)
     elif getattr(args, "jax", False):
-        report, ok = run_jax(calls=args.calls or 20_000, repeats=repeats)
+        quick = args.quick and not (args.calls or args.repeats)  # under a minute
+        report, ok = run_jax(calls=args.calls or (500 if quick else 20_000),
+                             repeats=args.repeats or (5 if quick else 11),
+                             progress=_progress())
     else:
         report, ok = run(calls=calls, repeats=repeats, quick=args.quick)
     print(report, end="")
