@@ -243,10 +243,22 @@ def _plain_keysets(torch, keyset_offset: int) -> list:
     """The key set words of plain dense tensors (CPU; CUDA when torch has a GPU), read at
     ``keyset_offset`` of their TensorImpl: one per device, the same for tensors of several
     dtypes and for views; LookupError unless a conjugate view, a FakeTensor and
-    functorch's wrappers (as grad and vmap hand them over) all have another."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    functorch's wrappers (as grad and vmap hand them over) all have another.
 
+    A tracer's tensors (FakeTensor, FunctionalTensor) are wrapper subclasses with their
+    own ``__torch_dispatch__``, which puts torch's Python key in their key set: a wrapper
+    subclass of that kind stands for them here, and a meta tensor for their device. (Making
+    a real FakeTensorMode imports torch._dynamo and sympy, seconds on a first call.)"""
     from .views import _Memory
+
+    class Dispatching(torch.Tensor):  # a tracer's tensor, as far as its key set goes
+        @staticmethod
+        def __new__(cls, shape):
+            return torch.Tensor._make_wrapper_subclass(cls, shape, dtype=torch.float32)
+
+        @classmethod
+        def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+            raise NotImplementedError(f"{func} is not run by the probe")
 
     memory = _Memory()
     try:
@@ -267,10 +279,9 @@ def _plain_keysets(torch, keyset_offset: int) -> list:
             if len(words) != 1:
                 raise LookupError(f"plain {device} tensors differ in their key sets")
             plain.extend(words)
-        with FakeTensorMode():
-            fake = torch.ones(3)
-        others = [keyset(torch.zeros(2, dtype=torch.complex64).conj()), keyset(fake)]
-        torch.func.grad(lambda x: others.append(keyset(x)) or x.sum())(torch.ones(2))
+        others = [keyset(torch.zeros(2, dtype=torch.complex64).conj()),
+                  keyset(Dispatching((3,))), keyset(torch.empty(3, device="meta"))]
+        _inside_grad(torch, lambda x: others.append(keyset(x)))
         torch.func.vmap(lambda x: others.append(keyset(x)) or x)(torch.ones(2, 2))
         if any(word in plain for word in others):
             raise LookupError("a conjugate view, a FakeTensor or a functorch wrapper "
@@ -278,6 +289,24 @@ def _plain_keysets(torch, keyset_offset: int) -> list:
         return plain
     finally:
         memory.close()
+
+
+class _Seen(Exception):
+    """Ends a ``torch.func.grad`` transform once the probe has seen what it looks at."""
+
+
+def _inside_grad(torch, look) -> None:
+    """``look(x)`` on the tensor ``torch.func.grad`` hands its function, inside the
+    transform; the transform is left before its backward, which would import
+    torch._dynamo (seconds, on a first call) for nothing the probe needs."""
+    def function(x):
+        look(x)
+        raise _Seen
+
+    try:
+        torch.func.grad(function)(torch.ones(2))
+    except _Seen:
+        pass
 
 
 def _check_thread_word(torch, tls_word) -> None:
@@ -296,7 +325,7 @@ def _check_thread_word(torch, tls_word) -> None:
     with Watching():
         seen.append(tls_word(TLS_INCLUDED))
     torch.func.vmap(lambda x: seen.append(tls_word(TLS_INCLUDED)) or x)(torch.ones(2, 2))
-    torch.func.grad(lambda x: seen.append(tls_word(TLS_INCLUDED)) or x.sum())(torch.ones(2))
+    _inside_grad(torch, lambda x: seen.append(tls_word(TLS_INCLUDED)))
     with torch.inference_mode():
         seen.append(tls_word(TLS_INCLUDED))
     if outside != 0 or 0 in seen or torch._C._dispatch_tls_local_include_set() != default:
