@@ -165,3 +165,31 @@ def test_the_kept_autograd_record_offset_is_checked_against_this_torch(cache, mo
     assert probes._autograd_meta_offset(torch) == offset
     assert searched == [False, True]  # checked, refused, searched again
     assert json.loads(kept.read_text()) == offset
+
+
+_FIRST_OP = r"""
+import json, sys
+import torch
+import tilejit
+from tilejit import T
+n = T.symbol("n")
+kernel = tilejit.compile(tilejit.Program(
+    name="startup_scale", params=[T.Buffer((n,), "float32", name="X", const=True),
+                                  T.Buffer((n,), "float32", name="Y")],
+    source="void startup_scale(const float *X, float *Y, int64_t n) {"
+           " for (int64_t i = 0; i < n; ++i) Y[i] = 3 * X[i]; }"), out_idx=-1)
+kernel.register_autograd(lambda ctx, grad: 3 * grad)  # defines the op: its probes run
+x = torch.ones(4, requires_grad=True)
+kernel(x).sum().backward()  # claimed: recorded by autograd through the op
+assert x.grad.tolist() == [3.0] * 4
+assert kernel.torch_op(x.detach()).tolist() == [3.0] * 4
+print(json.dumps(sorted(m for m in sys.modules if m.startswith(
+    ("torch._dynamo", "torch._inductor", "sympy")))))
+"""
+
+
+def test_a_kernels_torch_op_and_autograd_load_nothing_of_torch_compile():
+    """Defining a kernel's op (its C autograd kernel's probes included) and a recorded
+    call load neither torch._dynamo nor Inductor nor sympy: seconds of imports for what
+    only torch.compile needs."""
+    assert json.loads(run_python("-c", _FIRST_OP).splitlines()[-1]) == []
