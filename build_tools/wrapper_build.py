@@ -106,7 +106,8 @@ def _cython_version() -> str:
         return "missing"
     shadow = Path(next(iter(spec.submodule_search_locations))) / "Shadow.py"
     try:
-        found = re.search(r'^__version__ = "([^"]+)"', shadow.read_text(encoding="utf-8"), re.M)
+        text = shadow.read_text(encoding="utf-8")
+        found = re.search(r'^__version__ = "([^"]+)"', text, re.MULTILINE)
     except OSError:
         found = None
     if found is None:  # laid out otherwise: ask Cython itself

@@ -16,7 +16,7 @@ from conftest import run_python
 
 torch = pytest.importorskip("torch")
 
-from tilejit.frameworks.torch import probes  # noqa: E402
+from tilejit.frameworks.torch import probes
 
 _FIRST_CALL = r"""
 import json, sys

@@ -11,6 +11,7 @@ active and, when not, why. Nothing here fails: what cannot be found is reported 
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
@@ -26,7 +27,6 @@ from ..native.library import cuda_device_capability
 from ..runtime import backends, binding, fast_paths
 from ..runtime.kernel import JITKernel
 
-
 # The module each distribution is imported as, where the names differ.
 _MODULES = {"apache-tvm-ffi": "tvm_ffi", "Cython": "Cython"}
 
@@ -34,8 +34,6 @@ _MODULES = {"apache-tvm-ffi": "tvm_ffi", "Cython": "Cython"}
 def _version(distribution: str) -> str | None:
     """The installed distribution's version; None when it is not installed, or when this
     process cannot import it (its files are left without its module)."""
-    import importlib.util
-
     module = _MODULES.get(distribution, distribution)
     try:
         if importlib.util.find_spec(module) is None:
