@@ -17,10 +17,8 @@ from typing import Any
 
 from ..builder import cache as _cache
 from ..builder import compiler as _compiler
-from ..builder import export as _export
 from ..builder import glue as _glue
 from ..builder.compiler import CompileError
-from ..builder.cuda_compiler import compile_program, load_binary, resolve_arch
 from ..builder.signature import lower
 from ..language.program import Program
 from ..native._build import elf as _elf
@@ -113,6 +111,8 @@ def _compile_cuda(program: Program, sig, execution_backend: str, flags: list, ve
                   arch, compiler) -> JITKernel:
     """A CUDA kernel: its image compiled (or found in the cache), or its prebuilt binary
     loaded as it is."""
+    from ..builder.cuda_compiler import compile_program, load_binary, resolve_arch
+
     if program.binary is not None:
         if arch is not None or compiler is not None:
             raise ValueError(f"{program.name}: arch= and compiler= compile a source; "
@@ -236,6 +236,8 @@ def load(path, execution_backend: str = "auto"):
     reading each file once: a damaged, foreign or unrunnable export is a ValueError
     naming the directory, the file and what is wrong. An export replaced meanwhile by
     another process loads old or new, whole (docs/export.md)."""
+    from ..builder import export as _export  # a CPU start that loads nothing skips it
+
     directory = Path(os.fspath(path)).absolute()
     _export.adopt_core(directory)
     core_kernel = CoreKernel.open(directory)
@@ -282,7 +284,7 @@ def resolved_options(compile_options: dict, where: str) -> dict:
     options.update(target=target, execution_backend=backend, compile_flags=flags,
                    verbose=verbose)
     if target == "cuda":
-        from ..builder.cuda_compiler import resolve_compiler
+        from ..builder.cuda_compiler import resolve_arch, resolve_compiler
 
         options["arch"] = list(resolve_arch(options.get("arch")))
         options["compiler"] = resolve_compiler(options.get("compiler"))

@@ -8,7 +8,6 @@ import sys
 import weakref
 from typing import ClassVar
 
-from ..builder.export import export as _export
 from ..builder.signature import Signature, lower
 from ..language.program import Program
 from ..native import abi
@@ -386,7 +385,9 @@ class JITKernel:
         >>> kernel.export("kernels/vec_add")
         >>> same = tilejit.load("kernels/vec_add")
         """
-        return _export(self, path, overwrite=overwrite)
+        from ..builder.export import export
+
+        return export(self, path, overwrite=overwrite)
 
     def __repr__(self) -> str:
         return (f"<JITKernel {self.c_prototype} target={self.target} "
