@@ -4,6 +4,7 @@ the messages of a direct call."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -354,6 +355,94 @@ def test_an_exported_jax_program_runs_in_a_fresh_process(k, tmp_path, process):
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[0.0, 4.0, 8.0, 12.0]"
+
+
+BEFORE_JAX = """
+import sys, numpy as np, tilejit
+from tilejit import T
+{make}
+assert "jax" not in sys.modules and "jaxlib" not in sys.modules, "tilejit imported JAX"
+import jax
+from jax import export
+program = export.deserialize(bytearray(open(sys.argv[2], "rb").read()))
+x = np.arange(4, dtype=np.float32)
+print(np.asarray(program.call(x, x)).tolist())
+{more}
+"""
+
+LOADED_BEFORE_JAX = """
+tilejit.load(sys.argv[1])  # not kept: the load registers it, whenever JAX comes
+"""
+
+COMPILED_BEFORE_JAX = """
+n = T.symbol("n")
+kernel = tilejit.compile(tilejit.Program(name="vec_add", source={source!r}, params=[
+    T.Buffer((n,), "float32", name="A", const=True),
+    T.Buffer((n,), "float32", name="B", const=True),
+    T.Buffer((n,), "float32", name="C")]), out_idx=-1)
+"""
+
+
+@pytest.mark.parametrize("made", ["loaded", "compiled"])
+def test_a_kernel_made_before_jax_is_imported_is_registered_when_it_is(k, tmp_path, made):
+    if k["add"].execution_backend != "cython":
+        pytest.skip("the export is the same for every backend: run once")
+    k["add"].export(tmp_path / "add")
+    _exported_program(k["add"], tmp_path / "program.bin")
+    code = BEFORE_JAX.format(
+        make=LOADED_BEFORE_JAX if made == "loaded" else COMPILED_BEFORE_JAX.format(
+            source=VEC_ADD),
+        more="" if made == "loaded" else
+        "print(np.asarray(jax.jit(lambda a, b: kernel(a, b))(x, x)).tolist())")
+    from conftest import subprocess_env
+
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "add"),
+                           str(tmp_path / "program.bin")], env=subprocess_env(),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    expected = ["[0.0, 4.0, 8.0, 12.0]"] + (["[0.0, 2.0, 4.0, 6.0]"] if made == "compiled" else [])
+    assert done.stdout.splitlines() == expected
+
+
+PUBLISH_FAILS = """
+import sys, warnings, tilejit
+from tilejit import T
+from tilejit.runtime import frameworks
+
+class Refusing(frameworks.Adapter):
+    name = "tj_fake_framework"
+    def publish(self, kernel):
+        raise RuntimeError("this framework refuses every kernel")
+
+frameworks.register("tj_fake_framework", Refusing, publishes=True)
+n = T.symbol("n")
+kernel = tilejit.compile(tilejit.Program(name="vec_add", source={source!r}, params=[
+    T.Buffer((n,), "float32", name="A", const=True),
+    T.Buffer((n,), "float32", name="B", const=True),
+    T.Buffer((n,), "float32", name="C")]), out_idx=-1)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import tj_fake_framework  # the import goes on
+print(tj_fake_framework.VALUE)
+print([str(w.message) for w in caught if w.category is RuntimeWarning])
+print([f.root for f in sys.meta_path if type(f).__name__ == "_AfterImport"])
+"""
+
+
+def test_a_kernel_a_framework_fails_to_publish_on_its_import_is_a_warning(tmp_path):
+    (tmp_path / "tj_fake_framework.py").write_text("VALUE = 42\n")
+    from conftest import subprocess_env
+
+    code = PUBLISH_FAILS.format(source=VEC_ADD)
+    env = subprocess_env()
+    env["PYTHONPATH"] += f"{os.pathsep}{tmp_path}"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "42", ("['vec_add: not made callable by tj_fake_framework programs when "
+               "tj_fake_framework was imported: RuntimeError: this framework refuses every "
+               "kernel']"), "['jax']"]
 
 
 def test_an_exported_program_without_its_kernel_says_which_target(k, tmp_path):

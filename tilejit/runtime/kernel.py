@@ -98,6 +98,7 @@ class JITKernel:
                 pass
         JITKernel._alive.add(self)
         frameworks.register_traced(self)
+        frameworks.made(self)  # published by a framework imported later (JAX's target)
         # What the binaries were when loaded, for the torch op's name: the cache may remove
         # them later (python -m tilejit cache prune) while this kernel keeps running. Given
         # when known already (an export's MANIFEST, the kernel with_backend copies).
