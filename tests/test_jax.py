@@ -187,6 +187,49 @@ def test_an_array_for_a_scalar_is_refused_naming_its_shape_and_dtype(k):
                                   "(float32), got jax.ShapeDtypeStruct")
 
 
+@pytest.mark.parametrize("given", ["int4 buffer", "key buffer", "complex 0-d scalar",
+                                   "complex NumPy scalar"])
+def test_an_element_type_the_kernel_cannot_take_is_refused_naming_it(k, given):
+    x = _f32(0, 1, 2)
+    args, error, words = {
+        "int4 buffer": ((jnp.ones(3, jnp.int4), x, 1.0, 1, True), ValueError,
+                        "jx_axpy: argument 0 'X': expected dtype float32, got int4"),
+        "key buffer": ((jax.random.key(0), x, 1.0, 1, True), ValueError,
+                       "jx_axpy: argument 0 'X': expected dtype float32, got key<fry>"),
+        "complex 0-d scalar": ((x, x, jnp.asarray(1 + 2j, jnp.complex64), 1, True), TypeError,
+                               ("jx_axpy: argument 2 'a': expected a float or int scalar "
+                               "(float32), got a tensor of shape () and dtype complex64")),
+        "complex NumPy scalar": ((x, x, np.complex64(1), 1, True), TypeError,
+                                 ("jx_axpy: argument 2 'a': expected a float or int scalar "
+                                 "(float32), got numpy.complex64"))}[given]
+    arrays = [a for a in args if isinstance(a, jax.Array)]
+
+    def traced(*given_arrays):
+        given_arrays = iter(given_arrays)
+        return k["axpy"](*(next(given_arrays) if isinstance(a, jax.Array) else a for a in args))
+
+    for call in (lambda: k["axpy"](*args), lambda: jax.jit(traced)(*arrays)):
+        with pytest.raises(error) as refused:
+            call()
+        assert str(refused.value) == words
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_sixteen_bit_float_scalar_is_taken_as_its_value(k, dtype):
+    x, y = _f32(1, 2, 3), _f32(0, 0, 0)
+    scale = jax.jit(lambda x, y, a: k["axpy"](x, y, a, 0, False))
+    for value in (0.5, -2.25, 65504.0, 6e-8, -1e-5, float("inf")):
+        a = jnp.asarray(value, getattr(jnp, dtype))
+        expected = np.float32(np.asarray(a).astype(np.float32)) * np.asarray([1, 2, 3], np.float32)
+        for got in (k["axpy"](x, y, a, 0, False), scale(x, y, a)):
+            np.testing.assert_array_equal(np.asarray(got), expected)
+    if dtype == "float16":  # a NumPy float16, part of the program as a Python number is
+        got = k["axpy"](x, y, np.float16(0.1), 0, False)
+        np.testing.assert_array_equal(np.asarray(got),
+                                      np.float32(np.float16(0.1)) * np.asarray([1, 2, 3],
+                                                                                np.float32))
+
+
 def test_eager_calls_are_kept_per_kind_telling_number_types_and_sizes_apart(k):
     x, y = _f32(0, 1, 2, 3), _f32(1, 1, 1, 1)
     for a in (2, 2.0, np.float32(2)):  # an int, a float, a NumPy float: three programs

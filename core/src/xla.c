@@ -106,6 +106,25 @@ static void *attribute(const tj_xla_attrs *attrs, const char *text, int32_t type
   return NULL;
 }
 
+/* A float16 (`bfloat`: a bfloat16) as the float32 of the same value, exactly. */
+static float float_of_16_bits(uint16_t h, bool bfloat) {
+  uint32_t bits;
+  if (bfloat) {
+    bits = (uint32_t)h << 16;
+  } else {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+    if (exponent == 0) { /* zero or subnormal: mantissa * 2**-24 */
+      float magnitude = (float)mantissa * 5.9604644775390625e-08f;
+      return sign ? -magnitude : magnitude;
+    }
+    bits = sign | (exponent == 0x1f ? 0x7f800000u | mantissa << 13
+                                    : (exponent + 112) << 23 | mantissa << 13);
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
 /* A scalar of XLA type `dtype` at `value` as the core's argument. */
 static int read_scalar(int32_t dtype, const void *value, tj_arg *arg) {
   DLDataType d = dtype_of(dtype);
@@ -122,8 +141,10 @@ static int read_scalar(int32_t dtype, const void *value, tj_arg *arg) {
       float f;
       memcpy(&f, value, 4);
       arg->value.f = f;
-    } else { /* float16 or bfloat16 */
-      return tj_set_error(TJ_ETYPE, "a 16-bit float scalar (give a float32 or a Python float)");
+    } else { /* float16 or bfloat16: as a NumPy float16 scalar is taken */
+      uint16_t h;
+      memcpy(&h, value, 2);
+      arg->value.f = float_of_16_bits(h, d.code == kDLBfloat);
     }
   } else {
     arg->kind = TJ_ARG_INT;

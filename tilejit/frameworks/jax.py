@@ -71,6 +71,10 @@ _XLA_TYPES = {"bool": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "uint8":
               "float8_e5m2fnuz": 24, "float8_e4m3fnuz": 25, "float8_e4m3": 28,
               "float8_e3m4": 29, "float8_e8m0fnu": 33}
 _ATTR_TYPES = {bool: numpy.bool_, int: numpy.int64, float: numpy.float64}
+# The element types a scalar may be given as (a 0-d array, a NumPy scalar): XLA's real
+# and boolean ones the handler reads as a number.
+_SCALAR_DTYPES = frozenset(("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                            "uint32", "uint64", "float16", "bfloat16", "float32", "float64"))
 
 
 def _core():
@@ -157,11 +161,13 @@ class _Described:
             return "n"
         array = _as_array(value)
         if array is not None:
+            dtype = _dtype_name(array)
             if isinstance(param, Scalar):
-                if array.ndim != 0:  # named as the core names a tensor, with what it is
+                if array.ndim != 0 or dtype not in _SCALAR_DTYPES:
+                    # Named as the core names a tensor, with what it is.
                     self.attrs[f"tj_{position}"] = (
                         f"a tensor of shape {jax_symbolic.shape_text(array.shape)} and dtype "
-                        f"{numpy.dtype(array.dtype).name}")
+                        f"{dtype}")
                     return "o"
                 if isinstance(array, jax.core.Tracer) and param._symbol in _sizes(kernel):
                     raise TypeError(
@@ -170,18 +176,25 @@ class _Described:
                         f"give it as a Python int, not a traced value")
                 self.operands.append(array)
                 return "s"
+            if dtype not in _XLA_TYPES:  # no XLA type the handler reads: said as the core says
+                raise ValueError(f"{kernel.name}: argument {position} "
+                                 f"'{_input_name(kernel, position)}': expected dtype "
+                                 f"{getattr(param, 'dtype', 'of a tensor')}, got {dtype}")
             self.operands.append(array)
             if isinstance(param, Buffer) and not param.const and not _is_output(kernel, param):
                 self.written.append(len(self.operands) - 1)
                 return "w"
             return "b"
-        if type(value) in _ATTR_TYPES or isinstance(value, numpy.generic):
+        if type(value) in _ATTR_TYPES or (isinstance(value, numpy.generic)
+                                          and value.dtype.name in _SCALAR_DTYPES):
             scalar = value if isinstance(value, numpy.generic) else _ATTR_TYPES[type(value)](value)
             if isinstance(value, int) and not isinstance(value, bool) and not (
                     -2**63 <= value < 2**64):
                 return self._other(position, type(value))
             if isinstance(value, int) and value >= 2**63:
                 scalar = numpy.uint64(value)
+            if scalar.dtype.name in ("float16", "bfloat16"):  # XLA has no such attributes
+                scalar = numpy.float32(scalar)  # the same value
             self.attrs[f"tj_{position}"] = scalar
             return "a"
         return self._other(position, type(value))
@@ -278,7 +291,16 @@ def _device(operands: list) -> DLDevice:
 
 
 def _xla_type(array) -> int:
-    return _XLA_TYPES.get(numpy.dtype(array.dtype).name, 0)
+    return _XLA_TYPES.get(_dtype_name(array), 0)
+
+
+def _dtype_name(array) -> str:
+    """The name of an array's element type, one NumPy cannot describe included (a key
+    array's ``key<fry>``)."""
+    try:
+        return numpy.dtype(array.dtype).name
+    except TypeError:
+        return str(array.dtype)
 
 
 def _attributes(kernel, described: _Described, for_core: bool):
