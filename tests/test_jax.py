@@ -495,6 +495,29 @@ def test_a_kernel_made_before_jax_is_imported_is_registered_when_it_is(k, tmp_pa
     assert done.stdout.splitlines() == expected
 
 
+NOT_KEPT = """
+import gc, sys, weakref
+sys.modules["jax"] = None  # JAX cannot be imported in this process
+import tilejit
+kernel = weakref.ref(tilejit.load(sys.argv[1]))
+gc.collect()
+print(kernel() is None)
+"""
+
+
+def test_a_kernel_loaded_where_jax_cannot_be_imported_is_not_kept_for_it(k, tmp_path):
+    if k["add"].execution_backend != "cython":
+        pytest.skip("the export is the same for every backend: run once")
+    k["add"].export(tmp_path / "add")
+    from conftest import subprocess_env
+
+    done = subprocess.run([sys.executable, "-c", NOT_KEPT, str(tmp_path / "add")],
+                          env=subprocess_env(), capture_output=True, text=True, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
+
+
 PUBLISH_FAILS = """
 import sys, warnings, tilejit
 from tilejit import T

@@ -34,6 +34,7 @@ kind of call (``install_tracer``).
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import sys
 import threading
@@ -222,11 +223,12 @@ def made(kernel) -> None:
 def publish(kernel) -> None:
     """Publishes a loaded kernel (``tilejit.load``) with every framework that publishes
     kernels: now where the framework is imported, else as soon as it is, the kernel kept
-    alive until then (a program exported elsewhere may be all that calls it)."""
+    alive until then (a program exported elsewhere may be all that calls it) where the
+    framework is installed (elsewhere nothing can import it: the kernel is not kept)."""
     for root in _publishing:
-        if root in sys.modules:
+        if sys.modules.get(root) is not None:
             adapter_named(root).publish(kernel)
-        else:
+        elif root not in sys.modules and importlib.util.find_spec(root) is not None:
             _waiting(root)[1].append(kernel)
 
 

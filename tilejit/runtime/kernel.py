@@ -132,7 +132,8 @@ class JITKernel:
         from the kernel's content as its torch op's name: the same in every process that
         has the kernel, which is what a ``jax.export``-ed program calling it records. In a
         process that has imported JAX, the target is registered with XLA once this is
-        read (``tilejit.load`` reads it), so such a program finds it."""
+        read, so such a program finds it (``tilejit.load`` registers it, and a kernel
+        made before JAX's import is registered with it: ``frameworks.made``)."""
         name = self.__dict__.get("_jax_target")
         if name is None:
             from ..builder.torch_schema import op_name
