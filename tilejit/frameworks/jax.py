@@ -12,7 +12,12 @@ input as attributes, buffers (and scalars given as traced values) as operands, P
 numbers as attributes. When the call is traced, the core binds exactly that description
 (``tj_xla_bind``) on the operands' shapes and dtypes: a call a direct call refuses is
 refused here, at trace time, with the same message, and the outputs' shapes come from the
-same binding (``out_idx`` expressions included).
+same binding (``out_idx`` expressions included). Symbolic dimensions (``jax.export``'s
+shape polymorphism) are bound as far as they allow by ``jax_symbolic``.
+
+Every call, eager or traced, goes through a jitted function kept per kind of call
+(``call``): the binding above runs when JAX traces it, once per shape and dtype, and an
+eager call costs a dictionary look-up before JAX's own dispatch.
 
 Results: the outputs (in ``out_idx`` order; one output as an array, several as a tuple),
 then each parameter the kernel writes that is not an output, as a new array
