@@ -205,9 +205,21 @@ class _Described:
         return self._other(position, type(value))
 
     def _other(self, position: int, cls: type) -> str:
-        self.attrs[f"tj_{position}"] = f"{cls.__module__}.{cls.__qualname__}" \
-            if cls.__module__ != "builtins" else cls.__qualname__
+        self.attrs[f"tj_{position}"] = _type_name(cls)
         return "o"
+
+
+def _type_name(cls: type) -> str:
+    """A type as a message names it: by its module and name, a builtin by its name, and a
+    type JAX defines as JAX's API names it (``jax.ShapeDtypeStruct``), never by the module
+    inside JAX that defines it."""
+    module = cls.__module__
+    if module == "builtins":
+        return cls.__qualname__
+    if module.split(".")[0] in ("jax", "jaxlib"):
+        public = getattr(jax, cls.__name__, None) is cls
+        return f"jax.{cls.__name__}" if public else cls.__qualname__
+    return f"{module}.{cls.__qualname__}"
 
 
 def _inputs(kernel) -> list:
