@@ -106,6 +106,25 @@ static void *attribute(const tj_xla_attrs *attrs, const char *text, int32_t type
   return NULL;
 }
 
+/* A float16 (`bfloat`: a bfloat16) as the float32 of the same value, exactly. */
+static float float_of_16_bits(uint16_t h, bool bfloat) {
+  uint32_t bits;
+  if (bfloat) {
+    bits = (uint32_t)h << 16;
+  } else {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+    if (exponent == 0) { /* zero or subnormal: mantissa * 2**-24 */
+      float magnitude = (float)mantissa * 5.9604644775390625e-08f;
+      return sign ? -magnitude : magnitude;
+    }
+    bits = sign | (exponent == 0x1f ? 0x7f800000u | mantissa << 13
+                                    : (exponent + 112) << 23 | mantissa << 13);
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
 /* A scalar of XLA type `dtype` at `value` as the core's argument. */
 static int read_scalar(int32_t dtype, const void *value, tj_arg *arg) {
   DLDataType d = dtype_of(dtype);
@@ -122,8 +141,10 @@ static int read_scalar(int32_t dtype, const void *value, tj_arg *arg) {
       float f;
       memcpy(&f, value, 4);
       arg->value.f = f;
-    } else { /* float16 or bfloat16 */
-      return tj_set_error(TJ_ETYPE, "a 16-bit float scalar (give a float32 or a Python float)");
+    } else { /* float16 or bfloat16: as a NumPy float16 scalar is taken */
+      uint16_t h;
+      memcpy(&h, value, 2);
+      arg->value.f = float_of_16_bits(h, d.code == kDLBfloat);
     }
   } else {
     arg->kind = TJ_ARG_INT;
@@ -168,7 +189,10 @@ typedef struct {
   tj_arg args[TJ_MAX_PARAMS];
   DLTensor tensors[TJ_MAX_PARAMS];
   int32_t written[TJ_MAX_PARAMS]; /* the inputs the kernel writes ('w'), in order */
-  char types[TJ_MAX_PARAMS][48];  /* the type names of 'o' inputs */
+  /* What the 'o' inputs are, as the framework described them ("str", "a tensor of
+   * shape (3,) and dtype float32"), one after the other, each cut to what is left. */
+  char others[1024];
+  size_t others_used;
   int32_t nwritten;
 } xla_call;
 
@@ -207,12 +231,16 @@ static int read_input(const tj_xla_call_frame *frame, DLDevice device, xla_call 
   }
   if (kind == 'o') { /* refused by the core, naming the type (trace time only) */
     const tj_xla_byte_span *type = input_attribute(attrs, i, ATTR_STRING);
+    char *text = call->others + call->others_used;
+    size_t left = sizeof(call->others) - call->others_used;
     size_t length = type != NULL ? type->len : 0;
-    if (length >= sizeof(call->types[i])) length = sizeof(call->types[i]) - 1;
-    if (length > 0) memcpy(call->types[i], type->ptr, length);
-    call->types[i][length] = '\0';
+    if (left == 0) return tj_set_error(TJ_EVALUE, "too many unsupported objects");
+    if (length >= left) length = left - 1;
+    if (length > 0) memcpy(text, type->ptr, length);
+    text[length] = '\0';
+    call->others_used += length + 1;
     arg->kind = TJ_ARG_OTHER;
-    arg->type_name = call->types[i];
+    arg->type_name = text;
     return TJ_OK;
   }
   if (*operand >= frame->args.size || frame->args.types[*operand] != 1)
@@ -252,6 +280,7 @@ static int read_inputs(const tj_xla_call_frame *frame, DLDevice device, xla_call
   const tj_kernel *k = __atomic_load_n(&call->entry->kernel, __ATOMIC_ACQUIRE);
   call->kernel = k;
   call->nwritten = 0;
+  call->others_used = 0;
   /* As many arguments as the call gave: the core says what a wrong count is. */
   int32_t given = layout->len < TJ_MAX_PARAMS ? (int32_t)layout->len : TJ_MAX_PARAMS;
   call->ninputs = given >= k->nrequired && given < k->ninputs ? k->ninputs : given;

@@ -66,5 +66,6 @@ _registry.register("torch", _torch,
                            "layout": _traced_layout_call},
                    compiling=_torch_compiling)
 _registry.register("numpy", _numpy, default=True)
-_registry.register("jax", _jax)
+# A kernel made before JAX is imported has its XLA target registered once it is.
+_registry.register("jax", _jax, publishes=True)
 _registry.register("jaxlib", _jax)  # jax.Array's concrete type lives in jaxlib

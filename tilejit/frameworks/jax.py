@@ -12,7 +12,12 @@ input as attributes, buffers (and scalars given as traced values) as operands, P
 numbers as attributes. When the call is traced, the core binds exactly that description
 (``tj_xla_bind``) on the operands' shapes and dtypes: a call a direct call refuses is
 refused here, at trace time, with the same message, and the outputs' shapes come from the
-same binding (``out_idx`` expressions included).
+same binding (``out_idx`` expressions included). Symbolic dimensions (``jax.export``'s
+shape polymorphism) are bound as far as they allow by ``jax_symbolic``.
+
+Every call, eager or traced, goes through a jitted function kept per kind of call
+(``call``): the binding above runs when JAX traces it, once per shape and dtype, and an
+eager call costs a dictionary look-up before JAX's own dispatch.
 
 Results: the outputs (in ``out_idx`` order; one output as an array, several as a tuple),
 then each parameter the kernel writes that is not an output, as a new array
@@ -55,6 +60,7 @@ from ..native.ctypes_abi import (
 )
 from ..native.library import core_library, exception_class
 from ..runtime import frameworks
+from . import jax_symbolic
 
 _MAX_NDIM, _MAX_OUTPUTS = 16, 16
 _ALIGNED = 1 << 16  # the address a traced operand stands at: aligned as XLA aligns
@@ -70,6 +76,10 @@ _XLA_TYPES = {"bool": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "uint8":
               "float8_e5m2fnuz": 24, "float8_e4m3fnuz": 25, "float8_e4m3": 28,
               "float8_e3m4": 29, "float8_e8m0fnu": 33}
 _ATTR_TYPES = {bool: numpy.bool_, int: numpy.int64, float: numpy.float64}
+# The element types a scalar may be given as (a 0-d array, a NumPy scalar): XLA's real
+# and boolean ones the handler reads as a number.
+_SCALAR_DTYPES = frozenset(("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                            "uint32", "uint64", "float16", "bfloat16", "float32", "float64"))
 
 
 def _core():
@@ -156,9 +166,14 @@ class _Described:
             return "n"
         array = _as_array(value)
         if array is not None:
+            dtype = _dtype_name(array)
             if isinstance(param, Scalar):
-                if array.ndim != 0:
-                    return self._other(position, type(value))
+                if array.ndim != 0 or dtype not in _SCALAR_DTYPES:
+                    # Named as the core names a tensor, with what it is.
+                    self.attrs[f"tj_{position}"] = (
+                        f"a tensor of shape {jax_symbolic.shape_text(array.shape)} and dtype "
+                        f"{dtype}")
+                    return "o"
                 if isinstance(array, jax.core.Tracer) and param._symbol in _sizes(kernel):
                     raise TypeError(
                         f"{kernel.name}: argument {position} '{_input_name(kernel, position)}'"
@@ -166,33 +181,45 @@ class _Described:
                         f"give it as a Python int, not a traced value")
                 self.operands.append(array)
                 return "s"
+            if dtype not in _XLA_TYPES:  # no XLA type the handler reads: said as the core says
+                raise ValueError(f"{kernel.name}: argument {position} "
+                                 f"'{_input_name(kernel, position)}': expected dtype "
+                                 f"{getattr(param, 'dtype', 'of a tensor')}, got {dtype}")
             self.operands.append(array)
             if isinstance(param, Buffer) and not param.const and not _is_output(kernel, param):
                 self.written.append(len(self.operands) - 1)
                 return "w"
             return "b"
-        if type(value) in _ATTR_TYPES or isinstance(value, numpy.generic):
+        if type(value) in _ATTR_TYPES or (isinstance(value, numpy.generic)
+                                          and value.dtype.name in _SCALAR_DTYPES):
             scalar = value if isinstance(value, numpy.generic) else _ATTR_TYPES[type(value)](value)
             if isinstance(value, int) and not isinstance(value, bool) and not (
                     -2**63 <= value < 2**64):
                 return self._other(position, type(value))
             if isinstance(value, int) and value >= 2**63:
                 scalar = numpy.uint64(value)
+            if scalar.dtype.name in ("float16", "bfloat16"):  # XLA has no such attributes
+                scalar = numpy.float32(scalar)  # the same value
             self.attrs[f"tj_{position}"] = scalar
             return "a"
         return self._other(position, type(value))
 
-    def key(self) -> tuple:
-        """What makes two calls the same program: the letters, the attributes (with their
-        types) and the operands' shapes and dtypes."""
-        return ("".join(self.layout),
-                tuple((k, type(v).__name__, v) for k, v in sorted(self.attrs.items())),
-                tuple((a.shape, a.dtype) for a in self.operands))
-
     def _other(self, position: int, cls: type) -> str:
-        self.attrs[f"tj_{position}"] = f"{cls.__module__}.{cls.__qualname__}" \
-            if cls.__module__ != "builtins" else cls.__qualname__
+        self.attrs[f"tj_{position}"] = _type_name(cls)
         return "o"
+
+
+def _type_name(cls: type) -> str:
+    """A type as a message names it: by its module and name, a builtin by its name, and a
+    type JAX defines as JAX's API names it (``jax.ShapeDtypeStruct``), never by the module
+    inside JAX that defines it."""
+    module = cls.__module__
+    if module == "builtins":
+        return cls.__qualname__
+    if module.split(".")[0] in ("jax", "jaxlib"):
+        public = getattr(jax, cls.__name__, None) is cls
+        return f"jax.{cls.__name__}" if public else cls.__qualname__
+    return f"{module}.{cls.__qualname__}"
 
 
 def _inputs(kernel) -> list:
@@ -227,14 +254,20 @@ def _as_array(value):
     return None
 
 
-def _bind(kernel, described: _Described):
+def _bind(kernel, described: _Described, shapes: list | None = None):
     """The outputs' ``ShapeDtypeStruct``s, as the core binds the call; raises what a direct
-    call raises, with its message, when the core refuses it."""
+    call raises, with its message, when the core refuses it. ``shapes``: the operands'
+    shapes to bind in place of their own (``jax_symbolic``'s stand-in sizes); a call
+    with symbolic dimensions goes to ``jax_symbolic``, which binds what it can here."""
     operands = described.operands
+    if shapes is None:
+        shapes = [a.shape for a in operands]
+        if not all(type(d) is int for shape in shapes for d in shape):
+            return jax_symbolic.bind(kernel, described, _bind)
     n = len(operands)
-    dims = [(c_int64 * max(len(a.shape), 1))(*a.shape) for a in operands]
+    dims = [(c_int64 * max(len(shape), 1))(*shape) for shape in shapes]
     buffers = (_Buffer * max(n, 1))(*[
-        _Buffer(ctypes.sizeof(_Buffer), None, _xla_type(a), _ALIGNED, len(a.shape), dims[i])
+        _Buffer(ctypes.sizeof(_Buffer), None, _xla_type(a), _ALIGNED, len(shapes[i]), dims[i])
         for i, a in enumerate(operands)])
     # A scalar operand's value: its own when concrete; a traced one's is not known, and any
     # value the kernel's checks take stands for it (a symbol it binds is checked at run
@@ -275,7 +308,16 @@ def _device(operands: list) -> DLDevice:
 
 
 def _xla_type(array) -> int:
-    return _XLA_TYPES.get(numpy.dtype(array.dtype).name, 0)
+    return _XLA_TYPES.get(_dtype_name(array), 0)
+
+
+def _dtype_name(array) -> str:
+    """The name of an array's element type, one NumPy cannot describe included (a key
+    array's ``key<fry>``)."""
+    try:
+        return numpy.dtype(array.dtype).name
+    except TypeError:
+        return str(array.dtype)
 
 
 def _attributes(kernel, described: _Described, for_core: bool):
@@ -310,24 +352,96 @@ def _attributes(kernel, described: _Described, for_core: bool):
     return attrs, keep
 
 
+_operand_types: dict = {}  # type -> whether a call passes its objects as operands (arrays)
+
+
+def _is_operand(cls: type) -> bool:
+    found = _operand_types.get(cls)
+    if found is None:
+        found = _operand_types.setdefault(
+            cls, issubclass(cls, (jax.Array, jax.core.Tracer, numpy.ndarray)))
+    return found
+
+
 def call(kernel, args: tuple):
     """``kernel(*args)`` with JAX arrays among ``args``: the XLA custom call (see the
-    module). Checked and made once per kind of call (the letters, the attributes' values,
-    the operands' shapes and dtypes), then a jitted function JAX dispatches directly."""
+    module), through a jitted function kept per kind of call: which arguments are arrays
+    (its operands) and the values of the others, with their types (the call's attributes:
+    another value is another program). JAX's own dispatch tells the operands' shapes and
+    dtypes apart, and traces the function once for each (``_traced_call``, which checks
+    the call): an eager call costs a look-up here, then JAX's dispatch of the compiled
+    program."""
+    calls = kernel.__dict__.get("_jax_calls")
+    if calls is None:
+        kernel.__dict__.setdefault("_jax_sized", _sized_positions(kernel))
+        calls = kernel.__dict__.setdefault("_jax_calls", {})
+    sized = kernel.__dict__["_jax_sized"]
+    key = [kernel.__dict__.get("_jax_vmap_method")]
+    for position, value in enumerate(args):
+        cls = type(value)
+        operand = _operand_types.get(cls)  # _is_operand, inline: this runs for every call
+        if not (operand if operand is not None else _is_operand(cls)):
+            key.append((cls, value))
+        elif sized and position in sized and _static(value):
+            value = numpy.asarray(value)
+            key.append((cls, value.dtype.name, value.item()))
+        else:
+            key.append(cls)
+    try:
+        made = calls.get(key := tuple(key))
+    except TypeError:  # an unhashable argument (refused as the core refuses it)
+        made, key = None, None
+    if made is None:
+        made = _kind(kernel, args, sized)
+        if key is not None:
+            calls[key] = made
+    function, operands = made
+    return function(*args) if operands is None else function(*[args[i] for i in operands])
+
+
+def _static(value) -> bool:
+    """Whether an array given for a scalar that sets a size is part of the program: a
+    concrete 0-d one (a traced one is refused when traced: XLA must know sizes)."""
+    return not isinstance(value, jax.core.Tracer) and numpy.ndim(value) == 0
+
+
+def _sized_positions(kernel) -> frozenset:
+    """The positions of the scalar inputs that set a size: given as a concrete 0-d array,
+    such a value is part of the program (as a Python number is), not an operand."""
+    sizes = _sizes(kernel)
+    return frozenset(position for position, param in enumerate(_inputs(kernel))
+                     if isinstance(param, Scalar) and param._symbol in sizes)
+
+
+def _kind(kernel, args: tuple, sized: frozenset):
+    """``(the jitted call for calls like args, the positions of its operands (None: every
+    argument))``: the other arguments are part of it, as they are."""
+    operands, template = [], list(args)
+    for position, value in enumerate(args):
+        if _is_operand(type(value)) and not (position in sized and _static(value)):
+            operands.append(position)
+            template[position] = None  # the closure keeps no array alive
+
+    def traced(*given):
+        values = list(template)
+        for position, operand in zip(operands, given):
+            values[position] = operand
+        return _traced_call(kernel, tuple(values))
+
+    return jax.jit(traced), None if len(operands) == len(args) else tuple(operands)
+
+
+def _traced_call(kernel, args: tuple):
+    """The call as JAX traces it: described, checked by the core (or, with symbolic
+    dimensions, as far as they allow: ``jax_symbolic``), and made the custom call."""
     name = register(kernel)
     described = _Described(kernel, args)
-    key = (described.key(), kernel.jax_vmap_method)
-    made = kernel.__dict__.get("_jax_calls")
-    if made is None:
-        made = kernel.__dict__.setdefault("_jax_calls", {})
-    function = made.get(key)
-    if function is None:
-        function = made[key] = _made(kernel, name, described, _bind(kernel, described))
-    return function(*described.operands)
+    run = _made(kernel, name, described, _bind(kernel, described))
+    return run(*described.operands)
 
 
 def _made(kernel, name: str, described: _Described, results: list):
-    """The jitted call for calls like ``described``, whose kernel makes ``results``."""
+    """The call for calls like ``described``, whose kernel makes ``results``."""
     allocated = len(results)
     aliases = {}
     for w, operand in enumerate(described.written):
@@ -347,7 +461,7 @@ def _made(kernel, name: str, described: _Described, results: list):
             return None
         return values[0] if len(values) == 1 else tuple(values)
 
-    return jax.jit(returned)
+    return returned
 
 
 def _undifferentiable(kernel, ffi, attributes: dict):

@@ -26,6 +26,7 @@ from ..native._build import env as _env
 from ..native.library import CoreKernel
 from ..version import VERSION
 from . import backends as _backends
+from . import frameworks
 from .kernel import JITKernel
 
 __all__ = ["CompileErrors", "CompileOptions", "compile", "compile_artifacts", "compile_many",
@@ -248,8 +249,8 @@ def load(path, execution_backend: str = "auto"):
                        loaded.prebuilt, core_kernel=core_kernel, binary_digests=loaded.digests)
     kernel._export_images = loaded.images
     kernel._cuda_arch = loaded.cuda_arch
-    if "jax" in sys.modules:  # registered for jax.export-ed programs that call it
-        kernel.jax_target  # noqa: B018 - read for its registration
+    # Registered for jax.export-ed programs that call it: now, or once JAX is imported.
+    frameworks.publish(kernel)
     return kernel
 
 

@@ -34,6 +34,7 @@ kind of call (``install_tracer``).
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import sys
 import threading
@@ -133,9 +134,11 @@ _by_type: dict = {}  # type -> its adapter, decided once
 
 
 def register(root: str, loader: Callable[[], Adapter], *, default: bool = False,
-             traces: dict | None = None, compiling: Callable[[], bool] | None = None) -> None:
+             traces: dict | None = None, compiling: Callable[[], bool] | None = None,
+             publishes: bool = False) -> None:
     """Makes ``loader()`` the adapter of types defined under module ``root``; ``default``:
-    also of types of no registered framework.
+    also of types of no registered framework; ``publishes``: its adapter publishes the
+    kernels made before the framework was imported once it is (``made``).
 
     A framework that traces calls gives ``traces``: for each kind of call, the entry its
     tracer inlines before the adapter is loaded (it loads the adapter with an import
@@ -143,6 +146,8 @@ def register(root: str, loader: Callable[[], Adapter], *, default: bool = False,
     tracing, asked without loading the adapter."""
     with _lock:
         _loaders[root] = loader
+        if publishes and root not in _publishing:
+            _publishing.append(root)
         if default:
             _default[:] = [root]
         if traces is not None:
@@ -194,6 +199,116 @@ def adapter_for(cls: type) -> Adapter:
         adapter = _own["own"] if root == "own" else adapter_named(root)
         adapter = _by_type.setdefault(cls, adapter)
     return adapter
+
+
+# ---- Publishing ------------------------------------------------------------------------
+
+_publishing: list[str] = []  # the roots of frameworks whose adapters publish kernels (JAX)
+# root -> (the kernels made before it was imported, alive: a weak set; the kernels loaded
+# before it was imported, kept until then as a load publishes a kernel for good).
+_unpublished: dict = {}
+
+
+def made(kernel) -> None:
+    """Called for each kernel made (compiled or loaded): a framework that publishes kernels
+    (``Adapter.publish``: JAX registers its XLA target) and is not imported yet publishes
+    it as soon as it is, if it is still alive, so that a program that framework runs
+    finds the kernel whichever came first. Nothing imports the framework: a hook on the
+    import system (``_AfterImport``) waits for the process to import it."""
+    for root in _publishing:
+        if root not in sys.modules:
+            _waiting(root)[0].add(kernel)
+
+
+def publish(kernel) -> None:
+    """Publishes a loaded kernel (``tilejit.load``) with every framework that publishes
+    kernels: now where the framework is imported, else as soon as it is, the kernel kept
+    alive until then (a program exported elsewhere may be all that calls it) where the
+    framework is installed (elsewhere nothing can import it: the kernel is not kept)."""
+    for root in _publishing:
+        if sys.modules.get(root) is not None:
+            adapter_named(root).publish(kernel)
+        elif root not in sys.modules and importlib.util.find_spec(root) is not None:
+            _waiting(root)[1].append(kernel)
+
+
+def _waiting(root: str) -> tuple:
+    """The kernels waiting for ``root`` to be imported; the hook that waits, installed."""
+    with _lock:
+        if root not in _unpublished:
+            _unpublished[root] = (weakref.WeakSet(), [])
+            sys.meta_path.insert(0, _AfterImport(root))
+        return _unpublished[root]
+
+
+def _publish_waiting(root: str) -> None:
+    """Publishes the kernels alive that were made before ``root`` was imported; one that
+    fails is said in a warning naming it (the import itself goes on, and the kernel's
+    first call with the framework's tensors says the same as an error)."""
+    with _lock:
+        made_before, loaded_before = _unpublished.pop(root, ((), ()))
+        waiting = list(dict.fromkeys([*loaded_before, *made_before]))
+    for kernel in waiting:
+        try:
+            adapter_named(root).publish(kernel)
+        except Exception as exc:  # noqa: BLE001 - said, not raised into the user's import
+            import warnings
+
+            warnings.warn(f"{kernel.name}: not made callable by {root} programs when {root} "
+                          f"was imported: {type(exc).__name__}: {exc}", RuntimeWarning,
+                          stacklevel=2)
+
+
+class _AfterImport:
+    """A meta path finder that publishes the kernels waiting for ``root`` once the module
+    ``root`` has finished importing, then leaves ``sys.meta_path``. It finds nothing
+    itself: the other finders find the module, and its loader is wrapped
+    (``_ThenPublish``) for that one import."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.asking = threading.local()  # set while the other finders are asked
+
+    def find_spec(self, name: str, path=None, target=None):
+        if name != self.root or getattr(self.asking, "now", False):
+            return None
+        self.asking.now = True
+        spec = None
+        try:
+            for finder in [f for f in sys.meta_path if f is not self]:
+                find = getattr(finder, "find_spec", None)
+                spec = find(name, path, target) if find is not None else None
+                if spec is not None:
+                    break
+        finally:
+            self.asking.now = False
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return None
+        spec.loader = _ThenPublish(spec.loader, self)
+        return spec
+
+
+class _ThenPublish:
+    """The loader of the framework's module for its one import: the module sees its own
+    loader, runs, and then the waiting kernels are published."""
+
+    def __init__(self, loader, finder: _AfterImport):
+        self.loader, self.finder = loader, finder
+
+    def __getattr__(self, name: str):
+        return getattr(self.loader, name)
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        module.__loader__ = self.loader
+        if getattr(module, "__spec__", None) is not None:
+            module.__spec__.loader = self.loader
+        self.loader.exec_module(module)
+        if self.finder in sys.meta_path:
+            sys.meta_path.remove(self.finder)
+        _publish_waiting(self.finder.root)
 
 
 _claimers: dict = {}  # type -> the adapter of its framework if that framework claims, else None

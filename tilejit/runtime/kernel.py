@@ -97,6 +97,7 @@ class JITKernel:
                 pass
         JITKernel._alive.add(self)
         frameworks.register_traced(self)
+        frameworks.made(self)  # published by a framework imported later (JAX's target)
         # What the binaries were when loaded, for the torch op's name: the cache may remove
         # them later (python -m tilejit cache prune) while this kernel keeps running. Given
         # when known already (an export's MANIFEST, the kernel with_backend copies).
@@ -130,7 +131,8 @@ class JITKernel:
         from the kernel's content as its torch op's name: the same in every process that
         has the kernel, which is what a ``jax.export``-ed program calling it records. In a
         process that has imported JAX, the target is registered with XLA once this is
-        read (``tilejit.load`` reads it), so such a program finds it."""
+        read, so such a program finds it (``tilejit.load`` registers it, and a kernel
+        made before JAX's import is registered with it: ``frameworks.made``)."""
         name = self.__dict__.get("_jax_target")
         if name is None:
             from ..builder.torch_schema import op_name
