@@ -124,8 +124,8 @@ static inline __attribute__((always_inline)) int import_one(const tj_kernel *k, 
     return view_refused(k, i, rc);
   if (producer->import == tj__exchange_import) {
     rc = tj__exchange_import_inline(producer, object, arg);
-  } else if (producer->read != NULL && producer->read(producer->read_context, object,
-                                                      &arg->tensor) == 0) {
+  } else if (producer->read != NULL &&
+             producer->read(producer->read_context, object, &arg->tensor) == 0) {
     arg->kind = TJ_ARG_TENSOR; /* read in place: a view, nothing owed */
     rc = TJ_OK;
   } else {

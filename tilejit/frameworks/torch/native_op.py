@@ -167,7 +167,11 @@ def _find_reader():
         fast_paths.decided(probes.READER, False, "TILEJIT_FAST_PATHS=0")
         fast_paths.decided(probes.MAKER, False, "TILEJIT_FAST_PATHS=0")
         return None
-    why = available()
+    # torch's stable ABI found (not the op's registration: TILEJIT_TORCH_OPS=python reads
+    # tensors in place too), and handles made from Python (the plain-call probe's).
+    core = core_library()
+    why = (core.tj_last_error().decode("utf-8", "replace") if core.tj_torch_init() else
+           None if hasattr(torch._C, "_aoti") else "torch._C._aoti is missing")
     plain = plain_probe() if why is None else None
     located = locate() if plain is not None else None
     if why is not None or plain is None or located is None:
@@ -175,7 +179,6 @@ def _find_reader():
         fast_paths.decided(probes.READER, False, f"{why}: every tensor through __dlpack__")
         fast_paths.decided(probes.MAKER, False, f"{why}: outputs from torch.empty")
         return None
-    core = core_library()
     read = core.tj_torch_read_object
     read.restype, read.argtypes = c_int, [c_void_p, c_void_p, c_void_p]
     context = _TorchReader(located[0], ctypes.pointer(plain), None, 0)
