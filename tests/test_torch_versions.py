@@ -120,6 +120,98 @@ def test_a_size_one_dimension_keeps_its_stride(build):
     assert kernel(torch.zeros(1, 4)).tolist() == [4]
 
 
+RELU = """
+void relu(const float *X, float *Y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) Y[i] = X[i] > 0.0f ? X[i] : 0.0f;
+}
+"""
+
+
+def _relu(build):
+    n = T.symbol("n")
+    return build("relu", [T.Buffer((n,), "float32", name="X", const=True),
+                          T.Buffer((n,), "float32", name="Y")], RELU, out_idx=-1)
+
+
+def _read_in_place(backend) -> tuple[bool, bool]:
+    """Whether this process's calls through ``backend`` read torch tensors in place
+    (torch without the DLPack exchange API, fast paths on; not the dlpack backend, whose
+    calls go through ``__dlpack__``) and make their outputs in C; each checked against
+    what ``doctor`` records (``fast_paths.state``)."""
+    from tilejit.frameworks.torch import adapter, probes
+    from tilejit.runtime import fast_paths
+
+    exchange = any(hasattr(torch.Tensor, name) for name in
+                   ("__dlpack_c_exchange_api__", "__c_dlpack_exchange_api__"))
+    found = adapter.ADAPTER.reader(torch.Tensor)
+    if exchange:  # read through the exchange API (the dlpack backend: __dlpack__)
+        assert found is None
+        return False, False
+    state = fast_paths.state()
+    assert found is None or state[probes.READER][0], state.get(probes.READER)
+    # This project's torch builds all check out: the fast path is on wherever it may be.
+    assert (found is not None) == fast_paths.FAST_PATHS, state.get(probes.READER)
+    made = found is not None and found[2] is not None
+    assert made == (found is not None and state[probes.MAKER][0]), state.get(probes.MAKER)
+    if backend == "dlpack":
+        return False, False
+    return found is not None, made
+
+
+def test_a_direct_call_reads_torch_tensors_as_the_op_does(build, backend):
+    """On a torch without the DLPack exchange API (2.9), with the fast paths on, a direct
+    call reads each tensor's TensorImpl in place and makes its outputs in C, as the op's
+    C kernels do: no ``__dlpack__`` capsule, no Python allocator; with
+    ``TILEJIT_FAST_PATHS=0`` both go the public way, with the same results."""
+    kernel = _relu(build)
+    reads, makes = _read_in_place(backend)
+    exchange = not reads and not makes and any(
+        hasattr(torch.Tensor, name) for name in
+        ("__dlpack_c_exchange_api__", "__c_dlpack_exchange_api__")) and backend != "dlpack"
+    x = torch.randn(7)
+    for tensor in (x, x[1:], torch.randn(3, 5)[1], torch.empty(0)):
+        assert torch.equal(kernel(tensor), torch.relu(tensor))
+    with pytest.raises(ValueError, match=r"relu: argument 0 'X': expected a compact row-major "
+                       r"tensor \(strides \(1,\)\), got strides \(2,\)"):
+        kernel(x[::2])
+    with pytest.raises(ValueError, match=r"relu: argument 0 'X': expected dtype float32, "
+                       r"got float64"):
+        kernel(x.double())
+    calls = {function for _, _, function in python_calls(lambda: kernel(x))}
+    assert ("__dlpack__" in calls) == (not reads and not exchange), sorted(calls)
+    assert ("allocate" in calls) == (not makes and not exchange), sorted(calls)
+    # A tensor it does not read in place (an inference tensor's key set is not a plain
+    # tensor's) goes through __dlpack__, with the same result.
+    with torch.inference_mode():
+        y = torch.randn(4)
+    calls = {function for _, _, function in python_calls(lambda: kernel(y))}
+    assert torch.equal(kernel(y), torch.relu(y))
+    assert ("__dlpack__" in calls) == (not exchange), sorted(calls)
+
+
+def test_an_output_made_in_c_is_a_plain_tensor_of_its_own(build, backend):
+    """The output a call makes (in C on torch 2.9 with the fast paths on, else by
+    ``torch.empty``) is a plain ``torch.Tensor``, compact, not requiring grad, held by its
+    caller alone: freed with its last reference."""
+    import sys
+    import weakref
+
+    kernel = _relu(build)
+    x = torch.randn(3, requires_grad=True)
+    with torch.no_grad():
+        y = kernel(x)
+    assert type(y) is torch.Tensor and not y.requires_grad and y.grad_fn is None
+    assert y.stride() == (1,) and y.dtype == torch.float32 and y.device == x.device
+    assert torch.equal(y, torch.relu(x.detach()))
+    assert sys.getrefcount(y) == sys.getrefcount(torch.empty(3))
+    alive = weakref.ref(y)
+    del y
+    assert alive() is None
+    with torch.inference_mode():  # made as torch.empty makes it there: an inference tensor
+        z = kernel(torch.randn(2))
+    assert z.is_inference() and torch.equal(z, z.clamp(min=0))
+
+
 def test_restore_strides_writes_back_what_an_export_rewrote():
     import ctypes
 

@@ -122,8 +122,15 @@ static inline __attribute__((always_inline)) int import_one(const tj_kernel *k, 
   int rc;
   if (tj__may_be_view(producer, object) && (rc = tj_producer_check_view(producer, object)) != TJ_OK)
     return view_refused(k, i, rc);
-  rc = producer->import == tj__exchange_import ? tj__exchange_import_inline(producer, object, arg)
-                                               : producer->import(producer, object, arg);
+  if (producer->import == tj__exchange_import) {
+    rc = tj__exchange_import_inline(producer, object, arg);
+  } else if (producer->read != NULL &&
+             producer->read(producer->read_context, object, &arg->tensor) == 0) {
+    arg->kind = TJ_ARG_TENSOR; /* read in place: a view, nothing owed */
+    rc = TJ_OK;
+  } else {
+    rc = producer->import(producer, object, arg);
+  }
   if (arg->producer == NULL) arg->producer = producer;
   if (rc != TJ_OK) {
     /* A tensor DLPack cannot describe may still be one the framework runs. */

@@ -73,8 +73,9 @@ typedef struct {
 
 /* How the one-pass call (read_plain) reads the objects of a type, worked out
  * from its producer when the type becomes the registry's memo: `view` is the
- * exchange API's view (NULL: its objects take the full path: not tensors, not
- * imported through the exchange API, or lazy views the host must be asked
+ * exchange API's view, else `read` the producer's in-place read (tj_producer.read,
+ * given `read_context`; both NULL: its objects take the full path: not tensors,
+ * read only through a call into the host, or lazy views the host must be asked
  * about); `claim` and `bits` what is checked before it. When the claim's
  * autograd record and the lazy-view bits are read through the same block
  * (torch: the TensorImpl), `block` is its offset and one read serves both
@@ -82,6 +83,8 @@ typedef struct {
  * tj__may_be_view read it). */
 typedef struct {
   int (*view)(void *object, DLTensor *out);
+  int (*read)(const void *context, void *object, DLTensor *out);
+  const void *read_context;
   const tj_producer *producer;
   const tj_claim *claim; /* checked unless the plan is unclaimed; NULL: none */
   int64_t block, meta, word;
@@ -145,10 +148,15 @@ static void plain_of(const tj_host_type *info, plain_type *p) {
   memset(p, 0, sizeof(*p));
   p->block = -1;
   const tj_producer *producer = info->kind == TJ_HOST_TENSOR ? info->producer : NULL;
-  if (producer == NULL || producer->import != tj__exchange_import ||
+  if (producer == NULL || (producer->import != tj__exchange_import && producer->read == NULL) ||
       (producer->view_bits == NULL && producer->view != NULL))
     return;
-  p->view = producer->api->dltensor_from_py_object_no_sync;
+  if (producer->import == tj__exchange_import) {
+    p->view = producer->api->dltensor_from_py_object_no_sync;
+  } else {
+    p->read = producer->read;
+    p->read_context = producer->read_context;
+  }
   p->producer = producer;
   p->claim = producer->claim;
   const tj_claim *c = producer->claim;
@@ -387,10 +395,11 @@ static inline __attribute__((always_inline)) int classify(const tj_host_plan *pl
 /* ---- The repeated call: read, checked and packed in one pass ------------------- */
 
 /* Reads one argument for the one-pass call (repeat_call): a tensor whose
- * producer imports it through the exchange API's view with nothing to ask
- * first (no claim, no lazy-view bit), or an exact bool, int or float; 0 for
- * anything else, which the full path reads (an import's error is cleared:
- * the full path imports again and reports it). */
+ * producer imports it through the exchange API's view, or reads it in place
+ * (tj_producer.read), with nothing to ask first (no claim, no lazy-view bit),
+ * or an exact bool, int or float; 0 for anything else, which the full path
+ * reads (an import's error is cleared: the full path imports again and
+ * reports it). */
 static inline __attribute__((always_inline)) int read_plain(const tj_host_plan *plan, void *object,
                                                             int buffer, tj_arg *arg) {
   const tj_host *h = plan->host;
@@ -405,7 +414,7 @@ static inline __attribute__((always_inline)) int read_plain(const tj_host_plan *
       plain_of(info, &other);
       p = &other;
     }
-    if (p->view == NULL) return 0;
+    if (p->view == NULL && p->read == NULL) return 0;
     if (p->block >= 0) { /* the autograd record and the lazy-view bits, one block */
       const char *block;
       memcpy(&block, (const char *)object + p->block, sizeof(block));
@@ -420,7 +429,9 @@ static inline __attribute__((always_inline)) int read_plain(const tj_host_plan *
                tj__may_be_view(p->producer, object)) {
       return 0;
     }
-    if (p->view(object, &arg->tensor) != 0) {
+    if (p->view == NULL) {
+      if (p->read(p->read_context, object, &arg->tensor) != 0) return 0;
+    } else if (p->view(object, &arg->tensor) != 0) {
       h->error_clear();
       return 0;
     }
@@ -490,8 +501,20 @@ static void *int_tuple(const tj_host *h, const int64_t *values, intptr_t n) {
   return tuple_stealing(h, n, items);
 }
 
-static int dlpack_allocate(const tj_producer *self, const DLTensor *proto, tj_arg *out,
-                           void **object) {
+/* An output the producer made, read as any argument is: in place where the
+ * producer can, a view the caller's reference keeps valid. */
+static int read_back(const tj_producer *self, void *tensor, tj_arg *out) {
+  tj_arg_init(out);
+  if (self->read != NULL && self->read(self->read_context, tensor, &out->tensor) == 0) {
+    out->kind = TJ_ARG_TENSOR;
+    return TJ_OK;
+  }
+  return dlpack_import(self, tensor, out);
+}
+
+/* An output allocated by the host (tj_host.allocate, the framework's allocator). */
+static int framework_allocate(const tj_producer *self, const DLTensor *proto, tj_arg *out,
+                              void **object) {
   const tj_host *h = self->host;
   int64_t dtype[3] = {proto->dtype.code, proto->dtype.bits, proto->dtype.lanes};
   int64_t device[2] = {proto->device.device_type, proto->device.device_id};
@@ -500,7 +523,17 @@ static int dlpack_allocate(const tj_producer *self, const DLTensor *proto, tj_ar
   void *tensor = call_with(h, h->allocate, 4, items);
   *object = tensor; /* the caller owns it from here, whatever happens next */
   if (tensor == NULL) return TJ_EPYERR;
-  return dlpack_import(self, tensor, out); /* read back as any argument is */
+  return read_back(self, tensor, out);
+}
+
+/* The producer's allocate: made in place where the producer can (tj_producer.make),
+ * else by the host's allocator. */
+static int dlpack_allocate(const tj_producer *self, const DLTensor *proto, tj_arg *out,
+                           void **object) {
+  int rc = self->make != NULL ? self->make(self->read_context, proto, object) : 1;
+  if (rc == 1) return framework_allocate(self, proto, out, object);
+  if (rc != TJ_OK) return rc;
+  return read_back(self, *object, out);
 }
 
 static int dlpack_stream(const tj_producer *self, int32_t device_type, int32_t device_id,

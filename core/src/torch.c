@@ -202,7 +202,7 @@ static void init(void) {
   T.type_error_info = lookup("_ZTIN3c109TypeErrorE");
   T.type_error_vtable = lookup("_ZTVN3c109TypeErrorE");
   TJ__FIND(T.cuda_stream, "aoti_torch_get_current_cuda_stream");
-  init_status = TJ_OK;
+  __atomic_store_n(&init_status, TJ_OK, __ATOMIC_RELEASE); /* tj_torch_read_object reads it */
 }
 
 int tj_torch_init(void) {
@@ -223,14 +223,16 @@ static void release_handle(void *object) { T.delete_tensor(object); }
 
 static const tj_host handle_host = {.release = release_handle, .type_offset = -1};
 
-static int import_handle(const tj_producer *self, void *object, tj_arg *arg) {
-  (void)self;
-  aten_tensor h = object;
+/* Reads the tensor handle `h` into `t` (shape and strides borrowed from the
+ * tensor; byte_offset 0), and its torch dtype code into *dtype: what the op's
+ * kernels read of each tensor, and what a direct call reads of a torch.Tensor
+ * in place (tj_torch_read_object). TJ_OK, or the refusal. */
+static int read_handle(aten_tensor h, DLTensor *t, int32_t *dtype) {
   void *data;
   int64_t ndim, *sizes, *strides;
-  int32_t dtype, device_type, device_index, layout;
+  int32_t device_type, device_index, layout;
   if (T.layout(h, &layout) || T.data_ptr(h, &data) || T.dim(h, &ndim) || T.sizes(h, &sizes) ||
-      T.strides(h, &strides) || T.dtype(h, &dtype) || T.device_type(h, &device_type) ||
+      T.strides(h, &strides) || T.dtype(h, dtype) || T.device_type(h, &device_type) ||
       T.device_index(h, &device_index))
     return torch_failed("reading the tensor");
   /* Refused as a direct call refuses the tensor (torch's __dlpack__): a
@@ -242,9 +244,9 @@ static int import_handle(const tj_producer *self, void *object, tj_arg *arg) {
                         (int)layout);
   DLDataType dl = {0, 0, 0};
   for (int32_t i = 0; i < T.ndtypes && dl.bits == 0; ++i)
-    if (T.dtype_code[i] == dtype) dl = T.dtype_dl[i];
+    if (T.dtype_code[i] == *dtype) dl = T.dtype_dl[i];
   if (dl.bits == 0)
-    return tj_set_error(TJ_EVALUE, "torch dtype %d has no DLPack equivalent", (int)dtype);
+    return tj_set_error(TJ_EVALUE, "torch dtype %d has no DLPack equivalent", (int)*dtype);
   DLDeviceType device;
   if (device_type == T.cpu) {
     device = kDLCPU;
@@ -256,38 +258,60 @@ static int import_handle(const tj_producer *self, void *object, tj_arg *arg) {
                         "do not run on",
                         (int)device_type);
   }
+  t->data = data;
+  t->device = (DLDevice){device, device_index};
+  t->ndim = (int32_t)ndim;
+  t->dtype = dl;
+  t->shape = sizes;
+  t->strides = strides;
+  t->byte_offset = 0;
+  return TJ_OK;
+}
+
+static int import_handle(const tj_producer *self, void *object, tj_arg *arg) {
+  (void)self;
+  int32_t dtype;
+  int rc = read_handle(object, &arg->tensor, &dtype);
+  if (rc != TJ_OK) return rc;
   arg->kind = TJ_ARG_TENSOR;
   arg->flags = 0;
-  arg->tensor.data = data;
-  arg->tensor.device = (DLDevice){device, device_index};
-  arg->tensor.ndim = (int32_t)ndim;
-  arg->tensor.dtype = dl;
-  arg->tensor.shape = sizes;
-  arg->tensor.strides = strides;
-  arg->tensor.byte_offset = 0;
   arg->owner_kind = TJ_OWNER_NONE;
   arg->owner = NULL;
   return TJ_OK;
 }
 
-static int allocate_handle(const tj_producer *self, const DLTensor *proto, tj_arg *out,
-                           void **object) {
-  int32_t dtype = -1;
-  for (int32_t i = 0; i < T.ndtypes && dtype < 0; ++i)
-    if (T.dtype_dl[i].code == proto->dtype.code && T.dtype_dl[i].bits == proto->dtype.bits &&
-        T.dtype_dl[i].lanes == proto->dtype.lanes)
-      dtype = T.dtype_code[i];
-  if (dtype < 0) return tj_set_error(TJ_ETYPE, "torch has no dtype for it");
+/* The torch dtype code of DLPack dtype `dl` (the op's table), or -1. */
+static int32_t torch_dtype(DLDataType dl) {
+  for (int32_t i = 0; i < T.ndtypes; ++i)
+    if (T.dtype_dl[i].code == dl.code && T.dtype_dl[i].bits == dl.bits &&
+        T.dtype_dl[i].lanes == dl.lanes)
+      return T.dtype_code[i];
+  return -1;
+}
+
+/* A new tensor handle in *h: torch dtype `dtype`, `proto`'s device type and
+ * shape, compact row-major strides as torch.empty makes them, on device
+ * `device_index`. TJ_OK or torch's failure. */
+static int empty_like(const DLTensor *proto, int32_t dtype, int32_t device_index, aten_tensor *h) {
   int64_t strides[TJ_MAX_NDIM], step = 1;
   for (int32_t d = proto->ndim - 1; d >= 0; --d) {
     strides[d] = step;
     step *= proto->shape[d] > 1 ? proto->shape[d] : 1;
   }
   int32_t device = proto->device.device_type == kDLCUDA ? T.cuda : T.cpu;
-  aten_tensor h = NULL;
-  if (T.empty_strided(proto->ndim, proto->shape, strides, dtype, device, proto->device.device_id,
-                      &h))
+  *h = NULL;
+  if (T.empty_strided(proto->ndim, proto->shape, strides, dtype, device, device_index, h))
     return torch_failed("torch's empty_strided");
+  return TJ_OK;
+}
+
+static int allocate_handle(const tj_producer *self, const DLTensor *proto, tj_arg *out,
+                           void **object) {
+  int32_t dtype = torch_dtype(proto->dtype);
+  if (dtype < 0) return tj_set_error(TJ_ETYPE, "torch has no dtype for it");
+  aten_tensor h = NULL;
+  int rc = empty_like(proto, dtype, proto->device.device_id, &h);
+  if (rc != TJ_OK) return rc;
   *object = h;
   tj_arg_init(out);
   return import_handle(self, h, out);
@@ -435,6 +459,45 @@ int tj_torch_plain_object(const void *context, const void *object) {
   if (object == NULL) return plain_thread(c->plain);
   const char *impl = *(char *const *)((const char *)object + c->impl_offset);
   return impl != NULL && plain_keyset(c->plain, impl);
+}
+
+/* ---- torch.Tensor objects read in place, for direct calls ------------------ */
+
+int tj_torch_read_object(const void *context, void *object, DLTensor *out) {
+  const tj_torch_reader *r = context;
+  if (__atomic_load_n(&init_status, __ATOMIC_ACQUIRE) != TJ_OK) return 1;
+  const char *impl = *(char *const *)((const char *)object + r->impl_offset);
+  /* A c10::TensorImpl itself (no subclass: its virtual table) of a plain dense
+   * tensor's key set: one whose sizes, strides and data torch's getters read
+   * without throwing. */
+  if (impl == NULL || *(const void *const *)impl != r->impl_vtable || !plain_keyset(r->plain, impl))
+    return 1;
+  /* An at::Tensor is one word, its TensorImpl's address (the plain-call probe
+   * checks handles so): `&impl` is a handle that borrows the tensor. */
+  int32_t dtype;
+  if (read_handle((aten_tensor)&impl, out, &dtype) != TJ_OK || dtype < 0 || dtype > 63 ||
+      !(r->dtypes >> dtype & 1))
+    return 1;
+  if (out->device.device_type == kDLCPU) out->device.device_id = 0; /* as DLPack says */
+  return 0;
+}
+
+int tj_torch_make_object(const void *context, const DLTensor *prototype, void **object) {
+  const tj_torch_reader *r = context;
+  *object = NULL;
+  if (__atomic_load_n(&init_status, __ATOMIC_ACQUIRE) != TJ_OK || r->wrap == NULL) return 1;
+  int32_t dtype = torch_dtype(prototype->dtype);
+  int32_t type = prototype->device.device_type;
+  if (dtype < 0 || dtype > 63 || !(r->dtypes >> dtype & 1) || (type != kDLCPU && type != kDLCUDA))
+    return 1;
+  aten_tensor h = NULL;
+  /* A failure (out of memory) is left to the public way, which says it in
+   * torch's words. The CPU has no device index in torch (-1). */
+  if (empty_like(prototype, dtype, type == kDLCPU ? -1 : prototype->device.device_id, &h) != TJ_OK)
+    return 1;
+  *object = r->wrap(h); /* its own reference to the tensor; the handle's is dropped */
+  T.delete_tensor(h);
+  return *object != NULL ? TJ_OK : TJ_EPYERR;
 }
 
 /* Whether `t` is a defined tensor (where torch cannot tell: taken as one). */

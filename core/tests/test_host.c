@@ -181,6 +181,8 @@ static void setup_init(setup *s, const tj_kernel *k) {
   fh_type_init(&tensor_type, &tensor_info);
   tensor_producer.host = &s->host;
   tensor_producer.claim = NULL;
+  tensor_producer.read = NULL;
+  tensor_producer.read_context = NULL;
   imports = allocations = fail_import = describes = stream_asks = 0;
   keyword_calls = claimed_calls = producer_errors = 0;
   tensor_object(&s->a, &s->ta, a_data, 4);
@@ -459,6 +461,118 @@ TEST(host_call_results_in_order) {
   CHECK_EQ_INT(fh_none.refs, none_refs + 1);
   fh_none.refs--;
   setup_free(&s, k0);
+}
+
+/* ---- Reading in place (tj_producer.read, tj_producer.make) ------------------------ */
+
+static int reads, makes, refuse_read, make_answer;
+static const char read_marker[] = "reader";
+
+/* A tensor object read in place: its tjt_tensor's DLTensor, unless refused. */
+static int read_in_place(const void *context, void *object, DLTensor *out) {
+  CHECK(context == read_marker);
+  if (refuse_read) return 1;
+  reads++;
+  *out = ((tjt_tensor *)((fh_object *)object)->pointer)->t;
+  return 0;
+}
+
+/* An output made with no call into the host: outputs[], as tensor_allocate makes them. */
+static int make_in_place(const void *context, const DLTensor *proto, void **object) {
+  CHECK(context == read_marker);
+  makes++;
+  *object = NULL;
+  if (make_answer != TJ_OK) return make_answer;
+  int i = allocations++ % 4;
+  tjt_tensor_1d(&out_tensors[i], out_data[i], proto->dtype, proto->shape[0]);
+  fh_object_init(&outputs[i], &tensor_type);
+  outputs[i].pointer = &out_tensors[i];
+  *object = &outputs[i];
+  return TJ_OK;
+}
+
+/* The host's allocator (tj_host.allocate): (context, shape, dtype, device). */
+static fh_object *host_allocate_fn(fh_object *args) {
+  CHECK_EQ_INT(args->n, 4);
+  DLDataType dtype = {(uint8_t)args->items[2]->items[0]->i, (uint8_t)args->items[2]->items[1]->i,
+                      (uint16_t)args->items[2]->items[2]->i};
+  int i = allocations++ % 4;
+  tjt_tensor_1d(&out_tensors[i], out_data[i], dtype, args->items[1]->items[0]->i);
+  fh_object_init(&outputs[i], &tensor_type);
+  outputs[i].pointer = &out_tensors[i];
+  return &outputs[i];
+}
+
+TEST(host_call_reads_in_place_before_importing) {
+  tj_kernel *k = mix_kernel(1);
+  setup s;
+  setup_init(&s, k);
+  tensor_producer.read = read_in_place;
+  tensor_producer.read_context = read_marker;
+  reads = refuse_read = 0;
+  /* Read in place: the producer's import is never asked. */
+  fh_object *c = call_n(&s, s.args, 4);
+  CHECK(c == &outputs[0]);
+  CHECK_EQ_INT(reads, 1);
+  CHECK_EQ_INT(imports, 0);
+  CHECK(out_data[0][3] == 4.0f);
+  s.host.release(c);
+  /* An object it does not read: imported the producer's way, the same result. */
+  refuse_read = 1;
+  c = call_n(&s, s.args, 4);
+  CHECK(c == &outputs[1]);
+  CHECK_EQ_INT(reads, 1);
+  CHECK_EQ_INT(imports, 1);
+  CHECK(out_data[1][3] == 4.0f);
+  s.host.release(c);
+  /* An owning import never reads in place: its tensor must outlive the object's view. */
+  refuse_read = 0;
+  tj_arg arg;
+  tj_arg_init(&arg);
+  CHECK_OK(tj_producer_import_owned(&tensor_producer, &s.a, &arg));
+  CHECK_EQ_INT(reads, 1);
+  CHECK_EQ_INT(imports, 2);
+  tj_arg_release(&arg);
+  setup_free(&s, k);
+}
+
+TEST(host_dlpack_producer_makes_outputs_in_place) {
+  tj_kernel *k = mix_kernel(1);
+  setup s;
+  setup_init(&s, k);
+  fh_object *allocate = fh_func(host_allocate_fn);
+  s.host.allocate = allocate;
+  tj_producer p;
+  tj_host_dlpack_producer(&p, &s.host, &tensor_type);
+  p.read = read_in_place;
+  p.read_context = read_marker;
+  p.make = make_in_place;
+  reads = makes = refuse_read = 0;
+  make_answer = TJ_OK;
+  int64_t shape[1] = {3};
+  DLTensor proto = {NULL, {kDLCPU, 0}, 1, TJT_F32, shape, NULL, 0};
+  tj_arg out;
+  void *object = NULL;
+  /* Made in place, then read back in place: no call into the host. */
+  CHECK_OK(p.allocate(&p, &proto, &out, &object));
+  CHECK(object == &outputs[0] && out.kind == TJ_ARG_TENSOR && out.tensor.shape[0] == 3);
+  CHECK_EQ_INT(makes, 1);
+  CHECK_EQ_INT(reads, 1);
+  s.host.release(object);
+  /* Not made in place (1): the host's allocator makes it, read back in place. */
+  make_answer = 1;
+  CHECK_OK(p.allocate(&p, &proto, &out, &object));
+  CHECK(object == &outputs[1] && out.kind == TJ_ARG_TENSOR && out.tensor.shape[0] == 3);
+  CHECK_EQ_INT(makes, 2);
+  CHECK_EQ_INT(reads, 2);
+  s.host.release(object);
+  /* A failure of its own: that status, nothing made, the host's allocator not asked. */
+  make_answer = TJ_EPYERR;
+  CHECK_STATUS(p.allocate(&p, &proto, &out, &object), TJ_EPYERR);
+  CHECK(object == NULL);
+  CHECK_EQ_INT(allocations, 2);
+  s.host.release(allocate);
+  setup_free(&s, k);
 }
 
 static bool always(const void *state) {

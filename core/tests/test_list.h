@@ -41,6 +41,8 @@
   X(host_registry_grows)                              \
   X(host_call_stream_and_keywords)                    \
   X(host_call_results_in_order)                       \
+  X(host_call_reads_in_place_before_importing)        \
+  X(host_dlpack_producer_makes_outputs_in_place)      \
   X(host_call_producer_errors_and_claims)             \
   X(host_call_repeats_in_one_pass_as_the_full_checks) \
   X(host_claims_asked_of_the_host)                    \
@@ -194,6 +196,7 @@
   X(torch_without_libtorch)                           \
   X(torch_refuses_null_arguments)                     \
   X(torch_plain_object_reads_in_place)                \
+  X(torch_reads_and_makes_nothing_without_libtorch)   \
   /* test_xla.c */                                    \
   X(xla_handler_runs_a_registered_kernel)             \
   X(xla_handler_answers_the_metadata_query)

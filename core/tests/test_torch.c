@@ -87,3 +87,32 @@ TEST(torch_plain_object_reads_in_place) {
   CHECK_EQ_INT(tj_torch_plain_object(&context, &object), 0);
   dlclose(lib);
 }
+
+static void *never_wrap(const void *tensor) {
+  (void)tensor;
+  CHECK(0); /* nothing is made without libtorch */
+  return NULL;
+}
+
+TEST(torch_reads_and_makes_nothing_without_libtorch) {
+  /* An object whose TensorImpl looks plain: without libtorch's functions it is
+   * still left to the public way (1), and no output is made in C. */
+  tj_torch_plain plain = {0, 24, {9}, 1, "tjt_tls_word", NULL, NULL};
+  char impl[32] = {0};
+  const void *vtable = &plain;
+  memcpy(impl, &vtable, sizeof(vtable));
+  uint64_t keyset = 9;
+  memcpy(impl + 24, &keyset, sizeof(keyset));
+  fake_tensor_object object = {{0}, impl};
+  tj_torch_reader reader = {16, &plain, vtable, ~0ull, never_wrap};
+  CHECK_STATUS(tj_torch_init(), TJ_ERUNTIME);
+  DLTensor out;
+  memset(&out, 0, sizeof(out));
+  CHECK_EQ_INT(tj_torch_read_object(&reader, &object, &out), 1);
+  CHECK(out.data == NULL && out.ndim == 0); /* nothing written */
+  int64_t shape[1] = {2};
+  DLTensor proto = {NULL, {kDLCPU, 0}, 1, {kDLFloat, 32, 1}, shape, NULL, 0};
+  void *made = &out;
+  CHECK_EQ_INT(tj_torch_make_object(&reader, &proto, &made), 1);
+  CHECK(made == NULL);
+}

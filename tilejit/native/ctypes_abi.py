@@ -167,7 +167,8 @@ class TjProducer(Structure):
     _fields_ = [("import_", c_void_p), ("allocate", c_void_p), ("current_stream", c_void_p),
                 ("api", c_void_p), ("type", c_void_p), ("context", c_void_p),
                 ("host", c_void_p), ("view", c_void_p), ("view_bits", c_void_p),
-                ("claim", c_void_p)]
+                ("claim", c_void_p), ("read", c_void_p), ("read_context", c_void_p),
+                ("make", c_void_p)]
 
 
 class TjHostType(Structure):

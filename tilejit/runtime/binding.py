@@ -72,8 +72,9 @@ def _exchange_header(cls) -> int:
 def _producer(cls, exchange: bool):
     """A new ``TjProducer`` for objects of ``cls`` (None: they are no tensors): the
     core's adapter over the type's exchange-API table (unless ``exchange`` is false),
-    else the core's ``__dlpack__`` producer over tilejit.runtime.host; with the framework's
-    lazy-view check and claim."""
+    else the core's ``__dlpack__`` producer over tilejit.runtime.host, with the framework's
+    in-place read where it has one (``host.reader``) unless ``exchange`` is false; with
+    the framework's lazy-view check and claim."""
     core = core_library()
     producer = None
     header = _exchange_header(cls) if exchange else 0
@@ -91,6 +92,11 @@ def _producer(cls, exchange: bool):
                              or how == ("always",)):
         producer = TjProducer()
         core.tj_host_dlpack_producer(addressof(producer), host_address(), id(cls))
+        # A fast path: read in place, __dlpack__ where it cannot; not for the backend whose
+        # calls are to go through __dlpack__ (exchange false: the dlpack backend).
+        read = host.reader(cls) if exchange and how != ("always",) else None
+        if read is not None:
+            producer.read, producer.read_context, producer.make = read
     if producer is None:
         return None
     keep = [producer, cls]

@@ -72,6 +72,17 @@ class Adapter:
         """The ``TJ_VIEW_*`` bits of ``obj``."""
         return 0
 
+    def reader(self, cls: type):
+        """For a type read through ``__dlpack__`` (no DLPack exchange API), a fast path
+        that reads its objects in place, with no capsule: ``(read, context, make)``, the
+        addresses of a ``tj_producer.read`` function, its context, and a
+        ``tj_producer.make`` function (None: outputs come from ``allocator``) over the same
+        context, which a call tries before ``__dlpack__`` and the allocator (None: every
+        object is read through ``__dlpack__``). The adapter vouches that they give what
+        ``__dlpack__`` and ``allocator`` would for every object they read or make, and
+        that ``read`` reads no object ``__dlpack__`` would refuse."""
+        return
+
     def tensor_from(self, values, dtype: str, device: str):
         """A tensor of this framework holding NumPy ``values`` as ``dtype`` (tilejit's
         name) on ``device`` (``"cpu"`` or ``"cuda"``): inputs tilejit makes up (an

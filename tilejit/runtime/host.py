@@ -96,6 +96,13 @@ def lazy_view(obj) -> int:
     return frameworks.adapter_for(type(obj)).lazy_view(obj)
 
 
+def reader(cls: type):
+    """How a call reads objects of ``cls`` in place before asking ``__dlpack__``
+    (``tj_producer.read``), and makes outputs before asking its allocator
+    (``tj_producer.make``): the adapter's ``reader``, ``(read, context, make)`` or None."""
+    return frameworks.adapter_for(cls).reader(cls)
+
+
 def framework_claim(cls: type):
     """How the core learns that a framework must run a call with objects of ``cls``
     (``tj_claim``, core/include/tilejit/producer.h): the adapter's ``claim``."""

@@ -192,6 +192,25 @@ struct tj_producer {
   int (*view)(const tj_producer *self, void *object, uint32_t *view);
   const tj_view_bits *view_bits;
   const tj_claim *claim; /* the framework's claim on calls, or NULL: none */
+  /* Optional, a fast path the binding vouches for (torch releases without the
+   * exchange API: tj_torch_read_object): reads `object` in place into `out`,
+   * every field written (shape and strides borrowed from the object: valid
+   * while it lives and keeps its shape; nothing to release), with no call into
+   * the host, and returns 0; or returns nonzero, with nothing set or pending,
+   * for an object it does not read, which `import` then imports the public
+   * way. A call's import (and the producer's allocate, reading back an output
+   * it made) tries it first; an owning import (tj_producer_import_owned)
+   * never does. `read_context` is handed to it as it is (borrowed). */
+  int (*read)(const void *context, void *object, DLTensor *out);
+  const void *read_context;
+  /* Optional, the same fast path for outputs: makes a host object like
+   * `prototype` (dtype, device, shape; compact row-major) with no call into
+   * the host's code, a new reference in *object, and returns TJ_OK; returns 1
+   * (nothing made) where it does not, and the producer's `allocate` makes it
+   * the public way; or a failure status (TJ_EPYERR: the host's error
+   * pending). Given `read_context`. The core's __dlpack__ producer
+   * (tj_host_dlpack_producer) tries it in its `allocate`. */
+  int (*make)(const void *context, const DLTensor *prototype, void **object);
 };
 
 /* TJ_OK when `object` holds its values in memory (or its producer knows no lazy

@@ -117,6 +117,50 @@ typedef struct tj_torch_plain_objects {
 } tj_torch_plain_objects;
 TJ_API int tj_torch_plain_object(const void *context, const void *object);
 
+/* A direct call's read of a torch.Tensor object in place, for torch releases
+ * without the DLPack exchange API (whose tensors are otherwise read through
+ * __dlpack__, a capsule per tensor): the TensorImpl * the object holds at
+ * byte `impl_offset` is read with torch's stable C ABI, as the op's kernels
+ * read a tensor handle, when it is a c10::TensorImpl itself (its first word is
+ * `impl_vtable`) with a plain dense tensor's key set (plain->keysets, at
+ * plain->keyset_offset) and a torch dtype (code c) whose bit `dtypes >> c & 1`
+ * is set. The host finds and checks all of these against __dlpack__ on
+ * tensors of every kind, and vouches for them for the objects it hands over
+ * (torch.Tensor's, and subclasses that change nothing of it). Caller-owned;
+ * borrowed, alive while any producer points to it (tj_producer.read_context).
+ * Compatibility: append-only (fields are added at the end only, never
+ * reordered, resized or removed). */
+typedef struct tj_torch_reader {
+  int64_t impl_offset;
+  const tj_torch_plain *plain;
+  const void *impl_vtable;
+  uint64_t dtypes;
+  /* Optional (NULL: outputs are made the public way): the host object of a
+   * tensor handle, a new reference (NULL with the host's error pending) that
+   * holds a reference of its own to the tensor: libtorch_python's
+   * THPVariable_Wrap(const at::TensorBase &), which the host checks. */
+  void *(*wrap)(const void *tensor);
+} tj_torch_reader;
+
+/* tj_producer.read over a tj_torch_reader (`context`): writes every field of
+ * `out` (shape and strides borrowed from the tensor; the CPU's device id 0,
+ * as DLPack says it) and returns 0; returns 1 for an object it does not read
+ * that way (torch not initialised by tj_torch_init, another kind of tensor,
+ * another dtype), which the caller then imports the public way (the core's
+ * error record may have been written; nothing is pending in the host).
+ * Borrows both. */
+TJ_API int tj_torch_read_object(const void *context, void *object, DLTensor *out);
+
+/* tj_producer.make over a tj_torch_reader (`context`): a new torch.Tensor
+ * object like `prototype` (its dtype, device and shape; compact row-major
+ * strides, as torch.empty makes them) in *object, made in C (torch's stable
+ * C ABI's empty_strided, then context->wrap), and TJ_OK; TJ_EPYERR when the
+ * wrap failed (the host's error pending; *object NULL); 1 when it is not made
+ * here (no wrap, a dtype or device the reader does not vouch for, torch's own
+ * failure to allocate), which the caller then allocates the public way.
+ * Borrows `context` and `prototype`. */
+TJ_API int tj_torch_make_object(const void *context, const DLTensor *prototype, void **object);
+
 /* What tj_torch_impl registers. Caller-owned; copied. Compatibility:
  * append-only (fields are added at the end only, never reordered, resized
  * or removed). */

@@ -19,6 +19,7 @@ from ...runtime import frameworks
 from ...runtime.fast_paths import FAST_PATHS
 from ...runtime.fast_paths import decided as _decided
 from . import dlpack, probes, versions, views
+from . import native_op as _native_op
 from . import op as _op
 
 # DLPack device types with their own memory.
@@ -45,6 +46,23 @@ def _functorch_wrapped(tensor) -> bool:
         return has_storage is not None and not has_storage(tensor)
     except Exception:  # noqa: BLE001 - no answer: the import's own error stands
         return False
+
+
+# What a subclass must keep of torch.Tensor's for the in-place read to say what
+# __dlpack__ and its fallback (the detached alias, the strides written back) say.
+_READ_AS_TENSOR = ("__dlpack__", "__torch_dispatch__", "detach", "requires_grad", "shape",
+                   "stride")
+# torch.Tensor's __torch_function__, or the one that turns it off (nn.Parameter's): neither
+# changes what __dlpack__ returns.
+_PLAIN_TORCH_FUNCTION = (_static(torch.Tensor, "__torch_function__"),
+                         getattr(torch._C, "_disabled_torch_function_impl", None))
+
+
+def _has_exchange_api() -> bool:
+    """Whether torch's tensors publish the DLPack exchange API (torch 2.10 on), which a
+    call reads them through."""
+    return any(hasattr(torch.Tensor, name) for name in
+               ("__dlpack_c_exchange_api__", "__c_dlpack_exchange_api__"))
 
 
 class TorchAdapter(frameworks.Adapter):
@@ -101,6 +119,21 @@ class TorchAdapter(frameworks.Adapter):
 
     def lazy_view(self, obj) -> int:
         return views.lazy_view(obj)
+
+    def reader(self, cls: type):
+        """On a torch without the DLPack exchange API (2.9), the core's in-place read of
+        a tensor's ``TensorImpl`` through torch's stable C ABI, as the op's C kernels
+        read a tensor (``native_op.reader``: a fast path), for ``torch.Tensor`` and its
+        subclasses that change nothing ``__dlpack__`` or its fallback reads; None
+        elsewhere, where ``__dlpack__`` (or the exchange API) reads every tensor."""
+        if (not isinstance(cls, type) or not issubclass(cls, torch.Tensor)
+                or _has_exchange_api()):
+            return None
+        base = torch.Tensor
+        if (any(_static(cls, name) is not _static(base, name) for name in _READ_AS_TENSOR)
+                or _static(cls, "__torch_function__") not in _PLAIN_TORCH_FUNCTION):
+            return None
+        return _native_op.reader()
 
     def claim(self, cls: type):
         """``("always",)`` for tensor subclasses with their own ``__torch_dispatch__``

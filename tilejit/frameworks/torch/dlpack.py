@@ -43,6 +43,31 @@ def _dltensor(capsule):
     return managed.from_address(_pointer(capsule, name)).dl_tensor
 
 
+def described(capsule) -> tuple | None:
+    """What an unconsumed DLPack capsule says, as plain values: ``(data, byte_offset,
+    (device_type, device_id), ndim, (code, bits, lanes), shape, strides, flags)``
+    (strides None when the capsule states none; flags 0 for a legacy capsule); None for
+    another capsule. For comparing another reading of a tensor with ``__dlpack__``'s."""
+    name = _name(capsule)
+    managed = _MANAGED.get(name)
+    if managed is None:
+        return None
+    tensor = managed.from_address(_pointer(capsule, name))
+    dl = tensor.dl_tensor
+    flags = getattr(tensor, "flags", 0)
+    return (*fields(dl), flags)
+
+
+def fields(dl) -> tuple:
+    """A ``DLTensor``'s fields as plain values (``described`` without the flags)."""
+    ndim = dl.ndim
+    shape = tuple(dl.shape[:ndim]) if ndim > 0 else ()
+    # A 0-d tensor has no stride to state, whether the pointer is NULL or not.
+    strides = () if ndim <= 0 else tuple(dl.strides[:ndim]) if dl.strides else None
+    return (dl.data or 0, dl.byte_offset, (dl.device.device_type, dl.device.device_id), ndim,
+            (dl.dtype.code, dl.dtype.bits, dl.dtype.lanes), shape, strides)
+
+
 def restore_strides(tensor, capsule):
     """``capsule`` (``tensor.__dlpack__()``'s) with the tensor's own strides of its
     dimensions of size 1 (and of size 0, which torch 2.9 rewrites beside them) written

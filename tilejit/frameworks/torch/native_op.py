@@ -34,6 +34,7 @@ import torch
 
 from ...builder import torch_schema as schema
 from ...native._build import env
+from ...native.ctypes_abi import DLTensor
 from ...native.library import core_library, status_of
 from ...runtime import fast_paths
 from ...runtime.fast_paths import FAST_PATHS
@@ -55,6 +56,11 @@ class _TorchPlainObjects(Structure):  # tj_torch_plain_objects
     _fields_ = [("impl_offset", c_int64), ("plain", POINTER(_TorchPlain))]
 
 
+class _TorchReader(Structure):  # tj_torch_reader
+    _fields_ = [("impl_offset", c_int64), ("plain", POINTER(_TorchPlain)),
+                ("impl_vtable", c_void_p), ("dtypes", c_uint64), ("wrap", c_void_p)]
+
+
 class _TorchOp(Structure):  # tj_torch_op
     _fields_ = [("ns", c_char_p), ("name", c_char_p), ("inputs", c_char_p),
                 ("fallback", _FALLBACK), ("context", c_void_p),
@@ -64,6 +70,8 @@ class _TorchOp(Structure):  # tj_torch_op
 _lock = threading.Lock()
 _available: list = []  # [why not, or None], decided once
 _plain_found: list = []  # [_TorchPlain, or None], decided once
+_reader_lock = threading.Lock()  # beside _lock: the reader's probe takes it (plain_probe)
+_reader_found: list = []  # [(function, context) addresses, or None], decided once
 _kept: list = []  # what the registered C kernels use, kept for the process's life
 
 
@@ -132,6 +140,103 @@ def plain_objects(impl_offset: int):
     _kept.append(context)
     function = ctypes.cast(core_library().tj_torch_plain_object, c_void_p).value
     return function, ctypes.addressof(context)
+
+
+def reader():
+    """``(tj_torch_read_object, its context, tj_torch_make_object or None)``, addresses for
+    ``tj_producer.read`` and ``make``: a direct call on a torch without the DLPack exchange
+    API reads a tensor's ``TensorImpl`` in place through torch's stable C ABI, as the op's
+    C kernels read a tensor handle, where it would ask ``__dlpack__`` for a capsule
+    (``probes.READER``, a fast path), and makes its outputs in C as the op does, wrapped
+    by libtorch_python (``probes.MAKER``, another). Found and checked once
+    (``probes.reader_probe``, ``probes.maker_probe``) from what the plain-call probe
+    found (the plain key sets) and the ``TensorImpl *`` word of a tensor object
+    (``views.locate``); None without fast paths, without torch's stable ABI, or where
+    anything does not check out. The context lives for the process."""
+    with _reader_lock:
+        if not _reader_found:
+            _reader_found.append(_find_reader())
+    return _reader_found[0]
+
+
+def _find_reader():
+    """``reader``'s answer, its decision recorded."""
+    from .views import locate
+
+    if not FAST_PATHS:
+        fast_paths.decided(probes.READER, False, "TILEJIT_FAST_PATHS=0")
+        fast_paths.decided(probes.MAKER, False, "TILEJIT_FAST_PATHS=0")
+        return None
+    # torch's stable ABI found (not the op's registration: TILEJIT_TORCH_OPS=python reads
+    # tensors in place too), and handles made from Python (the plain-call probe's).
+    core = core_library()
+    why = (core.tj_last_error().decode("utf-8", "replace") if core.tj_torch_init() else
+           None if hasattr(torch._C, "_aoti") else "torch._C._aoti is missing")
+    plain = plain_probe() if why is None else None
+    located = locate() if plain is not None else None
+    if why is not None or plain is None or located is None:
+        why = why or "the plain-call probe or the TensorImpl word did not check out"
+        fast_paths.decided(probes.READER, False, f"{why}: every tensor through __dlpack__")
+        fast_paths.decided(probes.MAKER, False, f"{why}: outputs from torch.empty")
+        return None
+    read = core.tj_torch_read_object
+    read.restype, read.argtypes = c_int, [c_void_p, c_void_p, c_void_p]
+    context = _TorchReader(located[0], ctypes.pointer(plain), None, 0)
+
+    def read_as(tensor, vtable, dtypes):
+        """The DLTensor the core reads of ``tensor`` under those settings, or None."""
+        context.impl_vtable, context.dtypes = vtable, dtypes
+        out = DLTensor()
+        return out if read(ctypes.addressof(context), id(tensor), ctypes.addressof(out)) == 0 \
+            else None
+
+    found = probes.reader_probe(torch, read_as, located[0])
+    if found is None:
+        fast_paths.decided(probes.MAKER, False, "tensors are not read in place: outputs from "
+                           "torch.empty")
+        return None
+    context.impl_vtable, context.dtypes = found
+    _kept.append(context)
+    make_address = ctypes.cast(core.tj_torch_make_object, c_void_p).value
+    # Called holding the GIL (a PYFUNCTYPE): it makes a Python object.
+    make = ctypes.PYFUNCTYPE(c_int, c_void_p, c_void_p, c_void_p)(make_address)
+
+    def make_as(prototype):
+        """The tensor the core makes like ``prototype`` (a DLTensor), or None."""
+        made = c_void_p()
+        if make(ctypes.addressof(context), ctypes.addressof(prototype), ctypes.byref(made)):
+            return None
+        tensor = ctypes.cast(made, ctypes.py_object).value
+        _decref(tensor)  # the reference the core made: `tensor` holds one of its own
+        return tensor
+
+    context.wrap = _wrap_function()
+    if context.wrap is None or not probes.maker_probe(torch, make_as):
+        if context.wrap is None:
+            fast_paths.decided(probes.MAKER, False, "libtorch_python exports no "
+                               f"{_WRAP}: outputs from torch.empty")
+        context.wrap = None
+    return (ctypes.cast(read, c_void_p).value, ctypes.addressof(context),
+            make_address if context.wrap else None)
+
+
+_decref = ctypes.pythonapi.Py_DecRef
+_decref.restype, _decref.argtypes = None, [ctypes.py_object]
+
+_WRAP = "_Z16THPVariable_WrapRKN2at10TensorBaseE"  # THPVariable_Wrap(const at::TensorBase &)
+
+
+def _wrap_function() -> int | None:
+    """The address of libtorch_python's ``THPVariable_Wrap(const at::TensorBase &)``, the
+    Python object of a tensor (what torch's own bindings return a tensor through), or
+    None where it is not exported."""
+    from pathlib import Path
+
+    libraries = sorted((Path(torch.__file__).parent / "lib").glob("libtorch_python.*"))
+    try:
+        return ctypes.cast(ctypes.CDLL(str(libraries[0]))[_WRAP], c_void_p).value
+    except (IndexError, OSError, AttributeError):
+        return None
 
 
 def _tls_word(symbol: str) -> int:

@@ -491,3 +491,220 @@ def kept(name: str, build: str, find, holds):
 
 class _NotFound(Exception):
     """``kept``'s ``find`` failed (its exception is the cause)."""
+
+
+READER = "tensors read in place (TensorImpl, torch without the exchange API)"
+# torch's dtypes a tensor may have, each checked (those this torch lacks are left out).
+_DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64",
+           "uint8", "uint16", "uint32", "uint64", "bool", "complex32", "complex64",
+           "complex128", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
+           "float8_e8m0fnu")
+_EVERY_DTYPE = (1 << 64) - 1
+
+
+def reader_probe(torch, read_as, impl_offset: int):
+    """``(impl_vtable, dtypes)`` for the core's in-place read of a tensor
+    (``tj_torch_reader``), or None (the reason recorded). ``read_as(tensor, vtable,
+    dtypes)`` is what the core reads of a tensor under those settings (a ``DLTensor``, or
+    None where it does not read it). The ``TensorImpl``'s virtual table is the first word
+    of every plain tensor's; a dtype is read where the core's reading of a tensor of it
+    is ``__dlpack__``'s (``tilejit.runtime.host.dlpack_capsule``: the detached alias of a
+    tensor that requires grad, the strides of size-1 dimensions written back). Then, on
+    tensors of every kind (views, lazy views, size 0 and 1, expanded, offset, requires
+    grad, subclasses, every dtype; sparse, nested, meta, inference and functorch's
+    wrappers, which it must leave to ``__dlpack__``), whatever the core reads must be
+    what ``__dlpack__`` says, and a tensor ``__dlpack__`` refuses must not be read.
+    Checked on a thread of its own."""
+    import ctypes
+    import warnings
+
+    def probe():
+        with warnings.catch_warnings():  # torch's on its beta kinds (ComplexHalf, CSR, nested)
+            warnings.simplefilter("ignore")
+            return checked()
+
+    def checked():
+        plain = _plain_tensors(torch)
+        vtables = {ctypes.c_void_p.from_address(t._cdata).value for t in plain}
+        if len(vtables) != 1:
+            raise LookupError("plain tensors' TensorImpls differ in their first word")
+        vtable = vtables.pop()
+        if any(ctypes.c_void_p.from_address(id(t) + impl_offset).value != t._cdata
+               for t in plain):
+            raise LookupError(f"a tensor object holds no TensorImpl * at byte {impl_offset}")
+        dtypes = 0
+        for tensor in _dtype_tensors(torch):
+            got = read_as(tensor, vtable, _EVERY_DTYPE)
+            if got is not None and _public(tensor) == _read(got):
+                code = next(c for c in range(64) if read_as(tensor, vtable, 1 << c) is not None)
+                dtypes |= 1 << code
+        if read_as(torch.ones(2, 3), vtable, dtypes) is None:
+            raise LookupError("a plain float32 tensor is not read in place")
+        for tensor in _reader_samples(torch) + _dtype_tensors(torch):
+            _check_read(tensor, read_as(tensor, vtable, dtypes))
+        wrapped: list = []  # functorch's wrappers, read where they exist
+        torch.func.grad(lambda x: wrapped.append(read_as(x, vtable, dtypes)) or x.sum())(
+            torch.ones(2))
+        torch.func.vmap(lambda x: wrapped.append(read_as(x, vtable, dtypes)) or x)(
+            torch.ones(2, 2))
+        if any(got is not None for got in wrapped):
+            raise LookupError("a functorch wrapper is read in place")
+        return vtable, dtypes
+
+    try:
+        found = in_fresh_thread(probe)
+    except Exception as exc:  # noqa: BLE001 - any mismatch: every tensor through __dlpack__
+        _decided(READER, False, f"{type(exc).__name__}: {exc}; every tensor through __dlpack__")
+        return None
+    count = bin(found[1]).count("1")
+    _decided(READER, True, f"plain dense tensors of {count} dtypes read through torch's "
+             f"stable C ABI (TensorImpl * at byte {impl_offset} of the tensor object), "
+             "checked against __dlpack__ on tensors of every kind; the rest through __dlpack__")
+    return found
+
+
+def _plain_tensors(torch) -> list:
+    """Plain dense tensors, on the CPU and (where torch has one) the GPU."""
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    return [t for device in devices for t in (
+        torch.ones(3, device=device), torch.ones(2, 2, dtype=torch.int64, device=device)[:, 1],
+        torch.zeros(1, dtype=torch.bool, device=device),
+        torch.empty(0, dtype=torch.float16, device=device))]
+
+
+def _dtype_tensors(torch) -> list:
+    """A ``(2, 3)`` tensor of every dtype this torch has and can make."""
+    tensors = []
+    for name in _DTYPES:
+        dtype = getattr(torch, name, None)
+        try:
+            tensors.append(torch.empty(2, 3, dtype=dtype))
+        except (TypeError, RuntimeError):  # no such dtype here, or none to make
+            continue
+    return tensors
+
+
+def _reader_samples(torch) -> list:
+    """Tensors of every kind the in-place read must agree with ``__dlpack__`` on."""
+    from .views import _samples
+
+    grid = torch.zeros(3, 100)
+    samples = [*_samples(torch), *_plain_tensors(torch), grid[:1, :4], grid[:, :1],
+               grid[1:, 3:], grid[::2, ::7], torch.zeros(3).expand(4, 3), torch.zeros(1, 0),
+               grid[:, :0], torch.zeros(2, 1, 3)[:, :, 1:], torch.zeros(5, dtype=torch.int8)[1:],
+               torch.zeros(3, requires_grad=True)[1:]]
+    with torch.no_grad():
+        samples.append(torch.zeros(3, requires_grad=True) * 2)
+    with torch.inference_mode():
+        samples.append(torch.zeros(3))
+    others = [lambda: torch.zeros(2, 2).to_sparse(), lambda: torch.zeros(2, 2).to_sparse_csr(),
+              lambda: torch.nested.nested_tensor([torch.zeros(2), torch.zeros(3)]),
+              lambda: torch.empty(2, device="meta"), lambda: torch.zeros(2, 2).to_mkldnn()]
+    if torch.cuda.is_available():
+        others += [lambda: torch.zeros(4, 3, device="cuda")[1:, ::2],
+                   lambda: torch.zeros(1, 5, device="cuda")[:, 1:]]
+    for make in others:
+        try:
+            samples.append(make())
+        except (RuntimeError, ValueError, TypeError):  # a kind this build lacks
+            continue
+    return samples
+
+
+def _public(tensor):
+    """What ``__dlpack__`` (tilejit's fallback, as a call asks it) says of ``tensor``:
+    ``dlpack.described``'s tuple, or the exception it raises."""
+    from ...runtime import host
+    from .dlpack import described
+
+    try:
+        capsule = host.dlpack_capsule(tensor)
+    except Exception as exc:  # noqa: BLE001 - a refusal, compared as such
+        return exc
+    return described(capsule)
+
+
+def _read(dl) -> tuple:
+    """The core's reading as ``dlpack.described`` states a capsule's (flags 0: it sets
+    none)."""
+    from .dlpack import fields
+
+    return (*fields(dl), 0)
+
+
+def _check_read(tensor, got) -> None:
+    """LookupError unless the core's reading ``got`` (None: left to ``__dlpack__``) is what
+    ``__dlpack__`` says of ``tensor``, which it must not read where ``__dlpack__`` refuses."""
+    if got is None:
+        return
+    public = _public(tensor)
+    said = f"{type(public).__name__}: {public}" if isinstance(public, Exception) else public
+    if public != _read(got):
+        raise LookupError(f"the in-place read of a {tuple(tensor.shape)} {tensor.dtype} "
+                          f"tensor says {_read(got)}, __dlpack__ {said}")
+
+
+MAKER = "outputs made in C (THPVariable_Wrap, torch without the exchange API)"
+
+
+def maker_probe(torch, make_as) -> bool:
+    """Whether the core's outputs made in C (``make_as(prototype)``: torch's stable C ABI's
+    ``empty_strided``, wrapped by libtorch_python's ``THPVariable_Wrap``) are what the
+    public allocator's ``torch.empty`` makes: a ``torch.Tensor`` of the shape, strides,
+    dtype and device asked, not requiring grad, its storage and its Python object held
+    by nothing else (freed with its last reference: nothing leaked), on every dtype it
+    makes (float32 at least; it leaves the others to ``torch.empty``) and every device.
+    Checked on a thread of its own; recorded for ``doctor``."""
+    import ctypes
+    import sys
+    import warnings
+    import weakref
+
+    from ...language import dtypes as _dtypes
+    from ...native.ctypes_abi import DLDataType, DLDevice, DLTensor
+
+    def made_like(shape, dtype, device) -> bool:
+        expected = torch.empty(shape, dtype=dtype, device=device)
+        kind = _dtypes.DTYPES.get(str(dtype).removeprefix("torch."))
+        if kind is None:  # no kernel takes it: never made
+            return False
+        sizes = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+        where = (2, expected.device.index) if expected.is_cuda else (1, 0)
+        prototype = DLTensor(None, DLDevice(*where), len(shape), DLDataType(*kind.dlpack),
+                             sizes)
+        made = make_as(prototype)
+        if made is None:
+            return False
+        same = (type(made) is torch.Tensor and made.shape == expected.shape
+                and made.stride() == expected.stride() and made.dtype == dtype
+                and made.device == expected.device and not made.requires_grad
+                and made.grad_fn is None and made.layout == torch.strided
+                and sys.getrefcount(made) == sys.getrefcount(expected))
+        if not same:
+            raise LookupError(f"the {dtype} {shape} tensor made in C differs from torch.empty's")
+        alive = weakref.ref(made)
+        del made
+        if alive() is not None:
+            raise LookupError("a tensor made in C outlives its last reference")
+        return True
+
+    def probe():
+        devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+        with warnings.catch_warnings():  # torch's on ComplexHalf
+            warnings.simplefilter("ignore")
+            kinds = [t.dtype for t in _dtype_tensors(torch)]
+        for device in devices:
+            for shape in ((2, 3), (1, 4), (4, 1), (0,), (2, 0, 3), ()):
+                if not made_like(shape, torch.float32, device):
+                    raise LookupError(f"no float32 tensor made on {device}")
+            for dtype in kinds:
+                made_like((3,), dtype, device)
+
+    try:
+        in_fresh_thread(probe)
+    except Exception as exc:  # noqa: BLE001 - any mismatch: torch.empty, from Python
+        _decided(MAKER, False, f"{type(exc).__name__}: {exc}; outputs from torch.empty")
+        return False
+    _decided(MAKER, True, "torch's stable C ABI's empty_strided, wrapped by libtorch_python's "
+             "THPVariable_Wrap, checked against torch.empty on every dtype read in place")
+    return True
