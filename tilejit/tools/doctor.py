@@ -210,9 +210,14 @@ def _torch_range(version: str | None) -> dict | None:
         if hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
             reads = "torch's DLPack exchange API"
         else:
-            reads = "__dlpack__ (this torch has no DLPack exchange API)" + (
+            from ..frameworks.torch import probes
+
+            in_place = fast_paths.state().get(probes.READER, (False, ""))[0]
+            reads = ("its TensorImpl, in place through torch's stable C ABI (this torch has "
+                     "no DLPack exchange API; other tensors: __dlpack__" if in_place else
+                     "__dlpack__ (this torch has no DLPack exchange API") + (
                 ", the strides of size-0 and size-1 dimensions written back as the tensor "
-                "has them" if dlpack.rewrites_strides(torch) else "")
+                "has them)" if dlpack.rewrites_strides(torch) else ")")
     except Exception as exc:  # noqa: BLE001 - a broken torch: its package's version stands
         reads = f"unknown ({type(exc).__name__}: {exc})"
 
