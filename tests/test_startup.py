@@ -18,17 +18,25 @@ torch = pytest.importorskip("torch")
 
 from tilejit.frameworks.torch import probes
 
-_FIRST_CALL = r"""
+
+def _child(name: str, expression: str) -> str:
+    """The start of a child's code: torch and tilejit imported, ``kernel`` the elementwise
+    kernel ``Y[i] = <expression of X[i]>`` called ``name``, with ``Y`` allocated."""
+    return rf"""
 import json, sys
 import torch
 import tilejit
 from tilejit import T
 n = T.symbol("n")
 kernel = tilejit.compile(tilejit.Program(
-    name="startup_neg", params=[T.Buffer((n,), "float32", name="X", const=True),
-                                T.Buffer((n,), "float32", name="Y")],
-    source="void startup_neg(const float *X, float *Y, int64_t n) {"
-           " for (int64_t i = 0; i < n; ++i) Y[i] = -X[i]; }"), out_idx=-1)
+    name="{name}", params=[T.Buffer((n,), "float32", name="X", const=True),
+                           T.Buffer((n,), "float32", name="Y")],
+    source="void {name}(const float *X, float *Y, int64_t n) {{"
+           " for (int64_t i = 0; i < n; ++i) Y[i] = {expression}; }}"), out_idx=-1)
+"""
+
+
+_FIRST_CALL = _child("startup_neg", "-X[i]") + r"""
 x = torch.arange(4.0)
 assert kernel(x).tolist() == [-0.0, -1.0, -2.0, -3.0]
 leaf = torch.ones(3, requires_grad=True)
@@ -167,17 +175,7 @@ def test_the_kept_autograd_record_offset_is_checked_against_this_torch(cache, mo
     assert json.loads(kept.read_text()) == offset
 
 
-_FIRST_OP = r"""
-import json, sys
-import torch
-import tilejit
-from tilejit import T
-n = T.symbol("n")
-kernel = tilejit.compile(tilejit.Program(
-    name="startup_scale", params=[T.Buffer((n,), "float32", name="X", const=True),
-                                  T.Buffer((n,), "float32", name="Y")],
-    source="void startup_scale(const float *X, float *Y, int64_t n) {"
-           " for (int64_t i = 0; i < n; ++i) Y[i] = 3 * X[i]; }"), out_idx=-1)
+_FIRST_OP = _child("startup_scale", "3 * X[i]") + r"""
 kernel.register_autograd(lambda ctx, grad: 3 * grad)  # defines the op: its probes run
 x = torch.ones(4, requires_grad=True)
 kernel(x).sum().backward()  # claimed: recorded by autograd through the op
