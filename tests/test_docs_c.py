@@ -48,7 +48,8 @@ NOT_RUN = {
     ("docs/cli.md", ("python -m tilejit bench --target cuda        # on a machine with a "
                      "GPU and a CUDA build of torch")):
         "needs a GPU; the fake driver's run takes minutes",
-    ("docs/jax.md", 'pip install "tilejit[jax]"      # jax[cpu]: JAX\'s CPU build'):
+    ("docs/jax.md", ('pip install "tilejit[jax]"      # jax[cpu] (JAX\'s CPU build), and '
+                     'what jax.export needs')):
         "installs a package",
     ("docs/tilelang.md", 'pip install torch==2.13.0 "tilejit[tilelang]"'): "installs packages",
     ("docs/torch-compile.md",
