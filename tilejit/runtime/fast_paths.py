@@ -52,4 +52,3 @@ def in_fresh_thread(fn):
     if not ok:
         raise value
     return value
-

@@ -124,7 +124,8 @@ def _torch_build(torch) -> str:
     from pathlib import Path
 
     libraries = sorted((Path(torch.__file__).parent / "lib").glob("libc10.*"))
-    files = [f"{path} {os.stat(path).st_size} {os.stat(path).st_mtime_ns}" for path in libraries]
+    stats = [(path, os.stat(path)) for path in libraries]
+    files = [f"{path} {info.st_size} {info.st_mtime_ns}" for path, info in stats]
     return " ".join([torch.__version__, str(getattr(torch.version, "git_version", "")),
                      sys.implementation.cache_tag, platform.machine(), *files])
 
