@@ -318,7 +318,7 @@ def assert_reads_back(original, loaded) -> None:
     for the core kernel ``original`` built in this process."""
     from tilejit.builder.export import _spec
 
-    mine, theirs = original._sig, loaded._sig
+    mine, theirs = original.artifact.signature, loaded.artifact.signature
     assert theirs.spec == mine.spec
     assert _spec(original._core_kernel.declared(), original.name) == mine.spec
     assert (theirs.out_idx, theirs.functions, theirs.entry, theirs.names) == (

@@ -48,7 +48,8 @@ def _c_field(name: str) -> str:
 def c_facts(tmp_path_factory) -> dict[str, str]:
     """``{key: value}`` printed by a program compiled against the headers."""
     lines = ['#include <stddef.h>', '#include <stdio.h>', '#include "tilejit/tilejit.h"',
-             '#include "tilejit/layout.h"', '#include "tilejit/xla.h"', "int main(void) {"]
+             '#include "tilejit/layout.h"', '#include "tilejit/xla.h"',
+             '#include "tilejit/torch.h"', "int main(void) {"]
     for name in abi.NAMES:
         if isinstance(getattr(abi, name), str):
             lines.append(f'  printf("{name} %s\\n", {name});')
@@ -170,7 +171,8 @@ def test_ctypes_structures_match_the_c_layout(c_facts):
     structures = _structures()
     assert {cls._c_name_ for cls in structures} >= {
         "DLTensor", "DLDevice", "DLDataType", "tj_host", "tj_producer", "tj_host_plan",
-        "tj_host_type"}
+        "tj_host_type", "tj_torch_plain", "tj_torch_plain_objects", "tj_torch_reader",
+        "tj_torch_op", "tj_xla_call_frame"}
     _, structs = _all_header_facts()
     wrong = []
     for cls in structures:
@@ -187,6 +189,31 @@ def test_ctypes_structures_match_the_c_layout(c_facts):
                 if value != theirs:
                     wrong.append(f"{what}({c}.{field}): C {theirs}, ctypes {value}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_core_is_mirrored_in_native_only():
+    # Every ctypes mirror of a core structure is in tilejit/native/ctypes_abi.py and every
+    # core function's prototype in tilejit/native/library.py, where the tests above check
+    # them against the headers; elsewhere ctypes describes only CPython's own structures.
+    import ast
+
+    package = ROOT / "tilejit"
+    prototypes, structures = [], {}
+    for path in sorted(package.rglob("*.py")):
+        name = str(path.relative_to(ROOT))
+        for node in ast.walk(ast.parse(path.read_text(), name)):
+            if (isinstance(node, ast.Attribute) and node.attr in ("restype", "argtypes")
+                    and isinstance(node.value, ast.Attribute)
+                    and node.value.attr.startswith("tj_")
+                    and name != "tilejit/native/library.py"):
+                prototypes.append(f"{name}: {node.value.attr}")
+            if isinstance(node, ast.ClassDef) and name != "tilejit/native/ctypes_abi.py" and any(
+                    ast.unparse(base).endswith(("Structure", "Union")) for base in node.bases):
+                structures.setdefault(name, set()).add(node.name)
+    assert prototypes == []
+    # runtime/binding.py's: PyMethodDef, PyType_Slot, PyType_Spec, PyMemberDef.
+    assert structures == {"tilejit/runtime/binding.py": {
+        "_MethodDef", "_TypeSlot", "_TypeSpec", "_MemberDef"}}
 
 
 def _python_sources(*exclude: Path) -> str:

@@ -199,8 +199,8 @@ def test_an_update_of_several_tensors_is_all_or_nothing(vec_add):
 
 
 def test_the_handle_is_a_c_callable(vec_add):
-    # h() goes from the caller to the core's launch builtin with no Python frame between
-    # (a functools.partial of it: C's call slot), on every backend.
+    # h() goes from the caller to the core's launch with no Python frame between (the
+    # handle's type is a C type whose calls are vectorcalls of the core), on every backend.
     import pickle
 
     from conftest import python_calls
@@ -214,3 +214,47 @@ def test_the_handle_is_a_c_callable(vec_add):
     assert repr(h) == "<BoundLaunch of vec_add>"
     with pytest.raises(TypeError, match="a bound launch cannot be pickled"):
         pickle.dumps(h)
+
+
+def test_the_handle_is_its_own_c_type(vec_add):
+    import functools
+    import weakref
+
+    a, b = np.arange(4, dtype=np.float32), np.ones(4, np.float32)
+    h = vec_add.bind(a, b)
+    cls = type(h)
+    assert not isinstance(h, functools.partial)
+    assert cls.__name__ == "BoundLaunch" and cls.__module__ == "tilejit.runtime.bound"
+    assert cls.__flags__ & (1 << 11)  # Py_TPFLAGS_HAVE_VECTORCALL
+    assert h.kernel is vec_add and cls.__doc__.startswith("A call of a kernel bound once")
+    for name in ("kernel", "outputs"):
+        with pytest.raises(AttributeError):
+            setattr(h, name, None)
+    with pytest.raises(TypeError):
+        cls()  # only kernel.bind makes one
+    with pytest.raises(TypeError):
+        object.__new__(cls)
+    # It keeps what it binds alive, and lets it go with itself.
+    alive = weakref.ref(a)
+    del a
+    gc.collect()
+    assert alive() is not None
+    del h
+    assert alive() is None
+
+
+def test_a_handle_in_a_reference_cycle_is_collected(vec_add):
+    import weakref
+
+    class Holder:
+        pass
+
+    holder = Holder()
+    a = np.arange(4, dtype=np.float32)
+    alive = weakref.ref(a)
+    h = vec_add.bind(a, np.ones(4, np.float32))
+    holder.h = h
+    h._bound.append(holder)  # a cycle: the handle holds the holder, which holds the handle
+    del h, holder, a
+    gc.collect()
+    assert alive() is None

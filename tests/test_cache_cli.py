@@ -129,7 +129,11 @@ def test_last_used_is_the_last_load_by_a_process(cache):
     time.sleep(1.1)
     compile_in_child(cache, 4)  # found in the cache and loaded, not written
     after = kernels(cache)["scale_4"]
-    assert after["created"] == before["created"] and after["last_used"] > before["last_used"]
+    # Not written again (that would move `created` by the second slept). A first listing
+    # may show `created` clamped a millisecond down to the meta file's coarser stamp
+    # (test_a_record_is_never_listed_as_used_before_it_was_created); later ones do not.
+    assert after["created"] == pytest.approx(before["created"], abs=0.01)
+    assert after["last_used"] > before["last_used"]
 
 
 def test_verify_lists_damaged_entries_and_fix_removes_them(cache):
@@ -451,7 +455,7 @@ AUTOTUNER = textwrap.dedent("""
         k = made[i]
         directory = k.export(out / str(i))
         image = (directory / "kernel.so").read_bytes()
-        assert hashlib.sha256(image).hexdigest() == k._binary_digests[0]
+        assert hashlib.sha256(image).hexdigest() == k.artifact.digests[0]
         assert tilejit.load(directory)(x).tolist() == [1.0 + i] * 4
     print("evicted", gone)
 """)

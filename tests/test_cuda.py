@@ -585,7 +585,7 @@ def test_the_torch_op_launches_on_the_current_stream(fake, kernels, backend):
     from tilejit.frameworks.torch import op as torch_op
 
     k = kernels(vec_add_program).with_backend(backend)
-    assert torch_op.schema(k) == ("(Tensor A, Tensor B, Tensor(a0!) C) -> ()", ("C",))
+    assert torch_op.schema(k.artifact) == ("(Tensor A, Tensor B, Tensor(a0!) C) -> ()", ("C",))
     implementation = torch_op.implementation(k)
     assert implementation(*(FakeCudaTensor((10,)) for _ in range(3))) is None
     assert fake.launches()[-1]["stream"] == SENTINEL

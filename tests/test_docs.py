@@ -94,6 +94,30 @@ def test_the_architecture_page_names_every_file_and_only_files_that_exist():
     assert sorted(p for p in named if not (ROOT / p).exists() and "_prebuilt" not in p) == []
 
 
+_TEST_REF = re.compile(r"`((?:core/)?tests/[\w/]+\.(?:py|c))::(\w+)`")
+
+
+def _test_exists(path: str, name: str) -> bool:
+    text = (ROOT / path).read_text()
+    if path.endswith(".py"):
+        return re.search(rf"^def {name}\(", text, re.MULTILINE) is not None
+    return re.search(rf"^TEST\({name}\)", text, re.MULTILINE) is not None
+
+
+def test_every_claim_of_the_architecture_page_names_tests_that_exist():
+    page = (DOCS / "architecture.md").read_text()
+    start = page.index("| claim | held by |")
+    rows = page[start:page.index("\n\n", start)].splitlines()[2:]
+    assert len(rows) >= 10
+    assert [row for row in rows if not _TEST_REF.search(row.split("|")[-2])] == []
+    named = _TEST_REF.findall(page)
+    assert [f"{path}::{name}" for path, name in named if not _test_exists(path, name)] == []
+    # The check reads both forms, and sees a test that does not exist.
+    assert _test_exists("tests/test_docs.py", "test_pages_exist")
+    assert _test_exists("core/tests/test_host.c", "host_call_results_in_order")
+    assert not _test_exists("tests/test_docs.py", "test_nothing_of_the_sort")
+
+
 def _sources_table(page: str) -> list[list[str]]:
     """The core's sources table of the architecture page: per row, the files it names."""
     start = page.index("| `core/src/internal.h`")

@@ -48,6 +48,12 @@ NOT_RUN = {
     ("docs/cli.md", ("python -m tilejit bench --target cuda        # on a machine with a "
                      "GPU and a CUDA build of torch")):
         "needs a GPU; the fake driver's run takes minutes",
+    ("docs/cupy.md", ('pip install "tilejit[cupy]"   # or the CuPy wheel of your CUDA: '
+                      'cupy-cuda12x, cupy-cuda13x')):
+        "installs a package (CuPy's wheel for a CUDA, of no use without a GPU)",
+    ("docs/gpu-check.md", (".ci/gpu gpu-check-out     # or: python -m tilejit gpu-check "
+                           "gpu-check-out (needs a GPU)")):
+        "needs a GPU and 8 minutes; tests/test_gpu_check.py runs its dry run",
     ("docs/jax.md", ('pip install "tilejit[jax]"      # jax[cpu] (JAX\'s CPU build), and '
                      'what jax.export needs')):
         "installs a package",

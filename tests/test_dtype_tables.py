@@ -1,9 +1,7 @@
-"""Every table of element types agrees with the one table, ``tilejit.language.dtypes``.
-
-Other places must spell element types in their own terms (C's switch statements, the
-wrapper's Cython, CUDA's typedefs, XLA's and the TMA unit's numbers, CuTe's names); each is
-checked here against ``dtypes.DTYPES`` (name, DLPack code and bits, C type), through the
-code that uses it wherever a call can reach it. Torch's table in ``core/src/torch.c`` is
+"""The element-type table of each language, held together: the core's (``TJ_DTYPES`` in
+``core/include/tilejit/core.h``, which dtype.c, layout.c, xla.c and torch.c expand) and
+Python's (``tilejit.language.dtypes``, which every other Python table and the wrapper's
+derive from), row by row; then each use of them a call reaches. Torch's column is also
 checked against torch's own ``__dlpack__`` in ``test_torch_native.py``.
 """
 
@@ -16,13 +14,40 @@ import pytest
 
 import tilejit
 from tilejit import T
-from tilejit.builder import cdecl, cuda_compiler, signature
+from tilejit.builder import cuda_compiler, signature
 from tilejit.language import dtypes, lang, pointer
-from tilejit.native import abi
 from tilejit.native.ctypes_abi import DLDataType
 from tilejit.native.library import core_library
 
 DTYPES = list(dtypes.DTYPES.values())
+
+
+class _Row(ctypes.Structure):  # tj_dtype_row
+    _fields_ = [("name", ctypes.c_char_p), ("dtype", DLDataType), ("family", ctypes.c_char_p),
+                ("cute", ctypes.c_char_p), ("tma", ctypes.c_int32), ("xla", ctypes.c_int32),
+                ("torch", ctypes.c_char_p)]
+
+
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode()
+
+
+def test_the_cores_table_is_pythons_row_by_row():
+    core = core_library()
+    core.tj_dtype_rows.restype = ctypes.POINTER(_Row)
+    core.tj_dtype_rows.argtypes = [ctypes.POINTER(ctypes.c_int32)]
+    count = ctypes.c_int32()
+    rows = core.tj_dtype_rows(ctypes.byref(count))
+    in_c = [(_text(r.name), r.dtype.code, r.dtype.bits, r.dtype.lanes, _text(r.family),
+             _text(r.cute), r.tma, r.xla, _text(r.torch)) for r in rows[:count.value]]
+    in_python = [tuple(d)[:9] for d in dtypes.ALL.values()]  # the core's columns
+    assert in_c == in_python
+    core.tj_tensormap_element_bytes.restype = ctypes.c_int64
+    core.tj_tensormap_element_bytes.argtypes = [ctypes.c_int32]
+    widths = [core.tj_tensormap_element_bytes(t) for t in range(-1, 15)]
+    assert widths == [0, *dtypes.TENSORMAP_ELEMENT_BYTES, 0, 0]
+    for d in dtypes.ALL.values():  # a TMA type has the element type's width
+        assert d.tma < 0 or dtypes.TENSORMAP_ELEMENT_BYTES[d.tma] == d.itemsize, d.name
 
 
 def _formatted(function: str, d: dtypes.DType) -> str:
@@ -34,22 +59,14 @@ def _formatted(function: str, d: dtypes.DType) -> str:
     return buf.value.decode()
 
 
-def test_the_tables_dlpack_codes_are_the_headers():
-    # dtypes.py writes DLPack's codes itself (it is the bottom of the package); the vendored
-    # dlpack.h, as native/abi.py reads it, says the same.
-    names = {"int": "kDLInt", "uint": "kDLUInt", "float": "kDLFloat", "bfloat": "kDLBfloat",
-             "complex": "kDLComplex", "bool": "kDLBool", "float8_e4m3fn": "kDLFloat8_e4m3fn",
-             "float8_e5m2": "kDLFloat8_e5m2"}
-    for d in DTYPES:
-        kind = d.name if d.name.startswith("float8") else d.name.rstrip("0123456789")
-        assert d.code == getattr(abi, names[kind]), d.name
-
-
-@pytest.mark.parametrize("d", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("d", dtypes.ALL.values(), ids=lambda d: d.name)
 def test_the_cores_names_are_the_tables(d):
     # core/src/dtype.c names dtypes in messages; core/src/layout.c gives CuTe's names.
-    assert _formatted("tj_dtype_format", d) == d.name
-    assert _formatted("tj_element_type_format", d) == pointer.element_type_name(d.name)
+    lanes = f"x{d.lanes}" if d.lanes != 1 else ""
+    assert _formatted("tj_dtype_format", d) == d.name + lanes
+    assert _formatted("tj_element_type_format", d) == d.element_type + lanes
+    if d.name in dtypes.DTYPES:
+        assert pointer.element_type_name(d.name) == d.element_type
 
 
 @pytest.mark.parametrize("d", DTYPES, ids=lambda d: d.name)
@@ -60,15 +77,9 @@ def test_tilejit_arrays_have_every_dtype_of_the_table(d, backend):
     assert tilejit.from_dlpack(a).element_type == pointer.element_type_name(d.name)
 
 
-_KINDS = {abi.kDLInt: "int", abi.kDLUInt: "int", abi.kDLFloat: "float",
-          abi.kDLBfloat: "bfloat", abi.kDLComplex: "complex", abi.kDLBool: "bool"}
-
-
 @pytest.mark.parametrize("d", DTYPES, ids=lambda d: d.name)
-def test_a_c_type_of_the_table_reads_back_as_its_dtype(d):
-    # builder/cdecl.py reads a kernel's own definition: the C type tilejit writes in a
-    # prototype (the CPU prelude's typedefs) reads back as the same kind and width.
-    assert cdecl._NAMED[d.c_type] == (_KINDS.get(d.code, d.name), d.bits)
+def test_the_cpu_prelude_defines_every_c_type_of_the_table(d):
+    # The C type tilejit writes in a prototype is C's own or one of the prelude's typedefs.
     assert re.search(rf"\b{d.c_type}\b", dtypes.C_PRELUDE) or d.c_type in (
         "bool", "float", "double") or d.c_type.endswith("_t")
 
@@ -85,11 +96,11 @@ def test_cuda_sources_get_a_typedef_for_every_c_type_of_the_table():
             assert re.search(rf"typedef [\w ]+ {d.c_type};", prelude), d.name
 
 
-@pytest.mark.parametrize("name", sorted(lang.TENSORMAP_DATA_TYPES))
-def test_a_tensor_maps_data_type_has_the_dtypes_width(name):
-    # language/lang.py picks the TMA unit's data type; builder/signature.py sizes it.
-    data_type = lang.TENSORMAP_DATA_TYPES[name]
-    assert signature._TENSORMAP_ELEMENT_BYTES[data_type] == dtypes.DTYPES[name].itemsize
+def test_tensor_maps_take_the_tables_tma_types():
+    # language/lang.py picks the TMA unit's data type from the table; builder/signature.py
+    # sizes it with the table's widths.
+    assert lang.TENSORMAP_DATA_TYPES == {d.name: d.tma for d in DTYPES if d.tma >= 0}
+    assert signature._TENSORMAP_ELEMENT_BYTES == dtypes.TENSORMAP_ELEMENT_BYTES
 
 
 def test_the_jax_table_names_every_dtype_jax_and_the_core_share():

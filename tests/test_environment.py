@@ -136,3 +136,21 @@ def test_every_variable_is_read_through_env():
                 if reads.search(code) and ">>>" not in line:
                     found.append(f"{path.relative_to(REPO_ROOT)}:{number}: {line.strip()}")
     assert found == []
+
+
+def test_the_core_reads_the_environment_in_env_c_only():
+    # The C side's one reader: core/src/env.c, whose functions the rest of the core calls.
+    import re
+
+    calls = re.compile(r"\b(?:getenv|secure_getenv)\s*\(|\benviron\b")
+    found = [f"{path.relative_to(REPO_ROOT)}:{number}"
+             for pattern in ("core/src/*.[ch]", "core/include/tilejit/*.h", "core/torch_op/*.c")
+             for path in sorted(REPO_ROOT.glob(pattern)) if path.name != "env.c"
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if calls.search(line.split("//")[0])]
+    assert found == []
+    env_c = (REPO_ROOT / "core" / "src" / "env.c").read_text()
+    assert set(re.findall(r'getenv\("(\w+)"\)|read_or\("(\w+)"', env_c)) == {
+        ("", "TILEJIT_LIBCUDA"), ("", "TMPDIR")}
+    # Each TILEJIT_ variable the core reads is documented with the others.
+    assert "`TILEJIT_LIBCUDA`" in (REPO_ROOT / "docs" / "environment.md").read_text()

@@ -128,7 +128,7 @@ def test_autotune_compiles_its_configs_on_the_executor(worker_env):
     with concurrent.futures.ProcessPoolExecutor(2, initializer=_set_env,
                                                 initargs=(worker_env,)) as pool:
         spin = make(name=_name(), executor=pool)
-        record = spin.tuning(2048)
+        record = spin.tuning(8192)
     assert record.config == CONFIGS[1]
     assert executors.stats()["installed"] == len(CONFIGS)
 
@@ -158,7 +158,7 @@ def test_a_dask_cluster_compiles(worker_env):
         _run_all(tilejit.compile_many(_programs(name), out_idx=-1, executor=client))
         assert executors.stats()["installed"] == 3
         spin = make(name=_name(), executor=client.get_executor())
-        assert spin.tuning(2048).config == CONFIGS[1]
+        assert spin.tuning(8192).config == CONFIGS[1]
         assert executors.stats()["installed"] == 3 + len(CONFIGS)
     assert executors.stats()["compiled_here"] == 0
 
@@ -171,7 +171,7 @@ def test_ray_compiles(worker_env):
         name = _name()
         _run_all(tilejit.compile_many(_programs(name), out_idx=-1, executor="ray"))
         spin = make(name=_name(), executor="ray")
-        assert spin.tuning(2048).config == CONFIGS[1]
+        assert spin.tuning(8192).config == CONFIGS[1]
     finally:
         ray.shutdown()
     assert executors.stats()["installed"] == 3 + len(CONFIGS)

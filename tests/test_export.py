@@ -25,7 +25,6 @@ from conftest import REPO_ROOT, assert_reads_back, load_fakes
 
 import tilejit
 from tilejit import T
-from tilejit.frameworks.torch import op as top
 from tilejit.native._build import build_tools
 
 HERE = Path(__file__).resolve().parent
@@ -139,7 +138,7 @@ def test_a_loaded_kernel_behaves_as_the_exported_one(everything, exported, backe
         refused = _error(lambda call=call: call(loaded))
         assert refused is not None and refused == _error(lambda call=call: call(original))
     # The same kernel to torch: the same op, so compiled graphs and backwards carry over.
-    assert top.op_name(loaded) == top.op_name(original)
+    assert loaded.artifact.op_name == original.artifact.op_name
     assert loaded.with_backend("ctypes").execution_backend == "ctypes"
     torch.testing.assert_close(loaded.with_backend("ctypes")(*args)[0], original(*args)[0])
 
@@ -154,7 +153,7 @@ def test_the_torch_op_and_backward_of_a_loaded_kernel(tmp_path, tilejit_cache_di
         T.Buffer((n,), "float64", name="X", const=True), T.Buffer((n,), "float64", name="Y")],
         SQUARE), out_idx=-1)
     loaded = tilejit.load(square.export(tmp_path / "square"))
-    assert top.op_name(loaded) == top.op_name(square)
+    assert loaded.artifact.op_name == square.artifact.op_name
     x = torch.rand(5, dtype=torch.float64)
     compiled = torch.compile(lambda t: loaded(t) * 2, fullgraph=True, backend="eager")
     torch.testing.assert_close(compiled(x), x * x * 2)

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # attributes), lazy views (TensorImpl's key set), the call itself (vectorcall), keywords,
 # validation, layouts and the exchange API.
 BEHAVIOUR = ["test_torch_autograd.py", "test_torch_op.py", "test_torch_native.py",
+             "test_torch_record.py",
              "test_torch_versions.py", "test_call.py",
              "test_validation.py", "test_exchange.py", "test_layout.py", "test_jit.py",
              "test_backends.py"]
@@ -27,7 +28,7 @@ FAST_PATHS = {"autograd claim (libc10)", "forward-AD level", "lazy-view bits (Te
               "Dynamo constant (_dynamo_marked_constant)",
               "torch op autograd kernel in C (plain calls)",
               "exact ints read in place (PyLongObject)",
-              "autograd.Function C apply (_FunctionBase.apply, forward with ctx)",
+              "autograd.Function C apply (_FunctionBase.apply)",
               "Inductor lowering (the kernel called without the dispatcher)"}
 
 

@@ -385,6 +385,12 @@ def _private_kernel_uses(private: set[str]) -> dict[str, set[str]]:
             if (isinstance(node, ast.Attribute) and node.attr in private
                     and not (isinstance(node.value, ast.Name) and node.value.id == "self")):
                 names.add(node.attr)
+            # getattr / setattr / hasattr / delattr with the name as a string
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                  and node.func.id in ("getattr", "setattr", "hasattr", "delattr")
+                  and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
+                  and node.args[1].value in private):
+                names.add(node.args[1].value)
         if names:
             found[_module_name(path)] = names
     return found
@@ -416,8 +422,7 @@ def _dict_keys(tree) -> set[str]:
 
 
 # What a framework caches on a kernel, in its __dict__: keys named after the framework.
-_FRAMEWORK_KEYS = {"tilejit.frameworks.torch.": "_torch_", "tilejit.builder.torch_schema":
-                   "_torch_", "tilejit.frameworks.jax": "_jax_"}
+_FRAMEWORK_KEYS = {"tilejit.frameworks.torch.": "_torch_", "tilejit.frameworks.jax": "_jax_"}
 
 
 def test_a_kernels_dict_holds_the_interface_and_each_frameworks_own_keys():
@@ -444,7 +449,7 @@ def test_the_package_uses_only_the_kernels_internal_interface():
     from tilejit.runtime.kernel import INTERNAL_INTERFACE
 
     private = _kernel_private_names()
-    assert {"_sig", "_core_kernel", "_kept_images", "_host_source"} <= private
+    assert {"_sig", "_core_kernel", "_unclaimed"} <= private
     outside = {module: sorted(names - INTERNAL_INTERFACE)
                for module, names in _private_kernel_uses(private).items()}
     assert {module: names for module, names in outside.items() if names} == {}
@@ -453,10 +458,21 @@ def test_the_package_uses_only_the_kernels_internal_interface():
     assert sorted(INTERNAL_INTERFACE - used) == []
 
 
+def test_the_builder_reads_no_kernel_only_its_artifact():
+    # export, the torch op's schema and the XLA target are written from the artifact the
+    # builder made (tilejit.builder.artifact), never from a JITKernel's own attributes.
+    from tilejit.runtime.kernel import INTERNAL_INTERFACE
+
+    uses = _private_kernel_uses(_kernel_private_names() | INTERNAL_INTERFACE)
+    assert {m: n for m, n in uses.items() if m.startswith("tilejit.builder.")} == {}
+
+
 def test_the_interface_check_sees_a_private_attribute_read_elsewhere(tmp_path, monkeypatch):
     module = tmp_path / "tilejit" / "builder"
     module.mkdir(parents=True)
-    (module / "x.py").write_text("def f(kernel):\n    return kernel._kept_images, self_ok()\n")
+    (module / "x.py").write_text("def f(kernel):\n    return kernel._sig, self_ok(), "
+                                 "getattr(kernel, '_core_kernel')\n")
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path / "tilejit")
     monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
-    assert _private_kernel_uses({"_kept_images"}) == {"tilejit.builder.x": {"_kept_images"}}
+    assert _private_kernel_uses({"_sig", "_core_kernel"}) == {
+        "tilejit.builder.x": {"_sig", "_core_kernel"}}

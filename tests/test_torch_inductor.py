@@ -18,7 +18,6 @@ from conftest import python_calls, subprocess_env
 
 from tilejit import T
 from tilejit.frameworks.torch import inductor
-from tilejit.frameworks.torch import op as top
 from tilejit.runtime.fast_paths import FAST_PATHS
 
 ADD = """
@@ -50,7 +49,7 @@ def test_a_compiled_graph_calls_the_kernel_without_the_dispatcher(build):
     a, b = torch.rand(16), torch.rand(16)
     result, code, compiled = _compiled(lambda x, y: add(x, y) * 2, a, b)
     torch.testing.assert_close(result, (a + b) * 2)
-    name = top.op_name(add)
+    name = add.artifact.op_name
     if FAST_PATHS:
         assert f"torch.ops.tilejit.{name}.default.tilejit_direct(arg0_1, arg1_1, buf0)" in code
         assert f"torch.ops.tilejit.{name}.default(" not in code
@@ -124,7 +123,7 @@ def test_kernels_of_other_shapes_are_called_through_the_op(build):
                                  (first, lambda t: first(t), -x)):
         result, code, _ = _compiled(fn, x)
         torch.testing.assert_close(result, expected)
-        assert f"torch.ops.tilejit.{top.op_name(kernel)}.default(" in code
+        assert f"torch.ops.tilejit.{kernel.artifact.op_name}.default(" in code
 
 
 CACHED = """

@@ -24,7 +24,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import tilejit
 from tilejit import T
 from tilejit.frameworks.torch import native_op
-from tilejit.frameworks.torch import op as top
 from tilejit.runtime.fast_paths import FAST_PATHS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -334,13 +333,13 @@ def test_an_export_carries_torch_op_so_and_its_core(exported, kernels):
                             "torch_op.so", "torch_op.txt", *core])
     assert (exported / "torch_op.txt").read_text().splitlines() == [
         "tilejit-torch-op 1", "namespace tilejit",
-        (f"schema {top.op_name(kernels['affine'])}(Tensor X, Tensor? bias, float a, "
+        (f"schema {kernels['affine'].artifact.op_name}(Tensor X, Tensor? bias, float a, "
          "SymInt k, bool flag) -> Tensor"),
         "inputs Ttfib", "order 0"]
 
 
 def test_torch_loads_the_op_without_tilejit(exported, kernels, tmp_path):
-    name = top.op_name(kernels["affine"])
+    name = kernels["affine"].artifact.op_name
     code = NO_TILEJIT + f"""
 torch.ops.load_library({str(exported / "torch_op.so")!r})
 op = torch.ops.tilejit.{name}.default
@@ -370,7 +369,7 @@ def test_tilejit_takes_the_op_a_torch_op_so_loaded_first_registered(exported, ke
     # The export's torch_op.so loaded first defines the op; the same kernel made afterwards
     # in that process takes it (no second definition), its fake implementation and its
     # autograd kernel added: the op, torch.compile and autograd all work.
-    name = top.op_name(kernels["affine"])
+    name = kernels["affine"].artifact.op_name
     code = f"""
     import torch
     torch.ops.load_library({str(exported / "torch_op.so")!r})

@@ -121,15 +121,17 @@ def kernels(build):
 
 
 def test_schema_comes_from_the_signature(kernels):
-    assert top.schema(kernels["sum_diff"]) == ("(Tensor A, Tensor B) -> (Tensor, Tensor)", ())
-    assert top.schema(kernels["scale_"]) == ("(Tensor(a0!) X, float factor) -> ()", ("X",))
+    def schema(name):
+        return top.schema(kernels[name].artifact)
+
+    assert schema("sum_diff") == ("(Tensor A, Tensor B) -> (Tensor, Tensor)", ())
+    assert schema("scale_") == ("(Tensor(a0!) X, float factor) -> ()", ("X",))
     # A trailing optional buffer may be left out, as in a direct call.
-    assert top.schema(kernels["add_bias"]) == ("(Tensor A, Tensor? bias=None) -> Tensor", ())
-    assert top.schema(kernels["affine"]) == (
-        "(Tensor X, float a, SymInt k, bool flag) -> Tensor", ())
+    assert schema("add_bias") == ("(Tensor A, Tensor? bias=None) -> Tensor", ())
+    assert schema("affine") == ("(Tensor X, float a, SymInt k, bool flag) -> Tensor", ())
     op = kernels["pad1"].torch_op
     assert isinstance(op, torch._ops.OpOverload)
-    assert str(op._schema) == f"tilejit::{top.op_name(kernels['pad1'])}(Tensor A) -> Tensor"
+    assert str(op._schema) == f"tilejit::{kernels['pad1'].artifact.op_name}(Tensor A) -> Tensor"
 
 
 def test_a_raw_pointer_parameter_cannot_be_an_op(build):
@@ -143,15 +145,15 @@ def test_a_raw_pointer_parameter_cannot_be_an_op(build):
 
 def test_op_names_are_the_kernel_name_and_a_stable_hash(kernels, build, backend):
     k = kernels["pad1"]
-    name = top.op_name(k)
+    name = k.artifact.op_name
     assert name.startswith("pad1_") and len(name) == len("pad1_") + 16
     # The same program compiled again is the same op, and so is the kernel on another
     # backend (with_backend: the same kernel); another out_idx is not.
     again = build("pad1", list(k.params), PAD1, out_idx=-1)
-    assert again is not k and top.op_name(again) == name and again.torch_op is k.torch_op
+    assert again is not k and again.artifact.op_name == name and again.torch_op is k.torch_op
     other = "ctypes" if backend != "ctypes" else "cython"
     assert k.with_backend(other).torch_op is k.torch_op
-    assert top.op_name(build("pad1", list(k.params), PAD1)) != name
+    assert build("pad1", list(k.params), PAD1).artifact.op_name != name
 
 
 def _opcheck_cases(kernels):
@@ -582,8 +584,7 @@ def test_a_kernel_made_before_torch_is_imported(kernels, backend, child_python):
         import torch
         f = torch.compile(lambda x: k(x) * 2, fullgraph=True, backend="eager")
         print(f(torch.ones(2)).tolist())
-        from tilejit.frameworks.torch import op as torch_op
-        print(torch_op.op_name(k))
+        print(k.artifact.op_name)
         """)
     out = child_python("-c", code, timeout=300)
-    assert out.split("\n")[:2] == ["[2.0, 2.0, -2.0]", top.op_name(kernels["pad1"])]
+    assert out.split("\n")[:2] == ["[2.0, 2.0, -2.0]", kernels["pad1"].artifact.op_name]

@@ -268,11 +268,8 @@ def test_claims_are_asked_when_libc10_is_not_read(child_python, backend):
 
 
 def test_a_recorded_call_binds_no_signature(build):
-    from tilejit.runtime.fast_paths import FAST_PATHS
-
-    if not FAST_PATHS:
-        pytest.skip("TILEJIT_FAST_PATHS=0 records through autograd.Function.apply, which "
-                    "binds forward's signature")
+    # With the fast paths off too: outside functorch's transforms the op's Function has
+    # no setup_context for Function.apply to bind a signature for.
     kernel, _ = _optional(build, first=False)
     x = torch.rand(8, requires_grad=True)
     kernel(x, None)
@@ -287,7 +284,6 @@ def test_the_range():
     assert versions.inside("2.14.1+cu130") and versions.inside("2.13.0+cpu")
     assert not versions.inside("2.8.0") and not versions.inside("2.15.0")
     assert not versions.inside("3.0.0") and not versions.inside("nightly")
-    assert versions.inside(torch.__version__) or not versions.inside(torch.__version__)
     assert versions.RANGE == "2.9 to 2.14"
     assert "OUTSIDE" in versions.describe("2.15.0") and "inside" in versions.describe("2.9.1")
 

@@ -1,4 +1,4 @@
-"""``python -m tilejit {build,demo,bench,doctor,config,cache,version}``."""
+"""``python -m tilejit {build,demo,bench,gpu-check,doctor,config,cache,version}``."""
 
 from __future__ import annotations
 
@@ -20,6 +20,12 @@ from .tools import doctor as _doctor
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tilejit")
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_commands(sub)
+    args = parser.parse_args(argv)
+    return _run(args, sub.choices["config"])
+
+
+def _add_commands(sub) -> None:
     build = sub.add_parser("build", help="build and cache the wrapper and the core for this "
                                          "interpreter ahead of time")
     build.add_argument("--force", action="store_true", help="rebuild even if cached")
@@ -29,8 +35,31 @@ def main(argv=None) -> int:
     demo.add_argument("--tilelang", action="store_true",
                       help="run TileLang kernels through tilejit (target c; CUDA too when a "
                            "GPU is present); needs tilelang (pip install 'tilejit[tilelang]')")
-    bench = sub.add_parser("bench", help="time the host overhead per call against the peers "
-                                         "(docs/cli.md) and print a markdown table")
+    _add_bench(sub.add_parser("bench", help="time the host overhead per call against the peers "
+                                            "(docs/cli.md) and print a markdown table"))
+    doctor = sub.add_parser("doctor", help="what this installation has and uses: versions, "
+                                           "compilers, builds, CUDA, fast paths")
+    doctor.add_argument("--json", action="store_true", help="print it as JSON")
+    config = sub.add_parser("config", help="compiler and linker flags for a C or C++ program "
+                                           "that opens exported kernels (docs/export.md)")
+    for flag, text in (("--cflags", "the compiler flags (the include directory)"),
+                       ("--libs", "the core library's linker flags (-L, -l, rpath)"),
+                       ("--includedir", "the include directory alone"),
+                       ("--libdir", "the core library's directory alone")):
+        config.add_argument(flag, action="store_true", help=text)
+    _add_cache(sub.add_parser("cache", help="look at and manage the disk cache "
+                                            "(docs/caching.md)"))
+    gpu = sub.add_parser("gpu-check", help="on a GPU machine, one prepared run of at most 8 "
+                                           "minutes: CUDA tests, bench, torch, JAX, CuPy; "
+                                           "writes report.md and figures.json")
+    gpu.add_argument("out", help="the folder for report.md and figures.json")
+    gpu.add_argument("--dry-run", action="store_true",
+                     help="no GPU: the test driver and the test CuPy where they serve")
+    gpu.add_argument("--only", help="comma-separated steps to run (default: all)")
+    sub.add_parser("version", help="print the version")
+
+
+def _add_bench(bench) -> None:
     bench.add_argument("--target", choices=("cpu", "cuda"), default="cpu",
                        help="cpu (default), or cuda: CUDA launches on the GPU against a raw "
                             "cuLaunchKernel loop, host enqueue and launch plus sync")
@@ -56,17 +85,9 @@ def main(argv=None) -> int:
     bench.add_argument("--startup", action="store_true",
                        help="instead: a fresh process's import, cached compile and first "
                             "call, on NumPy, torch and JAX (whichever are installed)")
-    doctor = sub.add_parser("doctor", help="what this installation has and uses: versions, "
-                                           "compilers, builds, CUDA, fast paths")
-    doctor.add_argument("--json", action="store_true", help="print it as JSON")
-    config = sub.add_parser("config", help="compiler and linker flags for a C or C++ program "
-                                           "that opens exported kernels (docs/export.md)")
-    for flag, text in (("--cflags", "the compiler flags (the include directory)"),
-                       ("--libs", "the core library's linker flags (-L, -l, rpath)"),
-                       ("--includedir", "the include directory alone"),
-                       ("--libdir", "the core library's directory alone")):
-        config.add_argument(flag, action="store_true", help=text)
-    cache = sub.add_parser("cache", help="look at and manage the disk cache (docs/caching.md)")
+
+
+def _add_cache(cache) -> None:
     cache_sub = cache.add_subparsers(dest="cache_command", required=True)
     ls = cache_sub.add_parser("ls", help="one line per entry: key, kind, name, target, "
                                          "architecture, size, created, last used")
@@ -89,9 +110,10 @@ def main(argv=None) -> int:
                                                  "address, reachability, entries, this "
                                                  "process's hits, misses and publishes")
     remote.add_argument("--json", action="store_true", help="print it as JSON")
-    sub.add_parser("version", help="print the version")
-    args = parser.parse_args(argv)
 
+
+def _run(args, config) -> int:
+    """The command ``args`` names (``config``: its parser, for its usage error)."""
     if args.command == "build":
         print(f"wrapper: {build_tools.build_wrapper(force=args.force, verbose=True)}")
         print(f"core:    {build_tools.build_core_library(force=args.force)}")
@@ -104,6 +126,11 @@ def main(argv=None) -> int:
         return _bench_autotune.main(args)
     if args.command == "bench":
         return (_bench_cuda if args.target == "cuda" else _bench).main(args)
+    if args.command == "gpu-check":
+        from .tools import gpu_check
+
+        return gpu_check.main([args.out, *(["--dry-run"] if args.dry_run else []),
+                               *(["--only", args.only] if args.only else [])])
     if args.command == "doctor":
         return _doctor.main(as_json=args.json)
     if args.command == "cache":

@@ -13,10 +13,11 @@ from libc.string cimport memcpy
 from dlpack cimport (DLPackCurrentWorkStream, DLPackDLTensorFromPyObjectNoSync,
                      DLPackManagedTensorAllocator, DLPackManagedTensorFromPyObjectNoSync,
                      DLPackManagedTensorToPyObjectNoSync, DLPackVersion,
-                     DLPACK_FLAG_BITMASK_READ_ONLY, DLDeviceType, kDLBfloat, kDLBool,
-                     kDLComplex, kDLFloat, kDLFloat8_e4m3fn, kDLFloat8_e5m2, kDLInt, kDLUInt)
+                     DLPACK_FLAG_BITMASK_READ_ONLY, DLDeviceType)
 
 import operator
+
+from tilejit.language.dtypes import DTYPES as _DTYPES
 
 
 cdef extern from "stdlib.h" nogil:
@@ -59,14 +60,8 @@ cdef void _capsule_destructor(object capsule) noexcept:
         legacy.deleter(legacy)
 
 
-_ARRAY_DTYPES = {
-    "bool": (kDLBool, 8), "int8": (kDLInt, 8), "int16": (kDLInt, 16), "int32": (kDLInt, 32),
-    "int64": (kDLInt, 64), "uint8": (kDLUInt, 8), "uint16": (kDLUInt, 16),
-    "uint32": (kDLUInt, 32), "uint64": (kDLUInt, 64), "float16": (kDLFloat, 16),
-    "bfloat16": (kDLBfloat, 16), "float32": (kDLFloat, 32), "float64": (kDLFloat, 64),
-    "float8_e4m3fn": (kDLFloat8_e4m3fn, 8), "float8_e5m2": (kDLFloat8_e5m2, 8),
-    "complex64": (kDLComplex, 64), "complex128": (kDLComplex, 128),
-}
+# The element types of tilejit's table (tilejit/language/dtypes.py), read once at import.
+_ARRAY_DTYPES = {d.name: (d.code, d.bits) for d in _DTYPES.values()}
 _ARRAY_NAMES = {value: name for name, value in _ARRAY_DTYPES.items()}
 
 

@@ -12,16 +12,6 @@ cdef extern from "dlpack/dlpack.h" nogil:
     ctypedef enum DLDeviceType:
         kDLCPU
 
-    enum:
-        kDLInt
-        kDLUInt
-        kDLFloat
-        kDLBfloat
-        kDLComplex
-        kDLBool
-        kDLFloat8_e4m3fn
-        kDLFloat8_e5m2
-
     ctypedef struct DLDevice:
         DLDeviceType device_type
         int32_t device_id

@@ -272,6 +272,42 @@ static int64_t next_expr_op(input *in, int32_t nsymbols, int64_t *operand) {
 
 /* A signature from the input; NULL when the API refused it (as it must refuse
  * anything inconsistent). */
+/* Parameter i of the kernel being built (the index itself sometimes wild):
+ * a buffer, a scalar, a pointer, or nothing. */
+static void next_param(input *in, tj_kernel *k, int32_t i, int32_t total, int32_t nsymbols) {
+  int32_t index = next_u8(in) < 250 ? i : (int32_t)next_i64(in);
+  char pname[8];
+  next_name(in, pname, sizeof(pname));
+  uint8_t kind = next_u8(in);
+  if (kind < 150) {
+    int32_t ndim = next_u8(in) < 250 ? next_small(in, 4) : (int32_t)next_i64(in);
+    int32_t shape[TJ_MAX_NDIM + 4], strides[TJ_MAX_NDIM + 4];
+    int32_t stored = ndim < 0 ? 0 : ndim > TJ_MAX_NDIM + 4 ? TJ_MAX_NDIM + 4 : ndim;
+    int bad = 0;
+    for (int32_t d = 0; d < stored; ++d) {
+      shape[d] = next_small(in, total + 1);
+      strides[d] = next_small(in, total + 1);
+    }
+    if (stored != ndim) bad = 1; /* the API must refuse, reading nothing past TJ_MAX_NDIM */
+    if (bad && (ndim < 0 || ndim > TJ_MAX_NDIM + 4)) ndim = next_u8(in) % 2 ? -1 : 17;
+    /* Flags up to TJ_BUF_WORKSPACE; not TJ_BUF_ZERO, whose memset trusts the
+     * allocator's contract (memory of the size asked) that this harness's
+     * allocator, handing out arbitrary addresses, does not keep. */
+    uint8_t strided = next_u8(in);
+    check_status(tj_kernel_set_buffer(k, index, pname, next_dtype(in), ndim, shape,
+                                      strided < 128 ? NULL : strides,
+                                      next_u8(in) < 200 ? 0 : next_i64(in), next_u8(in) & 15u));
+  } else if (kind < 200) {
+    check_status(tj_kernel_set_scalar(k, index, pname, next_dtype(in)));
+    /* Sometimes an integer scalar that binds a symbol (or a refused binding). */
+    if (next_u8(in) > 128)
+      check_status(tj_kernel_set_scalar_symbol(k, index, next_small(in, nsymbols + 1)));
+  } else if (kind < 250) {
+    check_status(tj_kernel_set_pointer(k, index, pname, next_dtype(in),
+                                       next_u8(in) < 200 ? 0 : next_i64(in), next_u8(in) & 7u));
+  }
+}
+
 static tj_kernel *next_kernel(input *in) {
   char name[8];
   next_name(in, name, sizeof(name));
@@ -311,39 +347,7 @@ static tj_kernel *next_kernel(input *in) {
     check_status(tj_kernel_add_expr(k, code, n, "e", &id));
   }
   int32_t total = k->nexprs;
-  for (int32_t i = 0; i < nparams + 1; ++i) {
-    int32_t index = next_u8(in) < 250 ? i : (int32_t)next_i64(in);
-    char pname[8];
-    next_name(in, pname, sizeof(pname));
-    uint8_t kind = next_u8(in);
-    if (kind < 150) {
-      int32_t ndim = next_u8(in) < 250 ? next_small(in, 4) : (int32_t)next_i64(in);
-      int32_t shape[TJ_MAX_NDIM + 4], strides[TJ_MAX_NDIM + 4];
-      int32_t stored = ndim < 0 ? 0 : ndim > TJ_MAX_NDIM + 4 ? TJ_MAX_NDIM + 4 : ndim;
-      int bad = 0;
-      for (int32_t d = 0; d < stored; ++d) {
-        shape[d] = next_small(in, total + 1);
-        strides[d] = next_small(in, total + 1);
-      }
-      if (stored != ndim) bad = 1; /* the API must refuse, reading nothing past TJ_MAX_NDIM */
-      if (bad && (ndim < 0 || ndim > TJ_MAX_NDIM + 4)) ndim = next_u8(in) % 2 ? -1 : 17;
-      /* Flags up to TJ_BUF_WORKSPACE; not TJ_BUF_ZERO, whose memset trusts the
-       * allocator's contract (memory of the size asked) that this harness's
-       * allocator, handing out arbitrary addresses, does not keep. */
-      uint8_t strided = next_u8(in);
-      check_status(tj_kernel_set_buffer(k, index, pname, next_dtype(in), ndim, shape,
-                                        strided < 128 ? NULL : strides,
-                                        next_u8(in) < 200 ? 0 : next_i64(in), next_u8(in) & 15u));
-    } else if (kind < 200) {
-      check_status(tj_kernel_set_scalar(k, index, pname, next_dtype(in)));
-      /* Sometimes an integer scalar that binds a symbol (or a refused binding). */
-      if (next_u8(in) > 128)
-        check_status(tj_kernel_set_scalar_symbol(k, index, next_small(in, nsymbols + 1)));
-    } else if (kind < 250) {
-      check_status(tj_kernel_set_pointer(k, index, pname, next_dtype(in),
-                                         next_u8(in) < 200 ? 0 : next_i64(in), next_u8(in) & 7u));
-    }
-  }
+  for (int32_t i = 0; i < nparams + 1; ++i) next_param(in, k, i, total, nsymbols);
   if (next_u8(in) > 200) {
     tj_abi_arg abi[8];
     int32_t n = next_small(in, 8);
@@ -612,6 +616,35 @@ static const tj_host_type index_info = {TJ_HOST_INDEX, NULL, "numpy.int64"};
 static const tj_host_type other_info = {TJ_HOST_OTHER, NULL, "Thing"};
 static fh_object tensor_type, float_type, index_type, other_type, undescribed_type;
 
+/* One argument of a host call, of any kind: an object of a registered type
+ * (made in `slot`), an int with its overflow state, a float, None or a bool. */
+static void *next_item(input *in, fh_object *slot, const tj_host *host) {
+  uint8_t how = next_u8(in);
+  fh_object *type = how < 150   ? &tensor_type
+                    : how < 160 ? &float_type
+                    : how < 170 ? &index_type
+                    : how < 175 ? &other_type
+                    : how < 178 ? &undescribed_type
+                                : NULL;
+  if (type != NULL) {
+    fh_object_init(slot, type);
+    slot->i = next_i64(in);
+    slot->f = (double)next_i64(in);
+    return slot;
+  }
+  if (how < 200) {
+    fh_object *v = fh_int(next_i64(in));
+    v->overflow = how % 3 == 0 ? (how % 2 ? 1 : -1) : 0;
+    v->fits_u64 = how % 5 == 0;
+    v->u = (unsigned long long)next_raw64(in);
+    return v;
+  }
+  if (how < 220) return fh_float((double)next_i64(in));
+  void *constant = how < 230 ? &fh_none : how < 240 ? &fh_true : &fh_false;
+  host->retain(constant);
+  return constant;
+}
+
 static void fuzz_host_call(input *in, tj_kernel *k) {
   pool *pl = calloc(1, sizeof(*pl));
   producer_state st = {in, pl, k};
@@ -663,33 +696,7 @@ static void fuzz_host_call(input *in, tj_kernel *k) {
   fh_object statics[MAX_ITEMS];
   void *items[MAX_ITEMS];
   size_t n = next_u8(in) < 250 ? (size_t)k->ninputs : (size_t)next_small(in, TJ_MAX_PARAMS + 2);
-  for (size_t i = 0; i <= n; ++i) {
-    uint8_t how = next_u8(in);
-    items[i] = NULL;
-    fh_object *type = how < 150   ? &tensor_type
-                      : how < 160 ? &float_type
-                      : how < 170 ? &index_type
-                      : how < 175 ? &other_type
-                      : how < 178 ? &undescribed_type
-                                  : NULL;
-    if (type != NULL) {
-      fh_object_init(&statics[i], type);
-      statics[i].i = next_i64(in);
-      statics[i].f = (double)next_i64(in);
-      items[i] = &statics[i];
-    } else if (how < 200) {
-      fh_object *v = fh_int(next_i64(in));
-      v->overflow = how % 3 == 0 ? (how % 2 ? 1 : -1) : 0;
-      v->fits_u64 = how % 5 == 0;
-      v->u = (unsigned long long)next_raw64(in);
-      items[i] = v;
-    } else if (how < 220) {
-      items[i] = fh_float((double)next_i64(in));
-    } else {
-      items[i] = how < 230 ? &fh_none : how < 240 ? &fh_true : &fh_false;
-      host.retain(items[i]);
-    }
-  }
+  for (size_t i = 0; i <= n; ++i) items[i] = next_item(in, &statics[i], &host);
   fh_object *kwnames = NULL;
   uint8_t keyword = next_u8(in);
   if (keyword > 200) {

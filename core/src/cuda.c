@@ -189,8 +189,7 @@ static int driver_error(const driver *d, const char *who, const char *call, CUre
 
 /* Opens and initialises the driver into *d; on failure closes what it opened. */
 static int open_driver(const char *who, driver *d) {
-  const char *env = getenv("TILEJIT_LIBCUDA");
-  const char *path = env && *env ? env : "libcuda.so.1";
+  const char *path = tj__env_libcuda();
   memset(d, 0, sizeof(*d));
   d->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (d->handle == NULL) {
@@ -587,16 +586,14 @@ static int check_im2col(const char *who, const tj_tensormap *t, const int64_t *l
   if (channels < 1 || channels > 256)
     return tj_set_error(TJ_EVALUE, "%s: channels_per_pixel = %lld, expected 1 to 256", who,
                         (long long)channels);
-  static const int64_t element_bytes[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};
-  if (t->interleave == 0 && t->swizzle >= 1 && t->swizzle <= 3 && t->data_type >= 0 &&
-      t->data_type < (int32_t)(sizeof(element_bytes) / sizeof(element_bytes[0])) &&
-      channels * element_bytes[t->data_type] > (16 << t->swizzle))
+  int64_t element_bytes = tj_tensormap_element_bytes(t->data_type);
+  if (t->interleave == 0 && t->swizzle >= 1 && t->swizzle <= 3 && element_bytes > 0 &&
+      channels * element_bytes > (16 << t->swizzle))
     return tj_set_error(TJ_EVALUE,
                         "%s: channels_per_pixel = %lld elements of %lld bytes span %lld bytes, "
                         "more than the %d-byte swizzle (swizzle=%d) allows",
-                        who, (long long)channels, (long long)element_bytes[t->data_type],
-                        (long long)(channels * element_bytes[t->data_type]), 16 << t->swizzle,
-                        t->swizzle);
+                        who, (long long)channels, (long long)element_bytes,
+                        (long long)(channels * element_bytes), 16 << t->swizzle, t->swizzle);
   if (pixels < 1 || pixels > 1024)
     return tj_set_error(TJ_EVALUE, "%s: pixels_per_column = %lld, expected 1 to 1024", who,
                         (long long)pixels);

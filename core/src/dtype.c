@@ -1,5 +1,7 @@
-/* Names of DLPack device types and dtypes, for messages and introspection. */
+/* Names of DLPack device types and dtypes, for messages and introspection; the
+ * rows of the element-type table (core.h's TJ_DTYPES) and their lookups. */
 #include <stdio.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -27,40 +29,52 @@ const char *tj_device_name(int32_t device_type) {
   return unknown;
 }
 
-static const char *code_name(uint8_t code) {
-  switch (code) {
-    case kDLInt: return "int";
-    case kDLUInt: return "uint";
-    case kDLFloat: return "float";
-    case kDLOpaqueHandle: return "handle";
-    case kDLBfloat: return "bfloat";
-    case kDLComplex: return "complex";
-    case kDLBool: return "bool";
-    case kDLFloat8_e3m4: return "float8_e3m4";
-    case kDLFloat8_e4m3: return "float8_e4m3";
-    case kDLFloat8_e4m3b11fnuz: return "float8_e4m3b11fnuz";
-    case kDLFloat8_e4m3fn: return "float8_e4m3fn";
-    case kDLFloat8_e4m3fnuz: return "float8_e4m3fnuz";
-    case kDLFloat8_e5m2: return "float8_e5m2";
-    case kDLFloat8_e5m2fnuz: return "float8_e5m2fnuz";
-    case kDLFloat8_e8m0fnu: return "float8_e8m0fnu";
-    case kDLFloat6_e2m3fn: return "float6_e2m3fn";
-    case kDLFloat6_e3m2fn: return "float6_e3m2fn";
-    case kDLFloat4_e2m1fn: return "float4_e2m1fn";
-  }
+static const tj_dtype_row rows[] = {
+#define TJ__DTYPE_ROW(name, code, bits, lanes, family, cute, tma, xla, torch) \
+  {name, {code, bits, lanes}, family, cute, tma, xla, torch},
+    TJ_DTYPES(TJ__DTYPE_ROW)
+#undef TJ__DTYPE_ROW
+};
+enum { NROWS = (int32_t)(sizeof(rows) / sizeof(rows[0])) };
+
+const tj_dtype_row *tj_dtype_rows(int32_t *count) {
+  *count = NROWS;
+  return rows;
+}
+
+const tj_dtype_row *tj__dtype_row_of_code(uint8_t code) {
+  for (int32_t i = 0; i < NROWS; ++i)
+    if (rows[i].dtype.code == code) return &rows[i];
   return NULL;
 }
 
+const tj_dtype_row *tj__dtype_row_of(DLDataType dtype) {
+  for (int32_t i = 0; i < NROWS; ++i)
+    if (rows[i].dtype.code == dtype.code && rows[i].dtype.bits == dtype.bits &&
+        rows[i].dtype.lanes == dtype.lanes)
+      return &rows[i];
+  return NULL;
+}
+
+int tj__dtype_family_sized(const tj_dtype_row *row) { return strcmp(row->name, row->family) != 0; }
+
+int64_t tj_tensormap_element_bytes(int32_t data_type) {
+  static const int64_t bytes[] = TJ_TENSORMAP_ELEMENT_BYTES;
+  return data_type >= 0 && data_type < (int32_t)(sizeof(bytes) / sizeof(bytes[0]))
+             ? bytes[data_type]
+             : 0;
+}
+
 void tj_dtype_format(DLDataType dtype, char *buf, int32_t size) {
-  const char *name = code_name(dtype.code);
+  const tj_dtype_row *row = tj__dtype_row_of_code(dtype.code);
   int n;
-  if (name == NULL) {
+  if (row == NULL) {
     n = snprintf(buf, (size_t)size, "dtype(code=%u, bits=%u)", dtype.code, dtype.bits);
-  } else if (dtype.code <= kDLComplex && dtype.code != kDLOpaqueHandle) {
+  } else if (tj__dtype_family_sized(row)) {
     /* Integer, float and complex names carry their width: "float32". */
-    n = snprintf(buf, (size_t)size, "%s%u", name, dtype.bits);
+    n = snprintf(buf, (size_t)size, "%s%u", row->family, dtype.bits);
   } else {
-    n = snprintf(buf, (size_t)size, "%s", name);
+    n = snprintf(buf, (size_t)size, "%s", row->family);
   }
   if (dtype.lanes != 1 && n >= 0 && n < size)
     snprintf(buf + n, (size_t)(size - n), "x%u", dtype.lanes);

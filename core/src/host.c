@@ -837,15 +837,6 @@ void *tj_host_method(void *self, void *const *args, intptr_t nargs, void *kwname
   return tj_host_call(plan, args, (size_t)nargs, kwnames);
 }
 
-void *tj_host_forward_method(void *self, void *const *args, intptr_t nargs, void *kwnames) {
-  const tj_host *host = __atomic_load_n(&method_host, __ATOMIC_ACQUIRE);
-  const tj_host_plan *plan = host->capsule_pointer(self, TJ_HOST_PLAN_CAPSULE);
-  if (plan == NULL) return NULL;
-  if (nargs < 1) /* no ctx: the call as given, which the core refuses by its count */
-    return tj_host_call(plan, args, (size_t)nargs, kwnames);
-  return tj_host_call(plan, args + 1, (size_t)(nargs - 1), kwnames);
-}
-
 /* ---- Bound launches --------------------------------------------------------------- */
 
 /* A bound launch as the host holds it: the plan it was bound through, the
@@ -921,28 +912,89 @@ void *tj_host_bind_method(void *self, void *const *args, intptr_t nargs, void *k
   return answer;
 }
 
-void tj_host_bound_destroy(void *capsule) {
+/* ---- Bound launch objects ------------------------------------------------ */
+
+/* Where an object of the binding's bound launch type keeps its fields
+ * (tj_host_bound_layout): the size of the host's object header. */
+static intptr_t bound_header = -1;
+
+void tj_host_bound_layout(intptr_t header) {
+  __atomic_store_n(&bound_header, header, __ATOMIC_RELEASE);
+}
+
+static tj_host_bound_fields *fields_of(void *object) {
+  return (tj_host_bound_fields *)(void *)((char *)object + bound_header);
+}
+
+int tj_host_bound_attach(void *object, intptr_t address, void *kernel, void *outputs,
+                         void *inputs) {
   const tj_host *host = __atomic_load_n(&method_host, __ATOMIC_ACQUIRE);
-  /* A capsule may be destroyed while an exception propagates (a frame holding
-   * the handle unwinds): releasing the handle's objects can run a producer's
-   * host code, which must not see that exception, nor clear it. */
+  if (host == NULL || bound_header < 0 || object == NULL || address == 0) return TJ_EVALUE;
+  tj_host_bound_fields *f = fields_of(object);
+  if (f->bound != NULL) return TJ_EVALUE; /* attached once */
+  f->kernel = retained(host, kernel);
+  f->outputs = retained(host, outputs);
+  f->inputs = retained(host, inputs);
+  f->bound = (void *)address;
+  f->vectorcall = (void *)tj_host_bound_vectorcall;
+  return TJ_OK;
+}
+
+void tj_host_bound_finalize(void *object) {
+  const tj_host *host = __atomic_load_n(&method_host, __ATOMIC_ACQUIRE);
+  if (host == NULL) return; /* nothing was ever attached */
+  tj_host_bound_fields *f = fields_of(object);
+  void *held[3] = {f->kernel, f->outputs, f->inputs};
+  host_bound *hb = f->bound;
+  f->vectorcall = NULL, f->bound = NULL, f->kernel = NULL, f->outputs = NULL, f->inputs = NULL;
+  if (hb == NULL && held[0] == NULL && held[1] == NULL && held[2] == NULL) return;
+  /* Releasing runs a producer's host code, which must neither see nor clear an
+   * exception that is propagating (a frame holding the handle unwinds). */
   void *type = NULL, *value = NULL, *traceback = NULL;
   host->error_fetch(&type, &value, &traceback);
-  host_bound *hb = host->capsule_pointer(capsule, TJ_HOST_BOUND_CAPSULE);
-  if (hb == NULL)
-    host->error_clear();
-  else
-    host_bound_free(hb);
+  if (hb != NULL) host_bound_free(hb);
+  for (int i = 0; i < 3; ++i)
+    if (held[i] != NULL) host->release(held[i]);
   host->error_restore(type, value, traceback);
 }
 
-void *tj_host_bound_method(void *self, void *const *args, intptr_t nargs, void *kwnames) {
-  const tj_host *host = __atomic_load_n(&method_host, __ATOMIC_ACQUIRE);
-  host_bound *hb = host->capsule_pointer(self, TJ_HOST_BOUND_CAPSULE);
+int tj_host_bound_traverse(void *object, int (*visit)(void *, void *), void *arg) {
+  tj_host_bound_fields *f = fields_of(object);
+  void *held[3] = {f->kernel, f->outputs, f->inputs};
+  for (int i = 0; i < 3; ++i) {
+    int rc = held[i] != NULL ? visit(held[i], arg) : 0;
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+/* The bound launch of a bound launch object; NULL with TypeError raised when
+ * it has none (made by the type, never bound, or finalized). */
+static host_bound *bound_of(void *self) {
+  host_bound *hb = self != NULL && bound_header >= 0 ? fields_of(self)->bound : NULL;
+  if (hb == NULL) {
+    const tj_host *host = __atomic_load_n(&method_host, __ATOMIC_ACQUIRE);
+    host->error_set(host->exceptions[-TJ_ETYPE],
+                    "this bound launch holds no launch (it was "
+                    "released, or never bound: use kernel.bind)");
+  }
+  return hb;
+}
+
+void *tj_host_bound_vectorcall(void *self, void *const *args, size_t nargsf, void *kwnames) {
+  host_bound *hb = bound_of(self);
   if (hb == NULL) return NULL;
   const tj_host_plan *plan = hb->plan;
   const tj_host *h = plan->host;
+  size_t nargs = nargsf & ~VECTORCALL_OFFSET;
   intptr_t nk = kwnames != NULL ? h->sequence_size(kwnames) : 0;
+  void *stream = NULL;
+  int32_t has_stream = 0;
+  if (nk == 0 && nargs == 0) {
+    int rc = tj_bound_launch(hb->bound, 0, NULL);
+    if (rc != TJ_OK) return raise_failure(plan, rc, hb->held, hb->nargs);
+    return bound_result(hb);
+  }
   if (nargs != 0 || nk > 1 ||
       (nk == 1 && h->string_compare(h->sequence_item(kwnames, 0), "stream") != 0)) {
     tj_set_error(TJ_ETYPE,
@@ -952,9 +1004,7 @@ void *tj_host_bound_method(void *self, void *const *args, intptr_t nargs, void *
     h->error_set(h->exceptions[-TJ_ETYPE], tj_last_error());
     return NULL;
   }
-  void *stream = NULL;
-  int32_t has_stream = 0;
-  if (nk == 1 && args[0] != h->none) {
+  if (args[0] != h->none) {
     if (stream_handle(plan, args[0], &stream) != TJ_OK) return NULL;
     has_stream = 1;
   }
@@ -964,8 +1014,7 @@ void *tj_host_bound_method(void *self, void *const *args, intptr_t nargs, void *
 }
 
 void *tj_host_bound_update_method(void *self, void *const *args, intptr_t nargs, void *kwnames) {
-  const tj_host *host = __atomic_load_n(&method_host, __ATOMIC_ACQUIRE);
-  host_bound *hb = host->capsule_pointer(self, TJ_HOST_BOUND_CAPSULE);
+  host_bound *hb = bound_of(self);
   if (hb == NULL) return NULL;
   const tj_host_plan *plan = hb->plan;
   const tj_host *h = plan->host;

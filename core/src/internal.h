@@ -34,7 +34,8 @@
  *      producer.c   the exchange-API producer, lazy views, capsules
  *      layout.c     the layout algebra of tensor views
  *   0  arg.c, expr.c, dtype.c, error.c   arguments, expressions, names,
- *                   the error record; sha256.c  file hashes; version.c
+ *                   the error record; sha256.c  file hashes; version.c;
+ *                   env.c  the environment variables the core reads
  *
  * docs/architecture.md lists the files lowest first, in an order these layers
  * allow (tests/test_docs.py checks it against the calls).
@@ -237,8 +238,23 @@ int tj__prefix_error(int code, const char *fmt, ...)
 #endif
     ;
 
+/* The environment variables the core reads, each read in env.c only:
+ * TILEJIT_LIBCUDA, the CUDA driver library to open ("libcuda.so.1" when unset
+ * or empty), and TMPDIR, where an export's CPU library is copied to be loaded
+ * ("/tmp" when unset or empty). */
+const char *tj__env_libcuda(void);
+const char *tj__env_tmpdir(void);
+
 /* The SHA-256 of `size` bytes as 64 lowercase hex digits and a NUL (sha256.c). */
 void tj__sha256_hex(const void *data, size_t size, char out[65]);
+
+/* The first row of core.h's TJ_DTYPES with DLPack code `code`, and the row of
+ * `dtype` (code, bits and lanes), or NULL (dtype.c). A row's family is printed
+ * with the width (tj__dtype_family_sized) when its rows are named by family
+ * and width: "int8". */
+const tj_dtype_row *tj__dtype_row_of_code(uint8_t code);
+const tj_dtype_row *tj__dtype_row_of(DLDataType dtype);
+int tj__dtype_family_sized(const tj_dtype_row *row);
 
 /* Formats an int64 array as "(2, 3, 4)". */
 void tj__format_tuple(const int64_t *v, int32_t n, char *buf, int32_t size);

@@ -329,31 +329,13 @@ int tj_layout_mark_compact_shape_dynamic(tj_layout *layout, int64_t mode,
 /* ---- Names and alignment ------------------------------------------------- */
 
 void tj_element_type_format(DLDataType dtype, char *buf, int32_t size) {
-  const char *family = NULL;
-  int sized = 1;
-  switch (dtype.code) {
-    case kDLInt: family = "Int"; break;
-    case kDLUInt: family = "Uint"; break;
-    case kDLFloat: family = "Float"; break;
-    case kDLBfloat: family = "BFloat"; break;
-    case kDLComplex: family = "Complex"; break;
-    case kDLBool: family = "Boolean", sized = 0; break;
-    case kDLFloat8_e4m3fn: family = "Float8E4M3FN", sized = 0; break;
-    case kDLFloat8_e5m2: family = "Float8E5M2", sized = 0; break;
-    case kDLFloat8_e4m3fnuz: family = "Float8E4M3FNUZ", sized = 0; break;
-    case kDLFloat8_e5m2fnuz: family = "Float8E5M2FNUZ", sized = 0; break;
-    case kDLFloat8_e4m3: family = "Float8E4M3", sized = 0; break;
-    case kDLFloat8_e8m0fnu: family = "Float8E8M0FNU", sized = 0; break;
-    case kDLFloat6_e2m3fn: family = "Float6E2M3FN", sized = 0; break;
-    case kDLFloat6_e3m2fn: family = "Float6E3M2FN", sized = 0; break;
-    case kDLFloat4_e2m1fn: family = "Float4E2M1FN", sized = 0; break;
-  }
-  if (family == NULL) {
+  const tj_dtype_row *row = tj__dtype_row_of_code(dtype.code);
+  if (row == NULL || row->cute == NULL) {
     tj_dtype_format(dtype, buf, size);
     return;
   }
-  int n = sized ? snprintf(buf, (size_t)size, "%s%u", family, dtype.bits)
-                : snprintf(buf, (size_t)size, "%s", family);
+  int n = tj__dtype_family_sized(row) ? snprintf(buf, (size_t)size, "%s%u", row->cute, dtype.bits)
+                                      : snprintf(buf, (size_t)size, "%s", row->cute);
   if (dtype.lanes != 1 && n >= 0 && n < size)
     snprintf(buf + n, (size_t)(size - n), "x%u", dtype.lanes);
 }

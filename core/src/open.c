@@ -502,9 +502,8 @@ static int load_checked(replay *r, const tj__line_tokens *t, int prebuilt) {
     if (image->size == 0) return bad(r, "the image file '%s' is empty", image->name);
     return built(r, tj_kernel_set_image(r->k, image->data, image->size, t->tok[2]));
   }
-  const char *tmp = getenv("TMPDIR");
   char dir[4096], image_path[4096], library_path[4096] = "";
-  if ((size_t)snprintf(dir, sizeof(dir), "%s/tilejit-load-XXXXXX", tmp && *tmp ? tmp : "/tmp") >=
+  if ((size_t)snprintf(dir, sizeof(dir), "%s/tilejit-load-XXXXXX", tj__env_tmpdir()) >=
           sizeof(dir) ||
       mkdtemp(dir) == NULL)
     return refuse(r->m, image->name, "cannot make a private directory to load it from (%s)",

@@ -126,6 +126,18 @@ static void add_dtype(const char *function, uint8_t code, uint8_t bits, uint16_t
   T.ndtypes++;
 }
 
+/* Every torch dtype of core.h's TJ_DTYPES that this torch has. */
+static void add_dtypes(void) {
+  int32_t count = 0;
+  const tj_dtype_row *rows = tj_dtype_rows(&count);
+  for (int32_t i = 0; i < count; ++i) {
+    char function[64];
+    if (rows[i].torch == NULL) continue;
+    snprintf(function, sizeof(function), "aoti_torch_dtype_%s", rows[i].torch);
+    add_dtype(function, rows[i].dtype.code, rows[i].dtype.bits, rows[i].dtype.lanes);
+  }
+}
+
 static void init(void) {
   if (lookup("aoti_torch_abi_version") == NULL) {
     snprintf(init_why, sizeof(init_why),
@@ -163,28 +175,7 @@ static void init(void) {
   T.cpu = cpu();
   T.cuda = cuda();
   T.strided = strided();
-  add_dtype("aoti_torch_dtype_float32", kDLFloat, 32, 1);
-  add_dtype("aoti_torch_dtype_float64", kDLFloat, 64, 1);
-  add_dtype("aoti_torch_dtype_float16", kDLFloat, 16, 1);
-  add_dtype("aoti_torch_dtype_bfloat16", kDLBfloat, 16, 1);
-  add_dtype("aoti_torch_dtype_int8", kDLInt, 8, 1);
-  add_dtype("aoti_torch_dtype_int16", kDLInt, 16, 1);
-  add_dtype("aoti_torch_dtype_int32", kDLInt, 32, 1);
-  add_dtype("aoti_torch_dtype_int64", kDLInt, 64, 1);
-  add_dtype("aoti_torch_dtype_uint8", kDLUInt, 8, 1);
-  add_dtype("aoti_torch_dtype_uint16", kDLUInt, 16, 1);
-  add_dtype("aoti_torch_dtype_uint32", kDLUInt, 32, 1);
-  add_dtype("aoti_torch_dtype_uint64", kDLUInt, 64, 1);
-  add_dtype("aoti_torch_dtype_bool", kDLBool, 8, 1);
-  add_dtype("aoti_torch_dtype_complex64", kDLComplex, 64, 1);
-  add_dtype("aoti_torch_dtype_complex128", kDLComplex, 128, 1);
-  add_dtype("aoti_torch_dtype_float8_e4m3fn", kDLFloat8_e4m3fn, 8, 1);
-  add_dtype("aoti_torch_dtype_float8_e5m2", kDLFloat8_e5m2, 8, 1);
-  add_dtype("aoti_torch_dtype_float8_e4m3fnuz", kDLFloat8_e4m3fnuz, 8, 1);
-  add_dtype("aoti_torch_dtype_float8_e5m2fnuz", kDLFloat8_e5m2fnuz, 8, 1);
-  add_dtype("aoti_torch_dtype_float8_e8m0fnu", kDLFloat8_e8m0fnu, 8, 1);
-  add_dtype("aoti_torch_dtype_complex32", kDLComplex, 32, 1);
-  add_dtype("aoti_torch_dtype_float4_e2m1fn_x2", kDLFloat4_e2m1fn, 4, 2);
+  add_dtypes();
   /* libc10's c10::TypeError (its constructor from a source location and a
    * std::string, and its type_info) with libstdc++'s std::string and C++
    * runtime: how torch's own operators raise a Python TypeError. All of them

@@ -64,34 +64,21 @@ int tj_xla_register(const char *key, const tj_kernel *kernel, int32_t device_typ
 
 enum { ATTR_SCALAR = 3, ATTR_STRING = 4, STAGE_EXECUTE = 3, EXTENSION_METADATA = 1 };
 
-/* XLA's PrimitiveType as DLPack's dtype; bits 0: not one a kernel takes. */
+/* XLA's PrimitiveType as DLPack's dtype (core.h's TJ_DTYPES); bits 0: not one
+ * a kernel takes. */
 static DLDataType dtype_of(int32_t xla) {
-  switch (xla) {
-    case 1: return (DLDataType){kDLBool, 8, 1};
-    case 2: return (DLDataType){kDLInt, 8, 1};
-    case 3: return (DLDataType){kDLInt, 16, 1};
-    case 4: return (DLDataType){kDLInt, 32, 1};
-    case 5: return (DLDataType){kDLInt, 64, 1};
-    case 6: return (DLDataType){kDLUInt, 8, 1};
-    case 7: return (DLDataType){kDLUInt, 16, 1};
-    case 8: return (DLDataType){kDLUInt, 32, 1};
-    case 9: return (DLDataType){kDLUInt, 64, 1};
-    case 10: return (DLDataType){kDLFloat, 16, 1};
-    case 11: return (DLDataType){kDLFloat, 32, 1};
-    case 12: return (DLDataType){kDLFloat, 64, 1};
-    case 15: return (DLDataType){kDLComplex, 64, 1};
-    case 16: return (DLDataType){kDLBfloat, 16, 1};
-    case 18: return (DLDataType){kDLComplex, 128, 1};
-    case 19: return (DLDataType){kDLFloat8_e5m2, 8, 1};
-    case 20: return (DLDataType){kDLFloat8_e4m3fn, 8, 1};
-    case 23: return (DLDataType){kDLFloat8_e4m3b11fnuz, 8, 1};
-    case 24: return (DLDataType){kDLFloat8_e5m2fnuz, 8, 1};
-    case 25: return (DLDataType){kDLFloat8_e4m3fnuz, 8, 1};
-    case 28: return (DLDataType){kDLFloat8_e4m3, 8, 1};
-    case 29: return (DLDataType){kDLFloat8_e3m4, 8, 1};
-    case 33: return (DLDataType){kDLFloat8_e8m0fnu, 8, 1};
-    default: return (DLDataType){0, 0, 0};
-  }
+  static const struct {
+    int32_t xla;
+    DLDataType dtype;
+  } rows[] = {
+#define TJ__XLA_ROW(name, code, bits, lanes, family, cute, tma, xla, torch) \
+  {xla, {code, bits, lanes}},
+      TJ_DTYPES(TJ__XLA_ROW)
+#undef TJ__XLA_ROW
+  };
+  for (size_t i = 0; xla != 0 && i < sizeof(rows) / sizeof(rows[0]); ++i)
+    if (rows[i].xla == xla) return rows[i].dtype;
+  return (DLDataType){0, 0, 0};
 }
 
 static bool named(const tj_xla_byte_span *name, const char *text, size_t length) {

@@ -854,8 +854,9 @@ static int claim_run(claim_fixture *f) {
   return tj_call_run_binding(f->k, &f->call, &f->binding);
 }
 
-TEST(call_run_claims) {
-  tj_claim claim = {0,
+/* A claim on the fake objects' requires-grad flag and grad mode. */
+static tj_claim grad_claim(void) {
+  return (tj_claim){0,
                     (int32_t)offsetof(tjt_object, grad),
                     fake_requires_grad,
                     fake_grad_enabled,
@@ -863,14 +864,19 @@ TEST(call_run_claims) {
                     NULL,
                     NULL,
                     -1};
-  claim_fixture f;
-  claim_fixture_init(&f, &claim);
-  bool yes = true, no = false;
+}
+
 #define RUN_CLAIMED(grad_a, grad_b, expect)   \
   do {                                        \
     f.a.grad = (grad_a), f.b.grad = (grad_b); \
     CHECK_STATUS(claim_run(&f), expect);      \
   } while (0)
+
+TEST(call_run_claims) {
+  tj_claim claim = grad_claim();
+  claim_fixture f;
+  claim_fixture_init(&f, &claim);
+  bool yes = true, no = false;
 
   /* Nothing requires grad: no claim, grad mode never asked. */
   grad_mode = 1, grad_asks = 0;
@@ -901,9 +907,29 @@ TEST(call_run_claims) {
   CHECK(rec.out_data[0][0] == 11.0f);
   f.binding.unclaimed = 0;
 
-  /* Claimed at once: at the first argument that requires grad, the rest
-   * neither imported nor validated (a call of the wrong count is still refused
-   * for its count, which is read before any import). */
+  /* Both require grad with grad mode off: grad mode asked once, the call runs. */
+  memset(&rec, 0, sizeof(rec));
+  grad_mode = 0, grad_asks = 0;
+  RUN_CLAIMED(&yes, &yes, TJ_OK);
+  CHECK_EQ_INT(grad_asks, 1);
+  CHECK(rec.out_data[0][0] == 11.0f);
+
+  /* Tensors the framework traces are always claimed, whatever their state. */
+  claim.always = 1;
+  RUN_CLAIMED(NULL, NULL, TJ_ECLAIMED);
+  CHECK_EQ_STR(tj_last_error(), "vec_add: argument 0 'A': a tensor the framework traces");
+  tj_kernel_free(f.k);
+}
+
+/* Claimed at once: at the first argument that requires grad, the rest neither
+ * imported nor validated (a call of the wrong count is still refused for its
+ * count, which is read before any import). */
+TEST(call_run_claims_at_once) {
+  tj_claim claim = grad_claim();
+  claim_fixture f;
+  claim_fixture_init(&f, &claim);
+  bool yes = true, no = false;
+  grad_mode = 1;
   f.binding.claim_at_once = 1;
   memset(&rec, 0, sizeof(rec));
   RUN_CLAIMED(&yes, &yes, TJ_ECLAIMED);
@@ -921,22 +947,9 @@ TEST(call_run_claims) {
   f.call.nargs = 1;
   RUN_CLAIMED(&yes, &yes, TJ_ETYPE);
   f.call.nargs = 2;
-  f.binding.claim_at_once = 0;
-
-  /* Both require grad with grad mode off: grad mode asked once, the call runs. */
-  memset(&rec, 0, sizeof(rec));
-  grad_mode = 0, grad_asks = 0;
-  RUN_CLAIMED(&yes, &yes, TJ_OK);
-  CHECK_EQ_INT(grad_asks, 1);
-  CHECK(rec.out_data[0][0] == 11.0f);
-
-  /* Tensors the framework traces are always claimed, whatever their state. */
-  claim.always = 1;
-  RUN_CLAIMED(NULL, NULL, TJ_ECLAIMED);
-  CHECK_EQ_STR(tj_last_error(), "vec_add: argument 0 'A': a tensor the framework traces");
-#undef RUN_CLAIMED
   tj_kernel_free(f.k);
 }
+#undef RUN_CLAIMED
 
 /* A framework's autograd record (tj_claim.meta_offset): NULL, nothing is asked. */
 typedef struct {

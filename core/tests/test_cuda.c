@@ -202,12 +202,11 @@ static const char PACK_PTX[] =
     "  .param .u64 pack_param_12\n"
     ")\n{\n  ret;\n}\n";
 
-TEST(cuda_launch_records_everything) {
-  use_fake();
-  /* pack(A: (n,) f32, s: int32, x: float64, y: float32, flag: bool, c: int8,
-   *      h: uint16, P: pointer, bias: (n,) optional, B: (m, n), O: (n,)
-   *      output) -> 11 parameters, then n, m; grid (ceildiv(n, 128), m),
-   *      block (128, 2), shared memory n * 4. */
+/* pack(A: (n,) f32, s: int32, x: float64, y: float32, flag: bool, c: int8,
+ *      h: uint16, P: pointer, bias: (n,) optional, B: (m, n), O: (n,)
+ *      output) -> 11 parameters, then n, m; grid (ceildiv(n, 128), m),
+ *      block (128, 2), shared memory n * 4. */
+static tj_kernel *pack_kernel(void) {
   tj_kernel *k = NULL;
   CHECK_OK(tj_kernel_create("pack", 11, TJ_TARGET_CUDA, &k));
   CHECK_OK(tj_kernel_add_symbol(k, "n", 1));
@@ -229,7 +228,24 @@ TEST(cuda_launch_records_everything) {
   CHECK_OK(tj_kernel_set_launch(k, grid, block, tjt_binop_const(k, "n * 4", 0, TJ_OP_MUL, 4)));
   CHECK_OK(tj_kernel_finalize(k));
   CHECK_OK(tj_kernel_set_image(k, PACK_PTX, (int64_t)sizeof(PACK_PTX) - 1, "pack"));
+  return k;
+}
 
+/* The module pack_kernel loaded: the image, with the NUL that terminates PTX. */
+static void check_pack_module(void) {
+  char image[2 * sizeof(PACK_PTX) + 64];
+  int used =
+      snprintf(image, sizeof(image),
+               "\"module\": 1, \"kind\": \"ptx\", \"size\": %zu, \"image\": \"", sizeof(PACK_PTX));
+  for (size_t i = 0; i < sizeof(PACK_PTX); ++i)
+    used +=
+        snprintf(image + used, sizeof(image) - (size_t)used, "%02x", (unsigned char)PACK_PTX[i]);
+  CHECK_RECORDED(image);
+}
+
+TEST(cuda_launch_records_everything) {
+  use_fake();
+  tj_kernel *k = pack_kernel();
   tjt_tensor ta, tb, to;
   cuda_tensor(&ta, 0x7f0000000000, 1000, 0);
   ta.t.byte_offset = 64;
@@ -279,15 +295,7 @@ TEST(cuda_launch_records_everything) {
            hex(0, 8, h[8]), hex(0x7f1000000008, 8, h[9]), hex(0x7f2000000004, 8, h[10]),
            hex(1000, 8, h[11]), hex(3, 8, h[12]));
   CHECK_RECORDED(want);
-  /* The module is the image, with the NUL that terminates PTX. */
-  char image[2 * sizeof(PACK_PTX) + 64];
-  int used =
-      snprintf(image, sizeof(image),
-               "\"module\": 1, \"kind\": \"ptx\", \"size\": %zu, \"image\": \"", sizeof(PACK_PTX));
-  for (size_t i = 0; i < sizeof(PACK_PTX); ++i)
-    used +=
-        snprintf(image + used, sizeof(image) - (size_t)used, "%02x", (unsigned char)PACK_PTX[i]);
-  CHECK_RECORDED(image);
+  check_pack_module();
   CHECK_RECORDED(
       "\"fn\": \"cuModuleGetFunction\", \"result\": 0, \"context\": 0, \"module\": 1, "
       "\"name\": \"pack\", \"param_sizes\": [8, 4, 8, 4, 1, 1, 2, 8, 8, 8, 8, 8, 8]");

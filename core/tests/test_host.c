@@ -689,6 +689,29 @@ static int plain_fn(const void *context, const void *object) {
   return plain_answer;
 }
 
+/* A quicker answer (record_plain) takes the place of the asks it answers (the
+ * thread's, and each object's); where it cannot tell, they are asked. */
+static void check_record_plain(setup *s, void **args) {
+  s->plan.record_plain = plain_fn, s->plan.record_plain_context = &plain_answer;
+  for (plain_answer = 1; plain_answer >= 0; --plain_answer) {
+    records = record_asks = plain_asks = 0;
+    fh_object *r = call_n(s, args, 4);
+    CHECK(r != NULL);
+    s->host.release(r);
+    CHECK_EQ_INT(records, 1);
+    CHECK_EQ_INT(plain_asks, 3); /* the thread, A and alpha */
+    CHECK_EQ_INT(record_asks, plain_answer ? 0 : 3);
+  }
+  record_answer = &fh_true; /* a quick 0 never hides the function's answer */
+  records = 0;
+  fh_object *other = call_n(s, args, 4);
+  CHECK(other != NULL);
+  s->host.release(other);
+  CHECK_EQ_INT(records, 0);
+  record_answer = &fh_false;
+  s->plan.record_plain = NULL, s->plan.record_plain_context = NULL;
+}
+
 TEST(host_calls_claimed_at_once_go_to_record) {
   for (int32_t outputs = 1; outputs <= 2; ++outputs) {
     tj_kernel *k = mix_kernel(outputs);
@@ -722,26 +745,7 @@ TEST(host_calls_claimed_at_once_go_to_record) {
     CHECK_EQ_INT(record_asks, 3); /* record_off[1] once, record_wrapped for A and alpha */
     CHECK_EQ_INT(imports, 0);
     CHECK_EQ_INT(claimed_calls, 0);
-    /* A quicker answer (record_plain) takes the place of the asks it answers
-     * (the thread's, and each object's); where it cannot tell, they are asked. */
-    s.plan.record_plain = plain_fn, s.plan.record_plain_context = &plain_answer;
-    for (plain_answer = 1; plain_answer >= 0; --plain_answer) {
-      records = record_asks = plain_asks = 0;
-      r = call_n(&s, args, 4);
-      CHECK(r != NULL);
-      s.host.release(r);
-      CHECK_EQ_INT(records, 1);
-      CHECK_EQ_INT(plain_asks, 3); /* the thread, A and alpha */
-      CHECK_EQ_INT(record_asks, plain_answer ? 0 : 3);
-    }
-    record_answer = &fh_true; /* a quick 0 never hides the function's answer */
-    records = 0;
-    fh_object *other = call_n(&s, args, 4);
-    CHECK(other != NULL);
-    s.host.release(other);
-    CHECK_EQ_INT(records, 0);
-    record_answer = &fh_false;
-    s.plan.record_plain = NULL, s.plan.record_plain_context = NULL;
+    check_record_plain(&s, args);
 #define CLAIMED_NOT_RECORDED(argv)        \
   do {                                    \
     records = claimed_calls = 0;          \
@@ -791,11 +795,8 @@ TEST(host_method_entry) {
   strcpy(capsule.s, TJ_HOST_PLAN_CAPSULE);
   capsule.pointer = &s.plan;
   CHECK(tj_host_method(&capsule, s.args, 4, NULL) == &outputs[0]);
-  /* As a Function's forward(ctx, *inputs): the same call, ctx left out; with no
-   * argument at all, the core's count refusal. */
-  void *with_ctx[5] = {&fh_none, s.args[0], s.args[1], s.args[2], s.args[3]};
-  CHECK(tj_host_forward_method(&capsule, with_ctx, 5, NULL) == &outputs[1]);
-  CHECK(tj_host_forward_method(&capsule, with_ctx, 0, NULL) == NULL);
+  /* With no argument at all, the core's count refusal. */
+  CHECK(tj_host_method(&capsule, s.args, 0, NULL) == NULL);
   CHECK(strstr(fh_error_value->s, "mix: expected") == fh_error_value->s);
   fh_clear();
   /* Another object as self: the capsule's error, nothing done. */
@@ -1048,11 +1049,12 @@ static void rep_producer(const DLPackExchangeAPI *api, fh_object *type, tj_produ
   fh_type_init(type, info);
 }
 
-TEST(host_call_repeats_in_one_pass_as_the_full_checks) {
-  tj_kernel *fast = rep_kernel(1), *full = rep_kernel(0);
-  setup s;
-  setup_init(&s, fast);
-  s.host.int_layout = TJ_HOST_INT_TAG; /* ints of one digit read in place */
+/* Three producers over one exchange API (each of its own type: a producer is
+ * not changed once its type is registered): none with a claim or view bits;
+ * one whose claim and view bits read one block (as torch's do: one read serves
+ * both checks); one whose read the same block through two pointers. Returns
+ * their three types. */
+static fh_object *rep_producers(void) {
   static DLPackExchangeAPI api;
   memset(&api, 0, sizeof(api));
   api.header.version.major = TJ_DLPACK_MAJOR;
@@ -1061,10 +1063,6 @@ TEST(host_call_repeats_in_one_pass_as_the_full_checks) {
   api.managed_tensor_to_py_object_no_sync = xv_to_object;
   api.dltensor_from_py_object_no_sync = xv_view;
   api.current_work_stream = xv_stream;
-  /* Three producers (each of its own type: a producer is not changed once its
-   * type is registered): none with a claim or view bits; one whose claim and
-   * view bits read one block (as torch's do: one read serves both checks); one
-   * whose read the same block through two pointers. */
   static fh_object types[3];
   static tj_producer producers[3];
   static tj_host_type infos[3];
@@ -1086,6 +1084,15 @@ TEST(host_call_repeats_in_one_pass_as_the_full_checks) {
   rep_producer(&api, &types[0], &producers[0], &infos[0], NULL, NULL);
   rep_producer(&api, &types[1], &producers[1], &infos[1], &claims[0], &bits[0]);
   rep_producer(&api, &types[2], &producers[2], &infos[2], &claims[1], &bits[1]);
+  return types;
+}
+
+TEST(host_call_repeats_in_one_pass_as_the_full_checks) {
+  tj_kernel *fast = rep_kernel(1), *full = rep_kernel(0);
+  setup s;
+  setup_init(&s, fast);
+  s.host.int_layout = TJ_HOST_INT_TAG; /* ints of one digit read in place */
+  fh_object *types = rep_producers();
   rep_args r;
   rep_args_reset(&r, &types[0]);
   r.a = fh_float(1.5);

@@ -593,6 +593,47 @@ static int64_t random_divisor(int64_t n) {
   return divisors[pick(k)];
 }
 
+/* The order deduced for `before`, into `deduced`: a permutation along which
+ * strides never grow, nesting the modes of size > 1 as the tensor was built. */
+static void check_deduced_order(const sample *s, const tj_layout *before, int32_t *deduced) {
+  CHECK_OK(tj_layout_deduce_stride_order(before, deduced));
+  int32_t seen[8] = {0};
+  for (int32_t i = 0; i < s->ndim; ++i) ++seen[deduced[i]];
+  for (int32_t d = 0; d < s->ndim; ++d) CHECK_EQ_INT(seen[d], 1);
+  CHECK(naive_descending(s, deduced));
+  int32_t i = 0, j = 0;
+  while (i < s->ndim && j < s->ndim) {
+    if (s->shape[deduced[i]] == 1) {
+      ++i;
+    } else if (s->shape[s->perm[j]] == 1) {
+      ++j;
+    } else {
+      CHECK_EQ_INT(deduced[i], s->perm[j]);
+      ++i, ++j;
+    }
+  }
+}
+
+/* A compact layout marked again: another mode, no order (the last one is
+ * reused), then a different order, which is refused. */
+static void check_compact_chain(const sample *s, tj_layout *l, const int32_t *order, int64_t *div) {
+  char want[1024];
+  int32_t mode2 = (int32_t)pick(s->ndim);
+  div[mode2] = random_divisor(s->shape[mode2]);
+  CHECK_OK(mark_compact(l, mode2, NULL, 0, div[mode2]));
+  expected_compact(s, order, div, want, sizeof(want));
+  CHECK_EQ_STR(text(l), want);
+  check_against_tensor(s, l);
+  if (s->ndim > 1) {
+    int64_t other[8];
+    for (int32_t k = 0; k < s->ndim; ++k) other[k] = order[(k + 1) % s->ndim];
+    tj_layout kept = *l;
+    CHECK_STATUS(mark_compact(l, mode2, other, s->ndim, 1), TJ_EVALUE);
+    CHECK_EQ_STR(tj_last_error(), "The stride_order is not consistent with the last stride_order");
+    CHECK(memcmp(&kept, l, sizeof(*l)) == 0);
+  }
+}
+
 TEST(layout_random_compact) {
   rng_state = 0x5eed1a7e11a7e5ull;
   int32_t ok = 0, errors = 0;
@@ -633,24 +674,7 @@ TEST(layout_random_compact) {
     }
     CHECK_OK(rc);
     if (!give) {
-      /* The deduced order: a permutation along which strides never grow,
-       * nesting the modes of size > 1 as the tensor was built. */
-      CHECK_OK(tj_layout_deduce_stride_order(&before, deduced));
-      int32_t seen[8] = {0};
-      for (int32_t i = 0; i < s.ndim; ++i) ++seen[deduced[i]];
-      for (int32_t d = 0; d < s.ndim; ++d) CHECK_EQ_INT(seen[d], 1);
-      CHECK(naive_descending(&s, deduced));
-      int32_t i = 0, j = 0;
-      while (i < s.ndim && j < s.ndim) {
-        if (s.shape[deduced[i]] == 1) {
-          ++i;
-        } else if (s.shape[s.perm[j]] == 1) {
-          ++j;
-        } else {
-          CHECK_EQ_INT(deduced[i], s.perm[j]);
-          ++i, ++j;
-        }
-      }
+      check_deduced_order(&s, &before, deduced);
       order = deduced;
     }
     char want[1024];
@@ -658,24 +682,7 @@ TEST(layout_random_compact) {
     CHECK_EQ_STR(text(&l), want);
     check_against_tensor(&s, &l);
     ++ok;
-
-    /* Chain: another mode, no order (the last one is reused), then a
-     * different order, which is refused. */
-    int32_t mode2 = (int32_t)pick(s.ndim);
-    div[mode2] = random_divisor(s.shape[mode2]);
-    CHECK_OK(mark_compact(&l, mode2, NULL, 0, div[mode2]));
-    expected_compact(&s, order, div, want, sizeof(want));
-    CHECK_EQ_STR(text(&l), want);
-    check_against_tensor(&s, &l);
-    if (s.ndim > 1) {
-      int64_t other[8];
-      for (int32_t k = 0; k < s.ndim; ++k) other[k] = order[(k + 1) % s.ndim];
-      tj_layout kept = l;
-      CHECK_STATUS(mark_compact(&l, mode2, other, s.ndim, 1), TJ_EVALUE);
-      CHECK_EQ_STR(tj_last_error(),
-                   "The stride_order is not consistent with the last stride_order");
-      CHECK(memcmp(&kept, &l, sizeof(l)) == 0);
-    }
+    check_compact_chain(&s, &l, order, div);
     /* A divisibility that does not divide the extent. */
     int32_t mode3 = (int32_t)pick(s.ndim);
     int64_t bad = s.shape[mode3] + 1;

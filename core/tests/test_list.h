@@ -69,6 +69,7 @@
   X(bound_launch_update)                              \
   X(bound_launch_failures_own_the_records)            \
   X(call_run_claims)                                  \
+  X(call_run_claims_at_once)                          \
   X(call_run_claims_asked)                            \
   X(call_run_claims_skip_objects_without_a_record)    \
   X(call_run_scalar_binds_symbols)                    \
@@ -122,6 +123,7 @@
   X(validate_output_shapes)                           \
   X(validate_output_eval_error)                       \
   X(validate_set_output)                              \
+  X(validate_set_output_expressions)                  \
   X(validate_output_only_tensor)                      \
   X(validate_not_finalized)                           \
   X(finalize_rejects_unbound_symbol)                  \

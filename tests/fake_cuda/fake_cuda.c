@@ -47,6 +47,11 @@
  *                                     and invalidates the captures
  *   fake_cuda_json()                  every record, as a JSON array; the
  *                                     string lives until the next call
+ *   fake_cuda_quiet(on)               on: successful cuCtxGetCurrent and
+ *                                     cuLaunchKernel calls are checked but
+ *                                     not recorded, so that they cost what a
+ *                                     driver's host side does (a benchmark's
+ *                                     mode; fake_cuda_reset keeps it)
  * FAKE_CUDA_LOG=path also appends each record to that file as a JSON line.
  *
  * Records: {"fn": name, "result": code, ...call fields}; contexts appear as
@@ -192,6 +197,7 @@ static record *g_records, **g_records_tail = &g_records;
 static failure g_failures[16];
 static int g_nfailures;
 static char *g_json;
+static int g_quiet; /* fake_cuda_quiet */
 
 /* Streams being captured (cuStreamBeginCapture), each until its
  * cuStreamEndCapture; a capture a forbidden call broke is invalidated. */
@@ -586,6 +592,7 @@ EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice device
 EXPORT CUresult CUDAAPI cuCtxGetCurrent(CUcontext *ctx) {
   ENTER("cuCtxGetCurrent");
   *ctx = current();
+  if (g_quiet) LEAVE(CUDA_SUCCESS);
   LEAVE(simple("cuCtxGetCurrent", CUDA_SUCCESS));
 }
 
@@ -802,6 +809,7 @@ EXPORT CUresult CUDAAPI cuLaunchKernel(CUfunction function, unsigned int grid_x,
   fake_function *fn = (fake_function *)(void *)function;
   unsigned grid[3] = {grid_x, grid_y, grid_z}, block[3] = {block_x, block_y, block_z};
   CUresult rc = check_launch(fn, grid, block, shared_mem, params, extra);
+  if (g_quiet && rc == CUDA_SUCCESS && capture_of(stream) < 0) LEAVE(rc);
   text t = begin("cuLaunchKernel", rc);
   put_launch(&t, rc, fn, grid, block, shared_mem, stream, params);
   LEAVE(finish(&t, "cuLaunchKernel", rc));
@@ -1082,6 +1090,12 @@ EXPORT CUresult CUDAAPI cuStreamIsCapturing(CUstream stream, CUstreamCaptureStat
 }
 
 /* ---- Control ---------------------------------------------------------------- */
+
+EXPORT void fake_cuda_quiet(int on) {
+  pthread_mutex_lock(&g_lock);
+  g_quiet = on;
+  pthread_mutex_unlock(&g_lock);
+}
 
 EXPORT void fake_cuda_reset(void) {
   pthread_mutex_lock(&g_lock);

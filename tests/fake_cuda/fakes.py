@@ -100,6 +100,12 @@ class FakeDriver:
         """The next `count` calls of driver entry point `fn` return `code`."""
         self._lib.fake_cuda_fail(fn.encode(), code, count)
 
+    def quiet(self, on: bool = True) -> None:
+        """On: successful ``cuCtxGetCurrent`` and ``cuLaunchKernel`` calls are checked but not
+        recorded (they then cost about what a driver's host side does: a benchmark's mode);
+        ``reset`` keeps the setting."""
+        self._lib.fake_cuda_quiet(int(on))
+
     def set_capability(self, major: int, minor: int) -> None:
         self._lib.fake_cuda_set_capability(major, minor)
 

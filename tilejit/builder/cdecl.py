@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..language import dtypes as _dtypes
+
 # Qualifiers and attributes that do not change a parameter's ABI.
 _QUALIFIERS = {"const", "volatile", "restrict", "__restrict__", "__restrict", "struct", "enum",
                "union", "typename", "__grid_constant__", "register"}
@@ -30,28 +32,13 @@ _INT_WORDS = {"char", "short", "int", "long", "signed", "unsigned"}
 
 # Named types by what they are: (kind, bits). int and uint are one kind: a pointer's
 # pointee and a value's signedness are free, its width is not.
-_NAMED = {
-    "bool": ("bool", 8), "_Bool": ("bool", 8),
-    "float": ("float", 32), "double": ("float", 64),
-    "half": ("float", 16), "__half": ("float", 16), "half_t": ("float", 16),
-    "_Float16": ("float", 16), "__fp16": ("float", 16), "float16_t": ("float", 16),
-    "tj_float16": ("float", 16),
-    "__nv_bfloat16": ("bfloat", 16), "nv_bfloat16": ("bfloat", 16),
-    "bfloat16_t": ("bfloat", 16), "bfloat16": ("bfloat", 16), "__bf16": ("bfloat", 16),
-    "tj_bfloat16": ("bfloat", 16),
-    "__nv_fp8_e4m3": ("float8_e4m3fn", 8), "fp8_e4_t": ("float8_e4m3fn", 8),
-    "float_e4m3_t": ("float8_e4m3fn", 8), "tj_float8_e4m3fn": ("float8_e4m3fn", 8),
-    "__nv_fp8_e5m2": ("float8_e5m2", 8), "fp8_e5_t": ("float8_e5m2", 8),
-    "float_e5m2_t": ("float8_e5m2", 8), "tj_float8_e5m2": ("float8_e5m2", 8),
-    "tj_complex64": ("complex", 64), "float2": ("complex", 64), "cuFloatComplex": ("complex", 64),
-    "cuComplex": ("complex", 64), "tj_complex128": ("complex", 128),
-    "double2": ("complex", 128), "cuDoubleComplex": ("complex", 128),
-    "size_t": ("int", 64), "ssize_t": ("int", 64), "ptrdiff_t": ("int", 64),
-    "intptr_t": ("int", 64), "uintptr_t": ("int", 64), "index_t": ("int", 64),
-    "void": ("void", 0),
-}
-for _bits in (8, 16, 32, 64):
-    _NAMED[f"int{_bits}_t"] = _NAMED[f"uint{_bits}_t"] = ("int", _bits)
+# The (kind, bits) each C spelling of an element type reads as (dtypes.DType.c_type and
+# c_names), and the C types beyond them a kernel's ABI passes.
+_NAMED = {name: (d.c_kind, d.bits) for d in _dtypes.DTYPES.values()
+          for name in (d.c_type, *d.c_names)}
+_NAMED.update({"size_t": ("int", 64), "ssize_t": ("int", 64), "ptrdiff_t": ("int", 64),
+               "intptr_t": ("int", 64), "uintptr_t": ("int", 64), "index_t": ("int", 64),
+               "void": ("void", 0)})
 
 _COMPLEX_TEMPLATE = re.compile(r"^(?:\w+::)*complex<(float|double)>$")
 

@@ -339,6 +339,27 @@ def _safe_file_stem(kernel_name: str) -> str:
     return stem or "kernel"
 
 
+def _run_compiler(command: list[str], kernel_name: str, source: str, timeout: float):
+    """Runs the compiler ``command`` (its output captured); a timeout or a compiler that
+    cannot be run is a ``CompileError`` naming the kernel."""
+    import subprocess
+
+    try:
+        return subprocess.run(command, check=False, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, errors="replace",
+                              timeout=timeout, env=toolchain.compiler_env(),
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        log = (exc.output if isinstance(exc.output, str)
+               else (exc.output or b"").decode("utf-8", "replace"))
+        raise CompileError(kernel_name, log, command, source,
+                           reason=f"compilation timed out after {timeout:g} s") from None
+    except OSError as exc:
+        raise CompileError(kernel_name, "", command, source,
+                           reason=f"could not run the C compiler {command[0]!r}: {exc}"
+                           " (set TILEJIT_CC to a working compiler)") from None
+
+
 def compile_cpu(
     source: str,
     kernel_name: str,
@@ -364,8 +385,6 @@ def compile_cpu(
         >>> import ctypes; ctypes.CDLL("/tmp/answer.so").answer()
         42
     """
-    import subprocess
-
     if cc is not None:
         command_prefix = list(cc)
     else:
@@ -385,39 +404,6 @@ def compile_cpu(
             str(out_path),
             "-lm",
         ]
-        try:
-            done = subprocess.run(
-                command,
-                check=False,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                errors="replace",
-                timeout=timeout,
-                env=toolchain.compiler_env(),
-                stdin=subprocess.DEVNULL,
-            )
-        except subprocess.TimeoutExpired as exc:
-            log = (
-                exc.output
-                if isinstance(exc.output, str)
-                else (exc.output or b"").decode("utf-8", "replace")
-            )
-            raise CompileError(
-                kernel_name,
-                log,
-                command,
-                source,
-                reason=f"compilation timed out after {timeout:g} s",
-            ) from None
-        except OSError as exc:
-            raise CompileError(
-                kernel_name,
-                "",
-                command,
-                source,
-                reason=f"could not run the C compiler {command_prefix[0]!r}: {exc}"
-                " (set TILEJIT_CC to a working compiler)",
-            ) from None
+        done = _run_compiler(command, kernel_name, source, timeout)
     if done.returncode != 0:
         raise CompileError(kernel_name, done.stdout, command, source, done.returncode)

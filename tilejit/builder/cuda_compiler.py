@@ -34,6 +34,7 @@ import threading
 import time
 from pathlib import Path
 
+from ..language import dtypes as _dtypes
 from ..native._build import env as _env
 from ..native._build import scratch, toolchain
 from ..native.library import cuda_device_capability as _capability
@@ -55,14 +56,13 @@ _COMPILE_TIMEOUT_S = 300.0
 _DEFAULT_FLAGS = ("-std=c++17",)
 _ARCH_RE = re.compile(r"^(?:(sm|compute)_?)?(\d+)(?:\.(\d))?([af]?)$")
 
-# The element types CUDA spells with a header of its own; the prelude includes one only
-# when a parameter needs it, so a kernel without them compiles with NVRTC and no headers.
-_TYPE_HEADERS = {
-    "float16": ("cuda_fp16.h", "typedef __half tj_float16;"),
-    "bfloat16": ("cuda_bf16.h", "typedef __nv_bfloat16 tj_bfloat16;"),
-    "float8_e4m3fn": ("cuda_fp8.h", "typedef __nv_fp8_e4m3 tj_float8_e4m3fn;"),
-    "float8_e5m2": ("cuda_fp8.h", "typedef __nv_fp8_e5m2 tj_float8_e5m2;"),
-}
+# The element types CUDA spells with a header of its own (dtypes.DType.cuda); the prelude
+# includes one only when a parameter needs it, so a kernel without them compiles with NVRTC
+# and no headers. Those CUDA spells without a header are typedef'd always.
+_TYPE_HEADERS = {d.name: (d.cuda[0], f"typedef {d.cuda[1]} {d.c_type};")
+                 for d in _dtypes.DTYPES.values() if d.cuda and d.cuda[0]}
+_TYPEDEFS = tuple(f"typedef {d.cuda[1]} {d.c_type};"
+                  for d in _dtypes.DTYPES.values() if d.cuda and not d.cuda[0])
 
 _INT_PRELUDE = """\
 #if defined(__CUDACC_RTC__)
@@ -101,8 +101,7 @@ def cuda_source(program, signature) -> str:
             typedefs.append(typedef)
     if signature.spec.tensormaps:  # CUtensorMap (NVRTC: the source brings its own)
         includes.append("#if !defined(__CUDACC_RTC__)\n#include <cuda.h>\n#endif")
-    prelude = "\n".join([_INT_PRELUDE.rstrip("\n"), *includes, *typedefs,
-                         "typedef float2 tj_complex64;", "typedef double2 tj_complex128;"])
+    prelude = "\n".join([_INT_PRELUDE.rstrip("\n"), *includes, *typedefs, *_TYPEDEFS])
     declaration, source = cuda_source_body(program, signature)
     return f"{prelude}\n{declaration}#line 1 \"{program.name}.cu\"\n{source}\n"
 

@@ -42,6 +42,7 @@ from ..language.program import Program
 from ..native import abi
 from ..native._build import build_tools
 from ..version import VERSION
+from .artifact import Artifact
 from .signature import (
     AbiSpec,
     CoreSpec,
@@ -79,14 +80,14 @@ def _line(*fields) -> str:
     return " ".join(str(f) for f in fields)
 
 
-def signature_text(kernel, image_files: dict) -> str:
-    """``signature.tj`` for ``kernel``: the builder calls of its core kernel in order, the
-    Python-side lines (``out_idx``, ``function``, ``arg``) and the ``load`` line naming the
-    image files (``image_files``: role -> file name in the export)."""
-    sig = kernel._sig
+def signature_text(artifact: Artifact, image_files: dict) -> str:
+    """``signature.tj`` for a kernel's ``artifact``: the builder calls of its core kernel in
+    order, the Python-side lines (``out_idx``, ``function``, ``arg``) and the ``load``
+    line naming the image files (``image_files``: role -> file name in the export)."""
+    sig = artifact.signature
     spec = sig.spec
     lines = [f"tilejit-signature {SIGNATURE_FORMAT}",
-             f"# {kernel.name}, exported by tilejit {VERSION}",
+             f"# {artifact.name}, exported by tilejit {VERSION}",
              _line("kernel", spec.name, TARGET_NAMES[spec.target], len(spec.params))]
     lines += [_line("symbol", name, divisibility, _dtype(dtype))
               for name, divisibility, dtype in spec.symbols]
@@ -135,17 +136,17 @@ def signature_text(kernel, image_files: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def header_text(kernel) -> str:
+def header_text(artifact: Artifact) -> str:
     """``kernel.h``: the kernel's prototype and its signature, for C and C++ readers,
     with the argument and output positions ``tj_call_bind`` and ``tj_call_set_output``
     take as macros."""
-    sig = kernel._sig
+    sig = artifact.signature
     upper = sig.name.upper()
     outputs = sorted(sig.out_idx)
     args = sig.inputs
 
     def describe(i: int) -> str:
-        p = kernel.params[i]
+        p = artifact.params[i]
         if isinstance(p, Buffer):
             extra = "".join([f", strides {tuple(map(str, p.strides))}" if p.strides else "",
                              ", const" if p.const else "", ", optional (NULL: none)"
@@ -164,7 +165,7 @@ def header_text(kernel) -> str:
     if outputs:
         lines.append(" * Outputs (tj_call_set_output, declaration order; shapes in the frame):")
         lines += [f" *   {j}  {sig.names[i]}: {describe(i)}" for j, i in enumerate(outputs)]
-    workspaces = kernel.program.workspaces
+    workspaces = artifact.program.workspaces
     if workspaces:
         lines.append(" * Workspaces, allocated per call by whoever launches (tj_call_set_output")
         lines.append(f" * from index {len(outputs)}; shapes in the frame after the outputs'):")
@@ -184,7 +185,7 @@ def header_text(kernel) -> str:
               f"#define {upper}_NUM_WORKSPACES {len(workspaces)}",
               "/* The XLA FFI target a JAX program calls it by (tilejit/xla.h): register the",
               " * opened kernel under it with tj_xla_register, and tj_xla_handler with XLA. */",
-              f"#define {upper}_JAX_TARGET \"{kernel.jax_target}\""]
+              f"#define {upper}_JAX_TARGET \"{artifact.jax_target}\""]
     lines += [f"#define {upper}_ARG_{sig.names[i].upper()} {j}" for j, i in enumerate(args)]
     lines += [f"#define {upper}_OUTPUT_{sig.names[i].upper()} {j}"
               for j, i in enumerate(outputs)]
@@ -192,37 +193,38 @@ def header_text(kernel) -> str:
     return "\n".join(lines)
 
 
-def _arch(kernel) -> str:
-    if kernel.target == "cpu":
+def _arch(artifact: Artifact) -> str:
+    if artifact.target == "cpu":
         return platform.machine()
-    return kernel._cuda_arch or "unknown"
+    return artifact.cuda_arch or "unknown"
 
 
-def export(kernel, path, *, overwrite: bool = False) -> Path:
-    """Writes ``kernel`` to the directory ``path`` (see the module docstring); returns it.
+def export(artifact: Artifact, path, *, overwrite: bool = False) -> Path:
+    """Writes the kernel of ``artifact`` to the directory ``path`` (see the module
+    docstring); returns it.
     A non-empty existing directory is refused unless ``overwrite``, which replaces it
     whole: the new export is written beside it and moved in place."""
     target = Path(path).absolute()
     if target.exists() and not target.is_dir():
-        raise FileExistsError(f"{kernel.name}: cannot export to {target}: it is a file")
+        raise FileExistsError(f"{artifact.name}: cannot export to {target}: it is a file")
     if target.is_dir() and any(target.iterdir()) and not overwrite:
-        raise FileExistsError(f"{kernel.name}: cannot export to {target}: the directory is not "
+        raise FileExistsError(f"{artifact.name}: cannot export to {target}: the directory is not "
                               "empty (pass overwrite=True to replace it)")
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.export-", dir=target.parent))
     try:
-        if kernel._prebuilt is not None:
+        if artifact.prebuilt is not None:
             files = {"glue": "glue.so", "library": "kernel.so"}
         else:
-            files = {"image": f"kernel{Path(kernel.library_path).suffix or '.so'}"}
+            files = {"image": f"kernel{Path(artifact.library).suffix or '.so'}"}
         # Every listed file's bytes, written and hashed from memory: the MANIFEST vouches
         # for exactly what was written, with no second read of the files.
-        contents = {files[role]: data for role, data in _vouched_images(kernel).items()}
-        contents[SIGNATURE_FILE] = signature_text(kernel, files).encode()
-        contents["kernel.h"] = header_text(kernel).encode()
-        contents.update(_torch_op_files(kernel))
+        contents = {files[role]: data for role, data in _vouched_images(artifact).items()}
+        contents[SIGNATURE_FILE] = signature_text(artifact, files).encode()
+        contents["kernel.h"] = header_text(artifact).encode()
+        contents.update(_torch_op_files(artifact))
         manifest = [f"tilejit-export {EXPORT_FORMAT}", f"tilejit {VERSION}",
-                    f"target {kernel.target}", f"arch {_arch(kernel)}"]
+                    f"target {artifact.target}", f"arch {_arch(artifact)}"]
         for name, data in sorted(contents.items()):
             (staging / name).write_bytes(data)
             os.chmod(staging / name, 0o644)
@@ -236,7 +238,7 @@ def export(kernel, path, *, overwrite: bool = False) -> Path:
     return target
 
 
-def _torch_op_files(kernel) -> dict:
+def _torch_op_files(artifact: Artifact) -> dict:
     """``torch_op.txt``, ``torch_op.so`` and the core library it links, for a kernel that
     can be a torch op: torch then loads the export's kernel as its op by itself
     (``torch.ops.load_library(path + "/torch_op.so")``, core/torch_op/torch_op.c), and a C
@@ -244,14 +246,15 @@ def _torch_op_files(kernel) -> dict:
     core, cached), the export goes without it, saying so on stderr."""
     from .torch_schema import export_text
 
-    text = export_text(kernel)
+    text = export_text(artifact)
     if text is None:
         return {}
     try:
         core = build_tools.build_core_library()
         torch_op = build_tools.build_torch_op_library()
     except RuntimeError as exc:
-        print(f"tilejit: {kernel.name}: exported without torch_op.so: {exc}", file=sys.stderr)
+        print(f"tilejit: {artifact.name}: exported without torch_op.so: {exc}",
+              file=sys.stderr)
         return {}
     return {"torch_op.txt": text.encode(), "torch_op.so": torch_op.read_bytes(),
             core.name: core.read_bytes()}
@@ -277,32 +280,26 @@ def adopt_core(directory: Path) -> None:
             build_tools.adopt_core_library(directory / fields[1], fields[3])
 
 
-def _vouched_images(kernel) -> dict:
+def _vouched_images(artifact: Artifact) -> dict:
     """The bytes of the kernel's images ({"image"} or {"glue", "library"}) that an export
-    may vouch for: those it was built and loaded from. A loaded kernel's are the bytes
-    the core checked when it opened the export (the directory may hold another export by
-    now); a compiled kernel's files are read again and must still have the SHA-256 they
-    had when the kernel loaded them (``_binary_digests``): a file changed or replaced
-    since is refused, naming it."""
-    loaded = kernel._export_images
-    paths = [kernel.library_path] + ([kernel._prebuilt] if kernel._prebuilt is not None else [])
-    roles = ["glue", "library"] if kernel._prebuilt is not None else ["image"]
-    if loaded is not None:
-        return dict(zip(roles, [loaded["library"]] + ([loaded["prebuilt"]]
-                                                      if "prebuilt" in loaded else [])))
-    kept = getattr(kernel, "_kept_images", None)
-    if kept is not None:  # read and verified when it loaded (the files may be evicted)
-        return dict(zip(roles, kept))
+    may vouch for: those it was built and loaded from. Kept ones were verified when the
+    kernel loaded them (a loaded kernel's are the bytes the core checked when it opened
+    the export, whose directory may hold another export by now); otherwise the files are
+    read again and must still have the SHA-256 they had when the kernel loaded them
+    (``Artifact.digests``): a file changed or replaced since is refused, naming it."""
+    if artifact.images is not None:
+        return dict(zip(artifact.roles, artifact.images))
+    paths = [artifact.library] + ([artifact.prebuilt] if artifact.prebuilt is not None else [])
     images = {}
-    for role, path, want in zip(roles, paths, kernel._binary_digests):
+    for role, path, want in zip(artifact.roles, paths, artifact.digests):
         try:
             data = Path(path).read_bytes()
         except OSError as exc:
-            raise ValueError(f"{kernel.name}: cannot export: its library {path} cannot be read "
-                             f"({exc.strerror}); compile the kernel again") from None
+            raise ValueError(f"{artifact.name}: cannot export: its library {path} cannot be "
+                             f"read ({exc.strerror}); compile the kernel again") from None
         got = hashlib.sha256(data).hexdigest()
         if got != want:
-            raise ValueError(f"{kernel.name}: cannot export: {path} is not the library the "
+            raise ValueError(f"{artifact.name}: cannot export: {path} is not the library the "
                              f"kernel was built and loaded from (SHA-256 {want}); it was "
                              f"changed or replaced since (now {got}). Compile the kernel again")
         images[role] = data
@@ -433,14 +430,19 @@ class Loaded:
         self.signature = Signature(
             self.name, self.target, tuple(p.name for p in self.program.params),
             out_idx, tuple(symbols), spec, functions, self.entry)
-        # The images' SHA-256, as the core checked them.
-        self.digests = [checked[self.files[role]][1] for role in ("library", "prebuilt")
-                        if role in self.files]
-        # The images' bytes, as the core checked them: what an export of the kernel writes.
-        self.images = {role: checked[name][0] for role, name in self.files.items()}
+        roles = [role for role in ("library", "prebuilt") if role in self.files]
+        # The images' SHA-256 and bytes, as the core checked them: what an export of the
+        # kernel writes.
+        self.digests = tuple(checked[self.files[role]][1] for role in roles)
+        self.images = tuple(checked[self.files[role]][0] for role in roles)
         # What a CUDA kernel was built for, kept for a later export of the loaded kernel.
         arch = core_kernel.export_arch
         self.cuda_arch = arch if arch and self.target == "cuda" and arch != "unknown" else None
+
+    def artifact(self) -> Artifact:
+        """The kernel's artifact, its images the bytes the core checked."""
+        return Artifact(self.program, self.signature, self.library, "", self.prebuilt,
+                        self.digests, self.images, True, self.cuda_arch)
 
     def _refuse(self, what: str) -> ValueError:
         return ValueError(f"tilejit export {self.directory}: {SIGNATURE_FILE}: {what}")

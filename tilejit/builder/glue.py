@@ -41,18 +41,9 @@ def _what(kind_bits) -> str:
 
 def _accepted(dtype: str) -> set:
     """The (kind, bits) classes a value or pointee of `dtype` may be written as."""
-    bits = _dtypes.DTYPES[dtype].bits
-    if dtype == "bool":
-        return {("bool", 8), ("int", 8), ("char", 8)}
-    if dtype.startswith(("int", "uint")):
-        return {("int", bits), ("char", 8)} if bits == 8 else {("int", bits)}
-    if dtype.startswith("float8"):
-        return {(dtype, 8), ("int", 8), ("char", 8)}
-    if dtype == "bfloat16":
-        return {("bfloat", 16)}
-    if dtype.startswith("complex"):
-        return {("complex", bits)}
-    return {("float", bits)}
+    d = _dtypes.DTYPES[dtype]
+    # Bytes (bool, 8-bit integers and floats) may be written as any 8-bit integer.
+    return {(d.c_kind, d.bits)} | ({("int", 8), ("char", 8)} if d.bits == 8 else set())
 
 
 def _type_text(p: CParam) -> str:

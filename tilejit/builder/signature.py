@@ -457,7 +457,7 @@ def _abi(kargs) -> tuple[AbiSpec, ...]:
                          if a.source == abi.TJ_ABI_EXPR else _INT64) for a in kargs)
 
 
-_INT64 = (abi.kDLInt, 64, 1)
+_INT64 = _dtypes.DTYPES["int64"].dlpack
 
 
 def _core_spec(kname, target_id, symbols, exprs, spec_params, abi_spec, launches=(),
@@ -643,7 +643,7 @@ def _lower_tensormap(m: TensorMap, where: str, params, names, symbols: dict,
 
 
 # Bytes per element of each CUtensorMapDataType (uint8 .. tfloat32_ftz).
-_TENSORMAP_ELEMENT_BYTES = (1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4)
+_TENSORMAP_ELEMENT_BYTES = _dtypes.TENSORMAP_ELEMENT_BYTES
 
 
 def _check_box(where: str, m: TensorMap, data_type: int) -> None:

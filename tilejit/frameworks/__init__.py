@@ -28,6 +28,12 @@ def _jax():
     return jax.ADAPTER
 
 
+def _cupy():
+    from . import cupy  # CuPy is optional: imported with its first array
+
+    return cupy.ADAPTER
+
+
 def _numpy():
     from . import numpy
 
@@ -66,6 +72,7 @@ _registry.register("torch", _torch,
                            "layout": _traced_layout_call},
                    compiling=_torch_compiling)
 _registry.register("numpy", _numpy, default=True)
+_registry.register("cupy", _cupy)
 # A kernel made before JAX is imported has its XLA target registered once it is.
 _registry.register("jax", _jax, publishes=True)
 _registry.register("jaxlib", _jax)  # jax.Array's concrete type lives in jaxlib

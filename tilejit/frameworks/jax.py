@@ -69,29 +69,16 @@ _NAMES = {(d.code, d.bits): d.name for d in dtypes.DTYPES.values()}
 
 
 # XLA's PrimitiveType of each element type a kernel takes (xla_data.proto).
-_XLA_TYPES = {"bool": 1, "int8": 2, "int16": 3, "int32": 4, "int64": 5, "uint8": 6,
-              "uint16": 7, "uint32": 8, "uint64": 9, "float16": 10, "float32": 11,
-              "float64": 12, "complex64": 15, "bfloat16": 16, "complex128": 18,
-              "float8_e5m2": 19, "float8_e4m3fn": 20, "float8_e4m3b11fnuz": 23,
-              "float8_e5m2fnuz": 24, "float8_e4m3fnuz": 25, "float8_e4m3": 28,
-              "float8_e3m4": 29, "float8_e8m0fnu": 33}
+_XLA_TYPES = {d.name: d.xla for d in dtypes.ALL.values() if d.xla}
 _ATTR_TYPES = {bool: numpy.bool_, int: numpy.int64, float: numpy.float64}
 # The element types a scalar may be given as (a 0-d array, a NumPy scalar): XLA's real
 # and boolean ones the handler reads as a number.
-_SCALAR_DTYPES = frozenset(("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
-                            "uint32", "uint64", "float16", "bfloat16", "float32", "float64"))
+_SCALAR_DTYPES = frozenset(d.name for d in dtypes.DTYPES.values()
+                           if d.family in ("bool", "int", "uint", "float", "bfloat"))
 
 
 def _core():
-    core = core_library()
-    if not getattr(core, "_tilejit_xla", False):
-        core.tj_xla_register.restype = c_int32
-        core.tj_xla_register.argtypes = [c_char_p, c_void_p, c_int32]
-        core.tj_xla_bind.restype = c_int32
-        core.tj_xla_bind.argtypes = [POINTER(_Frame), DLDevice, POINTER(c_int32),
-                                     POINTER(c_int64), POINTER(DLDataType)]
-        core._tilejit_xla = True
-    return core
+    return core_library()
 
 
 _lock = threading.Lock()
@@ -224,7 +211,7 @@ def _type_name(cls: type) -> str:
 
 def _inputs(kernel) -> list:
     """The kernel's inputs (the parameters a call gives), in declaration order."""
-    return [kernel.params[i] for i in kernel._sig.inputs]
+    return [kernel.params[i] for i in kernel.artifact.signature.inputs]
 
 
 def _input_name(kernel, position: int) -> str:
@@ -233,7 +220,7 @@ def _input_name(kernel, position: int) -> str:
 
 def _sizes(kernel) -> set:
     """The symbols a scalar input sets (a size the outputs' shapes may depend on)."""
-    return {s for s in kernel._sig.symbols if s.scalar is not None}
+    return {s for s in kernel.artifact.signature.symbols if s.scalar is not None}
 
 
 def _allocated(kernel) -> int:
@@ -451,7 +438,7 @@ def _made(kernel, name: str, described: _Described, results: list):
     ffi = jax.ffi.ffi_call(name, results, vmap_method=kernel.jax_vmap_method,
                            input_output_aliases=aliases or None)
     run = _undifferentiable(kernel, ffi, _attributes(kernel, described, for_core=False))
-    order = kernel._sig.output_order
+    order = kernel.artifact.signature.output_order
 
     def returned(*operands):
         out = run(*operands)

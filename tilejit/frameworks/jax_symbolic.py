@@ -46,7 +46,7 @@ def bind(kernel, described, bind_numbers) -> list:
             message = message.replace(f"shape {shape_text(stand_ins)}",
                                       f"shape {shape_text(array.shape)}")
         raise type(exc)(message) from None
-    sig = kernel._sig
+    sig = kernel.artifact.signature
     results = [kernel.params[i] for i in sorted(sig.out_idx)] + list(kernel.program.workspaces)
     return [jax.ShapeDtypeStruct(walk.shape_of(param), struct.dtype)
             for param, struct in zip(results, bound)]
@@ -80,7 +80,7 @@ class _Walk:
         self.values: dict = {}  # kernel symbol -> a number or a symbolic dimension
         self.numbers: dict = {}  # kernel symbol -> the number the core sees for it
         self.bound_by: dict = {}  # kernel symbol -> the input position that bound it
-        inputs = [kernel.params[i] for i in kernel._sig.inputs]
+        inputs = [kernel.params[i] for i in kernel.artifact.signature.inputs]
         given = self._given_inputs(described, inputs)
         self.set_by_scalars = {param._symbol: value for param, value, _ in given
                                if isinstance(param, Scalar) and _is_number(value)}

@@ -401,12 +401,8 @@ class PointerParam(Param):
         return f"Pointer({self.dtype}" + (f", name={self.name!r})" if self.name else ")")
 
 
-# CUtensorMapDataType per element type (8-bit types are bytes to the TMA unit).
-TENSORMAP_DATA_TYPES = {
-    "uint8": 0, "int8": 0, "bool": 0, "float8_e4m3fn": 0, "float8_e5m2": 0,
-    "uint16": 1, "int16": 1, "uint32": 2, "int32": 3, "uint64": 4, "int64": 5,
-    "float16": 6, "float32": 7, "float64": 8, "bfloat16": 9,
-}
+# CUtensorMapDataType per element type the TMA unit takes (dtypes.DType.tma).
+TENSORMAP_DATA_TYPES = {d.name: d.tma for d in _dtypes.DTYPES.values() if d.tma >= 0}
 
 
 class TensorMap:

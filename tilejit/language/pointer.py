@@ -17,13 +17,9 @@ __all__ = ["MEMSPACES", "Pointer", "element_type_name", "make_ptr"]
 
 MEMSPACES = ("generic", "gmem")
 
-_ELEMENT_TYPES = {"bool": "Boolean", "bfloat16": "BFloat16", "float8_e4m3fn": "Float8E4M3FN",
-                  "float8_e5m2": "Float8E5M2"}
-
-
 def element_type_name(dtype: str) -> str:
     """CuTe's name of a tilejit dtype (``"float16"`` -> ``"Float16"``)."""
-    return _ELEMENT_TYPES.get(dtype) or dtype[0].upper() + dtype[1:]
+    return _dtypes.DTYPES[dtype].element_type
 
 
 class Pointer:

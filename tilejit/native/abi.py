@@ -21,7 +21,7 @@ from pathlib import Path
 
 # Paths under the include directory.
 HEADERS = ("tilejit/core.h", "tilejit/producer.h", "tilejit/host.h", "dlpack/dlpack.h",
-           "tilejit/layout.h", "tilejit/xla.h")
+           "tilejit/layout.h", "tilejit/xla.h", "tilejit/torch.h")
 
 _DEFINE = re.compile(r"^#define[ \t]+((?:TJ|DLPACK)_\w+)[ \t]+(.+?)\s*(?:/\*.*)?$", re.MULTILINE)
 _ENUM_BODY = re.compile(r"enum\s*\w*\s*\{([^}]*)\}")

@@ -9,6 +9,7 @@ size and the struct's size against the C compiler's, and that each class is used
 from __future__ import annotations
 
 from ctypes import (
+    CFUNCTYPE,
     POINTER,
     Structure,
     c_char_p,
@@ -259,6 +260,39 @@ class TjXlaDeviceOrdinalGetArgs(Structure):
     _c_name_ = "tj_xla_device_ordinal_get_args"
     _fields_ = [("struct_size", c_size_t), ("extension_start", c_void_p), ("ctx", c_void_p),
                 ("device_ordinal", c_int32)]
+
+
+
+# ---- torch.h: a kernel as a torch operator's implementation ---------------------------
+
+# tj_torch_fallback: the C autograd kernel's way into Python's.
+TorchFallback = CFUNCTYPE(c_int, c_void_p, POINTER(c_uint64), c_uint64, c_uint64, c_void_p,
+                          c_size_t)
+
+
+class TorchPlain(Structure):
+    _c_name_ = "tj_torch_plain"
+    _fields_ = [("meta_offset", c_int64), ("keyset_offset", c_int64),
+                ("keysets", c_uint64 * abi.TJ_TORCH_MAX_KEYSETS), ("nkeysets", c_int32),
+                ("tls_symbol", c_char_p), ("fw_grad", c_void_p), ("undefined", c_void_p)]
+
+
+class TorchPlainObjects(Structure):
+    _c_name_ = "tj_torch_plain_objects"
+    _fields_ = [("impl_offset", c_int64), ("plain", POINTER(TorchPlain))]
+
+
+class TorchReader(Structure):
+    _c_name_ = "tj_torch_reader"
+    _fields_ = [("impl_offset", c_int64), ("plain", POINTER(TorchPlain)),
+                ("impl_vtable", c_void_p), ("dtypes", c_uint64), ("wrap", c_void_p)]
+
+
+class TorchOp(Structure):
+    _c_name_ = "tj_torch_op"
+    _fields_ = [("ns", c_char_p), ("name", c_char_p), ("inputs", c_char_p),
+                ("fallback", TorchFallback), ("context", c_void_p),
+                ("plain", POINTER(TorchPlain)), ("output_order", POINTER(c_int32))]
 
 
 __all__ = [name for name in dir() if name[0].isupper() and not name.startswith("_")]

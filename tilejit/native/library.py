@@ -19,6 +19,7 @@ from ctypes import (
     c_int32,
     c_int64,
     c_uint32,
+    c_uint64,
     c_void_p,
     string_at,
 )
@@ -27,6 +28,7 @@ from . import abi
 from ._build import build_tools
 from .ctypes_abi import (
     DLDataType,
+    DLDevice,
     TjAbiArg,
     TjExportArg,
     TjExportFunction,
@@ -36,6 +38,8 @@ from .ctypes_abi import (
     TjParamInfo,
     TjSymbolInfo,
     TjTensorMap,
+    TjXlaCallFrame,
+    TorchOp,
 )
 
 _lock = threading.Lock()
@@ -62,6 +66,16 @@ def core_loaded() -> bool:
 
 
 _PROTOTYPES = {
+    "tj_host_bound_layout": (None, [ctypes.c_ssize_t]),
+    # torch.h (the torch wing's: tilejit/frameworks/torch/native_op.py)
+    "tj_torch_init": (c_int, []),
+    "tj_torch_impl": (c_int, [c_void_p, POINTER(TorchOp)]),
+    "tj_torch_tls_word": (c_int, [c_char_p, POINTER(c_uint64)]),
+    "tj_torch_read_object": (c_int, [c_void_p, c_void_p, c_void_p]),
+    # xla.h (the JAX adapter's: tilejit/frameworks/jax.py)
+    "tj_xla_register": (c_int32, [c_char_p, c_void_p, c_int32]),
+    "tj_xla_bind": (c_int32, [POINTER(TjXlaCallFrame), DLDevice, POINTER(c_int32),
+                              POINTER(c_int64), POINTER(DLDataType)]),
     "tj_last_error": (c_char_p, []),
     "tj_status_exception": (c_char_p, [c_int]),
     "tj_kernel_create": (c_int, [c_char_p, c_int32, c_int32, POINTER(c_void_p)]),

@@ -433,7 +433,7 @@ class _Bench:
         self.tuner, self.name = tuner, tuner.name
         self.cuda = kernel.target == "cuda"
         self.traced = frameworks.compiling()
-        sig = kernel._sig
+        sig = kernel.artifact.signature
         if given is None:
             self.inputs = _make_inputs(tuner, kernel)
         else:
@@ -539,7 +539,7 @@ def _make_inputs(tuner: AutotuneFunction, kernel: JITKernel) -> list:
     import numpy as np
 
     rng = np.random.default_rng(0)
-    params, sig = kernel.params, kernel._sig
+    params, sig = kernel.params, kernel.artifact.signature
     inputs = []
     for i in sig.inputs:
         param, name = params[i], sig.names[i]
@@ -630,9 +630,10 @@ def _host(x):
 
     if hasattr(x, "detach"):
         x = x.detach().cpu()
-        if str(x.dtype) in ("torch.bfloat16", "torch.float8_e4m3fn", "torch.float8_e5m2"):
-            x = x.float()
-        return np.array(x.numpy(), copy=True)
+        try:
+            return np.array(x.numpy(), copy=True)
+        except TypeError:  # a type NumPy lacks (bfloat16, the float8s): widened
+            return np.array(x.float().numpy(), copy=True)
     return np.array(x, copy=True)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from ctypes import addressof, c_int, c_int32, c_void_p, py_object
+from ctypes import addressof, c_int, c_int32, c_ssize_t, c_void_p, py_object
 
 from ..language.pointer import Pointer
 from ..native import abi
@@ -386,7 +386,6 @@ def entry(plan: Plan):
 
 # ---- Bound launches ------------------------------------------------------------------------
 
-_BOUND_CAPSULE = abi.TJ_HOST_BOUND_CAPSULE.encode()
 _bound_defs: dict = {}  # the PyMethodDefs of the bound launches' builtins, alive for the process
 
 
@@ -401,24 +400,91 @@ def _builtin(name: str, self_object):
     return _function_new(addressof(_bound_defs[name]), self_object, None)
 
 
-def forward_entry(plan: Plan):
-    """A builtin that runs the call of ``plan`` on all its arguments but the first
-    (``tj_host_forward_method``): an ``autograd.Function``'s ``forward(ctx, *inputs)``
-    with no Python frame. The plan must outlive the function."""
-    return _builtin("tj_host_forward_method", _capsule_new(plan.address, _PLAN_CAPSULE, None))
-
-
 def bind_entry(plan: Plan):
     """A builtin that binds a call of ``plan`` (``tj_host_bind_method``) with positional
     arguments, returning ``(address, outputs)``; see `bound_entries`."""
     return _builtin("tj_host_bind_method", _capsule_new(plan.address, _PLAN_CAPSULE, None))
 
 
-def bound_entries(address: int):
-    """``(launch, update)``: builtins over the host bound launch at ``address`` (made by a
-    `bind_entry` call), whose capsule, released with the last of them, frees it
-    (``tj_host_bound_destroy``): ``launch(stream=None)`` and ``update(position, tensor)``."""
-    destroy = ctypes.cast(core_library().tj_host_bound_destroy, c_void_p).value
-    capsule = _capsule_new(address, _BOUND_CAPSULE, destroy)
-    return (_builtin("tj_host_bound_method", capsule),
-            _builtin("tj_host_bound_update_method", capsule))
+# The bound launch type (tj_host_bound_fields after the object header), made once with
+# CPython's PyType_FromSpec: its calls are vectorcalls of the core's launch.
+class _TypeSlot(ctypes.Structure):
+    _fields_ = [("slot", c_int), ("pfunc", c_void_p)]
+
+
+class _TypeSpec(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("basicsize", c_int), ("itemsize", c_int),
+                ("flags", ctypes.c_uint), ("slots", ctypes.POINTER(_TypeSlot))]
+
+
+class _MemberDef(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("type", c_int), ("offset", ctypes.c_ssize_t),
+                ("flags", c_int), ("doc", ctypes.c_char_p)]
+
+
+# typeslots.h and structmember.h: CPython's stable ABI.
+_TP_CALL, _TP_DOC, _TP_METHODS, _TP_TRAVERSE, _TP_MEMBERS, _TP_FINALIZE = 50, 56, 64, 71, 72, 80
+_T_OBJECT_EX, _T_PYSSIZET, _READONLY = 16, 19, 1
+_TPFLAGS = (1 << 18) | (1 << 14) | (1 << 11) | (1 << 7)  # default, GC, vectorcall, no new
+_bound_type: list = []  # [the type, what its spec points at]
+_FIELDS = ("vectorcall", "bound", "kernel", "outputs", "inputs")  # tj_host_bound_fields
+
+
+def bound_type(doc: str) -> type:
+    """The type of bound launches (``tj_host_bound_fields``, core/include/tilejit/host.h),
+    made once: ``kernel``, ``outputs`` and ``_bound`` read-only attributes, a
+    ``_update(position, tensor)`` method, and calls that reach the core's launch with
+    the arguments in place (vectorcall). Python code adds its own methods to it."""
+    with _lock:
+        if _bound_type:
+            return _bound_type[0]
+        host_table()
+        lib, header, word = core_library(), object.__basicsize__, ctypes.sizeof(c_void_p)
+        offset = {name: header + i * word for i, name in enumerate(_FIELDS)}
+        members = (_MemberDef * 5)(
+            _MemberDef(b"__vectorcalloffset__", _T_PYSSIZET, offset["vectorcall"], _READONLY),
+            _MemberDef(b"kernel", _T_OBJECT_EX, offset["kernel"], _READONLY),
+            _MemberDef(b"outputs", _T_OBJECT_EX, offset["outputs"], _READONLY),
+            _MemberDef(b"_bound", _T_OBJECT_EX, offset["inputs"], _READONLY), _MemberDef())
+        update = ctypes.cast(lib.tj_host_bound_update_method, c_void_p).value
+        methods = (_MethodDef * 2)(_MethodDef(b"_update", update, _METH_FASTCALL_KEYWORDS, None),
+                                   _MethodDef())
+        doc_bytes = ctypes.create_string_buffer(doc.encode())
+
+        def at(function) -> int:
+            return ctypes.cast(function, c_void_p).value
+
+        slots = (_TypeSlot * 7)(
+            _TypeSlot(_TP_CALL, at(ctypes.pythonapi.PyVectorcall_Call)),
+            _TypeSlot(_TP_DOC, addressof(doc_bytes)), _TypeSlot(_TP_METHODS, addressof(methods)),
+            _TypeSlot(_TP_MEMBERS, addressof(members)),
+            _TypeSlot(_TP_TRAVERSE, at(lib.tj_host_bound_traverse)),
+            _TypeSlot(_TP_FINALIZE, at(lib.tj_host_bound_finalize)), _TypeSlot())
+        spec = _TypeSpec(b"tilejit.runtime.bound.BoundLaunch", header + len(_FIELDS) * word, 0,
+                         _TPFLAGS, slots)
+        lib.tj_host_bound_layout(header)
+        from_spec = ctypes.pythonapi.PyType_FromSpec
+        from_spec.restype, from_spec.argtypes = py_object, [c_void_p]
+        cls = from_spec(addressof(spec))
+        _bound_type[:] = [cls, (spec, slots, members, methods, doc_bytes)]
+        return cls
+
+
+_generic_alloc = ctypes.pythonapi.PyType_GenericAlloc
+_generic_alloc.restype, _generic_alloc.argtypes = py_object, [py_object, ctypes.c_ssize_t]
+_attach: list = []
+
+
+def bound_launch(entry, cls: type, kernel, args: tuple, inputs: list):
+    """A new bound launch (of ``cls``, `bound_type`) of ``kernel`` with ``args``, bound by
+    ``entry`` (`bind_entry`): it owns the core's bound launch, and keeps ``inputs`` (a
+    list, the binding's record of what each input is bound to) as ``_bound``."""
+    if not _attach:
+        address = ctypes.cast(core_library().tj_host_bound_attach, c_void_p).value
+        _attach.append(ctypes.PYFUNCTYPE(c_int, py_object, c_ssize_t, py_object, py_object,
+                                         py_object)(address))
+    handle = _generic_alloc(cls, 0)  # first: nothing to undo if it fails
+    address, outputs = entry(*args)
+    if _attach[0](handle, address, kernel, outputs, inputs) != 0:
+        raise RuntimeError(f"{kernel.name}: the bound launch could not be attached")
+    return handle

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..builder import artifact as _artifact
 from ..builder import cache as _cache
 from ..builder import compiler as _compiler
 from ..builder import glue as _glue
@@ -119,7 +120,7 @@ def _compile_cuda(program: Program, sig, execution_backend: str, flags: list, ve
             raise ValueError(f"{program.name}: arch= and compiler= compile a source; "
                              "a prebuilt binary= is loaded as it is")
         path = load_binary(program, sig)
-        return JITKernel(program, sig, str(path), "", execution_backend)
+        return JITKernel(_artifact.built(program, sig, str(path)), execution_backend)
     source = None
 
     def cuda_image():
@@ -127,11 +128,10 @@ def _compile_cuda(program: Program, sig, execution_backend: str, flags: list, ve
         path, source = compile_program(program, sig, flags, arch, compiler, verbose)
         return path
 
-    kernel = _load_built(cuda_image, lambda path: JITKernel(program, sig, str(path), source,
-                                                            execution_backend))
-    if kernel is not None:
-        kernel._cuda_arch = ",".join(resolve_arch(arch))  # what kernel.export records
-    return kernel
+    return _load_built(cuda_image, lambda path: JITKernel(_artifact.built(
+        program, sig, str(path), source,
+        cuda_arch=",".join(resolve_arch(arch))),  # what kernel.export records
+        execution_backend))
 
 
 def _compile_cpu(program: Program, sig, target: str, execution_backend: str, flags: list,
@@ -166,8 +166,8 @@ def _compile_cpu(program: Program, sig, target: str, execution_backend: str, fla
         if found is None:
             raise CompileError(program.name, reason=f"{exc.reason or exc}; and no kernel compiled "
                                "from this source is in the cache") from None
-        return JITKernel(program, sig, str(found), source, execution_backend,
-                         prebuilt=prebuilt)
+        return JITKernel(_artifact.built(program, sig, str(found), source, prebuilt),
+                         execution_backend)
     # `-march=native` is keyed by what this compiler makes of it on this CPU: machines of
     # one CPU share such a kernel (locally, remotely, from an executor's worker), others
     # never meet it.
@@ -184,8 +184,8 @@ def _compile_cpu(program: Program, sig, target: str, execution_backend: str, fla
     kernel = _load_built(
         lambda: _cache.get_or_build(key, build, check=_elf.problem, info=info,  # whole
                                     shared=native != "unresolved", verbose=verbose),
-        lambda path: JITKernel(program, sig, str(path), source, execution_backend,
-                               prebuilt=prebuilt))
+        lambda path: JITKernel(_artifact.built(program, sig, str(path), source, prebuilt),
+                               execution_backend))
     if verbose and kernel is not None:
         print(f"tilejit: {program.name}: {kernel.c_prototype} -> {kernel.library_path} "
               f"({(time.perf_counter() - start) * 1e3:.1f} ms)", file=sys.stderr)
@@ -245,10 +245,7 @@ def load(path, execution_backend: str = "auto"):
     # Everything from here comes from the files as the core read and checked them
     # (core_kernel.export_files); later changes at the path cannot reach the kernel.
     loaded = _export.Loaded(directory, core_kernel)
-    kernel = JITKernel(loaded.program, loaded.signature, loaded.library, "", execution_backend,
-                       loaded.prebuilt, core_kernel=core_kernel, binary_digests=loaded.digests)
-    kernel._export_images = loaded.images
-    kernel._cuda_arch = loaded.cuda_arch
+    kernel = JITKernel(loaded.artifact(), execution_backend, core_kernel=core_kernel)
     # Registered for jax.export-ed programs that call it: now, or once JAX is imported.
     frameworks.publish(kernel)
     return kernel

@@ -6,7 +6,9 @@ For a type of tensor it asks the type's adapter (``adapter_for``):
 
 - ``allocator(dtype, device)``: how outputs are made for calls with such arguments;
 - ``stream(device_type, device_id)``: the framework's current stream, for producers
-  without the DLPack exchange API;
+  without the DLPack exchange API; ``stream_handle(stream)``: the handle of one of its
+  stream objects given as ``stream=``; ``dlpack_keywords(obj)``: how ``__dlpack__`` is
+  asked (its ``stream``);
 - ``view_check(cls)`` / ``lazy_view(obj)``: lazy views DLPack cannot describe (torch's
   conjugate and negative bits);
 - ``claim(cls)`` / ``claims(obj, failed)`` / ``claimed_call(kernel, args, stream)``: calls
@@ -61,6 +63,17 @@ class Adapter:
     def stream(self, device_type: int, device_id: int) -> int:
         """The framework's current stream on a device (0: none)."""
         return 0
+
+    def stream_handle(self, stream) -> int | None:
+        """The raw handle of ``stream``, an object of this framework given as ``stream=``
+        that has neither ``__cuda_stream__`` nor ``cuda_stream`` (CuPy's ``Stream``: its
+        ``ptr``); None: not a stream this framework knows."""
+        return None
+
+    def dlpack_keywords(self, obj) -> dict:
+        """What to pass ``obj.__dlpack__`` besides ``max_version`` (CuPy: ``stream=-1``,
+        the launch being on its current stream)."""
+        return {}
 
     def view_check(self, cls: type):
         """None when objects of ``cls`` are never lazy views; else a ``tj_view_bits``

@@ -24,23 +24,26 @@ MAX_VERSION = (abi.TJ_DLPACK_MAJOR, abi.TJ_DLPACK_MINOR)
 def dlpack_capsule(obj):
     """``obj.__dlpack__()`` as a DLPack 1.3 consumer asks for it.
 
-    A producer older than DLPack 1.0 takes no ``max_version``. An object its producer
+    A producer older than DLPack 1.0 takes no ``max_version``. The framework's adapter
+    may add keywords (``Adapter.dlpack_keywords``: CuPy's ``stream``). An object its producer
     refuses to export (BufferError) may have an exportable alias over the same memory,
     which its framework's adapter gives (``Adapter.exportable``: torch's detached alias
     of a tensor that requires grad, whose storage a kernel reads and writes as it would
     through the exchange API). The adapter may then correct what the producer wrote
     (``Adapter.exported``: the strides older torch releases rewrite).
     """
+    adapter = frameworks.adapter_for(type(obj))
+    keywords = adapter.dlpack_keywords(obj)
     try:
-        capsule = obj.__dlpack__(max_version=MAX_VERSION)
+        capsule = obj.__dlpack__(max_version=MAX_VERSION, **keywords)
     except TypeError:
-        capsule = obj.__dlpack__()
+        capsule = obj.__dlpack__(**keywords)
     except BufferError:
-        alias = frameworks.adapter_for(type(obj)).exportable(obj)
+        alias = adapter.exportable(obj)
         if alias is None:
             raise
         return dlpack_capsule(alias)
-    return frameworks.adapter_for(type(obj)).exported(obj, capsule)
+    return adapter.exported(obj, capsule)
 
 
 PRODUCER_IMPORT = abi.TJ_PRODUCER_IMPORT  # tj_producer_step: which producer step failed
@@ -195,7 +198,8 @@ def pop_stream(keywords: dict, input_names):
 def stream_handle(stream, kernel: str) -> int:
     """A raw stream handle (``CUstream`` as an int) from what a caller passes as
     ``stream=``: an integer (an int, a ``numpy.int64``), a ``torch.cuda.Stream``
-    (``.cuda_stream``) or any object implementing ``__cuda_stream__``. A kernel with an
+    (``.cuda_stream``), any object implementing ``__cuda_stream__``, or a stream object its
+    framework's adapter reads (``Adapter.stream_handle``: CuPy's). A kernel with an
     input named ``stream`` never comes here: ``stream=`` passes that input."""
     said = f"{kernel}: stream= is the launch stream (the kernel has no input named 'stream')"
     if isinstance(stream, bool):
@@ -206,6 +210,8 @@ def stream_handle(stream, kernel: str) -> int:
         handle = stream.__cuda_stream__()[1]
     elif hasattr(stream, "cuda_stream"):
         handle = stream.cuda_stream
+    elif (handle := frameworks.adapter_for(type(stream)).stream_handle(stream)) is not None:
+        pass  # a framework's own stream object (a cupy.cuda.Stream)
     else:
         raise TypeError(f"{said}: expected an int handle, a torch.cuda.Stream or an object "
                         f"with __cuda_stream__, got {_qualified_name(type(stream))}")

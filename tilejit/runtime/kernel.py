@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
-import os
 import sys
 import weakref
 from typing import ClassVar
 
-from ..builder.signature import Signature, lower
+from ..builder.artifact import Artifact
 from ..language.program import Program
 from ..native import abi
-from ..native._build import disk_cache
 from ..native.library import CoreKernel
 from . import backends as _backends
 from . import binding, frameworks, host
-from .bound import BoundLaunch
+from . import bound as _bound
 
 _MISSING = object()  # an input a keyword call has not given
 
@@ -25,16 +22,13 @@ _MISSING = object()  # an input a keyword call has not given
 # framework keeps what it caches per kernel in the kernel's __dict__ under a key named
 # after itself (``_torch_...``, ``_jax_...``).
 INTERNAL_INTERFACE = frozenset({
-    "_sig",  # the lowered Signature, with the facts computed on it (inputs, output order)
     "_core_kernel",  # the core kernel (native.library.CoreKernel) the backends call
     # Entries of the kernel: calls no framework claims back, calls validated before a
-    # claim, the forward of an autograd.Function, and a twin whose outputs are passed.
-    "_unclaimed", "_validated", "_forward", "_outputs_passed",
+    # claim, and a twin whose outputs are passed.
+    "_unclaimed", "_validated", "_outputs_passed",
     # What a framework that claims or traces calls uses (``_alive``: every kernel alive,
     # whose ops torch.compile registers before it compiles).
     "_claimed_call", "_hand_claims_to", "_positional", "_trace_key", "_traced_call", "_alive",
-    # What export() writes and a load sets: the images, as verified, and where from.
-    "_prebuilt", "_binary_digests", "_export_images", "_cuda_arch",
     # The backend's binding of the kernel (runtime/backends.py, runtime/binding.py: the
     # plan's callback for inputs given by name).
     "_entry", "_attach_plan", "_call_with_keywords",
@@ -54,8 +48,7 @@ class JITKernel:
     'void vec_add(float *A, float *B, float *C, int64_t n)'
     """
 
-    def __new__(cls, program, signature, library_path, host_source, execution_backend="auto",
-                prebuilt=None, core_kernel=None, binary_digests=None):
+    def __new__(cls, artifact, execution_backend="auto", core_kernel=None):
         # The instance is of the backend's subclass, whose calls go to the backend's own
         # entry: no Python frame between the caller and the wrapper.
         impl = _backends.kernel_class(JITKernel, _backends.resolve(execution_backend))
@@ -66,23 +59,17 @@ class JITKernel:
     # the op of a kernel that only a registered backward calls.
     _alive: ClassVar[weakref.WeakSet] = weakref.WeakSet()
 
-    # A loaded kernel's images as the core checked them when it opened the export
-    # ({"library": bytes, "prebuilt": bytes}): what an export of it writes.
-    _export_images = None
-
-    def __init__(self, program: Program, signature: Signature, library_path: str,
-                 host_source: str, execution_backend: str = "auto", prebuilt=None,
-                 core_kernel=None, binary_digests=None):
-        self.program = program
-        self._prebuilt = prebuilt  # a prebuilt CPU library, called through library_path
-        self._sig = signature
-        self.library_path = library_path
-        self._host_source = host_source
+    def __init__(self, artifact: Artifact, execution_backend: str = "auto", core_kernel=None):
+        #: What the builder made (``tilejit.builder.artifact.Artifact``): the program, its
+        #: signature, the images and their digests. Export, the torch op's schema and the
+        #: XLA target are written from it.
+        self.artifact = artifact
+        signature = self._sig = artifact.signature
         self.execution_backend = _backends.resolve(execution_backend)
         # Each JITKernel has its own core kernel (and so its own CUDA modules); one opened
         # from an export (tilejit.load) is handed over.
-        self._core_kernel = core_kernel or CoreKernel(signature.spec, library_path,
-                                                      signature.entry, prebuilt)
+        self._core_kernel = core_kernel or CoreKernel(signature.spec, artifact.library,
+                                                      signature.entry, artifact.prebuilt)
         # The core numbers outputs in declaration order (that is the order the backend
         # allocates and returns them in); the caller gets them in out_idx order.
         _backends.bind(self, self.execution_backend, self._core_kernel, signature.output_order)
@@ -98,22 +85,21 @@ class JITKernel:
         JITKernel._alive.add(self)
         frameworks.register_traced(self)
         frameworks.made(self)  # published by a framework imported later (JAX's target)
-        # What the binaries were when loaded, for the torch op's name: the cache may remove
-        # them later (python -m tilejit cache prune) while this kernel keeps running. Given
-        # when known already (an export's MANIFEST, the kernel with_backend copies).
-        self._binary_digests = binary_digests or [disk_cache.known_sha256(f) or (
-            disk_cache.sha256_file(f) if os.path.exists(f) else None)
-            for f in (library_path, prebuilt) if f]
-        # Under a cache size bound this process's later writes may evict the files: their
-        # verified bytes are kept, for export() (loaded kernels keep theirs already).
-        self._kept_images = None
-        if core_kernel is None and disk_cache.max_size() is not None:
-            self._kept_images = _read_verified((library_path, prebuilt), self._binary_digests)
         # A tracing framework already imported (torch) loads its adapter, which makes
         # Dynamo inline its traced call in place of __call__ (see _traced_call). A process
         # that imports torch only later traces through _traced_call until a kernel made
         # after torch loads it.
         frameworks.load_present()
+
+    @property
+    def program(self) -> Program:
+        """The kernel as declared (``tilejit.Program``)."""
+        return self.artifact.program
+
+    @property
+    def library_path(self) -> str:
+        """The compiled image the core loaded (in the cache, or in the export)."""
+        return self.artifact.library
 
     @property
     def params(self):
@@ -133,11 +119,9 @@ class JITKernel:
         process that has imported JAX, the target is registered with XLA once this is
         read, so such a program finds it (``tilejit.load`` registers it, and a kernel
         made before JAX's import is registered with it: ``frameworks.made``)."""
-        name = self.__dict__.get("_jax_target")
-        if name is None:
-            from ..builder.torch_schema import op_name
-
-            name = self.__dict__["_jax_target"] = f"tilejit_{op_name(self)}"
+        name = self.artifact.jax_target
+        if "_jax_target" not in self.__dict__:
+            self.__dict__["_jax_target"] = name
             if "jax" in sys.modules:
                 frameworks.adapter_named("jax").publish(self)
         return name
@@ -185,7 +169,7 @@ class JITKernel:
     def get_host_source(self) -> str:
         """The full file tilejit compiled: prelude, kernel source and packed-entry glue (CPU),
         or prelude, the kernel's declaration and its source (CUDA)."""
-        return self._host_source
+        return self.artifact.host_source
 
     @property
     def torch_op(self):
@@ -244,17 +228,6 @@ class JITKernel:
         """The kernel called so that no framework claims the call back: what its torch
         op runs (``tilejit.frameworks.torch.op.implementation``). Made on first use."""
         return self._own_entry("_unclaimed_entry", unclaimed=True)
-
-    @property
-    def _forward(self):
-        """``_unclaimed`` called as an ``autograd.Function``'s ``forward(ctx, *inputs)``,
-        ``ctx`` left out (``binding.forward_entry``). Made on first use."""
-        forward = self.__dict__.get("_forward_entry")
-        if forward is None:
-            self._unclaimed  # noqa: B018 - makes the plan it runs
-            plan = self.__dict__["_unclaimed_entry"][1]
-            forward = self.__dict__.setdefault("_forward_entry", binding.forward_entry(plan))
-        return forward
 
     @property
     def _validated(self):
@@ -317,7 +290,7 @@ class JITKernel:
         n = len(items) - len(kwnames)
         return self._keyword_call(items[:n], dict(zip(kwnames, items[n:])))
 
-    def bind(self, /, *args, **keywords) -> BoundLaunch:
+    def bind(self, /, *args, **keywords) -> _bound.BoundLaunch:
         """A bound launch of this call (`tilejit.runtime.bound.BoundLaunch`): the
         arguments validated and bound, the outputs allocated and the launch packed once;
         calling it launches again. Inputs may be given by name, as to a call; the stream
@@ -335,7 +308,7 @@ class JITKernel:
             plan = binding.Plan(self, self._core_kernel, self.execution_backend != "dlpack",
                                 self._sig.output_order)
             entry = self.__dict__.setdefault("_bind_entry", (binding.bind_entry(plan), plan))
-        return BoundLaunch(self, entry[0], args)
+        return _bound.bind(self, entry[0], args)
 
     def warmup(self, device: int | None = None) -> JITKernel:
         """Loads a CUDA kernel's module on ``device`` (an ordinal; None: the thread's
@@ -354,26 +327,15 @@ class JITKernel:
         It is the same kernel: the same torch op, the same registered backward."""
         # A loaded kernel's core kernel is rebuilt from the bytes it was opened from, never
         # from the directory, which may hold another export by now.
-        core_kernel = None if self._export_images is None else self._core_kernel.reopen()
-        kernel = JITKernel(self.program, self._sig, self.library_path, self._host_source, name,
-                           self._prebuilt, core_kernel=core_kernel,
-                           binary_digests=self._binary_digests)
-        kernel._export_images = self._export_images
-        kernel._kept_images = self._kept_images
-        kernel._cuda_arch = self._cuda_arch
-        return kernel
-
-    _cuda_arch = None  # the architecture(s) a compiled CUDA kernel was built for
+        core_kernel = self._core_kernel.reopen() if self.artifact.exported else None
+        return JITKernel(self.artifact, name, core_kernel=core_kernel)
 
     def _outputs_passed(self) -> JITKernel:
         """The same compiled library with every output passed, not allocated (no
         ``out_idx``), and the same validation: what Inductor's direct entry calls with the
         buffers it allocated, inputs and outputs in declaration order. Not a kernel of the
         user's: it has no op of its own."""
-        sig = lower(self.program, None, self._sig.target)
-        direct = JITKernel(self.program, sig, self.library_path, self._host_source,
-                           self.execution_backend, self._prebuilt,
-                           binary_digests=self._binary_digests)
+        direct = JITKernel(self.artifact.outputs_passed(), self.execution_backend)
         JITKernel._alive.discard(direct)
         return direct
 
@@ -389,24 +351,9 @@ class JITKernel:
         """
         from ..builder.export import export
 
-        return export(self, path, overwrite=overwrite)
+        return export(self.artifact, path, overwrite=overwrite)
 
     def __repr__(self) -> str:
         return (f"<JITKernel {self.c_prototype} target={self.target} "
                 f"backend={self.execution_backend} out_idx={self.out_idx}>")
 
-
-def _read_verified(paths, digests) -> list | None:
-    """The bytes of each of ``paths`` (None entries skipped) when they have the SHA-256 in
-    ``digests``; None when one cannot be read or differs (export then reads the files)."""
-    kept = []
-    for path, want in zip([p for p in paths if p], digests):
-        try:
-            with open(path, "rb") as image:
-                data = image.read()
-        except OSError:
-            return None
-        if want is None or hashlib.sha256(data).hexdigest() != want:
-            return None
-        kept.append(data)
-    return kept

@@ -175,6 +175,82 @@ TJ_API const char *tj_device_name(int32_t device_type);
  * "int8x4" for lanes > 1) into buf (NUL-terminated, truncated). */
 TJ_API void tj_dtype_format(DLDataType dtype, char *buf, int32_t size);
 
+/* ---- Element types -------------------------------------------------------- */
+
+/* The one table of element types in C; tilejit/language/dtypes.py is the one in
+ * Python, and tests/test_dtype_tables.py holds the two row by row (through
+ * tj_dtype_rows). Every other C table of element types expands this list:
+ * names in messages (dtype.c), CuTe's names (layout.c), XLA's numbers (xla.c),
+ * torch's dtypes (torch.c). A row:
+ *
+ *   X(name, code, bits, lanes, family, cute, tma, xla, torch)
+ *
+ * name    the element type as tilejit names it
+ * family  the name of its DLPack code in messages: a row named by its family
+ *         and width ("int8" of "int") prints its width, for any width
+ * cute    CuTe's name of the code (with the width, as the family), or NULL
+ * tma     its CUtensorMapDataType, or -1 (8-bit types are bytes to the unit)
+ * xla     XLA's PrimitiveType (xla_data.proto), or 0 (PRIMITIVE_TYPE_INVALID)
+ * torch   "aoti_torch_dtype_" + this names torch's dtype, or NULL
+ *
+ * The first row of a code gives the code's family and CuTe name. */
+/* clang-format off */
+#define TJ_DTYPES(X)                                                                             \
+  X("bool", kDLBool, 8, 1, "bool", "Boolean", 0, 1, "bool")                                       \
+  X("int8", kDLInt, 8, 1, "int", "Int", 0, 2, "int8")                                             \
+  X("int16", kDLInt, 16, 1, "int", "Int", 1, 3, "int16")                                          \
+  X("int32", kDLInt, 32, 1, "int", "Int", 3, 4, "int32")                                          \
+  X("int64", kDLInt, 64, 1, "int", "Int", 5, 5, "int64")                                          \
+  X("uint8", kDLUInt, 8, 1, "uint", "Uint", 0, 6, "uint8")                                        \
+  X("uint16", kDLUInt, 16, 1, "uint", "Uint", 1, 7, "uint16")                                     \
+  X("uint32", kDLUInt, 32, 1, "uint", "Uint", 2, 8, "uint32")                                     \
+  X("uint64", kDLUInt, 64, 1, "uint", "Uint", 4, 9, "uint64")                                     \
+  X("float16", kDLFloat, 16, 1, "float", "Float", 6, 10, "float16")                               \
+  X("bfloat16", kDLBfloat, 16, 1, "bfloat", "BFloat", 9, 16, "bfloat16")                          \
+  X("float32", kDLFloat, 32, 1, "float", "Float", 7, 11, "float32")                               \
+  X("float64", kDLFloat, 64, 1, "float", "Float", 8, 12, "float64")                               \
+  X("float8_e4m3fn", kDLFloat8_e4m3fn, 8, 1, "float8_e4m3fn", "Float8E4M3FN", 0, 20,               \
+    "float8_e4m3fn")                                                                              \
+  X("float8_e5m2", kDLFloat8_e5m2, 8, 1, "float8_e5m2", "Float8E5M2", 0, 19, "float8_e5m2")        \
+  X("complex64", kDLComplex, 64, 1, "complex", "Complex", -1, 15, "complex64")                    \
+  X("complex128", kDLComplex, 128, 1, "complex", "Complex", -1, 18, "complex128")                 \
+  X("complex32", kDLComplex, 32, 1, "complex", "Complex", -1, 0, "complex32")                     \
+  X("float8_e3m4", kDLFloat8_e3m4, 8, 1, "float8_e3m4", NULL, -1, 29, NULL)                        \
+  X("float8_e4m3", kDLFloat8_e4m3, 8, 1, "float8_e4m3", "Float8E4M3", -1, 28, NULL)                \
+  X("float8_e4m3b11fnuz", kDLFloat8_e4m3b11fnuz, 8, 1, "float8_e4m3b11fnuz", NULL, -1, 23, NULL)   \
+  X("float8_e4m3fnuz", kDLFloat8_e4m3fnuz, 8, 1, "float8_e4m3fnuz", "Float8E4M3FNUZ", -1, 25,      \
+    "float8_e4m3fnuz")                                                                            \
+  X("float8_e5m2fnuz", kDLFloat8_e5m2fnuz, 8, 1, "float8_e5m2fnuz", "Float8E5M2FNUZ", -1, 24,      \
+    "float8_e5m2fnuz")                                                                            \
+  X("float8_e8m0fnu", kDLFloat8_e8m0fnu, 8, 1, "float8_e8m0fnu", "Float8E8M0FNU", -1, 33,          \
+    "float8_e8m0fnu")                                                                             \
+  X("float6_e2m3fn", kDLFloat6_e2m3fn, 6, 1, "float6_e2m3fn", "Float6E2M3FN", -1, 0, NULL)         \
+  X("float6_e3m2fn", kDLFloat6_e3m2fn, 6, 1, "float6_e3m2fn", "Float6E3M2FN", -1, 0, NULL)         \
+  X("float4_e2m1fn", kDLFloat4_e2m1fn, 4, 2, "float4_e2m1fn", "Float4E2M1FN", -1, 0,               \
+    "float4_e2m1fn_x2")                                                                           \
+  X("handle", kDLOpaqueHandle, 64, 1, "handle", NULL, -1, 0, NULL)
+/* clang-format on */
+
+/* Bytes per element of each CUtensorMapDataType, uint8 (0) to tfloat32_ftz (12). */
+#define TJ_TENSORMAP_ELEMENT_BYTES {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4}
+
+/* A row of TJ_DTYPES, for bindings and tests. Compatibility: append-only. */
+typedef struct tj_dtype_row {
+  const char *name;
+  DLDataType dtype;
+  const char *family;
+  const char *cute;
+  int32_t tma;
+  int32_t xla;
+  const char *torch;
+} tj_dtype_row;
+
+/* The rows of TJ_DTYPES in its order (static), their number in *count. Never fails. */
+TJ_API const tj_dtype_row *tj_dtype_rows(int32_t *count);
+
+/* Bytes per element of a CUtensorMapDataType; 0 for a number the TMA unit lacks. */
+TJ_API int64_t tj_tensormap_element_bytes(int32_t data_type);
+
 /* ---- Call arguments ------------------------------------------------------- */
 
 typedef enum {

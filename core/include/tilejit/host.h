@@ -286,31 +286,48 @@ TJ_API void *tj_host_call(const tj_host_plan *plan, void *const *args, size_t na
 #define TJ_HOST_PLAN_CAPSULE "tilejit.host_plan"
 TJ_API void tj_host_method_install(const tj_host *host);
 TJ_API void *tj_host_method(void *self, void *const *args, intptr_t nargs, void *kwnames);
-/* The same call with the first positional argument left out: an autograd
- * Function's forward(ctx, *inputs), run by the framework's C apply without a
- * frame of the binding's language in between. */
-TJ_API void *tj_host_forward_method(void *self, void *const *args, intptr_t nargs, void *kwnames);
 
-/* Bound launches (tj_bound, tilejit/core.h) for bindings: three more
- * builtins of tj_host_method's shape. tj_host_bind_method, its `self` a plan
- * capsule (TJ_HOST_PLAN_CAPSULE), binds a call of the plan's kernel with the
- * positional arguments (no keywords: the binding maps inputs given by name
+/* Bound launches (tj_bound, tilejit/core.h) for bindings, as objects of a
+ * type the binding makes once (with the host's own type machinery) whose
+ * instances keep a tj_host_bound_fields right after the host's object header,
+ * of the size given once to tj_host_bound_layout; the type's vectorcall offset
+ * is that of `vectorcall`, so that a call of the object reaches
+ * tj_host_bound_vectorcall with the arguments in place.
+ *
+ * tj_host_bind_method, a builtin of tj_host_method's shape whose `self` is a
+ * plan capsule (TJ_HOST_PLAN_CAPSULE), binds a call of the plan's kernel with
+ * the positional arguments (no keywords: the binding maps inputs given by name
  * first) and returns a new tuple (address, result): `result` the outputs as a
- * call returns them, `address` (an int) that of a new host bound launch,
- * which retains the arguments and the plan's kernel object; the binding puts
- * it at once into a capsule named TJ_HOST_BOUND_CAPSULE whose destructor is
- * tj_host_bound_destroy, which releases it all. On failure: NULL with the
- * exception a call raises. tj_host_bound_method, `self` that capsule, launches
- * it again, taking only stream= (None: the producer's current stream, asked
- * at this launch), and returns its outputs as the call did.
- * tj_host_bound_update_method(position, tensor), `self` that capsule, swaps
- * the tensor argument at `position` (tj_bound_update) and returns None. */
-#define TJ_HOST_BOUND_CAPSULE "tilejit.host_bound"
+ * call returns them, `address` (an int) that of a new host bound launch, which
+ * retains the arguments and the plan's kernel object. On failure: NULL with the
+ * exception a call raises. The binding hands the address at once to
+ * tj_host_bound_attach, with a new object of its type (fields zeroed), the
+ * kernel object, the result and a list of the bound inputs (each retained);
+ * the object owns the bound launch from then on, until tj_host_bound_finalize
+ * (the type's finalizer) releases it all. tj_host_bound_traverse visits the
+ * retained objects (the type's garbage-collector traversal).
+ *
+ * A call of the object launches again, taking only stream= (None: the
+ * producer's current stream, asked at this launch), and returns the outputs as
+ * the call did. tj_host_bound_update_method(position, tensor), a method of the
+ * type (fast call), swaps the tensor argument at `position` (tj_bound_update)
+ * and returns None. */
+typedef struct {
+  void *vectorcall; /* tj_host_bound_vectorcall once attached, else NULL */
+  void *bound;      /* the host bound launch (owned) */
+  void *kernel;     /* the kernel object (retained) */
+  void *outputs;    /* the outputs, as the bind returned them (retained) */
+  void *inputs;     /* the binding's record of the bound inputs (retained) */
+} tj_host_bound_fields;
 TJ_API void *tj_host_bind_method(void *self, void *const *args, intptr_t nargs, void *kwnames);
-TJ_API void *tj_host_bound_method(void *self, void *const *args, intptr_t nargs, void *kwnames);
+TJ_API void tj_host_bound_layout(intptr_t header);
+TJ_API int tj_host_bound_attach(void *object, intptr_t address, void *kernel, void *outputs,
+                                void *inputs);
+TJ_API void tj_host_bound_finalize(void *object);
+TJ_API int tj_host_bound_traverse(void *object, int (*visit)(void *, void *), void *arg);
+TJ_API void *tj_host_bound_vectorcall(void *self, void *const *args, size_t nargsf, void *kwnames);
 TJ_API void *tj_host_bound_update_method(void *self, void *const *args, intptr_t nargs,
                                          void *kwnames);
-TJ_API void tj_host_bound_destroy(void *capsule);
 
 /* The registry's answer for `type` in a mode (asking tj_host.describe on the
  * first sight of the type): borrowed, or NULL with a host error pending. */

@@ -10,54 +10,15 @@ from torch.autograd import forward_ad
 from ...runtime import fast_paths
 from ...runtime.fast_paths import FAST_PATHS
 from .probes import APPLY, FORWARD_LEVEL, IDLE_LEVEL, apply_probe
+from .record import OpRecord, existing, record, schema_inputs
 from .results import as_op_result
 
 _BELOW = "below autograd"  # forward's keyset from `fallback_kernel`: the op, below autograd
 
 
-class OpRecord:
-    """Everything tilejit keeps of one torch op, in one place: an op name (a kernel's
-    content) and every kernel of that content share it. Made by ``record``.
-
-    - ``op``: its ``OpOverload``, once registered (``op.definition``);
-    - ``backward``: ``(backward, setup_context)`` as registered, or None;
-    - ``recorded``: the ``autograd.Function`` that records its calls (``autograd_kernel``);
-    - ``apply``: ``apply(*args, None)``, how a claimed call records (the Function's own
-      apply, or with the fast paths its C apply minus the signature binding);
-    - ``base_apply``: ``apply(*args, None)`` for a caller that has made sure no functorch
-      transform is active and no input is a functorch wrapper: the C apply (fast paths
-      on; else None);
-    - ``plain_apply``: ``apply(*args)`` for a caller that has also made sure every input
-      is a plain tensor (``PLAIN_TENSORS``) or not a tensor: a Function that runs the
-      kernel at once (`_plain_apply`); None for an op that writes an argument (its calls
-      go through the dispatcher, which bumps the version counters) or without the fast
-      paths;
-    - ``keyless``: its autograd kernel without the dispatcher's keyset (``fallback_kernel``);
-    - ``plain_forwards``: ``(plain Function, Python forward, C forward)``, for
-      ``_choose_forward``.
-    """
-
-    __slots__ = ("apply", "backward", "base_apply", "keyless", "op", "plain_apply",
-                 "plain_forwards", "recorded")
-
-    def __init__(self) -> None:
-        self.op = self.backward = self.recorded = self.apply = None
-        self.base_apply = self.plain_apply = self.keyless = self.plain_forwards = None
-
-
-_records: dict[str, OpRecord] = {}  # op name -> its record
-
-
-def record(name: str) -> OpRecord:
-    """The record of the op ``name``, made on first use."""
-    found = _records.get(name)
-    return found if found is not None else _records.setdefault(name, OpRecord())
-
-
-# Outside functorch's transforms a recorded call goes straight to the C apply of a
-# Function whose forward takes ctx (`_plain_apply` for plain calls, else `_single_apply`),
-# which binds no signature.
-# TILEJIT_FAST_PATHS=0: the op's Function's own ``apply``.
+# Outside functorch's transforms a recorded call goes straight to the C apply of the op's
+# Function (`_appliers`), whose forward then takes ctx (`_Conventions`): no signature bound.
+# TILEJIT_FAST_PATHS=0: the Function's own ``apply``.
 _transforms_active = torch._C._are_functorch_transforms_active
 # The tensor types a recorded call runs the kernel on itself. A call on any other (a
 # subclass: the fake tensors torch.export and make_fx trace with, a tensor subclass with
@@ -72,13 +33,129 @@ is_wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor",
                      lambda tensor: True)  # without it: always unwrap, as Function.apply
 
 
+# ---- Record this call? ---------------------------------------------------------------
+
+# What `decide` answers. Not recorded:
+RUN = "run"  # (exact=True only) a plain call, which the op's C autograd kernel runs itself
+NOT_RECORDED = "not recorded"  # it runs below autograd (or the kernel refuses it)
+STREAM = "stream"  # refused: stream= given to a call torch runs as an op
+TANGENT = "tangent"  # refused: an input carries a forward-mode tangent
+NO_BACKWARD = "no backward"  # refused: an input requires grad, no backward registered
+# Recorded, through the op's one Function:
+RECORD = "record"  # plain: the kernel itself in the forward, no route (the core's gate)
+ROUTE = "route"  # through ``OpRecord.apply``, its route riding along as a last input
+RECORDED = frozenset((RECORD, ROUTE))
+
+
+def decide(args: tuple, kinds: tuple, has_backward: bool, stream=None, *,
+           exact: bool = False) -> str:
+    """What autograd does with a call of an op whose inputs are ``kinds`` (None for a
+    buffer, else a scalar's conversion: ``op._schema_inputs``) on ``args``: the one
+    answer to "record this call?", which every Python path asks and the C fast paths are
+    tested against (``tests/test_torch_record.py``):
+
+    - ``NOT_RECORDED`` for a call of another count (the kernel refuses it) or with grad
+      mode off, in inference mode, or with no tensor that requires grad; with ``exact``,
+      ``RUN`` for such a call the op's C autograd kernel runs itself (``plain_call``), or
+      in inference mode, which skips autograd kernels;
+    - ``STREAM`` with a stream, ``TANGENT`` when an input carries a forward-mode tangent,
+      ``NO_BACKWARD`` when one requires grad and no backward is registered;
+    - ``RECORD`` for a plain call (the core's record gate, ``tj_host_plan.record``): no
+      functorch transform or forward-AD level, each buffer None or a ``PLAIN_TENSORS``
+      tensor that is no functorch wrapper, no scalar a tensor;
+    - ``ROUTE`` for any other call autograd records.
+    """
+    if len(args) != len(kinds):
+        return NOT_RECORDED
+    if stream is not None:
+        return STREAM
+    idle = tangents_idle()
+    if not idle and tangent_at(args) is not None:
+        return TANGENT
+    if requiring_grad(args) is None:
+        # Inference mode skips autograd kernels: the backend kernel runs the call.
+        return (RUN if exact and (torch.is_inference_mode_enabled() or plain_call(args))
+                else NOT_RECORDED)
+    if not has_backward:
+        return NO_BACKWARD
+    if not idle or _transforms_active():
+        return ROUTE
+    for kind, value in zip(kinds, args):
+        if kind is None:
+            if value is not None and (type(value) not in PLAIN_TENSORS or is_wrapped(value)):
+                return ROUTE
+        elif isinstance(value, torch.Tensor):
+            return ROUTE
+    return RECORD
+
+
+_plain_state: list = []  # [torch's default included keys, {device type: plain key set}]
+
+
+def plain_call(args: tuple) -> bool:
+    """Whether the op's C autograd kernel may run the call itself: the thread includes
+    no dispatch key beyond torch's defaults (no dispatch mode, tracer, transform or
+    inference mode), and each tensor has a plain dense tensor's key set and, with an
+    autograd record, neither grad mode on nor a tangent (``tj_torch_plain``)."""
+    if not _plain_state:
+        from ...runtime.fast_paths import in_fresh_thread
+
+        _plain_state.extend(in_fresh_thread(lambda: (
+            torch._C._dispatch_tls_local_include_set().raw_repr(),
+            {"cpu": torch._C._dispatch_keys(torch.ones(1)).raw_repr()})))
+    default, plain = _plain_state
+    if torch._C._dispatch_tls_local_include_set().raw_repr() != default:
+        return False
+    grad = torch.is_grad_enabled()
+    for value in args:
+        if not isinstance(value, torch.Tensor):
+            continue
+        if type(value) not in PLAIN_TENSORS:  # its __torch_function__ runs on the way
+            return False
+        keys = torch._C._dispatch_keys(value).raw_repr()
+        if keys != plain.get(value.device.type):
+            if value.device.type != "cuda" or "cuda" in plain:
+                return False
+            plain["cuda"] = torch._C._dispatch_keys(torch.ones(1, device="cuda")).raw_repr()
+            if keys != plain["cuda"]:
+                return False
+        if value.requires_grad and (grad or _tangent_of(value) is not None):
+            return False
+    return True
+
+
+def _tangent_of(value):
+    return forward_ad.unpack_dual(value).tangent
+
+
+def refuse(label: str, names: list, args: tuple, verdict: str) -> None:
+    """Raises the refusal ``verdict`` names (``STREAM``, ``TANGENT``, ``NO_BACKWARD``),
+    naming the kernel and the argument; nothing for the others."""
+    if verdict is STREAM:
+        raise ValueError(f"{label}: stream= cannot be given to a call that torch runs "
+                         "as an op (a tensor requires grad, or a tracer made it); make the "
+                         "stream current instead: with torch.cuda.stream(s): ...")
+    if verdict is TANGENT:
+        position = tangent_at(args)
+        raise RuntimeError(
+            f"{label}: argument {position} '{names[position]}' carries a forward-mode "
+            "AD tangent, but tilejit kernels have no forward derivative (only a backward, "
+            "kernel.register_autograd); compute the tangent with reverse mode "
+            "(torch.func.jacrev / torch.autograd.grad), or pass the primal "
+            "(forward_ad.unpack_dual(x).primal)")
+    if verdict is NO_BACKWARD:
+        position = requiring_grad(args)
+        raise RuntimeError(_no_backward(label, position, names[position]))
+
+
 def input_names(kernel) -> list[str]:
-    return list(kernel._sig.input_names)
+    return list(kernel.artifact.signature.input_names)
 
 
 def autograd_kernel(kernel, op, name: str):
     """The op's Autograd kernel, the same for every call of it (eager, claimed by the
-    core, or traced by torch.compile, whose AOT autograd runs it on fake tensors):
+    core, or traced by torch.compile, whose AOT autograd runs it on fake tensors), as
+    ``decide`` says:
 
     - a forward-mode AD tangent on an input is refused (a tilejit kernel has no
       forward derivative), rather than silently dropped;
@@ -88,17 +165,25 @@ def autograd_kernel(kernel, op, name: str):
       gradient;
     - else it runs below autograd.
 
-    Made in three steps, each recorded in the op's record: how the op runs below
-    autograd (``_runners``), the ``autograd.Function`` that records a call
-    (``_recording_function``) and the ways calls reach its apply (``_appliers``); the
-    kernel itself then decides per call (``_decider``).
+    Made in two steps, each kept in the op's record: how the op runs below autograd
+    (``_runners``) and the op's one ``autograd.Function`` with the ways calls reach it
+    (``_recording_function``, ``_appliers``).
     """
     rec = record(name)
-    count = len(input_names(kernel))
+    kinds = schema_kinds(kernel)
+    count, label, names = len(kinds), kernel.name, input_names(kernel)
     run, run_below = _runners(op)
-    Recorded, forward_with_ctx, backward = _recording_function(kernel, op, rec, run, run_below)
-    _appliers(kernel, op, rec, Recorded, forward_with_ctx, backward)
-    recorded = _decider(kernel, rec)
+    Recorded = _recording_function(kernel, op, rec, run, run_below)
+
+    def recorded(args) -> bool:
+        verdict = decide(args, kinds, rec.backward is not None)
+        if verdict in RECORDED:
+            return True
+        # torch.export (and AOTInductor, which exports) captures the op as it does a
+        # torch custom op without autograd: a module's parameters require grad there.
+        if verdict is not NO_BACKWARD or not torch.compiler.is_exporting():
+            refuse(label, names, args, verdict)
+        return False
 
     def autograd_kernel(keyset, *args):
         if len(args) < count:
@@ -112,8 +197,13 @@ def autograd_kernel(kernel, op, name: str):
             args = _padded(args, count)
         return rec.apply(*args, _BELOW) if recorded(args) else run_below(args)
 
-    rec.keyless = without_keyset
+    _appliers(kernel, op, rec, Recorded, without_keyset)
     return autograd_kernel
+
+
+def schema_kinds(kernel) -> tuple:
+    """Each input's conversion to the op's schema: None for a buffer (``decide``)."""
+    return tuple(kind for kind, _ in schema_inputs(kernel))
 
 
 def _runners(op):
@@ -133,28 +223,6 @@ def _runners(op):
     return run, run_below
 
 
-def _decider(kernel, rec: OpRecord):
-    """``recorded(args)``: what the Autograd kernel does with a call: tangents refused,
-    then True to record it, False to run it below autograd; refused without a backward."""
-    label = kernel.name
-    names = input_names(kernel)
-
-    def recorded(args) -> bool:
-        refuse_tangents(label, names, args)
-        position = requiring_grad(args)
-        if position is None:
-            return False
-        if rec.backward is None:
-            # torch.export (and AOTInductor, which exports) captures the op as it does a
-            # torch custom op without autograd: a module's parameters require grad there.
-            if torch.compiler.is_exporting():
-                return False
-            raise RuntimeError(_no_backward(label, position, names[position]))
-        return True
-
-    return recorded
-
-
 def _writes_no_argument(op) -> bool:
     """Whether the op writes none of its arguments: then a recorded call runs the kernel
     itself, as the op would; one that writes goes through the dispatcher, which bumps
@@ -163,61 +231,90 @@ def _writes_no_argument(op) -> bool:
                    for arg in op._schema.arguments)
 
 
+class _Conventions(type(torch.autograd.Function)):
+    """The metaclass of the ops' Functions: what torch reads as a Function's
+    ``setup_context`` follows functorch. Inside a transform it is the Function's own
+    (``_setup``), so the transform calls ``forward(*inputs)`` and then it, as torch.func
+    requires; outside, torch's default, so the C apply calls ``forward(ctx, *inputs)``,
+    which runs the setup itself: torch from 2.14 binds the forward's signature
+    (``inspect``) on every apply of a Function that has a ``setup_context``, tens of
+    microseconds a call, which this form skips. The forward takes either form."""
+
+    def _convention(cls):
+        return cls._setup if _transforms_active() else _DEFAULT_SETUP
+
+    setup_context = property(_convention)
+
+
+_DEFAULT_SETUP = torch.autograd.Function.setup_context
+_Ctx = torch.autograd.function.FunctionCtx
+
+
 def _recording_function(kernel, op, rec: OpRecord, run, run_below):
-    """``(Recorded, forward_with_ctx, backward)``: the op's ``autograd.Function``, its
-    forward and setup_context apart, as torch.func's transforms require (``rec.recorded``);
-    the forward taking ``ctx`` and the backward, which the fast appliers share."""
+    """The op's one ``autograd.Function`` (``_Conventions``: its forward takes ``ctx``
+    outside functorch's transforms, and has its ``setup_context`` apart inside them),
+    whose C apply (``_FunctionBase.apply``) calls outside them. A call reaches it with
+    the kernel's inputs alone (``RECORD``: plain tensors, an op that writes none: the
+    forward runs the kernel) or with its route riding along as a last input that is no
+    input of the kernel (the user's setup_context and backward never see it): the
+    dispatcher's keyset (from the op's Autograd kernel: below autograd with it),
+    ``_BELOW`` (the C autograd kernel's calls: the op below autograd) or None (from
+    Python: the kernel, unclaimed, on plain tensors outside functorch's transforms; else
+    the op, which grad mode off sends below)."""
     direct = _writes_no_argument(op)
     unclaimed = kernel._unclaimed
+    count = len(input_names(kernel))
     tensor = torch.Tensor
 
-    def forward_with_ctx(ctx, *args):
-        # The dispatcher's keyset (or how to run the op) rides along as a last input that
-        # is no input of the kernel: the user's setup_context and backward never see it.
-        keyset, args = args[-1], args[:-1]
-        # From the op's Autograd kernel: below autograd with its keyset. From Python
-        # (claimed_call, None): the kernel, unclaimed (grad mode is off in here), outside
-        # functorch's transforms, on plain tensors (PLAIN_TENSORS, checked inline); else
-        # the op, which grad mode off sends below.
-        if keyset is _BELOW:
-            output = run_below(args)
-        elif keyset is not None:
-            output = run(keyset, args)
-        elif direct and not _transforms_active():
-            for value in args:
-                if isinstance(value, tensor) and type(value) not in PLAIN_TENSORS:
-                    output = op(*args)
-                    break
-            else:
-                output = as_op_result(unclaimed(*args))
+    def forward(*args):
+        # Outside a transform (the C apply): forward(ctx, *inputs), the setup run here.
+        ctx = args[0] if args and isinstance(args[0], _Ctx) else None
+        if ctx is not None:
+            args = args[1:]
+        if len(args) == count:  # RECORD: the kernel itself, several outputs a tuple
+            output = unclaimed(*args)
+            if output.__class__ is list:
+                output = tuple(output)
+        elif args[-1] is _BELOW:
+            output = run_below(args[:-1])
+        elif args[-1] is not None:
+            output = run(args[-1], args[:-1])
         else:
-            output = op(*args)
-        if ctx is not None:  # the Function without setup_context (`_single_apply`)
-            run_setup(ctx, args, output)
+            output = _unrouted(args[:-1])
+        if ctx is not None and rec.backward[1] is not None:
+            setup_context(ctx, args, output)
         return output
 
-    def forward(*args):
-        return forward_with_ctx(None, *args)
-
-    def run_setup(ctx, inputs, output):
-        # The registered setup_context sees the kernel's inputs, and needs_input_grad one
-        # entry each: the keyset riding along as a last input is trimmed off, as in backward.
-        _, setup = rec.backward
-        if setup is not None:
-            needs = ctx.needs_input_grad
-            ctx.needs_input_grad = needs[:len(inputs)]
-            try:
-                setup(ctx, inputs, output)
-            finally:
-                ctx.needs_input_grad = needs
+    def _unrouted(args):
+        if direct and not _transforms_active():
+            for value in args:
+                if isinstance(value, tensor) and type(value) not in PLAIN_TENSORS:
+                    return op(*args)
+            return as_op_result(unclaimed(*args))
+        return op(*args)
 
     def setup_context(ctx, inputs, output):
-        run_setup(ctx, inputs[:-1], output)
+        # The registered setup_context sees the kernel's inputs, and needs_input_grad one
+        # entry each: a route riding along is trimmed off, as in backward.
+        _, setup = rec.backward
+        if setup is None:
+            return
+        if len(inputs) == count:
+            setup(ctx, inputs, output)
+            return
+        needs = ctx.needs_input_grad
+        ctx.needs_input_grad = needs[:count]
+        try:
+            setup(ctx, inputs[:count], output)
+        finally:
+            ctx.needs_input_grad = needs
 
     def backward(ctx, *grads):
         registered, _ = rec.backward
         needs = ctx.needs_input_grad
-        ctx.needs_input_grad = needs[:-1]
+        if len(needs) == count:
+            return registered(ctx, *grads)
+        ctx.needs_input_grad = needs[:count]
         try:
             result = registered(ctx, *grads)
         finally:
@@ -226,23 +323,22 @@ def _recording_function(kernel, op, rec: OpRecord, run, run_below):
 
     # Named after the kernel: its outputs' grad_fn is <kernel>Backward. Under vmap,
     # torch.func batches it by running forward and backward per slice.
-    rec.recorded = type(kernel.name, (torch.autograd.Function,), {
-        "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
+    return _Conventions(kernel.name, (torch.autograd.Function,), {
+        "forward": staticmethod(forward), "_setup": staticmethod(setup_context),
         "backward": staticmethod(backward), "generate_vmap_rule": True})
-    return rec.recorded, forward_with_ctx, backward
 
 
-def _appliers(kernel, op, rec: OpRecord, Recorded, forward_with_ctx, backward) -> None:
-    """How calls reach the recording: ``rec.apply`` for every claimed call, and with the
-    fast paths the layers over it, the C applies of Functions whose forward takes ``ctx``
-    (``rec.base_apply`` outside functorch's transforms, ``rec.plain_apply`` for plain
-    calls of an op that writes no argument). Without them, ``Recorded.apply``."""
+def _appliers(kernel, op, rec: OpRecord, Recorded, keyless) -> None:
+    """How calls reach the op's Function, kept in its record: ``apply`` for every
+    recorded call, and with the fast paths the Function's C apply, which binds no
+    signature (``base_apply`` outside functorch's transforms; ``plain_apply``, the same,
+    for ``RECORD`` calls of an op that writes no argument). Without them,
+    ``Recorded.apply``."""
     if not apply_checked():
-        rec.apply = Recorded.apply
+        rec.recording(Recorded, Recorded.apply, None, None, keyless)
         return
-    label = kernel.name
     tensor = torch.Tensor
-    base_apply = _single_apply(label, forward_with_ctx, backward)
+    base_apply = super(torch.autograd.Function, Recorded).apply
 
     def apply(*args):
         if _transforms_active():
@@ -254,12 +350,8 @@ def _appliers(kernel, op, rec: OpRecord, Recorded, forward_with_ctx, backward) -
                 return base_apply(*_unwrap_dead_wrappers(args))
         return base_apply(*args)
 
-    rec.base_apply = base_apply
-    if _writes_no_argument(op):
-        single = kernel._core_kernel.num_outputs == 1
-        rec.plain_apply = _plain_apply(label, rec, kernel._unclaimed,
-                                       kernel._forward if single else None)
-    rec.apply = apply
+    plain_apply = base_apply if _writes_no_argument(op) else None
+    rec.recording(Recorded, apply, base_apply, plain_apply, keyless)
 
 
 def _padded(args: tuple, count: int) -> tuple:
@@ -278,62 +370,11 @@ def apply_checked() -> bool:
     (``probes.apply_probe``, decided once; off with ``TILEJIT_FAST_PATHS=0``)."""
     if not _apply_state:
         if FAST_PATHS:
-            _apply_state.append(apply_probe(torch))
+            _apply_state.append(apply_probe(torch, _Conventions))
         else:
             _apply_state.append(fast_paths.decided(
                 APPLY, False, "TILEJIT_FAST_PATHS=0: autograd.Function.apply"))
     return _apply_state[0]
-
-
-def _single_apply(label: str, forward, backward):
-    """The C apply (``_FunctionBase.apply``) of the op's other ``autograd.Function``, for
-    calls outside functorch's transforms: its forward takes ``ctx`` and calls the
-    registered ``setup_context`` itself, with the same inputs, output and ``ctx`` that
-    torch would hand it. ``Function.apply`` binds its arguments to ``forward``'s signature
-    with ``inspect.signature`` at every call (torch up to 2.13 in Python; from 2.14 in C,
-    for any Function with a ``setup_context``: several microseconds a call), which a Function without
-    ``setup_context`` skips. Same name (``<kernel>Backward``), same gradients; torch.func's
-    transforms, which need ``setup_context`` apart, get the op's Function (``Recorded``)."""
-    Single = type(label, (torch.autograd.Function,), {
-        "forward": staticmethod(forward), "backward": staticmethod(backward)})
-    return super(torch.autograd.Function, Single).apply
-
-
-def _plain_apply(label: str, rec: OpRecord, unclaimed, forward_entry=None):
-    """The C apply of the op's Function for the calls that matter most: plain tensors, no
-    transform, an op that writes no argument. Its forward takes exactly the kernel's
-    inputs (no keyset rides along), runs the kernel and the registered ``setup_context``;
-    its backward is the registered one. Same name, same gradients as `_single_apply`'s.
-    ``forward_entry`` (a kernel of one output: ``JITKernel._forward``) is the forward
-    itself while no ``setup_context`` is registered: the kernel's call with ``ctx`` left
-    out, no Python frame (`_choose_forward`, again at every registration)."""
-
-    def forward(ctx, *args):
-        output = as_op_result(unclaimed(*args))
-        _, setup = rec.backward
-        if setup is not None:
-            setup(ctx, args, output)
-        return output
-
-    def backward(ctx, *grads):
-        return rec.backward[0](ctx, *grads)
-
-    Plain = type(label, (torch.autograd.Function,), {
-        "forward": staticmethod(forward), "backward": staticmethod(backward)})
-    rec.plain_forwards = (Plain, forward, forward_entry)
-    _choose_forward(rec)
-    return super(torch.autograd.Function, Plain).apply
-
-
-def _choose_forward(rec: OpRecord) -> None:
-    """The plain Function's forward for the op's registration: the C one without a
-    ``setup_context`` (nothing else for the forward to do), else the Python one."""
-    if rec.plain_forwards is None:
-        return
-    Plain, python_forward, c_forward = rec.plain_forwards
-    setup = rec.backward[1] if rec.backward is not None else None
-    Plain.forward = staticmethod(c_forward if c_forward is not None and setup is None
-                                 else python_forward)
 
 
 def fallback_kernel(kernel, op, name: str):
@@ -369,30 +410,24 @@ def tangents_idle() -> bool:
     return FAST_PATHS and getattr(forward_ad, FORWARD_LEVEL, None) == IDLE_LEVEL
 
 
-def refuse_tangents(kernel_name: str, names: list, args: tuple) -> None:
-    """Forward-mode AD (``torch.autograd.forward_ad``, ``torch.func.jvp``): refused for
-    an input carrying a tangent, naming the kernel and the argument."""
+def tangent_at(args: tuple) -> int | None:
+    """The position of the first input carrying a forward-mode AD tangent
+    (``torch.autograd.forward_ad``, ``torch.func.jvp``), or None."""
     # The fast path: forward_ad's own record of the current level, -1 outside any
     # (checked once per process by tilejit.runtime.host); else every input is asked.
     if tangents_idle():
-        return
+        return None
     for position, value in enumerate(args):
-        if isinstance(value, torch.Tensor) and forward_ad.unpack_dual(value).tangent is not None:
-            raise RuntimeError(
-                f"{kernel_name}: argument {position} '{names[position]}' carries a forward-mode "
-                "AD tangent, but tilejit kernels have no forward derivative (only a backward, "
-                "kernel.register_autograd); compute the tangent with reverse mode "
-                "(torch.func.jacrev / torch.autograd.grad), or pass the primal "
-                "(forward_ad.unpack_dual(x).primal)")
+        if isinstance(value, torch.Tensor) and _tangent_of(value) is not None:
+            return position
+    return None
 
 
 def set_backward(name: str, backward, setup_context) -> None:
     """Records the backward of the op ``name`` (``register_autograd``)."""
-    rec = record(name)
-    rec.backward = (backward, setup_context)
-    _choose_forward(rec)
+    record(name).registered(backward, setup_context)
 
 
 def has_backward_named(name: str) -> bool:
-    rec = _records.get(name)
+    rec = existing(name)
     return rec is not None and rec.backward is not None

@@ -14,7 +14,7 @@ import torch
 from ...builder.torch_schema import NAMESPACE
 from ...runtime import frameworks, host
 from ...runtime.fast_paths import FAST_PATHS
-from .op import call_op, definition, is_defined, op_name
+from .op import call_op, definition, is_defined
 
 
 def _constant_at_trace_time(fn):
@@ -33,7 +33,7 @@ def _registered_op_name(kernel) -> str:
     """The op name, the op registered (with every live kernel's: ``_define_alive``)."""
     definition(kernel)
     _define_alive(kernel)
-    return op_name(kernel)
+    return kernel.artifact.op_name
 
 
 @_constant_at_trace_time
@@ -43,7 +43,7 @@ def _traced_op_entry(key: str) -> tuple:
     outside the graph: Dynamo calls this at trace time and keeps the result as a
     constant."""
     kernel = frameworks.traced_object(key)
-    return _registered_op_name(kernel), len(kernel._sig.out_idx) > 1
+    return _registered_op_name(kernel), len(kernel.artifact.signature.out_idx) > 1
 
 
 # The op namespace, read once: every global a traced call reads is a guard each call of

@@ -46,7 +46,7 @@ def bind_symbols(kernel, args) -> dict:
     must match, as must constant extents and strides, refused with the core's words.
     ``tests/test_torch_autograd.py`` checks that this and the core agree on random
     signatures of every kind."""
-    sig = kernel._sig
+    sig = kernel.artifact.signature
     params = kernel.params
     inputs = sig.inputs
     firm: dict[Symbol, tuple] = {}  # symbol -> (value, label of the argument binding it)
@@ -171,7 +171,7 @@ def fake(kernel, traced=None):
     (``bind_symbols``), on the first tensor's device. ``traced()``, when given, runs first
     at every call: a trace meets every op here, whoever called it (the kernel,
     ``kernel.torch_op``, an exported program)."""
-    sig = kernel._sig
+    sig = kernel.artifact.signature
     params = kernel.params
     default = torch.device("cuda" if sig.target == "cuda" else "cpu")
 

@@ -46,13 +46,13 @@ import torch
 from ...builder.torch_schema import NAMESPACE, input_kinds
 from ...runtime import fast_paths
 from ...runtime.fast_paths import FAST_PATHS
+from .record import record, waiting_lowerings
 
 _LOWERING = "torch._inductor.lowering"
 _ATTRIBUTE = "tilejit_direct"  # the OpOverload's attribute holding the kernel's entry
 _ALLOCATOR_ALIGNMENT = 64  # what torch's CPU allocator guarantees (c10's gAlignment)
 _NAME = "Inductor lowering (the kernel called without the dispatcher)"
 _lock = threading.RLock()
-_unlowered: list = []  # (op, name) with a direct entry whose lowering is not installed yet
 _active: list = []  # [whether the fast path is on], once decided
 
 
@@ -65,7 +65,7 @@ def _of_the_shape(kernel) -> bool:
     """Whether ``kernel`` is of the shape Inductor may call directly: a CPU kernel whose
     one output is its last parameter (compact, aligned as torch allocates) and whose
     inputs are all required tensors."""
-    sig = kernel._sig
+    sig = kernel.artifact.signature
     nparams = len(sig.names)
     output = kernel.params[-1]
     # An output Inductor allocates as the fake implementation does, which passes every
@@ -73,7 +73,7 @@ def _of_the_shape(kernel) -> bool:
     # call about it could differ from the op's.
     return (sig.target == "cpu" and tuple(sig.out_idx) == (nparams - 1,)
             and output.strides is None and (output.align or 1) <= _ALLOCATOR_ALIGNMENT
-            and input_kinds(kernel) == "T" * (nparams - 1))
+            and input_kinds(kernel.artifact) == "T" * (nparams - 1))
 
 
 def offer(kernel, op, name: str, writes: bool) -> None:
@@ -86,27 +86,28 @@ def offer(kernel, op, name: str, writes: bool) -> None:
     if writes or not _of_the_shape(kernel):
         return
     direct = None
-    if FAST_PATHS and kernel._export_images is None:
+    if FAST_PATHS and not kernel.artifact.exported:
         try:
             direct = kernel._outputs_passed()
         except Exception:  # noqa: BLE001 - its library gone from the cache, say: the op
             direct = None
     setattr(op, _ATTRIBUTE, direct if direct is not None else _through_op(op))
     if direct is not None:
-        with _lock:
-            _unlowered.append((op, name))
+        record(name).offer_lowering()  # its lowering waits for Inductor
         inductor_loaded()
 
 
 def inductor_loaded() -> None:
     """Called where every trace meets the op (its fake implementation): with Inductor loaded (torch.compile's inductor backend loads it before
     it compiles), the lowering of every op offered, with the fast path."""
-    if _unlowered and _LOWERING in sys.modules:
+    waiting = waiting_lowerings()
+    if waiting and _LOWERING in sys.modules:
         with _lock:
-            while _unlowered and _installed():
-                op, name = _unlowered.pop()
+            for rec in waiting:
+                if not _installed() or not rec.take_lowering():
+                    continue
                 try:
-                    _install(op, name)
+                    _install(rec.op, rec.name)
                 except Exception as exc:  # noqa: BLE001 - Inductor's own fallback stays
                     _active[0] = fast_paths.decided(
                         _NAME, False, f"installing a lowering failed ({exc!r})")

@@ -28,51 +28,36 @@ from __future__ import annotations
 import ctypes
 import struct
 import threading
-from ctypes import POINTER, Structure, c_char_p, c_int, c_int64, c_size_t, c_uint64, c_void_p
+from ctypes import c_char_p, c_int, c_uint64, c_void_p
 
 import torch
 
 from ...builder import torch_schema as schema
+from ...native import abi
 from ...native._build import env
-from ...native.ctypes_abi import DLTensor
+from ...native.ctypes_abi import (
+    DLTensor,
+    TorchFallback,
+    TorchOp,
+    TorchPlain,
+    TorchPlainObjects,
+    TorchReader,
+)
 from ...native.library import core_library, status_of
 from ...runtime import fast_paths
 from ...runtime.fast_paths import FAST_PATHS
 from . import autograd, probes
+from .record import record
+from .results import op_outputs
 
 MODE = env.choice("TILEJIT_TORCH_OPS", ("c", "python")) or "c"
 
-_FALLBACK = ctypes.CFUNCTYPE(c_int, c_void_p, POINTER(c_uint64), c_uint64, c_uint64, c_void_p,
-                             c_size_t)
-
-
-class _TorchPlain(Structure):  # tj_torch_plain
-    _fields_ = [("meta_offset", c_int64), ("keyset_offset", c_int64),
-                ("keysets", c_uint64 * 4), ("nkeysets", ctypes.c_int32),
-                ("tls_symbol", c_char_p), ("fw_grad", c_void_p), ("undefined", c_void_p)]
-
-
-class _TorchPlainObjects(Structure):  # tj_torch_plain_objects
-    _fields_ = [("impl_offset", c_int64), ("plain", POINTER(_TorchPlain))]
-
-
-class _TorchReader(Structure):  # tj_torch_reader
-    _fields_ = [("impl_offset", c_int64), ("plain", POINTER(_TorchPlain)),
-                ("impl_vtable", c_void_p), ("dtypes", c_uint64), ("wrap", c_void_p)]
-
-
-class _TorchOp(Structure):  # tj_torch_op
-    _fields_ = [("ns", c_char_p), ("name", c_char_p), ("inputs", c_char_p),
-                ("fallback", _FALLBACK), ("context", c_void_p),
-                ("plain", POINTER(_TorchPlain)), ("output_order", POINTER(ctypes.c_int32))]
-
-
 _lock = threading.Lock()
 _available: list = []  # [why not, or None], decided once
-_plain_found: list = []  # [_TorchPlain, or None], decided once
+_plain_found: list = []  # [TorchPlain, or None], decided once
 _reader_lock = threading.Lock()  # beside _lock: the reader's probe takes it (plain_probe)
-_reader_found: list = []  # [(function, context) addresses, or None], decided once
-_kept: list = []  # what the registered C kernels use, kept for the process's life
+_reader_found: list = []  # [(function, context, make) addresses, or None; the context]
+_objects_found: list = []  # [(function, context) addresses, or None; the context]
 
 
 def available() -> str | None:
@@ -94,12 +79,6 @@ def _why_not() -> str | None:
     if MODE == "python":
         return "TILEJIT_TORCH_OPS=python"
     core = core_library()
-    for name, restype, argtypes in (
-            ("tj_torch_init", c_int, []),
-            ("tj_torch_impl", c_int, [c_void_p, POINTER(_TorchOp)]),
-            ("tj_torch_tls_word", c_int, [c_char_p, POINTER(c_uint64)])):
-        fn = getattr(core, name)
-        fn.restype, fn.argtypes = restype, argtypes
     if core.tj_torch_init():
         return core.tj_last_error().decode("utf-8", "replace")
     if not hasattr(torch._C, "_aoti"):
@@ -121,8 +100,9 @@ def plain_probe():
                 fast_paths.decided(probes.PLAIN_CALL, False, "TILEJIT_FAST_PATHS=0")
             if found is not None:
                 meta, keyset, words, tls, fw_grad, undefined = found
-                found = _TorchPlain(meta, keyset, (c_uint64 * 4)(*words), len(words),
-                                    tls.encode(), fw_grad, undefined)
+                words = (c_uint64 * abi.TJ_TORCH_MAX_KEYSETS)(*words)
+                found = TorchPlain(meta, keyset, words, len(found[2]), tls.encode(), fw_grad,
+                                   undefined)
             _plain_found.append(found)
     return _plain_found[0]
 
@@ -136,10 +116,12 @@ def plain_objects(impl_offset: int):
     plain = plain_probe()
     if plain is None:
         return None
-    context = _TorchPlainObjects(impl_offset, ctypes.pointer(plain))
-    _kept.append(context)
-    function = ctypes.cast(core_library().tj_torch_plain_object, c_void_p).value
-    return function, ctypes.addressof(context)
+    with _lock:
+        if not _objects_found:
+            context = TorchPlainObjects(impl_offset, ctypes.pointer(plain))
+            function = ctypes.cast(core_library().tj_torch_plain_object, c_void_p).value
+            _objects_found.extend(((function, ctypes.addressof(context)), context))
+    return _objects_found[0]
 
 
 def reader():
@@ -155,18 +137,18 @@ def reader():
     anything does not check out. The context lives for the process."""
     with _reader_lock:
         if not _reader_found:
-            _reader_found.append(_find_reader())
+            _reader_found.extend(_find_reader())
     return _reader_found[0]
 
 
-def _find_reader():
-    """``reader``'s answer, its decision recorded."""
+def _find_reader() -> tuple:
+    """``(reader's answer, the context it points to)``, its decision recorded."""
     from .views import locate
 
     if not FAST_PATHS:
         fast_paths.decided(probes.READER, False, "TILEJIT_FAST_PATHS=0")
         fast_paths.decided(probes.MAKER, False, "TILEJIT_FAST_PATHS=0")
-        return None
+        return None, None
     # torch's stable ABI found (not the op's registration: TILEJIT_TORCH_OPS=python reads
     # tensors in place too), and handles made from Python (the plain-call probe's).
     core = core_library()
@@ -178,10 +160,9 @@ def _find_reader():
         why = why or "the plain-call probe or the TensorImpl word did not check out"
         fast_paths.decided(probes.READER, False, f"{why}: every tensor through __dlpack__")
         fast_paths.decided(probes.MAKER, False, f"{why}: outputs from torch.empty")
-        return None
+        return None, None
     read = core.tj_torch_read_object
-    read.restype, read.argtypes = c_int, [c_void_p, c_void_p, c_void_p]
-    context = _TorchReader(located[0], ctypes.pointer(plain), None, 0)
+    context = TorchReader(located[0], ctypes.pointer(plain), None, 0)
 
     def read_as(tensor, vtable, dtypes):
         """The DLTensor the core reads of ``tensor`` under those settings, or None."""
@@ -194,9 +175,8 @@ def _find_reader():
     if found is None:
         fast_paths.decided(probes.MAKER, False, "tensors are not read in place: outputs from "
                            "torch.empty")
-        return None
+        return None, None
     context.impl_vtable, context.dtypes = found
-    _kept.append(context)
     make_address = ctypes.cast(core.tj_torch_make_object, c_void_p).value
     # Called holding the GIL (a PYFUNCTYPE): it makes a Python object.
     make = ctypes.PYFUNCTYPE(c_int, c_void_p, c_void_p, c_void_p)(make_address)
@@ -217,7 +197,7 @@ def _find_reader():
                                f"{_WRAP}: outputs from torch.empty")
         context.wrap = None
     return (ctypes.cast(read, c_void_p).value, ctypes.addressof(context),
-            make_address if context.wrap else None)
+            make_address if context.wrap else None), context
 
 
 _decref = ctypes.pythonapi.Py_DecRef
@@ -294,20 +274,20 @@ def autograd_in_c(mutates: bool) -> bool:
 def register(kernel, op, name: str, namespace: str, mutates: bool) -> bool:
     """Registers the C kernels of ``op`` (see the module); False when they cannot be (no
     stable ABI, no slot left): the caller registers Python's instead."""
-    if available() is not None or not schema.implementable_in_c(kernel):
+    if available() is not None or not schema.implementable_in_c(kernel.artifact):
         return False
     core = core_library()
-    kinds = schema.input_kinds(kernel)
-    fallback = _FALLBACK(_fallback(kernel, op, name, kinds)) if autograd_in_c(mutates) else None
+    kinds = schema.input_kinds(kernel.artifact)
+    fallback = TorchFallback(_fallback(kernel, op, name, kinds)) if autograd_in_c(mutates) else None
     plain = plain_probe() if fallback is not None else None
     # The op's returns as the kernel's outputs: return r is output returns[r].
-    returns = kernel._sig.output_order
+    returns = kernel.artifact.signature.output_order
     order = (ctypes.c_int32 * max(len(returns), 1))(*returns)
-    spec = _TorchOp(namespace.encode(), name.encode(), kinds.encode(),
-                    fallback if fallback is not None else _FALLBACK(), None,
+    spec = TorchOp(namespace.encode(), name.encode(), kinds.encode(),
+                    fallback if fallback is not None else TorchFallback(), None,
                     ctypes.pointer(plain) if plain is not None else None, order)
     # Kept whatever the answer: a registration torch failed half-way may still call it.
-    _kept.append((kernel._core_kernel, fallback))
+    record(name).keep((kernel._core_kernel, fallback))
     if core.tj_torch_impl(kernel._core_kernel.address, ctypes.byref(spec)):
         message = core.tj_last_error().decode("utf-8", "replace")
         fast_paths.decided(f"torch op {name} in C", False, message)
@@ -337,8 +317,7 @@ def _fallback(kernel, op, name: str, kinds: str):
         try:
             args = tuple(decode(kind, stack[i]) for i, kind in enumerate(kinds))
             result = python_kernel(*args)
-            outputs = (result,) if isinstance(result, torch.Tensor) else tuple(result)
-            for o, tensor in enumerate(outputs):
+            for o, tensor in enumerate(op_outputs(result)):
                 stack[o] = handle_of(tensor)
             return 0
         except BaseException as exc:  # noqa: BLE001 - handed to C, which raises it in torch

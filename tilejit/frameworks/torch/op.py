@@ -34,15 +34,13 @@ import torch
 from ...builder.torch_schema import (
     NAMESPACE,
     implementable_in_c,
-    inputs,
     kernel_name_of,
-    op_name,
     schema,
 )
 from ...runtime import frameworks
-from ...runtime.fast_paths import FAST_PATHS
 from . import autograd, fake, inductor, native_op
 from .probes import FORWARD_LEVEL, IDLE_LEVEL
+from .record import existing, record, schema_inputs
 from .results import kernel_result, op_result, outputs_of
 
 _lock = threading.RLock()
@@ -58,7 +56,7 @@ def implementation(kernel):
     outputs may not be torch's (no required tensor input to allocate them like) gets
     them converted."""
     entry = kernel._unclaimed
-    if implementable_in_c(kernel):  # outputs allocated like a tensor input: torch's
+    if implementable_in_c(kernel.artifact):  # outputs allocated like a tensor input: torch's
         return entry
 
     def impl(*args):
@@ -89,15 +87,15 @@ def definition(kernel):
     (``_versions_bumped``), as custom_op would.
     """
     global _library
-    name = op_name(kernel)
-    rec = autograd.record(name)  # the op's one record: its OpOverload once registered
+    name = kernel.artifact.op_name
+    rec = record(name)  # the op's one record: its OpOverload once registered
     found = rec.op
     if found is not None:
         return found
     with _lock:
         found = rec.op
         if found is None:
-            text, _ = schema(kernel)
+            text, _ = schema(kernel.artifact)
             if _library is None:
                 _library = torch.library.Library(NAMESPACE, "FRAGMENT")
             # An export's torch_op.so loaded first has defined the op and registered its
@@ -125,7 +123,7 @@ def definition(kernel):
             if written:
                 _library.impl(name, _versions_bumped(found, written), "ADInplaceOrView",
                               with_keyset=True)
-            rec.op = found
+            rec.defined(found)
             inductor.offer(kernel, found, name, bool(written))
     return found
 
@@ -148,7 +146,8 @@ def _loaded_op(kernel, name: str, text: str):
 
 def is_defined(kernel) -> bool:
     """Whether the op of ``kernel`` is registered already."""
-    return autograd.record(op_name(kernel)).op is not None
+    rec = existing(kernel.artifact.op_name)
+    return rec is not None and rec.op is not None
 
 
 def _versions_bumped(op, written: list[int]):
@@ -184,14 +183,15 @@ def register_autograd(kernel, backward, setup_context=None) -> None:
                         f"{type(setup_context).__name__}")
     definition(kernel)
     with _lock:
-        autograd.set_backward(op_name(kernel), backward, setup_context)
-        if "_torch_claimed" in kernel.__dict__ and "_call_plan" in kernel.__dict__:
-            _take_claims(kernel)  # now with the backward it may record with
+        name = kernel.artifact.op_name
+        autograd.set_backward(name, backward, setup_context)
+        for claiming in list(record(name).claiming):
+            _take_claims(claiming)  # now with the backward it may record with
 
 
 def has_backward(kernel) -> bool:
     """Whether a backward is registered for the kernel (on any of its backends)."""
-    return autograd.has_backward_named(op_name(kernel))
+    return autograd.has_backward_named(kernel.artifact.op_name)
 
 
 # ---- Calls ------------------------------------------------------------------------------
@@ -204,17 +204,19 @@ def claimed_call(kernel, args: tuple, stream):
     validated by the core first, with the same rules and messages as any call; its
     scalars reach the op as the schema's Python types, converted by tilejit's rules."""
     if stream is not None:
-        raise ValueError(f"{kernel.name}: stream= cannot be given to a call that torch runs "
-                         "as an op (a tensor requires grad, or a tracer made it); make the "
-                         "stream current instead: with torch.cuda.stream(s): ...")
-    claimed = kernel.__dict__.get("_torch_claimed")
+        autograd.refuse(kernel.name, [], args, autograd.STREAM)
+    rec = record(kernel.artifact.op_name)
+    claimed = rec.claimed
     if claimed is None:
         with _lock:
-            claimed = kernel.__dict__.get("_torch_claimed")
+            claimed = rec.claimed
             if claimed is None:
-                claimed = kernel.__dict__["_torch_claimed"] = _recorder(kernel, _as_op)
-                if "_call_plan" in kernel.__dict__:
-                    _take_claims(kernel)
+                claimed = rec.claimed_by(_recorder(kernel, _as_op))
+    if kernel not in rec.claiming and "_call_plan" in kernel.__dict__:
+        with _lock:
+            if kernel not in rec.claiming:
+                rec.claims_handed(kernel)
+                _take_claims(kernel)
     return claimed(kernel, args, None)
 
 
@@ -228,8 +230,8 @@ def _take_claims(kernel) -> None:
     Otherwise (scalars are converted to the schema's types, which only a validated
     call may be) after the core has validated it; a call it does not record then goes
     on to ``_claimed_call``."""
-    name = op_name(kernel)
-    rec = autograd.record(name)
+    name = kernel.artifact.op_name
+    rec = record(name)
     if rec.base_apply is None:
         return
     plain_apply = rec.plain_apply
@@ -241,24 +243,24 @@ def _take_claims(kernel) -> None:
     def otherwise(kernel_object, args: tuple, stream):
         return validated(*args) if stream is None else validated(*args, stream=stream)
 
-    # The recorder's common case, asked by the core itself (tj_host_plan.record): plain
-    # tensors, none a functorch wrapper, outside inference mode, functorch's transforms
-    # and forward-AD levels, a backward registered (grad mode is on: the core claimed
-    # the call for a tensor that requires grad).
+    # The core's record gate (tj_host_plan.record) takes what autograd.decide calls
+    # RECORD itself: plain tensors, none a functorch wrapper, outside inference mode,
+    # functorch's transforms and forward-AD levels, a backward registered (grad mode is
+    # on: the core claimed the call for a tensor that requires grad).
     # The thread's and the tensors' questions are answered in place where torch's
     # key sets can be read (native_op.plain_objects), the functions asked otherwise.
-    record = None
+    gate = None
     adapter = frameworks.adapter_named("torch")
     scope, probe = adapter.forward_ad_scope(), adapter.grad_probe()
-    if (scope is not None and autograd.has_backward_named(name)
+    if (scope is not None and rec.backward is not None
             and kernel._core_kernel.num_outputs > 0):
-        record = (plain_apply, (torch.Tensor, torch.nn.Parameter),
-                  autograd.is_wrapped, (torch.is_inference_mode_enabled,
-                                        torch._C._are_functorch_transforms_active),
-                  (scope, FORWARD_LEVEL, IDLE_LEVEL),
-                  native_op.plain_objects(probe[0]) if probe is not None else None)
+        gate = (plain_apply, (torch.Tensor, torch.nn.Parameter),
+                autograd.is_wrapped, (torch.is_inference_mode_enabled,
+                                      torch._C._are_functorch_transforms_active),
+                (scope, FORWARD_LEVEL, IDLE_LEVEL),
+                native_op.plain_objects(probe[0]) if probe is not None else None)
     kernel._hand_claims_to(_recorder(kernel, otherwise, at_once=True), at_once=True,
-                           record=record)
+                           record=gate)
 
 
 def _as_op(kernel, args: tuple, stream):
@@ -269,70 +271,34 @@ def _as_op(kernel, args: tuple, stream):
 
 def _recorder(kernel, otherwise, *, at_once: bool = False):
     """``run(kernel, args, stream)``: a claimed call of ``kernel`` that autograd records
-    (grad mode on, not inference mode, a torch tensor requires grad, a backward
-    registered; no stream), else ``otherwise(kernel, args, stream)``. Made once per
-    kernel for `claimed_call` (``otherwise``: the op), and, with the fast path on, for
-    the kernel's call plan (``_take_claims``), whose hand-over then reaches it with no
-    frame in between; so ``autograd.requiring_grad`` and the fast check of
-    ``autograd.refuse_tangents`` are written out in it. Recorded here, above the
-    dispatcher, where torch.func's transforms see the autograd.Function (they cannot
-    from inside an op's Autograd kernel): outside them, with no functorch wrapper and no
-    tensor subclass (a fake tensor) among the inputs, straight through the C apply of
-    the op's Function for plain calls (the op record's ``plain_apply``; for an op that
-    writes an argument its ``base_apply``); else through its ``apply``. ``at_once``: the
-    call has not been validated, so only a plain call on torch tensors with the fast
-    tangent check is recorded here (the kernel validates it in the forward); every
-    other call is ``otherwise``'s."""
-    name = op_name(kernel)
-    label = kernel.name
-    count = kernel._core_kernel.num_inputs
-    buffers_only = _buffers_only(kernel)
-    tensor, parameter, wrapped = torch.Tensor, torch.nn.Parameter, autograd.is_wrapped
-    names = autograd.input_names(kernel)
-    rec = autograd.record(name)
-    apply, plain_apply = rec.base_apply, rec.plain_apply
-    grad_enabled, inference = torch.is_grad_enabled, torch.is_inference_mode_enabled
-    transforms_active = torch._C._are_functorch_transforms_active
-    # What autograd.tangents_idle reads, read inline.
-    fast, forward_ad, level, idle = FAST_PATHS, torch.autograd.forward_ad, FORWARD_LEVEL, \
-        IDLE_LEVEL
+    (``autograd.decide``), else ``otherwise(kernel, args, stream)``. Made once per op for
+    `claimed_call` (``otherwise``: the op), and, with the fast path on, for the kernel's
+    call plan (``_take_claims``), whose hand-over then reaches it with no frame in
+    between. Recorded here, above the dispatcher, where torch.func's transforms see the
+    autograd.Function (they cannot from inside an op's Autograd kernel): a ``RECORD``
+    call straight through the C apply of the op's Function (``plain_apply``; for an op
+    that writes an argument ``base_apply``), any other through its ``apply``.
+    ``at_once``: the call has not been validated, so only a ``RECORD`` call of torch
+    tensors is recorded here (the kernel validates it in the forward); every other call
+    is ``otherwise``'s."""
+    rec = record(kernel.artifact.op_name)
+    kinds = autograd.schema_kinds(kernel)
+    buffers_only = all(kind is None for kind in kinds)
+    decide, recorded, RECORD = autograd.decide, autograd.RECORDED, autograd.RECORD
 
     def run(kernel_object, args: tuple, stream):
         registered = rec.backward
-        if (stream is not None or registered is None or len(args) != count
-                or not grad_enabled() or inference()):
+        verdict = decide(args, kinds, registered is not None, stream)
+        if verdict is RECORD:
+            plain_apply = rec.plain_apply
+            if plain_apply is not None:
+                if buffers_only:
+                    return kernel_result(plain_apply(*args))
+                return kernel_result(plain_apply(*_schema_args(kernel_object, args)))
+        if at_once or verdict not in recorded:
             return otherwise(kernel_object, args, stream)
-        recorded, as_schema, plain = False, buffers_only, True
-        for value in args:
-            cls = type(value)
-            if cls is tensor or cls is parameter:
-                if not recorded and value.requires_grad:
-                    recorded = True
-                if plain and wrapped(value):
-                    plain = False
-            elif isinstance(value, tensor):  # a subclass: never plain
-                recorded, plain = recorded or value.requires_grad, False
-            elif value is not None:
-                as_schema = False
-        if not recorded:
-            return otherwise(kernel_object, args, stream)
-        idle_tangents = fast and getattr(forward_ad, level, None) == idle
-        direct = apply is not None and plain and not transforms_active()
-        if at_once:
-            if not (idle_tangents and as_schema and direct):
-                return otherwise(kernel_object, args, stream)
-            result = plain_apply(*args)
-            return kernel_result(result)
-        if not idle_tangents:
-            autograd.refuse_tangents(label, names, args)
         # The backward's setup_context sees the inputs as the op's schema takes them.
-        if not as_schema:
-            args = _schema_args(kernel_object, args)
-        if direct:
-            result = plain_apply(*args) if plain_apply is not None else apply(*args, None)
-        else:
-            result = rec.apply(*args, None)
-        return kernel_result(result)
+        return kernel_result(rec.apply(*_schema_args(kernel_object, args), None))
 
     return run
 
@@ -340,7 +306,7 @@ def _recorder(kernel, otherwise, *, at_once: bool = False):
 def _buffers_only(kernel) -> bool:
     """Whether every input of the kernel is a buffer: a call on torch tensors (and None)
     then already has the op schema's types."""
-    return all(kind is None for kind, _ in _schema_inputs(kernel))
+    return all(kind is None for kind, _ in schema_inputs(kernel))
 
 
 def _schema_args(kernel, args: tuple) -> tuple:
@@ -373,17 +339,8 @@ def _schema_args(kernel, args: tuple) -> tuple:
 
 
 def _schema_inputs(kernel) -> tuple:
-    """``(conversion, name)`` of each input of ``kernel`` in call order: None for a
-    buffer, else how a scalar becomes the schema's Python type (`_schema_args`). Made
-    once per kernel."""
-    import operator
-
-    found = kernel.__dict__.get("_torch_schema_inputs")
-    if found is None:
-        conversions = {"T": None, "t": None, "b": bool, "f": float, "i": operator.index}
-        found = tuple((conversions[kind], name) for _, name, kind in inputs(kernel))
-        found = kernel.__dict__.setdefault("_torch_schema_inputs", found)
-    return found
+    """``(conversion, name)`` of each input of ``kernel`` (``record.schema_inputs``)."""
+    return schema_inputs(kernel)
 
 
 def _as_torch(label: str, value):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import sys
 
+from ...language import dtypes as _dtypes
 from ...runtime.fast_paths import decided as _decided
 from ...runtime.fast_paths import in_fresh_thread
 from .views import _Memory
@@ -391,27 +392,29 @@ def _tangent_probe(torch, meta_offset: int, handles) -> tuple:
         return None, None
 
 
-APPLY = "autograd.Function C apply (_FunctionBase.apply, forward with ctx)"
+APPLY = "autograd.Function C apply (_FunctionBase.apply)"
 
 
-def apply_probe(torch) -> bool:
-    """Whether the C apply of an ``autograd.Function`` whose forward takes ``ctx`` (and
-    which has no ``setup_context``) records a call with no Python frame of torch's in
-    between: no signature binding (``inspect``), no ``Function.apply`` logic. Measured on a
-    thread of its own with a profile hook, once per process; recorded for ``doctor``."""
+def apply_probe(torch, conventions) -> bool:
+    """Whether the C apply of an ``autograd.Function`` of the metaclass ``conventions``
+    (``autograd._Conventions``: outside functorch's transforms its forward takes ``ctx``)
+    records a call with no Python frame of torch's in between, only its forward and the
+    metaclass's own: no signature binding (``inspect``), no ``Function.apply`` logic.
+    Measured on a thread of its own with a profile hook, once per process; recorded for
+    ``doctor``."""
     import sys
     import threading
 
     def probe():
-        class Probe(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, x):
-                return x * 2
+        def forward(ctx, x):
+            return x * 2
 
-            @staticmethod
-            def backward(ctx, grad):
-                return grad * 2
+        def backward(ctx, grad):
+            return grad * 2
 
+        Probe = conventions("Probe", (torch.autograd.Function,), {
+            "forward": staticmethod(forward), "backward": staticmethod(backward),
+            "_setup": staticmethod(lambda ctx, inputs, output: None)})
         apply = super(torch.autograd.Function, Probe).apply
         x = torch.ones(2, requires_grad=True)
         seen: list = []
@@ -430,7 +433,8 @@ def apply_probe(torch) -> bool:
         y.sum().backward()
         if x.grad is None or x.grad.tolist() != [2.0, 2.0]:
             raise LookupError("the recorded call's gradient is wrong")
-        torch_frames = [f for f in seen if f != __file__ and f != threading.__file__]
+        ours = (__file__, threading.__file__, sys.modules[conventions.__module__].__file__)
+        torch_frames = [f for f in seen if f not in ours]
         if torch_frames:
             raise LookupError(f"the C apply runs Python besides forward: {torch_frames[0]}")
 
@@ -440,8 +444,7 @@ def apply_probe(torch) -> bool:
         _decided(APPLY, False, f"{type(exc).__name__}: {exc}; autograd.Function.apply")
         return False
     _decided(APPLY, True, "the C apply autograd.Function.apply ends in, checked to record a "
-             "call running no Python but the forward; the Function's forward takes ctx and "
-             "runs setup_context itself")
+             "call running no Python but the op's Function's forward")
     return True
 
 
@@ -495,11 +498,9 @@ class _NotFound(Exception):
 
 
 READER = "tensors read in place (TensorImpl, torch without the exchange API)"
-# torch's dtypes a tensor may have, each checked (those this torch lacks are left out).
-_DTYPES = ("float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64",
-           "uint8", "uint16", "uint32", "uint64", "bool", "complex32", "complex64",
-           "complex128", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
-           "float8_e8m0fnu")
+# torch's dtypes a tensor may have, each checked (those this torch lacks are left out):
+# the element-type table's torch column, the packed (two-lane) ones aside.
+_DTYPES = tuple(d.torch for d in _dtypes.ALL.values() if d.torch and d.lanes == 1)
 _EVERY_DTYPE = (1 << 64) - 1
 
 
@@ -661,7 +662,6 @@ def maker_probe(torch, make_as) -> bool:
     import warnings
     import weakref
 
-    from ...language import dtypes as _dtypes
     from ...native.ctypes_abi import DLDataType, DLDevice, DLTensor
 
     def made_like(shape, dtype, device) -> bool:

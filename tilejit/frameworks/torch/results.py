@@ -29,6 +29,13 @@ def outputs_of(result) -> list:
     return result if isinstance(result, list) else [result]
 
 
+def op_outputs(result) -> tuple:
+    """The outputs of an op's result (the op's shape: None, a tensor or a tuple)."""
+    if result is None:
+        return ()
+    return result if isinstance(result, tuple) else (result,)
+
+
 def kernel_result(result):
     """An op's result as the kernel call returns it: several outputs as a list."""
     return list(result) if isinstance(result, tuple) else result
