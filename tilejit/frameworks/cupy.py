@@ -40,6 +40,8 @@ def cupy_dtype(name: str) -> numpy.dtype | None:
 class CupyAdapter(frameworks.Adapter):
     name = "cupy"
 
+    dlpack_keywords = _NO_SYNC
+
     def allocator(self, dtype: str, device: tuple[int, int]):
         found = cupy_dtype(dtype)
         if found is None or device[0] not in _CUDA_DEVICES:
@@ -69,9 +71,6 @@ class CupyAdapter(frameworks.Adapter):
         """A ``cupy.cuda.Stream`` (or ``ExternalStream``) given as ``stream=``: its ptr."""
         ptr = getattr(stream, "ptr", None)
         return ptr if isinstance(ptr, int) else None
-
-    def dlpack_keywords(self, obj) -> dict:
-        return _NO_SYNC
 
     def tensor_from(self, values, dtype: str, device: str):
         if device != "cuda":

@@ -7,7 +7,7 @@ For a type of tensor it asks the type's adapter (``adapter_for``):
 - ``allocator(dtype, device)``: how outputs are made for calls with such arguments;
 - ``stream(device_type, device_id)``: the framework's current stream, for producers
   without the DLPack exchange API; ``stream_handle(stream)``: the handle of one of its
-  stream objects given as ``stream=``; ``dlpack_keywords(obj)``: how ``__dlpack__`` is
+  stream objects given as ``stream=``; ``dlpack_keywords``: how ``__dlpack__`` is
   asked (its ``stream``);
 - ``view_check(cls)`` / ``lazy_view(obj)``: lazy views DLPack cannot describe (torch's
   conjugate and negative bits);
@@ -70,10 +70,10 @@ class Adapter:
         ``ptr``); None: not a stream this framework knows."""
         return None
 
-    def dlpack_keywords(self, obj) -> dict:
-        """What to pass ``obj.__dlpack__`` besides ``max_version`` (CuPy: ``stream=-1``,
-        the launch being on its current stream)."""
-        return {}
+    #: What to pass ``__dlpack__`` besides ``max_version``, the same for every object of
+    #: the framework, or None for nothing (CuPy: ``{"stream": -1}``, the launch being on
+    #: its current stream). A class attribute, not a method: a call asks once per tensor.
+    dlpack_keywords: dict | None = None
 
     def view_check(self, cls: type):
         """None when objects of ``cls`` are never lazy views; else a ``tj_view_bits``

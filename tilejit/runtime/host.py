@@ -33,11 +33,14 @@ def dlpack_capsule(obj):
     (``Adapter.exported``: the strides older torch releases rewrite).
     """
     adapter = frameworks.adapter_for(type(obj))
-    keywords = adapter.dlpack_keywords(obj)
-    try:
-        capsule = obj.__dlpack__(max_version=MAX_VERSION, **keywords)
+    keywords = adapter.dlpack_keywords
+    try:  # without **keywords where there are none: they cost a call 0.1 µs per tensor
+        if keywords is None:
+            capsule = obj.__dlpack__(max_version=MAX_VERSION)
+        else:
+            capsule = obj.__dlpack__(max_version=MAX_VERSION, **keywords)
     except TypeError:
-        capsule = obj.__dlpack__(**keywords)
+        capsule = obj.__dlpack__() if keywords is None else obj.__dlpack__(**keywords)
     except BufferError:
         alias = adapter.exportable(obj)
         if alias is None:
