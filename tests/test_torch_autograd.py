@@ -266,7 +266,7 @@ def test_a_recorded_call_reaches_the_functions_apply_from_the_core(k, build):
     k["sq"](x)  # the first claim installs the runner
     # What the claim runs (the dlpack backend's imports call Python too, before it).
     claim_path = ("tilejit.frameworks.torch.op:", "tilejit.frameworks.torch.autograd:",
-                  "tilejit.runtime.kernel:",
+                  "tilejit.frameworks.torch.record:", "tilejit.runtime.kernel:",
                   "tilejit.runtime.frameworks:claimer")
     frames = [f for f in _python_frames(lambda: k["sq"](x)) if f.startswith(claim_path)]
     n = T.symbol("n")
@@ -330,7 +330,8 @@ def test_a_recorded_call_reaches_the_functions_apply_from_the_core(k, build):
                           "tilejit.frameworks.torch.autograd:tangents_idle",
                           "tilejit.frameworks.torch.autograd:requiring_grad",
                           "tilejit.frameworks.torch.op:_schema_args",
-                          "tilejit.frameworks.torch.op:_schema_inputs",
+                          "tilejit.frameworks.torch.record:schema_inputs",
+                          "tilejit.frameworks.torch.record:record",
                           *function], frames
 
 

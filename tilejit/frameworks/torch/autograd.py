@@ -50,7 +50,7 @@ RECORDED = frozenset((RECORD, ROUTE))
 def decide(args: tuple, kinds: tuple, has_backward: bool, stream=None, *,
            exact: bool = False) -> str:
     """What autograd does with a call of an op whose inputs are ``kinds`` (None for a
-    buffer, else a scalar's conversion: ``op._schema_inputs``) on ``args``: the one
+    buffer, else a scalar's conversion: ``record.schema_inputs``) on ``args``: the one
     answer to "record this call?", which every Python path asks and the C fast paths are
     tested against (``tests/test_torch_record.py``):
 

@@ -318,7 +318,7 @@ def _schema_args(kernel, args: tuple) -> tuple:
     array, a ``tilejit.Array``) becomes a torch tensor over the same memory
     (``torch.from_dlpack``), so that autograd can take the call."""
     out = list(args)
-    for position, (kind, name), value in zip(range(len(args)), _schema_inputs(kernel), args):
+    for position, (kind, name), value in zip(range(len(args)), schema_inputs(kernel), args):
         if kind is None:  # a buffer
             if value is not None and not isinstance(value, torch.Tensor):
                 out[position] = _as_torch(f"{kernel.name}: argument {position} '{name}'",
@@ -336,11 +336,6 @@ def _schema_args(kernel, args: tuple) -> tuple:
                 "int64, the integer type of torch ops, so this call cannot run through "
                 "autograd; pass it under torch.no_grad() or with detached tensors")
     return tuple(out)
-
-
-def _schema_inputs(kernel) -> tuple:
-    """``(conversion, name)`` of each input of ``kernel`` (``record.schema_inputs``)."""
-    return schema_inputs(kernel)
 
 
 def _as_torch(label: str, value):

@@ -32,7 +32,7 @@ class OpRecord:
     - ``claimed``: ``run(kernel, args, stream)``, how a claimed call of its kernels runs
       (``claimed_by``); ``claiming``: the kernels whose call plans hand their claims over
       (a weak set: ``claims_handed``), taken again when a backward is registered;
-    - ``schema_inputs``: ``(conversion, name)`` of each input (``op._schema_inputs``);
+    - ``schema_inputs``: ``(conversion, name)`` of each input (``schema_inputs``);
     - ``kept``: what its C kernels use, kept for the process's life (``keep``);
     - ``lowering``: whether its Inductor lowering waits to be installed (``offer_lowering``).
     """
